@@ -1,0 +1,83 @@
+//! The `txoutbox` command: applies the schema and (in later commands) runs the relay and the
+//! operator's tools. Thin: it parses arguments and calls the core library.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+/// txoutbox: a transactional outbox for Postgres.
+#[derive(Debug, Parser)]
+#[command(name = "txoutbox", version, about, long_about = None)]
+struct Cli {
+    /// Postgres connection string (URL or key=value form).
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    database_url: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Apply txoutbox's migrations (idempotent: running it twice is a no-op).
+    ///
+    /// Example: DATABASE_URL=postgres://app@localhost/app txoutbox migrate
+    Migrate,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let url = cli
+        .database_url
+        .context("no database: set DATABASE_URL or pass --database-url")?;
+    match cli.command {
+        Command::Migrate => {
+            let mut client = connect(&url).await?;
+            let applied = txoutbox::migrate(&mut client).await?;
+            if applied.is_empty() {
+                println!("schema up to date");
+            } else {
+                println!("applied migrations {applied:?}");
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn connect(url: &str) -> Result<tokio_postgres::Client> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(txoutbox::Error::from)
+        .context("cannot connect to the database")?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %e, "database connection closed");
+        }
+    });
+    Ok(client)
+}

@@ -1,0 +1,81 @@
+//! The `txoutbox` binary, run as a user runs it.
+
+use std::process::Command;
+
+use txoutbox_test_support::test_db;
+
+fn txoutbox() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_txoutbox"))
+}
+
+#[tokio::test]
+async fn migrate_applies_the_schema_and_twice_is_a_no_op() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    client
+        .batch_execute("DROP TABLE txoutbox_attempts, txoutbox_delivered, txoutbox_messages, txoutbox_idempotency_keys, txoutbox_schema_history; DROP SEQUENCE txoutbox_lease_token_seq")
+        .await?;
+    let first = txoutbox()
+        .arg("migrate")
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(String::from_utf8_lossy(&first.stdout).contains("applied migrations [1]"));
+    let tables: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'txoutbox_%'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(tables, 5);
+    let second = txoutbox()
+        .arg("migrate")
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    assert!(second.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&second.stdout).trim(),
+        "schema up to date"
+    );
+    Ok(())
+}
+
+#[test]
+fn missing_database_url_is_one_clear_line() {
+    let out = txoutbox()
+        .arg("migrate")
+        .env_remove("DATABASE_URL")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("DATABASE_URL"), "{err}");
+}
+
+#[test]
+fn unreachable_database_is_one_clear_line() {
+    let out = txoutbox()
+        .arg("migrate")
+        .env(
+            "DATABASE_URL",
+            "postgres://nobody@127.0.0.1:1/none?connect_timeout=2",
+        )
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot connect to the database"), "{err}");
+}
+
+#[test]
+fn unknown_command_exits_2() {
+    let out = txoutbox().arg("frobnicate").output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+}

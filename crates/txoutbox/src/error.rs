@@ -1,0 +1,87 @@
+//! The library's one error type. Each variant says what the caller should answer.
+
+use crate::KeyError;
+
+/// What went wrong in a txoutbox call.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Postgres could not be reached, or the connection dropped. Nothing was decided: answer
+    /// `503 Service Unavailable` with `Retry-After`, never treat the key as new.
+    #[error("the outbox store is unavailable: {0}")]
+    StoreUnavailable(String),
+    /// Postgres answered with an error (a constraint, a missing migration, a bug).
+    #[error("database error: {}", db_message(.0))]
+    Database(#[source] tokio_postgres::Error),
+    /// The idempotency key is malformed (400).
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// A payload or header could not be serialised to JSON.
+    #[error("the payload does not serialise to JSON: {0}")]
+    Payload(#[from] serde_json::Error),
+    /// A message, scope or response that the library refuses to write (the text says why).
+    #[error("invalid input: {0}")]
+    Invalid(String),
+    /// Applying the migrations failed.
+    #[error("migration failed: {0}")]
+    Migration(String),
+}
+
+impl Error {
+    /// True when the store could not be reached: retry later (503), do not assume anything.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::StoreUnavailable(_))
+    }
+
+    /// The HTTP status a service should answer this error with.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Error::StoreUnavailable(_) => 503,
+            Error::Key(_) | Error::Invalid(_) | Error::Payload(_) => 400,
+            Error::Database(_) | Error::Migration(_) => 500,
+        }
+    }
+}
+
+/// Errors without a server answer (I/O, closed connection, timeouts), connection exceptions
+/// (SQLSTATE class 08) and a server shutting down or starting (57P01..57P03) mean the store is
+/// unreachable; any other server answer is a database error.
+impl From<tokio_postgres::Error> for Error {
+    fn from(err: tokio_postgres::Error) -> Self {
+        let unavailable = err.is_closed()
+            || match err.as_db_error() {
+                None => true,
+                Some(db) => {
+                    let code = db.code().code();
+                    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300")
+                }
+            };
+        if unavailable {
+            Error::StoreUnavailable(match err.as_db_error() {
+                Some(db) => db.message().to_owned(),
+                None => err.to_string(),
+            })
+        } else {
+            Error::Database(err)
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for Error {
+    fn from(err: deadpool_postgres::PoolError) -> Self {
+        match err {
+            deadpool_postgres::PoolError::Backend(e) => e.into(),
+            other => Error::StoreUnavailable(other.to_string()),
+        }
+    }
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The server's own message (tokio-postgres's Display only says "db error").
+fn db_message(err: &tokio_postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => err.to_string(),
+    }
+}

@@ -1,0 +1,60 @@
+//! txoutbox: idempotency keys and a transactional outbox for Postgres-backed services.
+//!
+//! A request's business writes, its idempotency record and the outbox rows of its downstream
+//! effects commit in ONE transaction of the caller's; a relay delivers the rows afterwards and
+//! forwards each row's downstream key, so the downstream deduplicates a redelivery.
+//!
+//! ```no_run
+//! use txoutbox::{Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
+//!
+//! # async fn handler(client: &mut tokio_postgres::Client, header: &str, body: &[u8])
+//! #     -> Result<StoredResponse, txoutbox::Error> {
+//! let key = IdempotencyKey::parse(header)?;                    // 400 when malformed
+//! let scope = Scope::new("charges")?;                           // 24 h window by default
+//! let fingerprint = Fingerprint::new("POST", "/charge", body);
+//! let tx = client.transaction().await?;
+//! match txoutbox::begin(&tx, &scope, &key, &fingerprint).await? {
+//!     Begin::New(mut claim) => {
+//!         tx.execute("INSERT INTO charges (amount) VALUES (100)", &[]).await?;
+//!         claim.enqueue("receipt", OutboxMessage::new("email", &serde_json::json!({"to": "a@b.c"}))?)?;
+//!         let response = StoredResponse { status: 201, headers: vec![], body: b"{}".to_vec() };
+//!         claim.complete(&tx, &response).await?;
+//!         tx.commit().await?;
+//!         Ok(response)
+//!     }
+//!     Begin::Replay(stored) => Ok(stored),                     // the first answer, again
+//!     Begin::Mismatch => Ok(StoredResponse { status: 422, headers: vec![], body: vec![] }),
+//!     Begin::InFlight => Ok(StoredResponse { status: 409, headers: vec![], body: vec![] }),
+//! }
+//! # }
+//! ```
+//!
+//! Layout: [`key`](IdempotencyKey) and [`Fingerprint`] validate the request; `idempotency`
+//! ([`begin`], [`Claim`]) claims keys and stores responses; `outbox` ([`OutboxMessage`],
+//! [`enqueue`]) writes rows; [`migrate`] applies the schema; [`prune_expired_keys`] trims the key
+//! table; [`RelayWaker`] hints the relays after commit.
+
+mod error;
+mod executor;
+mod fingerprint;
+mod idempotency;
+mod key;
+mod migrate;
+mod outbox;
+mod prune;
+mod sql;
+mod wake;
+
+pub use error::{Error, Result};
+pub use executor::{Params, TxExecutor};
+pub use fingerprint::Fingerprint;
+pub use idempotency::{
+    begin, Begin, Claim, Scope, StoredResponse, DEFAULT_LOCK_TIMEOUT, DEFAULT_WINDOW,
+};
+pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
+pub use migrate::{embedded_migrations, migrate, HISTORY_TABLE};
+pub use outbox::{
+    derive_downstream_key, enqueue, notify_in_transaction, OutboxMessage, DOWNSTREAM_KEY_NAMESPACE,
+};
+pub use prune::{prune_expired_keys, DEFAULT_PRUNE_BATCH};
+pub use wake::{RelayWaker, HINT_SPACING};

@@ -1,0 +1,48 @@
+//! Applies the numbered SQL files of `migrations/` (embedded at build time) with refinery, under a
+//! Postgres advisory lock so that processes starting at once apply them once.
+
+use tokio_postgres::Client;
+
+use crate::{Error, Result};
+
+mod embedded {
+    refinery::embed_migrations!("../../migrations");
+}
+
+/// The table refinery records applied migrations in.
+pub const HISTORY_TABLE: &str = "txoutbox_schema_history";
+
+/// The advisory lock key migrations run under ("txoutbox" in ASCII, truncated to 8 bytes).
+const MIGRATION_LOCK: i64 = 0x7478_6f75_7462_6f78;
+
+/// Applies every migration not yet applied. Applying twice is a no-op. Returns the versions that
+/// this call applied.
+pub async fn migrate(client: &mut Client) -> Result<Vec<i32>> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    let report = embedded::migrations::runner()
+        .set_migration_table_name(HISTORY_TABLE)
+        .run_async(client)
+        .await;
+    // Unlock whatever happened; a failed unlock only matters if the session lives on.
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await;
+    let report = report.map_err(|e| Error::Migration(e.to_string()))?;
+    unlocked?;
+    Ok(report
+        .applied_migrations()
+        .iter()
+        .map(|m| m.version())
+        .collect())
+}
+
+/// The migrations this build carries, as (version, name), in order.
+pub fn embedded_migrations() -> Vec<(i32, String)> {
+    embedded::migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(|m| (m.version(), m.name().to_owned()))
+        .collect()
+}

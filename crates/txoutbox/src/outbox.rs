@@ -1,0 +1,267 @@
+//! Outbox messages: the downstream effects a transaction enqueues, and their downstream keys.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use tokio_postgres::types::Type;
+use uuid::Uuid;
+
+use crate::{sql, Error, IdempotencyKey, Result, Scope, TxExecutor};
+
+/// The namespace of derived downstream keys (a fixed UUID of this project).
+pub const DOWNSTREAM_KEY_NAMESPACE: Uuid =
+    Uuid::from_u128(0x6a1f_3c2e_8b4d_4e7a_9c15_2f0b_7d3e_91a4);
+
+/// Derives the downstream key of one effect of one request:
+/// `UUIDv5(DOWNSTREAM_KEY_NAMESPACE, "{scope}\n{key}\n{effect}")`, as a hyphenated lower-case UUID.
+///
+/// The same (scope, key, effect) always gives the same key, on every host and every version;
+/// two effects of one request give two keys. Scope and effect names contain no newline (they are
+/// validated) and keys are visible ASCII, so the joined name is unambiguous.
+pub fn derive_downstream_key(scope: &str, key: &IdempotencyKey, effect: &str) -> String {
+    let name = format!("{scope}\n{}\n{effect}", key.as_str());
+    Uuid::new_v5(&DOWNSTREAM_KEY_NAMESPACE, name.as_bytes()).to_string()
+}
+
+/// One downstream effect to deliver after commit: a destination (the sink's name), a JSON payload,
+/// optional headers, its downstream key and an optional ordering key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxMessage {
+    pub(crate) id: Uuid,
+    pub(crate) destination: String,
+    pub(crate) payload: serde_json::Value,
+    pub(crate) headers: BTreeMap<String, String>,
+    pub(crate) downstream_key: Option<String>,
+    pub(crate) ordering_key: Option<String>,
+}
+
+impl OutboxMessage {
+    /// A message for `destination` carrying `payload` serialised with serde.
+    ///
+    /// Fails with [`Error::Payload`] when the payload does not serialise (a map with non-string
+    /// keys, a failing `Serialize` impl), and with [`Error::Invalid`] for an empty destination.
+    pub fn new<T: Serialize + ?Sized>(destination: &str, payload: &T) -> Result<Self> {
+        check_name("destination", destination)?;
+        Ok(Self {
+            id: Uuid::now_v7(),
+            destination: destination.to_owned(),
+            payload: serde_json::to_value(payload)?,
+            headers: BTreeMap::new(),
+            downstream_key: None,
+            ordering_key: None,
+        })
+    }
+
+    /// Sets the downstream key instead of deriving it (required outside an idempotent request).
+    pub fn with_downstream_key(mut self, key: impl Into<String>) -> Self {
+        self.downstream_key = Some(key.into());
+        self
+    }
+
+    /// Rows sharing an ordering key are delivered one at a time, in commit order.
+    pub fn with_ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
+    }
+
+    /// Adds a header forwarded to the sink (for example `traceparent`).
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// The message id (a UUIDv7, assigned at construction).
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
+
+    /// The destination the relay routes this message to.
+    pub fn destination(&self) -> &str {
+        &self.destination
+    }
+
+    /// The downstream key, if one is set.
+    pub fn downstream_key(&self) -> Option<&str> {
+        self.downstream_key.as_deref()
+    }
+}
+
+/// Enqueues messages in the caller's transaction, outside any idempotent request (batch jobs,
+/// consumers). Every message must carry a downstream key ([`OutboxMessage::with_downstream_key`];
+/// [`derive_downstream_key`] builds one from a job's own key). A (destination, downstream key)
+/// already in the outbox is not enqueued again. Returns how many rows were inserted.
+pub async fn enqueue(tx: &impl TxExecutor, messages: &[OutboxMessage]) -> Result<u64> {
+    for message in messages {
+        match &message.downstream_key {
+            None => {
+                return Err(Error::Invalid(format!(
+                    "message {} to {:?} has no downstream key; outside an idempotent request \
+                     set one with with_downstream_key",
+                    message.id, message.destination
+                )))
+            }
+            Some(key) => check_downstream_key(key)?,
+        }
+    }
+    let rows = MessageColumns::new(messages.iter().map(|m| (m, m.downstream_key.clone())))?;
+    lock_ordering_keys(tx, &rows.ordering_keys).await?;
+    let inserted = tx
+        .rows(
+            sql::messages::INSERT,
+            &[
+                (&rows.ids, Type::UUID_ARRAY),
+                (&rows.destinations, Type::TEXT_ARRAY),
+                (&rows.payloads, Type::JSONB_ARRAY),
+                (&rows.headers, Type::JSONB_ARRAY),
+                (&rows.downstream_keys, Type::TEXT_ARRAY),
+                (&rows.ordering_keys, Type::TEXT_ARRAY),
+            ],
+        )
+        .await?;
+    Ok(inserted.len() as u64)
+}
+
+/// Sends the relay's wake-up inside the caller's transaction. Postgres delivers it at commit, but
+/// every NOTIFY takes a database-wide lock at commit, serialising all committing transactions:
+/// prefer [`crate::RelayWaker`] after commit, or leave waking to the relay's poll.
+pub async fn notify_in_transaction(tx: &impl TxExecutor) -> Result<()> {
+    tx.rows(sql::messages::NOTIFY, &[]).await?;
+    Ok(())
+}
+
+/// Takes the ordering-key locks of a batch (no-op when no message has an ordering key).
+pub(crate) async fn lock_ordering_keys(
+    tx: &impl TxExecutor,
+    ordering_keys: &[Option<String>],
+) -> Result<()> {
+    let keys: Vec<&str> = ordering_keys.iter().flatten().map(String::as_str).collect();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    tx.rows(
+        sql::messages::LOCK_ORDERING_KEYS,
+        &[(&keys, Type::TEXT_ARRAY)],
+    )
+    .await?;
+    Ok(())
+}
+
+/// A batch of messages as column arrays, ready for one `unnest` insert.
+pub(crate) struct MessageColumns {
+    pub(crate) ids: Vec<Uuid>,
+    pub(crate) destinations: Vec<String>,
+    pub(crate) payloads: Vec<serde_json::Value>,
+    pub(crate) headers: Vec<serde_json::Value>,
+    pub(crate) downstream_keys: Vec<String>,
+    pub(crate) ordering_keys: Vec<Option<String>>,
+}
+
+impl MessageColumns {
+    pub(crate) fn new<'a>(
+        messages: impl Iterator<Item = (&'a OutboxMessage, Option<String>)>,
+    ) -> Result<Self> {
+        let mut cols = MessageColumns {
+            ids: Vec::new(),
+            destinations: Vec::new(),
+            payloads: Vec::new(),
+            headers: Vec::new(),
+            downstream_keys: Vec::new(),
+            ordering_keys: Vec::new(),
+        };
+        for (message, key) in messages {
+            let key =
+                key.ok_or_else(|| Error::Invalid("a message has no downstream key".into()))?;
+            if let Some(ordering) = &message.ordering_key {
+                check_name("ordering key", ordering)?;
+            }
+            cols.ids.push(message.id);
+            cols.destinations.push(message.destination.clone());
+            cols.payloads.push(message.payload.clone());
+            cols.headers.push(serde_json::to_value(&message.headers)?);
+            cols.downstream_keys.push(key);
+            cols.ordering_keys.push(message.ordering_key.clone());
+        }
+        Ok(cols)
+    }
+}
+
+/// Names (destinations, scopes, effects, ordering keys): 1..=255 bytes, no control characters.
+pub(crate) fn check_name(what: &str, name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 255 {
+        return Err(Error::Invalid(format!(
+            "the {what} must be 1 to 255 bytes long, not {}",
+            name.len()
+        )));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(Error::Invalid(format!(
+            "the {what} {name:?} contains a control character"
+        )));
+    }
+    Ok(())
+}
+
+/// Downstream keys are forwarded as HTTP headers and Message-IDs: the key alphabet applies.
+pub(crate) fn check_downstream_key(key: &str) -> Result<()> {
+    IdempotencyKey::parse(key)
+        .map(|_| ())
+        .map_err(|e| Error::Invalid(format!("downstream key: {e}")))
+}
+
+/// The downstream key of an effect enqueued within an idempotent request.
+pub(crate) fn key_for(
+    scope: &Scope,
+    key: &IdempotencyKey,
+    effect: &str,
+    message: &OutboxMessage,
+) -> Result<String> {
+    match &message.downstream_key {
+        Some(given) => {
+            check_downstream_key(given)?;
+            Ok(given.clone())
+        }
+        None => Ok(derive_downstream_key(scope.name(), key, effect)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_keys_are_deterministic_and_distinct_per_effect() {
+        let key = IdempotencyKey::parse("k-1").expect("valid");
+        let a = derive_downstream_key("charges", &key, "stripe");
+        assert_eq!(a, derive_downstream_key("charges", &key, "stripe"));
+        assert_ne!(a, derive_downstream_key("charges", &key, "email"));
+        assert_ne!(a, derive_downstream_key("refunds", &key, "stripe"));
+        // The documented rule, spelled out.
+        let expected = Uuid::new_v5(&DOWNSTREAM_KEY_NAMESPACE, b"charges\nk-1\nstripe").to_string();
+        assert_eq!(a, expected);
+    }
+
+    #[test]
+    fn payload_that_does_not_serialise_is_a_typed_error() {
+        let mut map = std::collections::HashMap::new();
+        map.insert((1, 2), "tuple keys are not JSON");
+        assert!(matches!(
+            OutboxMessage::new("email", &map),
+            Err(Error::Payload(_))
+        ));
+    }
+
+    #[test]
+    fn empty_or_control_destination_is_rejected() {
+        assert!(matches!(OutboxMessage::new("", &1), Err(Error::Invalid(_))));
+        assert!(matches!(
+            OutboxMessage::new("a\u{0}b", &1),
+            Err(Error::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn ids_are_uuid_v7() {
+        let m = OutboxMessage::new("email", &1).expect("valid");
+        assert_eq!(m.id().get_version_num(), 7);
+    }
+}

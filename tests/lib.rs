@@ -1,0 +1,1 @@
+//! End-to-end tests live in the `[[test]]` targets beside this file.

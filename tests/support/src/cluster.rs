@@ -1,0 +1,281 @@
+//! Throwaway Postgres clusters started from the server binaries on this machine.
+
+use std::fs::{self, File};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::ConnInfo;
+
+/// How a cluster is set up.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Skip flushing to disk (`fsync`, `full_page_writes` off; commits still survive a server
+    /// crash, not an OS crash): right for tests,
+    /// wrong for benchmarks.
+    pub fast: bool,
+    /// `max_connections` of the server.
+    pub max_connections: u32,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            fast: true,
+            max_connections: 300,
+        }
+    }
+}
+
+/// A Postgres cluster in a directory of ours, on a loopback port of ours.
+#[derive(Debug)]
+pub struct Cluster {
+    dir: PathBuf,
+    port: u16,
+    bin: PathBuf,
+    stop_on_drop: bool,
+}
+
+impl Cluster {
+    /// The cluster shared by every test of this checkout (`target/txoutbox-pg`), started if it is
+    /// not running. Safe to call from many processes at once.
+    pub fn shared() -> Result<Cluster> {
+        let dir = target_dir().join("txoutbox-pg");
+        Self::open(dir, &ClusterOptions::default(), false)
+    }
+
+    /// A cluster of the caller's own in a new directory, stopped and removed when dropped; for
+    /// tests that stop or restart Postgres, and for benchmarks.
+    pub fn private(options: &ClusterOptions) -> Result<Cluster> {
+        let dir = target_dir()
+            .join("txoutbox-pg-private")
+            .join(uuid::Uuid::new_v4().simple().to_string());
+        Self::open(dir, options, true)
+    }
+
+    fn open(dir: PathBuf, options: &ClusterOptions, stop_on_drop: bool) -> Result<Cluster> {
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let lock = File::create(dir.join("lock"))?;
+        lock.lock().context("locking the cluster directory")?;
+        let bin = server_bin_dir()?;
+        let data = dir.join("data");
+        let port_file = dir.join("port");
+        if !data.join("PG_VERSION").exists() {
+            let _ = fs::remove_dir_all(&data);
+            fs::create_dir_all(&data)?;
+            run_as_server_user(&bin.join("initdb"), &dir, |c| {
+                c.arg("-D").arg(&data).args([
+                    "-A",
+                    "trust",
+                    "-U",
+                    "postgres",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ]);
+            })
+            .context("initdb")?;
+            fs::write(&port_file, free_port()?.to_string())?;
+        }
+        let port: u16 = fs::read_to_string(&port_file)
+            .context("reading the cluster's port")?
+            .trim()
+            .parse()
+            .context("parsing the cluster's port")?;
+        let cluster = Cluster {
+            dir,
+            port,
+            bin,
+            stop_on_drop,
+        };
+        if !cluster.is_ready() {
+            cluster.start_with(options)?;
+        }
+        drop(lock);
+        Ok(cluster)
+    }
+
+    fn start_with(&self, options: &ClusterOptions) -> Result<()> {
+        let mut settings = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections={} \
+             -c shared_buffers=256MB",
+            self.port,
+            self.dir.display(),
+            options.max_connections
+        );
+        if options.fast {
+            settings.push_str(" -c fsync=off -c full_page_writes=off");
+        }
+        fs::write(self.dir.join("options"), &settings)?;
+        self.pg_ctl_start()
+    }
+
+    fn pg_ctl_start(&self) -> Result<()> {
+        let settings = fs::read_to_string(self.dir.join("options"))?;
+        let log = self.dir.join("postgres.log");
+        let data = self.dir.join("data");
+        run_as_server_user(&self.bin.join("pg_ctl"), &self.dir, |c| {
+            c.arg("-D")
+                .arg(&data)
+                .arg("-l")
+                .arg(&log)
+                .arg("-o")
+                .arg(&settings)
+                .args(["-w", "-t", "60", "start"]);
+        })
+        .with_context(|| format!("pg_ctl start (log: {})", log.display()))?;
+        self.wait_ready(Duration::from_secs(30))
+    }
+
+    /// Starts a stopped cluster again on the same port.
+    pub fn start(&self) -> Result<()> {
+        self.pg_ctl_start()
+    }
+
+    /// Stops the server at once (`-m immediate`: like a crash, no shutdown checkpoint).
+    pub fn stop(&self) -> Result<()> {
+        let data = self.dir.join("data");
+        run_as_server_user(&self.bin.join("pg_ctl"), &self.dir, |c| {
+            c.arg("-D")
+                .arg(&data)
+                .args(["-m", "immediate", "-w", "stop"]);
+        })
+    }
+
+    /// Stops and starts the server.
+    pub fn restart(&self) -> Result<()> {
+        self.stop()?;
+        self.start()
+    }
+
+    /// The superuser connection to the `postgres` database.
+    pub fn admin(&self) -> ConnInfo {
+        ConnInfo::tcp("127.0.0.1", self.port, "postgres", None, "postgres")
+    }
+
+    /// The loopback port the cluster listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn is_ready(&self) -> bool {
+        std::net::TcpStream::connect_timeout(
+            &([127, 0, 0, 1], self.port).into(),
+            Duration::from_millis(200),
+        )
+        .is_ok()
+            && Command::new(self.bin.join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+    }
+
+    fn wait_ready(&self, limit: Duration) -> Result<()> {
+        let start = Instant::now();
+        while !self.is_ready() {
+            if start.elapsed() > limit {
+                bail!("Postgres on port {} did not become ready", self.port);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.stop_on_drop {
+            let _ = self.stop();
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// `target/` of this workspace (or `CARGO_TARGET_DIR`).
+fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target")
+        .canonicalize()
+        .unwrap_or_else(|_| PathBuf::from("target"))
+}
+
+/// The directory of `initdb` and `pg_ctl`: `PATH` first, then the newest `/usr/lib/postgresql/*/bin`.
+fn server_bin_dir() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            if dir.join("initdb").is_file() && dir.join("pg_ctl").is_file() {
+                // PATH may hold links (/usr/local/bin/initdb): the real directory has pg_isready.
+                if let Some(real) = dir.join("initdb").canonicalize()?.parent() {
+                    return Ok(real.to_path_buf());
+                }
+            }
+        }
+    }
+    let mut found: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").is_file().then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    match found.pop() {
+        Some((_, bin)) => Ok(bin),
+        None => bail!(
+            "no Postgres server binaries (initdb, pg_ctl) on PATH or under /usr/lib/postgresql; \
+             install them (Debian: apt-get install postgresql) or set DATABASE_URL"
+        ),
+    }
+}
+
+/// Postgres refuses to run as root: as root, run the binaries as the `postgres` user and give
+/// that user the cluster directory.
+fn run_as_server_user(program: &Path, dir: &Path, args: impl FnOnce(&mut Command)) -> Result<()> {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    let mut command = if root {
+        let status = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir)
+            .status()
+            .context("chown of the cluster directory to postgres")?;
+        if !status.success() {
+            bail!("chown -R postgres {} failed", dir.display());
+        }
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    };
+    args(&mut command);
+    let output = command
+        .output()
+        .with_context(|| format!("running {}", program.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} failed: {}{}",
+            program.display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}

@@ -1,0 +1,248 @@
+//! One fresh database per test, cloned from a template migrated once per schema version.
+
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result};
+use tokio_postgres::config::Host;
+use tokio_postgres::{Client, Config, NoTls};
+
+use crate::Cluster;
+
+/// Where a database is: enough to connect, and to hand to a child process as `DATABASE_URL`.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    host: String,
+    port: u16,
+    user: String,
+    password: Option<String>,
+    dbname: String,
+}
+
+impl ConnInfo {
+    /// A TCP (or, for a host starting with `/`, Unix socket) connection.
+    pub fn tcp(host: &str, port: u16, user: &str, password: Option<&str>, dbname: &str) -> Self {
+        Self {
+            host: host.to_owned(),
+            port,
+            user: user.to_owned(),
+            password: password.map(str::to_owned),
+            dbname: dbname.to_owned(),
+        }
+    }
+
+    /// Parses a `postgres://` URL or a key=value string.
+    pub fn parse(url: &str) -> Result<Self> {
+        let config: Config = url.parse().context("parsing DATABASE_URL")?;
+        let host = match config.get_hosts().first() {
+            Some(Host::Tcp(h)) => h.clone(),
+            #[cfg(unix)]
+            Some(Host::Unix(p)) => p.display().to_string(),
+            None => "127.0.0.1".to_owned(),
+        };
+        Ok(Self {
+            host,
+            port: config.get_ports().first().copied().unwrap_or(5432),
+            user: config.get_user().unwrap_or("postgres").to_owned(),
+            password: config
+                .get_password()
+                .map(|p| String::from_utf8_lossy(p).into_owned()),
+            dbname: config.get_dbname().unwrap_or("postgres").to_owned(),
+        })
+    }
+
+    /// The same server, another database.
+    pub fn with_dbname(&self, dbname: &str) -> Self {
+        Self {
+            dbname: dbname.to_owned(),
+            ..self.clone()
+        }
+    }
+
+    /// A key=value connection string (works for TCP hosts and socket directories alike).
+    pub fn url(&self) -> String {
+        let mut s = format!(
+            "host={} port={} user={} dbname={}",
+            self.host, self.port, self.user, self.dbname
+        );
+        if let Some(p) = &self.password {
+            s.push_str(&format!(" password={p}"));
+        }
+        s
+    }
+
+    /// The database name.
+    pub fn dbname(&self) -> &str {
+        &self.dbname
+    }
+
+    /// Connects, driving the connection on a spawned task.
+    pub async fn connect(&self) -> Result<Client> {
+        let (client, connection) = tokio_postgres::connect(&self.url(), NoTls)
+            .await
+            .with_context(|| format!("connecting to {}", self.url()))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
+    }
+
+    /// A connection pool over this database.
+    pub fn pool(&self, size: usize) -> Result<deadpool_postgres::Pool> {
+        let config: Config = self.url().parse()?;
+        let manager = deadpool_postgres::Manager::from_config(
+            config,
+            NoTls,
+            deadpool_postgres::ManagerConfig {
+                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+            },
+        );
+        Ok(deadpool_postgres::Pool::builder(manager)
+            .max_size(size)
+            .build()?)
+    }
+}
+
+/// A database of one test's own, dropped (with its connections) when this is dropped.
+#[derive(Debug)]
+pub struct TestDb {
+    info: ConnInfo,
+    admin: ConnInfo,
+}
+
+impl TestDb {
+    /// Where the database is (`url()` gives `DATABASE_URL` for child processes).
+    pub fn info(&self) -> &ConnInfo {
+        &self.info
+    }
+
+    /// The `DATABASE_URL` of this database.
+    pub fn url(&self) -> String {
+        self.info.url()
+    }
+
+    /// A new connection.
+    pub async fn connect(&self) -> Result<Client> {
+        self.info.connect().await
+    }
+
+    /// A pool of `size` connections.
+    pub fn pool(&self, size: usize) -> Result<deadpool_postgres::Pool> {
+        self.info.pool(size)
+    }
+
+    /// Clones the migrated template into a new database on the server `admin` points to.
+    pub async fn create_on(admin: &ConnInfo) -> Result<TestDb> {
+        let template = ensure_template(admin).await?;
+        let name = format!("txoutbox_t_{}", uuid::Uuid::new_v4().simple());
+        let client = admin.connect().await?;
+        let mut tries = 0;
+        loop {
+            match client
+                .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
+                .await
+            {
+                Ok(()) => break,
+                // Another process may be connected to the template for a moment; try again.
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    let _ = e;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e).context("creating the test database"),
+            }
+        }
+        Ok(TestDb {
+            info: admin.with_dbname(&name),
+            admin: admin.clone(),
+        })
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let admin = self.admin.clone();
+        let name = self.info.dbname().to_owned();
+        // Drop may run inside a runtime: use a thread with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(rt) = rt {
+                rt.block_on(async move {
+                    if let Ok(client) = admin.connect().await {
+                        let _ = client
+                            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .await;
+                    }
+                });
+            }
+        })
+        .join();
+    }
+}
+
+/// A fresh, migrated database for one test: on `DATABASE_URL`'s server when it is set, else on
+/// the shared throwaway cluster.
+pub async fn test_db() -> Result<TestDb> {
+    TestDb::create_on(&admin_info()?).await
+}
+
+fn admin_info() -> Result<ConnInfo> {
+    static SHARED: OnceLock<ConnInfo> = OnceLock::new();
+    if let Some(info) = SHARED.get() {
+        return Ok(info.clone());
+    }
+    let info = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => ConnInfo::parse(&url)?,
+        _ => {
+            let cluster = Cluster::shared()?;
+            let info = cluster.admin();
+            // The shared cluster outlives the test process on purpose.
+            std::mem::forget(cluster);
+            info
+        }
+    };
+    Ok(SHARED.get_or_init(|| info).clone())
+}
+
+/// The template for this build's migrations, created and migrated by the first process to ask.
+async fn ensure_template(admin: &ConnInfo) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for (version, name) in txoutbox::embedded_migrations() {
+        hash.update(format!("{version}:{name}\n"));
+    }
+    let template = format!("txoutbox_tmpl_{}", &hex::encode(hash.finalize())[..16]);
+    let client = admin.connect().await?;
+    // Serialise template creation across the test processes of a run.
+    client
+        .execute("SELECT pg_advisory_lock(7160716071)", &[])
+        .await?;
+    let ready: Option<bool> = client
+        .query_opt(
+            "SELECT datistemplate FROM pg_database WHERE datname = $1",
+            &[&template],
+        )
+        .await?
+        .map(|r| r.get(0));
+    if ready != Some(true) {
+        if ready.is_some() {
+            client
+                .batch_execute(&format!("DROP DATABASE {template} WITH (FORCE)"))
+                .await?;
+        }
+        client
+            .batch_execute(&format!("CREATE DATABASE {template}"))
+            .await?;
+        let mut db = admin.with_dbname(&template).connect().await?;
+        txoutbox::migrate(&mut db).await?;
+        drop(db);
+        client
+            .batch_execute(&format!("ALTER DATABASE {template} WITH IS_TEMPLATE true"))
+            .await?;
+    }
+    client
+        .execute("SELECT pg_advisory_unlock(7160716071)", &[])
+        .await?;
+    Ok(template)
+}

@@ -1,0 +1,17 @@
+//! The test harness: a real Postgres for every test, one fresh database each.
+//!
+//! - With `DATABASE_URL` set, it is the admin connection (a role that may create databases).
+//! - Without it, a throwaway cluster is started from the `initdb`/`pg_ctl` found on `PATH` or under
+//!   `/usr/lib/postgresql/*/bin`, in `target/txoutbox-pg` (shared by every test process of a run
+//!   and left running for the next one; stop it with `pg_ctl -D target/txoutbox-pg/data stop`).
+//!
+//! A template database is migrated once per schema version; every test clones it
+//! (`CREATE DATABASE … TEMPLATE …`) and drops its clone when the [`TestDb`] is dropped, so tests run
+//! in parallel and never see each other's rows. Tests that stop or restart Postgres take a
+//! [`Cluster::private`] of their own.
+
+mod cluster;
+mod database;
+
+pub use cluster::{Cluster, ClusterOptions};
+pub use database::{test_db, ConnInfo, TestDb};
