@@ -64,8 +64,11 @@ CREATE TABLE txoutbox_messages (
     lease_expires_at timestamptz,
     -- the fencing token of the current claim (from txoutbox_lease_token_seq)
     lease_token      bigint,
-    -- when the current attempt started (committed before the call for at-most-once destinations)
+    -- when the current attempt started; the claim commits it before the sink is called
     attempt_started_at timestamptz,
+    -- set by the claiming relay for at-most-once destinations: a lease that expires mid-attempt
+    -- then moves the row to 'unknown' instead of back to 'pending'
+    at_most_once     boolean     NOT NULL DEFAULT false,
     -- the last failure's text, shown by `txoutbox list/show`
     last_error       text,
     -- when the business transaction enqueued the row (commit -> delivery latency, backlog age)
@@ -120,7 +123,9 @@ CREATE TABLE txoutbox_attempts (
     relay            text        NOT NULL,
     -- the fencing token of the claim the attempt ran under
     lease_token      bigint,
-    -- 'delivered', 'retry', 'failed', 'unknown', 'expired' (lease lost), 'replayed'
+    -- 'delivered', 'retry', 'failed' (dead-lettered), 'expired' (the lease ran out mid-attempt),
+    -- 'lease_lost' (an outcome that came after another relay took the row), 'released' (given
+    -- back at shutdown), 'replayed' (an operator's replay)
     outcome          text        NOT NULL,
     -- the error text of a failed attempt
     error            text,

@@ -42,6 +42,8 @@ mod key;
 mod migrate;
 mod outbox;
 mod prune;
+mod relay;
+mod sink;
 mod sql;
 mod wake;
 
@@ -57,4 +59,9 @@ pub use outbox::{
     derive_downstream_key, enqueue, notify_in_transaction, OutboxMessage, DOWNSTREAM_KEY_NAMESPACE,
 };
 pub use prune::{prune_expired_keys, DEFAULT_PRUNE_BATCH};
+pub use relay::{
+    reclaim_expired, DestinationPolicy, Relay, RelayBuilder, RelayConfig, RelayReport, RetryPolicy,
+    Semantics, WakeMode,
+};
+pub use sink::{Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink};
 pub use wake::{RelayWaker, HINT_SPACING};

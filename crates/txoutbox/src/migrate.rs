@@ -38,11 +38,11 @@ pub async fn migrate(client: &mut Client) -> Result<Vec<i32>> {
         .collect())
 }
 
-/// The migrations this build carries, as (version, name), in order.
-pub fn embedded_migrations() -> Vec<(i32, String)> {
+/// The migrations this build carries, as (version, name, checksum of the SQL), in order.
+pub fn embedded_migrations() -> Vec<(i32, String, u64)> {
     embedded::migrations::runner()
         .get_migrations()
         .iter()
-        .map(|m| (m.version(), m.name().to_owned()))
+        .map(|m| (m.version(), m.name().to_owned(), m.checksum()))
         .collect()
 }

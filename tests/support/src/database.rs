@@ -86,6 +86,11 @@ impl ConnInfo {
         Ok(client)
     }
 
+    /// The tokio-postgres configuration (what `Relay::builder` takes).
+    pub fn config(&self) -> Result<Config> {
+        Ok(self.url().parse()?)
+    }
+
     /// A connection pool over this database.
     pub fn pool(&self, size: usize) -> Result<deadpool_postgres::Pool> {
         let config: Config = self.url().parse()?;
@@ -123,6 +128,16 @@ impl TestDb {
     /// A new connection.
     pub async fn connect(&self) -> Result<Client> {
         self.info.connect().await
+    }
+
+    /// A relay builder over this database, with test-friendly timings (poll 50 ms, reclaim
+    /// 100 ms); sinks and policies are the test's to add.
+    pub fn relay(&self) -> Result<txoutbox::RelayBuilder> {
+        Ok(txoutbox::Relay::builder(self.info.config()?).config(txoutbox::RelayConfig {
+            poll_interval: std::time::Duration::from_millis(50),
+            reclaim_interval: std::time::Duration::from_millis(100),
+            ..txoutbox::RelayConfig::default()
+        }))
     }
 
     /// A pool of `size` connections.
@@ -209,8 +224,8 @@ fn admin_info() -> Result<ConnInfo> {
 async fn ensure_template(admin: &ConnInfo) -> Result<String> {
     use sha2::{Digest, Sha256};
     let mut hash = Sha256::new();
-    for (version, name) in txoutbox::embedded_migrations() {
-        hash.update(format!("{version}:{name}\n"));
+    for (version, name, checksum) in txoutbox::embedded_migrations() {
+        hash.update(format!("{version}:{name}:{checksum}\n"));
     }
     let template = format!("txoutbox_tmpl_{}", &hex::encode(hash.finalize())[..16]);
     let client = admin.connect().await?;

@@ -12,6 +12,7 @@
 
 mod cluster;
 mod database;
+pub mod relay;
 
 pub use cluster::{Cluster, ClusterOptions};
 pub use database::{test_db, ConnInfo, TestDb};

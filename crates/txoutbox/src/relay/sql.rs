@@ -1,0 +1,100 @@
+//! Every statement of the relay. The literal `status = 'pending'` in [`CLAIM`] matches the partial
+//! index `txoutbox_messages_due`; keep it literal.
+
+/// Claims up to $1 due rows under a new lease (owner $2, $3 seconds), skipping rows other relays
+/// hold. A row with an ordering key is claimable only when no earlier row of its key is still in
+/// the hot table. The UPDATE commits at once: no lock is held while sinks run.
+pub const CLAIM: &str = "WITH due AS ( \
+     SELECT m.id FROM txoutbox_messages m \
+     WHERE m.status = 'pending' AND m.next_attempt_at <= now() \
+       AND (m.ordering_key IS NULL OR NOT EXISTS ( \
+           SELECT 1 FROM txoutbox_messages p \
+           WHERE p.ordering_key = m.ordering_key AND p.seq < m.seq)) \
+     ORDER BY m.next_attempt_at \
+     LIMIT $1 \
+     FOR UPDATE SKIP LOCKED) \
+ UPDATE txoutbox_messages m SET status = 'in_flight', lease_owner = $2, \
+     lease_expires_at = now() + make_interval(secs => $3), \
+     lease_token = nextval('txoutbox_lease_token_seq'), attempts = m.attempts + 1, \
+     attempt_started_at = now(), at_most_once = (m.destination = ANY($4::text[])) \
+ FROM due WHERE m.id = due.id \
+ RETURNING m.id, m.destination, m.payload, m.headers, m.downstream_key, m.ordering_key, \
+     m.attempts, m.lease_token, m.created_at, m.attempt_started_at";
+
+/// Completes a batch of attempts, fenced by their lease tokens: only rows still leased under the
+/// token the attempt ran with change. Delivered rows move to `txoutbox_delivered`; retried rows go
+/// back to pending with their next attempt time; dead rows become `failed`; rows given back at
+/// shutdown go back to pending at once (`released`: the sink may have been called; `unstarted`:
+/// it was not, so the attempt is not counted), or to `unknown` for an at-most-once destination
+/// whose call was cut short. Every attempt is logged, including those whose lease was lost (a
+/// completion that came too late), so the log shows every call a downstream received.
+/// Returns the ids whose completion took effect.
+pub const COMPLETE: &str = "WITH input AS ( \
+     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
+         $6::float8[], $7::timestamptz[], $8::timestamptz[], $9::int4[], $10::text[]) \
+         AS i(id, token, kind, error, receipt, delay, started, finished, attempt, downstream_key)), \
+ delivered AS ( \
+     DELETE FROM txoutbox_messages m USING input i \
+     WHERE m.id = i.id AND m.lease_token = i.token AND m.status = 'in_flight' \
+       AND i.kind = 'delivered' \
+     RETURNING m.id, m.seq, m.destination, m.payload, m.headers, m.downstream_key, \
+         m.ordering_key, m.attempts, m.created_at, i.finished, i.receipt), \
+ history AS ( \
+     INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, downstream_key, \
+         ordering_key, attempts, created_at, delivered_at, receipt) \
+     SELECT * FROM delivered), \
+ updated AS ( \
+     UPDATE txoutbox_messages m SET \
+         status = CASE WHEN i.kind IN ('failed', 'unknown') THEN i.kind ELSE 'pending' END, \
+         next_attempt_at = CASE WHEN i.kind IN ('failed', 'unknown') THEN m.next_attempt_at \
+             ELSE now() + make_interval(secs => i.delay) END, \
+         attempts = CASE WHEN i.kind = 'unstarted' THEN m.attempts - 1 ELSE m.attempts END, \
+         last_error = COALESCE(i.error, m.last_error), \
+         lease_owner = NULL, lease_expires_at = NULL, lease_token = NULL \
+     FROM input i \
+     WHERE m.id = i.id AND m.lease_token = i.token AND m.status = 'in_flight' \
+       AND i.kind <> 'delivered' \
+     RETURNING m.id), \
+ logged AS ( \
+     INSERT INTO txoutbox_attempts (message_id, attempt, downstream_key, relay, lease_token, \
+         outcome, error, receipt, started_at, finished_at) \
+     SELECT i.id, i.attempt, i.downstream_key, $11, i.token, \
+         CASE WHEN d.id IS NULL AND u.id IS NULL THEN 'lease_lost' ELSE i.kind END, \
+         CASE WHEN d.id IS NULL AND u.id IS NULL \
+             THEN concat_ws(': ', 'the lease was lost before the ' || i.kind || ' outcome was recorded', i.error) \
+             ELSE i.error END, \
+         i.receipt, i.started, i.finished \
+     FROM input i LEFT JOIN delivered d ON d.id = i.id LEFT JOIN updated u ON u.id = i.id \
+     WHERE i.kind <> 'unstarted') \
+ SELECT id FROM delivered UNION ALL SELECT id FROM updated";
+
+/// Takes back rows whose lease expired (their relay died, paused or lost the network): pending
+/// again with the same key, or `unknown` for at-most-once destinations, where the attempt may
+/// have reached the downstream and must not be repeated blindly. At most $1 rows per call.
+pub const RECLAIM_EXPIRED: &str = "WITH expired AS ( \
+     SELECT id, lease_owner, lease_token, attempts, downstream_key, attempt_started_at, \
+         at_most_once FROM txoutbox_messages \
+     WHERE status = 'in_flight' AND lease_expires_at < now() \
+     ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED), \
+ moved AS ( \
+     UPDATE txoutbox_messages m SET \
+         status = CASE WHEN e.at_most_once THEN 'unknown' ELSE 'pending' END, \
+         next_attempt_at = now(), \
+         last_error = 'the lease of relay ' || e.lease_owner || ' expired during attempt ' \
+             || e.attempts || CASE WHEN e.at_most_once \
+                 THEN ' (at-most-once destination: not retried; replay it if it did not happen)' \
+                 ELSE '' END, \
+         lease_owner = NULL, lease_expires_at = NULL, lease_token = NULL \
+     FROM expired e WHERE m.id = e.id \
+     RETURNING m.id, m.last_error, m.status), \
+ logged AS ( \
+     INSERT INTO txoutbox_attempts (message_id, attempt, downstream_key, relay, lease_token, \
+         outcome, error, started_at) \
+     SELECT e.id, e.attempts, e.downstream_key, e.lease_owner, e.lease_token, \
+         CASE WHEN mv.status = 'unknown' THEN 'unknown' ELSE 'expired' END, mv.last_error, \
+         COALESCE(e.attempt_started_at, now()) \
+     FROM expired e JOIN moved mv ON mv.id = e.id) \
+ SELECT count(*) FROM moved";
+
+/// The channel the write path's hint arrives on.
+pub const LISTEN: &str = "LISTEN txoutbox_wake";

@@ -1,0 +1,147 @@
+//! The sink boundary: what a relay hands a downstream adapter, and what the adapter answers.
+//!
+//! A sink delivers one message to one downstream (an SMTP server, Stripe, a webhook receiver, a
+//! broker) and classifies the outcome: delivered with a receipt, retryable (the effect surely or
+//! possibly did not happen and trying again with the same key is safe), or permanent (trying again
+//! cannot help: dead-letter it). Sinks forward [`Delivery::downstream_key`] as the downstream's own
+//! deduplication handle, so a redelivery after a crash is the same effect, not a second one.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+/// One delivery attempt of an outbox row, as a sink sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    /// The outbox row's id (UUIDv7).
+    pub id: Uuid,
+    /// The destination the row was enqueued for (the sink's registered name).
+    pub destination: String,
+    /// The payload, as enqueued.
+    pub payload: serde_json::Value,
+    /// Headers given at enqueue (trace context and the like).
+    pub headers: BTreeMap<String, String>,
+    /// The key to forward downstream: the same on every attempt of this row.
+    pub downstream_key: String,
+    /// The ordering key, if the row has one.
+    pub ordering_key: Option<String>,
+    /// 1 for the first attempt, 2 for the second, ...
+    pub attempt: u32,
+    /// When the business transaction enqueued the row.
+    pub created_at: DateTime<Utc>,
+}
+
+impl Delivery {
+    /// Deserialises the payload into the sink's own message type.
+    pub fn payload_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, DeliveryError> {
+        serde_json::from_value(self.payload.clone()).map_err(|e| {
+            DeliveryError::permanent(format!(
+                "the payload is not a valid {} message: {e}",
+                self.destination
+            ))
+        })
+    }
+}
+
+/// What a downstream said when it accepted a message (a Stripe object id, an SMTP reply, a
+/// JetStream sequence). Stored with the delivered row and in the attempt log.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Receipt(pub Option<String>);
+
+impl Receipt {
+    /// A receipt with the downstream's text.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self(Some(text.into()))
+    }
+
+    /// A delivery without anything to keep.
+    pub fn none() -> Self {
+        Self(None)
+    }
+}
+
+/// Why an attempt did not deliver, and what the relay should do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeliveryError {
+    /// Try again later with the same key (timeouts, connection errors, 429, 5xx, SMTP 4xx).
+    /// `retry_after` overrides the backoff when the downstream said when to come back.
+    #[error("{message}")]
+    Retryable {
+        /// What happened, for the attempt log and the operator.
+        message: String,
+        /// When to come back, if the downstream said so.
+        retry_after: Option<Duration>,
+    },
+    /// Trying again cannot help (4xx, SMTP 5xx, a declined card): dead-letter at once.
+    #[error("{message}")]
+    Permanent {
+        /// What happened; include the downstream's error code when it has one.
+        message: String,
+    },
+}
+
+impl DeliveryError {
+    /// A retryable failure with the relay's own backoff.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self::Retryable {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A retryable failure with the downstream's retry-after.
+    pub fn retry_after(message: impl Into<String>, after: Duration) -> Self {
+        Self::Retryable {
+            message: message.into(),
+            retry_after: Some(after),
+        }
+    }
+
+    /// A permanent failure.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self::Permanent {
+            message: message.into(),
+        }
+    }
+
+    /// True for [`DeliveryError::Permanent`].
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, Self::Permanent { .. })
+    }
+}
+
+/// A downstream adapter. Register one per destination name with the relay.
+///
+/// For an at-most-once destination, answer `Retryable` only when the effect surely did not
+/// happen (the connection was refused, the request never left): the relay retries those.
+#[async_trait::async_trait]
+pub trait Sink: Send + Sync + 'static {
+    /// Delivers one message; the relay bounds how many run at once and catches panics.
+    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError>;
+}
+
+/// What an attempt came to, as handed to a [`CompletionHook`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Completion {
+    /// The downstream accepted the message.
+    Delivered(Receipt),
+    /// The row was dead-lettered (permanent error, or attempts exhausted).
+    DeadLettered(String),
+}
+
+/// Feeds a delivery's result back into the service's own tables (mark a charge `succeeded` with
+/// the Stripe id). The hook runs in the relay's completion transaction: the hook's writes and the
+/// row's completion commit together. An error rolls both back; the row is then delivered again
+/// after its lease expires (with the same key) and the hook runs again.
+#[async_trait::async_trait]
+pub trait CompletionHook: Send + Sync + 'static {
+    /// Called once per completed row of the destinations the hook is registered for.
+    async fn completed(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        delivery: &Delivery,
+        completion: &Completion,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
+}

@@ -1,0 +1,114 @@
+//! Relay helpers for tests: a recording sink, a scripted sink, and a relay running in the
+//! background with a handle to stop it.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Result;
+use tokio::sync::oneshot;
+use txoutbox::{Delivery, DeliveryError, Receipt, Relay, RelayReport, Sink};
+
+/// Records every delivery it is handed, and delivers.
+#[derive(Debug, Clone, Default)]
+pub struct RecordingSink {
+    seen: Arc<Mutex<Vec<Delivery>>>,
+}
+
+impl RecordingSink {
+    /// A sink that has seen nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every delivery so far, in call order.
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.seen.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// How many calls so far.
+    pub fn count(&self) -> usize {
+        self.seen.lock().map(|v| v.len()).unwrap_or(0)
+    }
+
+    /// Waits until at least `n` calls were made, or `limit` passes; returns the count.
+    pub async fn wait_for(&self, n: usize, limit: Duration) -> usize {
+        let start = std::time::Instant::now();
+        while self.count() < n && start.elapsed() < limit {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.count()
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for RecordingSink {
+    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.push(delivery.clone());
+        }
+        Ok(Receipt::new(format!("ok:{}", delivery.downstream_key)))
+    }
+}
+
+/// Answers from a script, one answer per call (then delivers), and records the calls.
+#[derive(Debug, Clone, Default)]
+pub struct ScriptedSink {
+    script: Arc<Mutex<VecDeque<Result<Receipt, DeliveryError>>>>,
+    /// The calls made, as in [`RecordingSink`].
+    pub recorder: RecordingSink,
+}
+
+impl ScriptedSink {
+    /// A sink that answers `answers` in order, then delivers.
+    pub fn new(answers: impl IntoIterator<Item = Result<Receipt, DeliveryError>>) -> Self {
+        Self {
+            script: Arc::new(Mutex::new(answers.into_iter().collect())),
+            recorder: RecordingSink::new(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for ScriptedSink {
+    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
+        let _ = self.recorder.deliver(delivery).await;
+        let next = self.script.lock().ok().and_then(|mut s| s.pop_front());
+        next.unwrap_or_else(|| Ok(Receipt::new("scripted")))
+    }
+}
+
+/// A relay running on a task of the current runtime.
+pub struct RunningRelay {
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<txoutbox::Result<RelayReport>>,
+}
+
+impl RunningRelay {
+    /// Starts `relay` in the background.
+    pub fn start(relay: Relay) -> Self {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(relay.run(async move {
+            let _ = stopped.await;
+        }));
+        Self {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Asks the relay to stop gracefully and waits for its report.
+    pub async fn stop(mut self) -> Result<RelayReport> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        Ok((&mut self.task).await??)
+    }
+}
+
+impl Drop for RunningRelay {
+    fn drop(&mut self) {
+        // A relay dropped without stop() dies like a killed process: nothing more is written.
+        self.task.abort();
+    }
+}
