@@ -1,12 +1,18 @@
 //! The relay against a real Postgres: delivery, retries, dead letters, leases, fencing, ordering,
 //! crashes, restarts and shutdown.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::Client;
-use txoutbox::{enqueue, OutboxMessage};
-use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
-use txoutbox_test_support::test_db;
+use txoutbox::{
+    enqueue, Completion, CompletionHook, Delivery, DeliveryError, DestinationPolicy, OutboxMessage,
+    Receipt, RelayConfig, RetryPolicy, Semantics, Sink, WakeMode,
+};
+use txoutbox_test_support::relay::{
+    CrashableRelay, HangAfter, RecordingSink, RunningRelay, ScriptedSink,
+};
+use txoutbox_test_support::{test_db, Cluster, ClusterOptions, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -45,7 +51,10 @@ async fn committed_rows_are_delivered_and_leave_the_hot_table() -> TestResult {
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
     assert_eq!(sink.wait_for(100, Duration::from_secs(20)).await, 100);
     relay.stop().await?;
-    assert_eq!(count(&client, "SELECT count(*) FROM txoutbox_messages").await?, 0);
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
+        0
+    );
     assert_eq!(
         count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
         100
@@ -58,5 +67,929 @@ async fn committed_rows_are_delivered_and_leave_the_hot_table() -> TestResult {
         .await?
         .get(0);
     assert_eq!(receipt, "ok:k-7");
+    Ok(())
+}
+
+fn quick_retry(max_attempts: u32) -> DestinationPolicy {
+    DestinationPolicy {
+        retry: RetryPolicy {
+            base: Duration::from_millis(20),
+            cap: Duration::from_millis(100),
+            max_attempts,
+        },
+        semantics: Semantics::AtLeastOnce,
+    }
+}
+
+/// (outcome, attempt, downstream_key) of a row's attempt log, in order.
+async fn attempt_log(client: &Client, key: &str) -> anyhow::Result<Vec<(String, i32, String)>> {
+    Ok(client
+        .query(
+            "SELECT a.outcome, a.attempt, a.downstream_key FROM txoutbox_attempts a \
+             WHERE a.downstream_key = $1 ORDER BY a.started_at, a.finished_at",
+            &[&key],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+async fn wait_until(
+    client: &Client,
+    sql: &str,
+    expected: i64,
+    limit: Duration,
+) -> anyhow::Result<i64> {
+    let start = std::time::Instant::now();
+    loop {
+        let n = count(client, sql).await?;
+        if n == expected || start.elapsed() > limit {
+            return Ok(n);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn ten_thousand_rows_three_relays_each_delivered_exactly_once() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "email", "bulk", 10_000).await?;
+    let sink = RecordingSink::new();
+    let relays: Vec<RunningRelay> = (0..3)
+        .map(|_| {
+            Ok(RunningRelay::start(
+                db.relay()?.sink("email", sink.clone()).build()?,
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    assert_eq!(
+        sink.wait_for(10_000, Duration::from_secs(120)).await,
+        10_000
+    );
+    for relay in relays {
+        relay.stop().await?;
+    }
+    let mut keys: Vec<String> = sink
+        .deliveries()
+        .into_iter()
+        .map(|d| d.downstream_key)
+        .collect();
+    assert_eq!(keys.len(), 10_000, "no row delivered twice");
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 10_000, "every row delivered");
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
+        0
+    );
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
+        10_000
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_killed_relay_is_redelivered_with_the_same_key_after_its_lease() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "email", "crash", 1).await?;
+    let first_sink = HangAfter::new(RecordingSink::new());
+    let delivered = first_sink.delivered.clone();
+    let config = db.relay()?;
+    let first = CrashableRelay::start(move || {
+        Ok(config
+            .config(RelayConfig {
+                lease: Duration::from_millis(500),
+                ..RelayConfig::default()
+            })
+            .sink("email", first_sink)
+            .build()?)
+    })?;
+    tokio::time::timeout(Duration::from_secs(10), delivered.notified()).await?;
+    first.kill(); // after the sink was called, before the completion committed
+    let second_sink = RecordingSink::new();
+    let second = RunningRelay::start(db.relay()?.sink("email", second_sink.clone()).build()?);
+    assert_eq!(second_sink.wait_for(1, Duration::from_secs(10)).await, 1);
+    second.stop().await?;
+    assert_eq!(second_sink.deliveries()[0].downstream_key, "crash-0");
+    assert_eq!(second_sink.deliveries()[0].attempt, 2);
+    let log = attempt_log(&client, "crash-0").await?;
+    assert_eq!(
+        log,
+        [
+            ("expired".to_owned(), 1, "crash-0".to_owned()),
+            ("delivered".to_owned(), 2, "crash-0".to_owned())
+        ]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_retryable_failure_is_retried_then_delivered() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "email", "retry", 1).await?;
+    let sink = ScriptedSink::new([
+        Err(DeliveryError::retryable("connection reset")),
+        Err(DeliveryError::retryable("timed out")),
+    ]);
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("email", sink.clone())
+            .policy("email", quick_retry(5))
+            .build()?,
+    );
+    assert_eq!(
+        wait_until(
+            &client,
+            "SELECT count(*) FROM txoutbox_delivered",
+            1,
+            Duration::from_secs(10)
+        )
+        .await?,
+        1
+    );
+    relay.stop().await?;
+    let log = attempt_log(&client, "retry-0").await?;
+    let outcomes: Vec<&str> = log.iter().map(|(o, _, _)| o.as_str()).collect();
+    assert_eq!(outcomes, ["retry", "retry", "delivered"]);
+    let errors: Vec<Option<String>> = client
+        .query(
+            "SELECT error FROM txoutbox_attempts ORDER BY started_at, finished_at",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            Some("connection reset".into()),
+            Some("timed out".into()),
+            None
+        ]
+    );
+    assert!(sink
+        .recorder
+        .deliveries()
+        .iter()
+        .all(|d| d.downstream_key == "retry-0"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn retry_after_from_the_sink_is_honoured() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "email", "later", 1).await?;
+    let sink = ScriptedSink::new([Err(DeliveryError::retry_after(
+        "429 slow down",
+        Duration::from_millis(1500),
+    ))]);
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("email", sink.clone())
+            .policy("email", quick_retry(5))
+            .build()?,
+    );
+    assert_eq!(sink.recorder.wait_for(2, Duration::from_secs(10)).await, 2);
+    relay.stop().await?;
+    let calls = sink.recorder.deliveries();
+    let next: chrono::DateTime<chrono::Utc> = client
+        .query_one(
+            "SELECT min(finished_at) + interval '1.5 seconds' FROM txoutbox_attempts WHERE outcome = 'retry'",
+            &[],
+        )
+        .await?
+        .get(0);
+    let second_start: chrono::DateTime<chrono::Utc> = client
+        .query_one(
+            "SELECT started_at FROM txoutbox_attempts WHERE outcome = 'delivered'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert!(
+        second_start >= next - chrono::Duration::milliseconds(50),
+        "the second attempt waited for the retry-after (started {second_start}, due {next})"
+    );
+    assert_eq!(calls[1].attempt, 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_permanent_error_dead_letters_at_once() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "email", "perm", 1).await?;
+    let sink = ScriptedSink::new([Err(DeliveryError::permanent("550 no such user"))]);
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("email", sink.clone())
+            .policy("email", quick_retry(5))
+            .build()?,
+    );
+    assert_eq!(
+        wait_until(
+            &client,
+            "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
+            1,
+            Duration::from_secs(10)
+        )
+        .await?,
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.stop().await?;
+    assert_eq!(sink.recorder.count(), 1, "not retried");
+    let row = client
+        .query_one(
+            "SELECT attempts, last_error, lease_owner FROM txoutbox_messages",
+            &[],
+        )
+        .await?;
+    assert_eq!(row.get::<_, i32>(0), 1);
+    assert_eq!(row.get::<_, String>(1), "550 no such user");
+    assert_eq!(row.get::<_, Option<String>>(2), None);
+    let log = attempt_log(&client, "perm-0").await?;
+    assert_eq!(log, [("failed".to_owned(), 1, "perm-0".to_owned())]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_last_attempt_dead_letters() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "email", "max", 1).await?;
+    let sink =
+        ScriptedSink::new((0..10).map(|i| Err(DeliveryError::retryable(format!("fail {i}")))));
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("email", sink.clone())
+            .policy("email", quick_retry(3))
+            .build()?,
+    );
+    assert_eq!(
+        wait_until(
+            &client,
+            "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
+            1,
+            Duration::from_secs(10)
+        )
+        .await?,
+        1
+    );
+    relay.stop().await?;
+    assert_eq!(sink.recorder.count(), 3);
+    let last_error: String = client
+        .query_one("SELECT last_error FROM txoutbox_messages", &[])
+        .await?
+        .get(0);
+    assert_eq!(last_error, "gave up after 3 attempts: fail 2");
+    let outcomes: Vec<String> = attempt_log(&client, "max-0")
+        .await?
+        .into_iter()
+        .map(|(o, _, _)| o)
+        .collect();
+    assert_eq!(outcomes, ["retry", "retry", "failed"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unknown_destination_is_a_recorded_permanent_error() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "carrier-pigeon", "coo", 1).await?;
+    let relay = RunningRelay::start(db.relay()?.sink("email", RecordingSink::new()).build()?);
+    assert_eq!(
+        wait_until(
+            &client,
+            "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
+            1,
+            Duration::from_secs(10)
+        )
+        .await?,
+        1
+    );
+    relay.stop().await?;
+    let last_error: String = client
+        .query_one("SELECT last_error FROM txoutbox_messages", &[])
+        .await?
+        .get(0);
+    assert!(
+        last_error.contains("no sink is registered for destination \"carrier-pigeon\""),
+        "{last_error}"
+    );
+    Ok(())
+}
+
+/// Panics on the row with key `boom-0`, delivers the rest.
+#[derive(Clone, Default)]
+struct PanicsOnBoom(RecordingSink);
+
+#[async_trait::async_trait]
+impl Sink for PanicsOnBoom {
+    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
+        if d.downstream_key == "boom-0" && d.attempt == 1 {
+            panic!("sink bug");
+        }
+        self.0.deliver(d).await
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "email", "boom", 5).await?;
+    let sink = PanicsOnBoom::default();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("email", sink.clone())
+            .policy("email", quick_retry(3))
+            .build()?,
+    );
+    assert_eq!(
+        wait_until(
+            &client,
+            "SELECT count(*) FROM txoutbox_delivered",
+            5,
+            Duration::from_secs(10)
+        )
+        .await?,
+        5
+    );
+    relay.stop().await?;
+    let log = attempt_log(&client, "boom-0").await?;
+    assert_eq!(log[0].0, "retry");
+    let error: String = client
+        .query_one(
+            "SELECT error FROM txoutbox_attempts WHERE outcome = 'retry'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(error, "the sink panicked: sink bug");
+    Ok(())
+}
+
+/// Sleeps before delivering.
+#[derive(Clone)]
+struct SlowSink(RecordingSink, Duration);
+
+#[async_trait::async_trait]
+impl Sink for SlowSink {
+    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
+        tokio::time::sleep(self.1).await;
+        self.0.deliver(d).await
+    }
+}
+
+#[tokio::test]
+async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "slow", "s", 4).await?;
+    let slow = SlowSink(RecordingSink::new(), Duration::from_secs(5));
+    let fast = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                concurrency: 8,
+                poll_interval: Duration::from_millis(50),
+                ..RelayConfig::default()
+            })
+            .sink("slow", slow.clone())
+            .sink("fast", fast.clone())
+            .build()?,
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    enqueue_many(&mut client, "fast", "f", 20).await?;
+    assert_eq!(fast.wait_for(20, Duration::from_secs(3)).await, 20);
+    assert_eq!(slow.0.count(), 0, "the slow deliveries are still running");
+    relay.stop().await?;
+    Ok(())
+}
+
+/// Delivers after a short random pause, so concurrent deliveries interleave.
+#[derive(Clone, Default)]
+struct JitterSink(RecordingSink);
+
+#[async_trait::async_trait]
+impl Sink for JitterSink {
+    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
+        let pause = rand::random_range(0..5);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        self.0.deliver(d).await
+    }
+}
+
+#[tokio::test]
+async fn rows_of_one_ordering_key_arrive_in_commit_order_under_three_relays() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    // 10 keys, 30 rows each, committed interleaved, one transaction per row.
+    for i in 0..30 {
+        for k in 0..10 {
+            let tx = client.transaction().await?;
+            let message = OutboxMessage::new("events", &serde_json::json!({ "key": k, "seq": i }))?
+                .with_downstream_key(format!("order-{k}-{i}"))
+                .with_ordering_key(format!("account-{k}"));
+            enqueue(&tx, &[message]).await?;
+            tx.commit().await?;
+        }
+    }
+    let sink = JitterSink::default();
+    let relays: Vec<RunningRelay> = (0..3)
+        .map(|_| {
+            Ok(RunningRelay::start(
+                db.relay()?.sink("events", sink.clone()).build()?,
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    assert_eq!(sink.0.wait_for(300, Duration::from_secs(60)).await, 300);
+    for relay in relays {
+        relay.stop().await?;
+    }
+    for k in 0..10 {
+        let seqs: Vec<i64> = sink
+            .0
+            .deliveries()
+            .iter()
+            .filter(|d| d.ordering_key.as_deref() == Some(&format!("account-{k}")))
+            .map(|d| d.payload["seq"].as_i64().unwrap_or(-1))
+            .collect();
+        assert_eq!(
+            seqs,
+            (0..30).collect::<Vec<_>>(),
+            "key account-{k} in commit order"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_dead_head_blocks_its_ordering_key_only() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let tx = client.transaction().await?;
+    let mut messages = Vec::new();
+    for (key, n) in [("a", 0), ("a", 1), ("b", 0), ("b", 1)] {
+        messages.push(
+            OutboxMessage::new("events", &serde_json::json!({}))?
+                .with_downstream_key(format!("{key}-{n}"))
+                .with_ordering_key(key),
+        );
+    }
+    enqueue(&tx, &messages).await?;
+    tx.commit().await?;
+    #[derive(Clone, Default)]
+    struct FailsA0(RecordingSink);
+    #[async_trait::async_trait]
+    impl Sink for FailsA0 {
+        async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
+            if d.downstream_key == "a-0" {
+                return Err(DeliveryError::permanent("rejected"));
+            }
+            self.0.deliver(d).await
+        }
+    }
+    let sink = FailsA0::default();
+    let relay = RunningRelay::start(db.relay()?.sink("events", sink.clone()).build()?);
+    assert_eq!(sink.0.wait_for(2, Duration::from_secs(10)).await, 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.stop().await?;
+    let keys: Vec<String> = sink
+        .0
+        .deliveries()
+        .into_iter()
+        .map(|d| d.downstream_key)
+        .collect();
+    assert_eq!(
+        keys,
+        ["b-0", "b-1"],
+        "key b flows; a-1 waits behind its dead head"
+    );
+    let waiting: String = client
+        .query_one(
+            "SELECT status FROM txoutbox_messages WHERE downstream_key = 'a-1'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(waiting, "pending");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_postgres_restart_while_relaying_loses_no_row() -> TestResult {
+    let cluster = Cluster::private(&ClusterOptions::default())?;
+    let db = TestDb::create_on(&cluster.admin()).await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "email", "restart", 3_000).await?;
+    drop(client);
+    let sink = SlowSink(RecordingSink::new(), Duration::from_millis(2));
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                concurrency: 16,
+                batch_size: 16,
+                lease: Duration::from_secs(2),
+                poll_interval: Duration::from_millis(50),
+                reclaim_interval: Duration::from_millis(200),
+                ..RelayConfig::default()
+            })
+            .sink("email", sink.clone())
+            .build()?,
+    );
+    sink.0.wait_for(300, Duration::from_secs(30)).await;
+    cluster.restart()?;
+    let client = db.connect().await?;
+    let delivered = wait_until(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        3_000,
+        Duration::from_secs(90),
+    )
+    .await?;
+    relay.stop().await?;
+    assert_eq!(delivered, 3_000, "every row delivered after the restart");
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
+        0
+    );
+    let mut keys: Vec<String> = sink
+        .0
+        .deliveries()
+        .into_iter()
+        .map(|d| d.downstream_key)
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(
+        keys.len(),
+        3_000,
+        "at least once: every key reached the sink"
+    );
+    drop(client);
+    drop(db);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "email", "fence", 1).await?;
+    // Relay A's sink sleeps past A's lease; relay B takes the row over and delivers it.
+    let sleepy = SlowSink(RecordingSink::new(), Duration::from_millis(2500));
+    let a = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                owner: "relay-a".into(),
+                lease: Duration::from_millis(700),
+                reclaim_interval: Duration::from_secs(3600),
+                poll_interval: Duration::from_millis(50),
+                ..RelayConfig::default()
+            })
+            .sink("email", sleepy.clone())
+            .build()?,
+    );
+    wait_until(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE lease_owner = 'relay-a'",
+        1,
+        Duration::from_secs(5),
+    )
+    .await?;
+    let fast = RecordingSink::new();
+    let b = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                owner: "relay-b".into(),
+                poll_interval: Duration::from_millis(50),
+                reclaim_interval: Duration::from_millis(100),
+                ..RelayConfig::default()
+            })
+            .sink("email", fast.clone())
+            .build()?,
+    );
+    assert_eq!(fast.wait_for(1, Duration::from_secs(10)).await, 1);
+    assert_eq!(sleepy.0.wait_for(1, Duration::from_secs(10)).await, 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.stop().await?;
+    b.stop().await?;
+    let delivered_by: Vec<(i32, String)> = client
+        .query("SELECT attempts, receipt FROM txoutbox_delivered", &[])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        delivered_by,
+        [(2, "ok:fence-0".to_owned())],
+        "one delivered row, B's"
+    );
+    let log: Vec<(String, String, i32, String)> = client
+        .query(
+            "SELECT relay, outcome, attempt, downstream_key FROM txoutbox_attempts ORDER BY finished_at",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        log,
+        [
+            (
+                "relay-a".to_owned(),
+                "expired".to_owned(),
+                1,
+                "fence-0".to_owned()
+            ),
+            (
+                "relay-b".to_owned(),
+                "delivered".to_owned(),
+                2,
+                "fence-0".to_owned()
+            ),
+            (
+                "relay-a".to_owned(),
+                "lease_lost".to_owned(),
+                1,
+                "fence-0".to_owned()
+            ),
+        ]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redelivered() -> TestResult
+{
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "sms", "amo", 1).await?;
+    let at_most_once = DestinationPolicy {
+        semantics: Semantics::AtMostOnce,
+        ..DestinationPolicy::default()
+    };
+    let first_sink = HangAfter::new(RecordingSink::new());
+    let delivered = first_sink.delivered.clone();
+    let builder = db.relay()?;
+    let policy = at_most_once.clone();
+    let first = CrashableRelay::start(move || {
+        Ok(builder
+            .config(RelayConfig {
+                lease: Duration::from_millis(500),
+                ..RelayConfig::default()
+            })
+            .sink("sms", first_sink)
+            .policy("sms", policy)
+            .build()?)
+    })?;
+    tokio::time::timeout(Duration::from_secs(10), delivered.notified()).await?;
+    first.kill();
+    let second_sink = RecordingSink::new();
+    let second = RunningRelay::start(
+        db.relay()?
+            .sink("sms", second_sink.clone())
+            .policy("sms", at_most_once)
+            .build()?,
+    );
+    assert_eq!(
+        wait_until(
+            &client,
+            "SELECT count(*) FROM txoutbox_messages WHERE status = 'unknown'",
+            1,
+            Duration::from_secs(10)
+        )
+        .await?,
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    second.stop().await?;
+    assert_eq!(second_sink.count(), 0, "never redelivered blindly");
+    let outcomes: Vec<String> = attempt_log(&client, "amo-0")
+        .await?
+        .into_iter()
+        .map(|(o, _, _)| o)
+        .collect();
+    assert_eq!(outcomes, ["unknown"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn shutdown_lets_in_flight_deliveries_finish() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "email", "drain", 10).await?;
+    let sink = SlowSink(RecordingSink::new(), Duration::from_millis(500));
+    let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
+    wait_until(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
+        10,
+        Duration::from_secs(5),
+    )
+    .await?;
+    let report = relay.stop().await?;
+    assert_eq!(report.released, 0);
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
+        10
+    );
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
+        0
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn shutdown_releases_what_does_not_finish_within_the_grace_period() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_many(&mut client, "email", "cut", 5).await?;
+    let sink = SlowSink(RecordingSink::new(), Duration::from_secs(60));
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                shutdown_grace: Duration::from_millis(300),
+                ..RelayConfig::default()
+            })
+            .sink("email", sink)
+            .build()?,
+    );
+    wait_until(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
+        5,
+        Duration::from_secs(5),
+    )
+    .await?;
+    let report = relay.stop().await?;
+    assert_eq!(report.released, 5);
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_messages WHERE status = 'pending' AND lease_owner IS NULL AND lease_token IS NULL").await?,
+        5,
+        "none is left leased"
+    );
+    let outcomes: Vec<String> = attempt_log(&client, "cut-0")
+        .await?
+        .into_iter()
+        .map(|(o, _, _)| o)
+        .collect();
+    assert_eq!(outcomes, ["released"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn poll_only_mode_delivers_without_listen() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                wake: WakeMode::PollOnly,
+                poll_interval: Duration::from_millis(100),
+                ..RelayConfig::default()
+            })
+            .sink("email", sink.clone())
+            .build()?,
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    enqueue_many(&mut client, "email", "poll", 3).await?;
+    assert_eq!(sink.wait_for(3, Duration::from_secs(10)).await, 3);
+    relay.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_write_paths_hint_wakes_a_listening_relay_before_its_poll() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let sink = RecordingSink::new();
+    let relay = db
+        .relay()?
+        .config(RelayConfig {
+            poll_interval: Duration::from_secs(300),
+            ..RelayConfig::default()
+        })
+        .sink("email", sink.clone())
+        .build()?;
+    let probe = relay.clone();
+    let running = RunningRelay::start(relay);
+    let start = std::time::Instant::now();
+    while !probe.listener_connected() && start.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Let the first (empty) claim pass, so the relay is waiting on its 300 s poll.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    enqueue_many(&mut client, "email", "hint", 1).await?;
+    txoutbox::RelayWaker::spawn(db.pool(1)?).wake();
+    assert_eq!(
+        sink.wait_for(1, Duration::from_secs(10)).await,
+        1,
+        "delivered long before the 300 s poll"
+    );
+    running.stop().await?;
+    Ok(())
+}
+
+/// Records each delivered row's receipt into the service's own table, in the completion
+/// transaction; fails when told to.
+#[derive(Clone)]
+struct MarkCharge {
+    fail: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[async_trait::async_trait]
+impl CompletionHook for MarkCharge {
+    async fn completed(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        delivery: &Delivery,
+        completion: &Completion,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        if self.fail.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err("the service's table is locked".into());
+        }
+        let status = match completion {
+            Completion::Delivered(_) => "succeeded",
+            Completion::DeadLettered(_) => "failed",
+        };
+        tx.execute(
+            "UPDATE charges SET status = $1 WHERE key = $2",
+            &[&status, &delivery.downstream_key],
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_completion_hook_commits_with_the_completion() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    client
+        .batch_execute(
+            "CREATE TABLE charges (key text PRIMARY KEY, status text NOT NULL); \
+             INSERT INTO charges VALUES ('hook-0', 'pending')",
+        )
+        .await?;
+    enqueue_many(&mut client, "stripe", "hook", 1).await?;
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                lease: Duration::from_millis(500),
+                poll_interval: Duration::from_millis(50),
+                reclaim_interval: Duration::from_millis(100),
+                ..RelayConfig::default()
+            })
+            .sink("stripe", sink.clone())
+            .hook("stripe", MarkCharge { fail: fail.clone() })
+            .build()?,
+    );
+    assert_eq!(sink.wait_for(1, Duration::from_secs(10)).await, 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
+        0,
+        "a failing hook rolls the completion back"
+    );
+    fail.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        wait_until(
+            &client,
+            "SELECT count(*) FROM txoutbox_delivered",
+            1,
+            Duration::from_secs(10)
+        )
+        .await?,
+        1
+    );
+    relay.stop().await?;
+    let status: String = client
+        .query_one("SELECT status FROM charges", &[])
+        .await?
+        .get(0);
+    assert_eq!(status, "succeeded");
+    assert!(
+        sink.count() >= 2,
+        "redelivered after the lease, with the same key"
+    );
+    assert!(sink
+        .deliveries()
+        .iter()
+        .all(|d| d.downstream_key == "hook-0"));
     Ok(())
 }

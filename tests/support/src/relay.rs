@@ -112,3 +112,100 @@ impl Drop for RunningRelay {
         self.task.abort();
     }
 }
+
+/// A relay on a runtime (and thread) of its own, that a test can kill like a process: dropping
+/// the runtime stops every task at once, between any two statements, and writes nothing more.
+pub struct CrashableRelay {
+    runtime: Option<tokio::runtime::Runtime>,
+    stop: Option<oneshot::Sender<()>>,
+    done: Option<std::sync::mpsc::Receiver<txoutbox::Result<RelayReport>>>,
+}
+
+impl CrashableRelay {
+    /// Builds and starts the relay on its own two-thread runtime.
+    pub fn start(build: impl FnOnce() -> Result<Relay>) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let relay = {
+            let _guard = runtime.enter();
+            build()?
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (report, done) = std::sync::mpsc::channel();
+        runtime.spawn(async move {
+            let result = relay
+                .run(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+            let _ = report.send(result);
+        });
+        Ok(Self {
+            runtime: Some(runtime),
+            stop: Some(stop),
+            done: Some(done),
+        })
+    }
+
+    /// Kills the relay: its runtime is dropped with everything in flight.
+    pub fn kill(mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+
+    /// Asks for a graceful stop and waits (blocking a helper thread) for the report.
+    pub async fn stop(mut self) -> Result<RelayReport> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let done = self.done.take();
+        let report = tokio::task::spawn_blocking(move || {
+            done.map(|d| d.recv_timeout(Duration::from_secs(60)))
+        })
+        .await?;
+        match report {
+            Some(Ok(result)) => Ok(result?),
+            _ => anyhow::bail!("the relay did not stop"),
+        }
+    }
+}
+
+impl Drop for CrashableRelay {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// A sink that records the call, then never answers: the attempt is cut short by whatever kills
+/// the relay. Wrap a real sink with it to crash "after the downstream got it, before the outcome
+/// was recorded".
+#[derive(Clone)]
+pub struct HangAfter<S> {
+    inner: S,
+    /// Set once the inner sink has delivered.
+    pub delivered: Arc<tokio::sync::Notify>,
+}
+
+impl<S: Sink> HangAfter<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            delivered: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: Sink + Clone> Sink for HangAfter<S> {
+    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
+        let _ = self.inner.deliver(delivery).await;
+        self.delivered.notify_one();
+        std::future::pending().await
+    }
+}
