@@ -2,6 +2,7 @@
 //! run, on the same database. Reads `DATABASE_URL`; without it, starts a throwaway cluster with
 //! production durability (fsync on).
 
+mod relay;
 mod write;
 
 use anyhow::Result;
@@ -22,6 +23,10 @@ struct Cli {
 enum Command {
     /// Write path: business insert alone vs key + insert + 2 outbox rows + stored response.
     Write(write::Args),
+    /// Relay drain: a raw-SQL drain loop vs the relay with a no-op sink, same backlog.
+    Relay(relay::DrainArgs),
+    /// Commit → sink latency at a steady offered load.
+    Latency(relay::LatencyArgs),
 }
 
 #[tokio::main]
@@ -31,6 +36,8 @@ async fn main() -> Result<()> {
     let db = TestDb::create_on(&admin).await?;
     match cli.command {
         Command::Write(args) => write::run(&db, &args).await,
+        Command::Relay(args) => relay::run_drain(&db, &args).await,
+        Command::Latency(args) => relay::run_latency(&db, &args).await,
     }
 }
 

@@ -1,6 +1,8 @@
 //! The `txoutbox` command: applies the schema and (in later commands) runs the relay and the
 //! operator's tools. Thin: it parses arguments and calls the core library.
 
+mod relay;
+
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -24,6 +26,8 @@ enum Command {
     ///
     /// Example: DATABASE_URL=postgres://app@localhost/app txoutbox migrate
     Migrate,
+    /// Deliver outbox rows to their sinks until SIGINT/SIGTERM (many relays may run at once).
+    Relay(relay::RelayArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +70,7 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Relay(args) => relay::run(&url, args).await,
     }
 }
 

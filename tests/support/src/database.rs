@@ -142,6 +142,11 @@ impl TestDb {
         )
     }
 
+    /// The tokio-postgres configuration of this database.
+    pub fn config(&self) -> Result<Config> {
+        self.info.config()
+    }
+
     /// A pool of `size` connections.
     pub fn pool(&self, size: usize) -> Result<deadpool_postgres::Pool> {
         self.info.pool(size)

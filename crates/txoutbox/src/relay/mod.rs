@@ -82,6 +82,10 @@ pub struct RelayConfig {
     pub completion_batch: usize,
     /// Connections in the relay's pool (default 4).
     pub pool_size: usize,
+    /// Run the relay's statements as prepared statements cached per connection (default true).
+    /// Turn off behind a connection pooler that cannot carry prepared statements (PgBouncer in
+    /// transaction mode before 1.21): statements then go unnamed, one round trip each.
+    pub prepared_statements: bool,
 }
 
 impl Default for RelayConfig {
@@ -107,6 +111,7 @@ impl Default for RelayConfig {
             shutdown_grace: Duration::from_secs(10),
             completion_batch: 256,
             pool_size: 4,
+            prepared_statements: true,
         }
     }
 }
@@ -160,8 +165,12 @@ impl RelayBuilder {
 
     /// Builds the relay (and its connection pool; nothing connects until `run`).
     pub fn build(self) -> Result<Relay> {
+        // Custom plans: the claim's and completion's best plans depend on their array sizes.
+        let mut pg = self.pg.clone();
+        let options = pg.get_options().unwrap_or("").to_owned();
+        pg.options(format!("{options} -c plan_cache_mode=force_custom_plan").trim());
         let manager = deadpool_postgres::Manager::from_config(
-            self.pg.clone(),
+            pg,
             NoTls,
             deadpool_postgres::ManagerConfig {
                 recycling_method: deadpool_postgres::RecyclingMethod::Fast,
@@ -434,12 +443,47 @@ fn given_back(inner: &Inner, claimed: Claimed, kind: &'static str) -> Finished {
     }
 }
 
+/// The relay's connections: a pooled client, or a transaction on one.
+trait Connection: Sync {
+    async fn run(
+        &self,
+        prepared: bool,
+        sql: &'static str,
+        params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)],
+    ) -> std::result::Result<Vec<Row>, tokio_postgres::Error>;
+}
+
+macro_rules! impl_connection {
+    ($t:ty) => {
+        impl Connection for $t {
+            async fn run(
+                &self,
+                prepared: bool,
+                sql: &'static str,
+                params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)],
+            ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+                if !prepared {
+                    return self.query_typed(sql, params).await;
+                }
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                let statement = self.prepare_typed_cached(sql, &types).await?;
+                let values: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                    params.iter().map(|(v, _)| *v).collect();
+                self.query(&statement, &values).await
+            }
+        }
+    };
+}
+impl_connection!(deadpool_postgres::Object);
+impl_connection!(deadpool_postgres::Transaction<'_>);
+
 async fn claim(inner: &Inner, want: usize) -> Result<Vec<Claimed>> {
     let client = inner.pool.get().await?;
     let limit = want as i64;
     let lease = inner.config.lease.as_secs_f64();
     let rows = client
-        .query_typed(
+        .run(
+            inner.config.prepared_statements,
             sql::CLAIM,
             &[
                 (&limit, Type::INT8),
@@ -616,13 +660,13 @@ where
 
 async fn complete_plain(inner: &Inner, batch: &[Finished]) -> Result<()> {
     let client = inner.pool.get().await?;
-    run_complete(&**client, inner, batch).await.map(|_| ())
+    run_complete(&client, inner, batch).await.map(|_| ())
 }
 
 async fn complete_hooked(inner: &Inner, finished: &Finished) -> Result<()> {
     let mut client = inner.pool.get().await?;
     let tx = client.transaction().await?;
-    let applied = run_complete(&*tx, inner, std::slice::from_ref(finished)).await?;
+    let applied = run_complete(&tx, inner, std::slice::from_ref(finished)).await?;
     if let (Some(hook), Some(completion), true) = (
         inner.hooks.get(&finished.claimed.delivery.destination),
         &finished.completion,
@@ -642,7 +686,7 @@ async fn complete_hooked(inner: &Inner, finished: &Finished) -> Result<()> {
 }
 
 async fn run_complete(
-    client: &impl tokio_postgres::GenericClient,
+    client: &impl Connection,
     inner: &Inner,
     batch: &[Finished],
 ) -> Result<Vec<Uuid>> {
@@ -663,7 +707,8 @@ async fn run_complete(
         .map(|f| f.claimed.delivery.downstream_key.as_str())
         .collect();
     let rows = client
-        .query_typed(
+        .run(
+            inner.config.prepared_statements,
             sql::COMPLETE,
             &[
                 (&ids, Type::UUID_ARRAY),
