@@ -9,10 +9,14 @@
 //! (`CREATE DATABASE … TEMPLATE …`) and drops its clone when the [`TestDb`] is dropped, so tests run
 //! in parallel and never see each other's rows. Tests that stop or restart Postgres take a
 //! [`Cluster::private`] of their own.
+//!
+//! [`smtp::SmtpServer`] runs a real SMTP server (Debian's aiosmtpd) for the email tests.
 
 mod cluster;
 mod database;
+pub mod fake_stripe;
 pub mod relay;
+pub mod smtp;
 
 pub use cluster::{Cluster, ClusterOptions};
 pub use database::{test_db, ConnInfo, TestDb};

@@ -1,0 +1,353 @@
+//! `EmailSink`: delivers "email" rows over SMTP (a pooled lettre transport) or into a directory of
+//! `.eml` files, and tells the relay what a failure means.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use lettre::transport::smtp::response::Response;
+use lettre::transport::smtp::PoolConfig;
+use lettre::{AsyncFileTransport, AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
+use txoutbox::{Delivery, DeliveryError, Receipt, Sink};
+
+use crate::message_id::check_domain;
+use crate::{Email, EmailError};
+
+/// The environment variable [`EmailSink::from_env`] reads for an SMTP server URL.
+pub const SMTP_URL_VAR: &str = "SMTP_URL";
+/// The environment variable [`EmailSink::from_env`] reads for a directory of `.eml` files.
+pub const MAIL_DIR_VAR: &str = "MAIL_DIR";
+
+/// SMTP knobs; [`SmtpConfig::default`] suits most servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmtpConfig {
+    /// The longest one attempt may take, connecting included (default 20 s). Keep it below the
+    /// relay's lease (30 s by default), or another relay may deliver the row meanwhile.
+    pub timeout: Duration,
+    /// Idle connections kept open for the next messages (default 10).
+    pub pool_max_idle: u32,
+    /// An idle connection is closed after this long (default 60 s).
+    pub pool_idle_timeout: Duration,
+}
+
+impl Default for SmtpConfig {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(20),
+            pool_max_idle: 10,
+            pool_idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The sink of the "email" destination: register it with `Relay::builder(..).sink(DESTINATION, sink)`.
+///
+/// Every attempt of a row sends the same message: `Message-ID: <{key}@{domain}>` and
+/// `Idempotency-Key: {key}` from the row's downstream key, `Date` from its enqueue time.
+pub struct EmailSink {
+    transport: Transport,
+    message_id_domain: Option<String>,
+}
+
+enum Transport {
+    Smtp {
+        mailer: AsyncSmtpTransport<Tokio1Executor>,
+        /// `host:port`, for errors and logs (never the credentials).
+        server: String,
+        timeout: Duration,
+    },
+    File {
+        mailer: AsyncFileTransport<Tokio1Executor>,
+        dir: PathBuf,
+    },
+}
+
+impl EmailSink {
+    /// Sends over SMTP, from a URL:
+    ///
+    /// | URL | connection |
+    /// |---|---|
+    /// | `smtp://host:port` | plain text (a local relay, tests) |
+    /// | `smtp://host:587?tls=opportunistic` | STARTTLS when the server offers it |
+    /// | `smtp://host:587?tls=required` | STARTTLS or fail |
+    /// | `smtps://host:465` | implicit TLS |
+    ///
+    /// `user:password@` before the host authenticates (PLAIN or LOGIN; percent-encode special
+    /// characters). Connections are pooled. Must be called inside a Tokio runtime (the pool
+    /// starts a cleanup task), and the sink dropped inside one too (the pool closes its
+    /// connections on a task).
+    pub fn smtp(url: &str) -> Result<Self, EmailError> {
+        Self::smtp_with(url, SmtpConfig::default())
+    }
+
+    /// [`EmailSink::smtp`] with explicit timeouts and pool sizes.
+    pub fn smtp_with(url: &str, config: SmtpConfig) -> Result<Self, EmailError> {
+        let parsed = url::Url::parse(url)
+            .map_err(|e| EmailError::Config(format!("the SMTP URL does not parse: {e}")))?;
+        if !matches!(parsed.scheme(), "smtp" | "smtps") {
+            return Err(EmailError::Config(format!(
+                "the SMTP URL's scheme is {:?}; use smtp:// or smtps://",
+                parsed.scheme()
+            )));
+        }
+        let host = parsed
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| EmailError::Config("the SMTP URL has no host".to_owned()))?;
+        let server = match parsed.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_owned(),
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(EmailError::Config(
+                "EmailSink::smtp must be called inside a Tokio runtime".to_owned(),
+            ));
+        }
+        let mailer = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
+            // lettre's message never echoes the URL, so no password reaches a log.
+            .map_err(|e| EmailError::Config(format!("SMTP server {server}: {e}")))?
+            .timeout(Some(config.timeout))
+            .pool_config(
+                PoolConfig::new()
+                    .max_size(config.pool_max_idle.max(1))
+                    .idle_timeout(config.pool_idle_timeout),
+            )
+            .build();
+        Ok(Self {
+            transport: Transport::Smtp {
+                mailer,
+                server,
+                timeout: config.timeout,
+            },
+            message_id_domain: None,
+        })
+    }
+
+    /// Writes each message as `{dir}/{uuid}.eml` (lettre's file transport), creating `dir` if
+    /// needed: for development, tests and services that hand mail to another process.
+    pub fn file_dir(dir: impl AsRef<Path>) -> Result<Self, EmailError> {
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            EmailError::Config(format!("the mail directory {}: {e}", dir.display()))
+        })?;
+        Ok(Self {
+            transport: Transport::File {
+                mailer: AsyncFileTransport::new(&dir),
+                dir,
+            },
+            message_id_domain: None,
+        })
+    }
+
+    /// From the environment: `SMTP_URL` (see [`EmailSink::smtp`]) if set, else `MAIL_DIR` (see
+    /// [`EmailSink::file_dir`]); neither set is an error rather than mail silently going nowhere.
+    pub fn from_env() -> Result<Self, EmailError> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        if let Some(url) = var(SMTP_URL_VAR) {
+            return Self::smtp(url.trim());
+        }
+        if let Some(dir) = var(MAIL_DIR_VAR) {
+            return Self::file_dir(dir);
+        }
+        Err(EmailError::Config(format!(
+            "set {SMTP_URL_VAR} (smtp://host:port, smtps://...) or {MAIL_DIR_VAR} (a directory for .eml files)"
+        )))
+    }
+
+    /// Uses `domain` on the right of every Message-ID instead of the From address's domain.
+    /// Keep it stable: a changed domain makes a redelivery a new message to the receiver.
+    pub fn with_message_id_domain(mut self, domain: impl Into<String>) -> Result<Self, EmailError> {
+        let domain = domain.into();
+        check_domain(&domain).map_err(|reason| EmailError::InvalidDomain {
+            domain: domain.clone(),
+            reason,
+        })?;
+        self.message_id_domain = Some(domain);
+        Ok(self)
+    }
+
+    /// The Message-ID this sink gives the row with downstream key `key` carrying `email`.
+    pub fn message_id_for(&self, email: &Email, key: &str) -> Result<String, EmailError> {
+        let domain = match &self.message_id_domain {
+            Some(d) => d.clone(),
+            None => email.sender_domain()?,
+        };
+        check_domain(&domain).map_err(|reason| EmailError::InvalidDomain {
+            domain: domain.clone(),
+            reason,
+        })?;
+        Ok(crate::message_id(key, &domain))
+    }
+}
+
+impl fmt::Debug for EmailSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = f.debug_struct("EmailSink");
+        match &self.transport {
+            Transport::Smtp {
+                server, timeout, ..
+            } => s.field("smtp", server).field("timeout", timeout),
+            Transport::File { dir, .. } => s.field("dir", dir),
+        };
+        s.field("message_id_domain", &self.message_id_domain)
+            .finish()
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for EmailSink {
+    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
+        let email: Email = delivery.payload_as()?;
+        let (message, message_id) = email
+            .to_message(
+                &delivery.downstream_key,
+                self.message_id_domain.as_deref(),
+                SystemTime::from(delivery.created_at),
+            )
+            .map_err(|e| DeliveryError::permanent(format!("the email cannot be sent: {e}")))?;
+        tracing::debug!(%message_id, "sending email");
+        match &self.transport {
+            Transport::Smtp {
+                mailer,
+                server,
+                timeout,
+            } => match tokio::time::timeout(*timeout, mailer.send(message)).await {
+                Ok(Ok(response)) => Ok(Receipt::new(reply_text(&response))),
+                Ok(Err(e)) => Err(classify(server, &e)),
+                // The server may have taken the message already: the retry carries the same
+                // Message-ID, so a receiver that deduplicates shows it once.
+                Err(_) => Err(DeliveryError::retryable(format!(
+                    "SMTP server {server}: no answer within {timeout:?}"
+                ))),
+            },
+            Transport::File { mailer, dir } => match mailer.send(message).await {
+                Ok(id) => Ok(Receipt::new(
+                    dir.join(format!("{id}.eml")).display().to_string(),
+                )),
+                Err(e) => Err(DeliveryError::retryable(format!(
+                    "writing the email into {}: {e}",
+                    dir.display()
+                ))),
+            },
+        }
+    }
+}
+
+/// `250 2.0.0 Ok: queued as 12`: the reply code and text, on one line.
+fn reply_text(response: &Response) -> String {
+    let lines: Vec<&str> = response.message().collect();
+    format!("{} {}", response.code(), lines.join(" "))
+        .trim_end()
+        .to_owned()
+}
+
+/// A 5xx reply is final (the server refused this message: dead-letter it); everything else —
+/// 4xx, refused or dropped connections, timeouts, TLS and protocol trouble — may pass.
+fn classify(server: &str, e: &lettre::transport::smtp::Error) -> DeliveryError {
+    let message = format!("SMTP server {server}: {e}");
+    if e.is_permanent() {
+        DeliveryError::permanent(message)
+    } else {
+        DeliveryError::retryable(message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn smtp_urls_are_checked_before_anything_connects() {
+        for bad in ["http://mail.example.com", "not a url", "smtp://"] {
+            let err = EmailSink::smtp(bad).expect_err("refused");
+            assert!(matches!(err, EmailError::Config(_)), "{bad}: {err:?}");
+        }
+        let err = EmailSink::smtp("smtp://mail.example.com?tls=sometimes").expect_err("refused");
+        assert!(matches!(err, EmailError::Config(_)), "{err:?}");
+        for good in [
+            "smtp://127.0.0.1:2525",
+            "smtp://user:secret@mail.example.com:587?tls=required",
+            "smtp://mail.example.com:587?tls=opportunistic",
+            "smtps://user:secret@mail.example.com",
+        ] {
+            let sink = EmailSink::smtp(good).expect(good);
+            assert!(!format!("{sink:?}").contains("secret"), "{sink:?}");
+        }
+    }
+
+    #[test]
+    fn smtp_outside_a_runtime_is_an_error_not_a_panic() {
+        let err = EmailSink::smtp("smtp://127.0.0.1:2525").expect_err("refused");
+        assert!(matches!(err, EmailError::Config(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_payload_that_is_not_an_email_is_permanent() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sink = EmailSink::file_dir(dir.path()).expect("sink");
+        let mut delivery = Delivery {
+            id: uuid::Uuid::now_v7(),
+            destination: "email".to_owned(),
+            payload: serde_json::json!({ "to": "nobody" }),
+            headers: Default::default(),
+            downstream_key: "k".to_owned(),
+            ordering_key: None,
+            attempt: 1,
+            created_at: chrono::Utc::now(),
+        };
+        let err = sink.deliver(&delivery).await.expect_err("refused");
+        assert!(err.is_permanent(), "{err:?}");
+        delivery.payload = serde_json::json!({
+            "from": "shop@example.com", "to": ["not-an-address"], "subject": "s", "text": "t"
+        });
+        let err = sink.deliver(&delivery).await.expect_err("refused");
+        assert!(err.is_permanent(), "{err:?}");
+        assert!(err.to_string().contains("not-an-address"), "{err}");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+    }
+
+    #[tokio::test]
+    async fn from_env_prefers_smtp_url_then_mail_dir_and_refuses_neither() {
+        // The only test touching these variables; nextest runs it in a process of its own.
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::env::remove_var(SMTP_URL_VAR);
+        std::env::remove_var(MAIL_DIR_VAR);
+        assert!(matches!(EmailSink::from_env(), Err(EmailError::Config(_))));
+        std::env::set_var(MAIL_DIR_VAR, dir.path());
+        let sink = EmailSink::from_env().expect("file sink");
+        assert!(matches!(sink.transport, Transport::File { .. }), "{sink:?}");
+        std::env::set_var(SMTP_URL_VAR, "smtp://127.0.0.1:2525");
+        let sink = EmailSink::from_env().expect("smtp sink");
+        assert!(matches!(sink.transport, Transport::Smtp { .. }), "{sink:?}");
+        std::env::remove_var(SMTP_URL_VAR);
+        std::env::remove_var(MAIL_DIR_VAR);
+    }
+
+    #[test]
+    fn a_message_id_domain_must_be_a_domain() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sink = EmailSink::file_dir(dir.path()).expect("sink");
+        assert!(matches!(
+            sink.with_message_id_domain("two words"),
+            Err(EmailError::InvalidDomain { .. })
+        ));
+    }
+
+    #[test]
+    fn message_ids_use_the_configured_domain_or_the_from_domain() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let email = Email::new("shop@example.com", "ada@example.org", "s").text("t");
+        let sink = EmailSink::file_dir(dir.path()).expect("sink");
+        assert_eq!(
+            sink.message_id_for(&email, "k1").expect("id"),
+            "<k1@example.com>"
+        );
+        let sink = sink
+            .with_message_id_domain("mail.example.net")
+            .expect("domain");
+        assert_eq!(
+            sink.message_id_for(&email, "k1").expect("id"),
+            "<k1@mail.example.net>"
+        );
+    }
+}

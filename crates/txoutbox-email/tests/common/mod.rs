@@ -1,0 +1,89 @@
+//! Shared arrangements of the email tests: enqueueing an email, short retry policies, waiting on
+//! the outbox tables.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Client;
+use txoutbox::{DestinationPolicy, RetryPolicy};
+use txoutbox_email::Email;
+
+/// Long enough for a loaded CI machine, short enough to fail fast.
+pub const LIMIT: Duration = Duration::from_secs(30);
+
+/// The email every test sends unless it needs another.
+pub fn receipt() -> Email {
+    Email::new("Shop <shop@example.com>", "ada@example.org", "Your receipt").text("Thanks, Ada.")
+}
+
+/// Enqueues `email` with downstream key `key` in a transaction of its own.
+pub async fn enqueue(client: &mut Client, email: &Email, key: &str) -> anyhow::Result<()> {
+    let tx = client.transaction().await?;
+    txoutbox::enqueue(&tx, &[email.outbox_message()?.with_downstream_key(key)]).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Retries after 50–200 ms, at most `max_attempts` attempts.
+pub fn fast_retries(max_attempts: u32) -> DestinationPolicy {
+    DestinationPolicy {
+        retry: RetryPolicy {
+            base: Duration::from_millis(50),
+            cap: Duration::from_millis(200),
+            max_attempts,
+        },
+        ..DestinationPolicy::default()
+    }
+}
+
+/// Polls `sql` (one boolean) until it is true or [`LIMIT`] passes; returns the last answer.
+pub async fn eventually(client: &Client, sql: &str, params: &[&str]) -> anyhow::Result<bool> {
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+        .iter()
+        .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
+        .collect();
+    let start = Instant::now();
+    loop {
+        let done: bool = client.query_one(sql, &params).await?.get(0);
+        if done || start.elapsed() > LIMIT {
+            return Ok(done);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Waits until the row with downstream key `key` was delivered; returns its receipt.
+pub async fn delivered_receipt(client: &Client, key: &str) -> anyhow::Result<Option<String>> {
+    let done = eventually(
+        client,
+        "SELECT EXISTS (SELECT 1 FROM txoutbox_delivered WHERE downstream_key = $1)",
+        &[key],
+    )
+    .await?;
+    anyhow::ensure!(done, "the row {key} was not delivered within {LIMIT:?}");
+    Ok(client
+        .query_one(
+            "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = $1",
+            &[&key],
+        )
+        .await?
+        .get(0))
+}
+
+/// The attempt log of the row with downstream key `key`: (attempt, outcome, error), in order.
+pub async fn attempts(
+    client: &Client,
+    key: &str,
+) -> anyhow::Result<Vec<(i32, String, Option<String>)>> {
+    Ok(client
+        .query(
+            "SELECT attempt, outcome, error FROM txoutbox_attempts WHERE downstream_key = $1 \
+             ORDER BY started_at, attempt",
+            &[&key],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}

@@ -1,0 +1,407 @@
+//! The email sink against a real SMTP server (aiosmtpd), a real Postgres and the real relay:
+//! what arrives, what a crash redelivers, and how 4xx, 5xx and outages are handled.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{attempts, delivered_receipt, enqueue, eventually, fast_retries, receipt, LIMIT};
+use tokio::sync::Notify;
+use txoutbox::{Delivery, DeliveryError, Receipt, RelayConfig, Sink};
+use txoutbox_email::{Email, EmailSink, SmtpConfig, DESTINATION};
+use txoutbox_test_support::relay::RunningRelay;
+use txoutbox_test_support::smtp::{SmtpServer, SmtpServerOptions};
+use txoutbox_test_support::test_db;
+
+type TestResult = anyhow::Result<()>;
+
+#[tokio::test]
+async fn an_enqueued_email_arrives_with_its_fields_and_the_keys_message_id() -> TestResult {
+    let server = SmtpServer::start().await?;
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let email = Email::new(
+        "Shop <shop@example.com>",
+        "ada@example.org",
+        "Your receipt — #42",
+    )
+    .to("bob@example.org")
+    .cc("Carol <carol@example.org>")
+    .bcc("audit@example.com")
+    .reply_to("Support <support@example.com>")
+    .text("Thank you, Ada.")
+    .html("<p>Thank you, <b>Ada</b>.</p>")
+    .header("X-Order", "42");
+    let key = uuid::Uuid::new_v4().to_string();
+    enqueue(&mut client, &email, &key).await?;
+
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink(DESTINATION, EmailSink::smtp(&server.url())?)
+            .build()?,
+    );
+    let reply = delivered_receipt(&client, &key).await?;
+    relay.stop().await?;
+
+    let mails = server.messages()?;
+    assert_eq!(mails.len(), 1, "one message arrived");
+    let mail = &mails[0];
+    assert_eq!(
+        mail.message_id(),
+        Some(format!("<{key}@example.com>").as_str())
+    );
+    assert_eq!(mail.header("Idempotency-Key"), Some(key.as_str()));
+    assert_eq!(mail.header("From"), Some("Shop <shop@example.com>"));
+    assert_eq!(mail.header("To"), Some("ada@example.org, bob@example.org"));
+    assert_eq!(mail.header("Cc"), Some("Carol <carol@example.org>"));
+    assert_eq!(
+        mail.header("Reply-To"),
+        Some("Support <support@example.com>")
+    );
+    assert_eq!(mail.header("Subject"), Some("Your receipt — #42"));
+    assert_eq!(mail.header("X-Order"), Some("42"));
+    assert_eq!(mail.header("Bcc"), None, "Bcc stays out of the headers");
+    assert_eq!(mail.text.as_deref().map(str::trim), Some("Thank you, Ada."));
+    assert_eq!(
+        mail.html.as_deref().map(str::trim),
+        Some("<p>Thank you, <b>Ada</b>.</p>")
+    );
+    assert_eq!(mail.mail_from.as_deref(), Some("shop@example.com"));
+    let mut rcpt = mail.rcpt_tos.clone();
+    rcpt.sort();
+    assert_eq!(
+        rcpt,
+        [
+            "ada@example.org",
+            "audit@example.com",
+            "bob@example.org",
+            "carol@example.org"
+        ]
+    );
+    let reply = reply.unwrap_or_default();
+    assert!(
+        reply.starts_with("250 ") && reply.contains("queued"),
+        "the receipt is the server's reply: {reply:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_message_id_domain_can_be_configured() -> TestResult {
+    let server = SmtpServer::start().await?;
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, &receipt(), "order-7").await?;
+    let sink = EmailSink::smtp(&server.url())?.with_message_id_domain("mail.shop.example")?;
+    let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
+    delivered_receipt(&client, "order-7").await?;
+    relay.stop().await?;
+    let mails = server.messages()?;
+    assert_eq!(mails.len(), 1);
+    assert_eq!(mails[0].message_id(), Some("<order-7@mail.shop.example>"));
+    Ok(())
+}
+
+/// Delivers through the inner sink, then hangs like a relay that died before it could write the
+/// completion; signals once the server has the message.
+struct DiesAfterSending {
+    inner: EmailSink,
+    sent: Arc<Notify>,
+}
+
+#[async_trait::async_trait]
+impl Sink for DiesAfterSending {
+    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
+        if self.inner.deliver(delivery).await.is_ok() {
+            self.sent.notify_one();
+        }
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn a_relay_crash_after_the_server_accepted_redelivers_with_the_same_message_id() -> TestResult
+{
+    let server = SmtpServer::start().await?;
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let key = uuid::Uuid::new_v4().to_string();
+    enqueue(&mut client, &receipt(), &key).await?;
+
+    let sent = Arc::new(Notify::new());
+    let doomed = txoutbox::Relay::builder(db.info().config()?)
+        .config(RelayConfig {
+            lease: Duration::from_secs(1),
+            poll_interval: Duration::from_millis(50),
+            reclaim_interval: Duration::from_millis(100),
+            ..RelayConfig::default()
+        })
+        .sink(
+            DESTINATION,
+            DiesAfterSending {
+                inner: EmailSink::smtp(&server.url())?,
+                sent: sent.clone(),
+            },
+        )
+        .build()?;
+    let doomed = RunningRelay::start(doomed);
+    tokio::time::timeout(LIMIT, sent.notified()).await?;
+    drop(doomed); // killed: the completion is never written
+    assert_eq!(
+        server.messages()?.len(),
+        1,
+        "the server took the first copy"
+    );
+    let pending: i64 = client
+        .query_one(
+            "SELECT count(*) FROM txoutbox_messages WHERE downstream_key = $1",
+            &[&key],
+        )
+        .await?
+        .get(0);
+    assert_eq!(pending, 1, "the row is not completed");
+
+    let survivor = RunningRelay::start(
+        db.relay()?
+            .sink(DESTINATION, EmailSink::smtp(&server.url())?)
+            .build()?,
+    );
+    delivered_receipt(&client, &key).await?;
+    survivor.stop().await?;
+
+    let mails = server.messages()?;
+    assert_eq!(mails.len(), 2, "SMTP does not deduplicate: two copies");
+    let expected = format!("<{key}@example.com>");
+    assert_eq!(mails[0].message_id(), Some(expected.as_str()));
+    assert_eq!(mails[1].message_id(), Some(expected.as_str()));
+    assert_eq!(
+        mails[0].raw, mails[1].raw,
+        "the redelivery is the same message"
+    );
+    let outcomes: Vec<String> = attempts(&client, &key)
+        .await?
+        .into_iter()
+        .map(|(_, o, _)| o)
+        .collect();
+    assert_eq!(outcomes, ["expired", "delivered"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_451_reply_is_retried_until_the_server_accepts() -> TestResult {
+    let server = SmtpServer::start().await?;
+    server.fail_next(2, "451 4.3.0 Mailbox busy, try again later")?;
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, &receipt(), "busy-1").await?;
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink(DESTINATION, EmailSink::smtp(&server.url())?)
+            .policy(DESTINATION, fast_retries(5))
+            .build()?,
+    );
+    delivered_receipt(&client, "busy-1").await?;
+    relay.stop().await?;
+
+    let log = attempts(&client, "busy-1").await?;
+    let outcomes: Vec<&str> = log.iter().map(|(_, o, _)| o.as_str()).collect();
+    assert_eq!(outcomes, ["retry", "retry", "delivered"], "{log:?}");
+    for (_, _, error) in &log[..2] {
+        let error = error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains("451") && error.contains("Mailbox busy"),
+            "{error}"
+        );
+    }
+    assert_eq!(server.rejected()?.len(), 2);
+    let mails = server.messages()?;
+    assert_eq!(mails.len(), 1);
+    assert_eq!(mails[0].message_id(), Some("<busy-1@example.com>"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_550_reply_dead_letters_the_row_at_once() -> TestResult {
+    let server = SmtpServer::start().await?;
+    server.fail_next(1, "550 5.1.1 <ada@example.org>: Recipient address rejected")?;
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, &receipt(), "bounce-1").await?;
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink(DESTINATION, EmailSink::smtp(&server.url())?)
+            .policy(DESTINATION, fast_retries(5))
+            .build()?,
+    );
+    let failed = eventually(
+        &client,
+        "SELECT EXISTS (SELECT 1 FROM txoutbox_messages WHERE downstream_key = $1 \
+         AND status = 'failed')",
+        &["bounce-1"],
+    )
+    .await?;
+    relay.stop().await?;
+    assert!(failed, "the row is dead-lettered");
+
+    let row = client
+        .query_one(
+            "SELECT attempts, last_error FROM txoutbox_messages WHERE downstream_key = 'bounce-1'",
+            &[],
+        )
+        .await?;
+    let (tries, last_error): (i32, Option<String>) = (row.get(0), row.get(1));
+    assert_eq!(tries, 1, "no retry");
+    let last_error = last_error.unwrap_or_default();
+    assert!(
+        last_error.contains("550") && last_error.contains("Recipient address rejected"),
+        "{last_error}"
+    );
+    assert!(server.messages()?.is_empty());
+    assert_eq!(server.rejected()?.len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_server_that_is_down_is_retried_until_it_is_up() -> TestResult {
+    let mut server = SmtpServer::start().await?;
+    server.stop().await?;
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, &receipt(), "outage-1").await?;
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink(DESTINATION, EmailSink::smtp(&server.url())?)
+            .policy(DESTINATION, fast_retries(1000))
+            .build()?,
+    );
+    let retried = eventually(
+        &client,
+        "SELECT count(*) >= 3 FROM txoutbox_attempts WHERE downstream_key = $1 \
+         AND outcome = 'retry'",
+        &["outage-1"],
+    )
+    .await?;
+    assert!(retried, "the relay keeps retrying while the server is down");
+    let log = attempts(&client, "outage-1").await?;
+    let error = log[0].2.as_deref().unwrap_or_default();
+    assert!(
+        error.contains(&format!("127.0.0.1:{}", server.port())) && error.contains("refused"),
+        "{error}"
+    );
+    assert!(server.messages()?.is_empty());
+
+    server.restart().await?;
+    delivered_receipt(&client, "outage-1").await?;
+    relay.stop().await?;
+    let mails = server.messages()?;
+    assert_eq!(mails.len(), 1);
+    assert_eq!(mails[0].message_id(), Some("<outage-1@example.com>"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pooled_connection_to_a_restarted_server_is_replaced() -> TestResult {
+    let mut server = SmtpServer::start().await?;
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink(DESTINATION, EmailSink::smtp(&server.url())?)
+            .policy(DESTINATION, fast_retries(20))
+            .build()?,
+    );
+    enqueue(&mut client, &receipt(), "before").await?;
+    delivered_receipt(&client, "before").await?;
+    server.restart().await?; // the pooled connection is now dead
+    enqueue(&mut client, &receipt(), "after").await?;
+    delivered_receipt(&client, "after").await?;
+    relay.stop().await?;
+    let ids: Vec<String> = server
+        .messages()?
+        .iter()
+        .filter_map(|m| m.message_id().map(str::to_owned))
+        .collect();
+    assert_eq!(ids, ["<before@example.com>", "<after@example.com>"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn credentials_in_the_url_authenticate_and_a_refused_login_is_permanent() -> TestResult {
+    let server = SmtpServer::start_with(SmtpServerOptions {
+        auth: Some(("relay".to_owned(), "s3cr%t".to_owned())),
+    })
+    .await?;
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, &receipt(), "authed").await?;
+    let port = server.port();
+    let good = EmailSink::smtp(&format!("smtp://relay:s3cr%25t@127.0.0.1:{port}"))?;
+    let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, good).build()?);
+    delivered_receipt(&client, "authed").await?;
+    relay.stop().await?;
+    assert_eq!(server.messages()?.len(), 1);
+
+    let bad = EmailSink::smtp(&format!("smtp://relay:wrong@127.0.0.1:{port}"))?;
+    let delivery = Delivery {
+        id: uuid::Uuid::now_v7(),
+        destination: DESTINATION.to_owned(),
+        payload: serde_json::to_value(receipt())?,
+        headers: Default::default(),
+        downstream_key: "unauthed".to_owned(),
+        ordering_key: None,
+        attempt: 1,
+        created_at: chrono::Utc::now(),
+    };
+    let err = bad
+        .deliver(&delivery)
+        .await
+        .expect_err("a wrong password is refused");
+    assert!(err.is_permanent(), "{err:?}");
+    assert!(err.to_string().contains("535"), "{err}");
+    assert!(
+        !err.to_string().contains("wrong"),
+        "no password in errors: {err}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_is_a_retryable_timeout() -> TestResult {
+    // Accepts the TCP connection and says nothing: no greeting, no reply.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = silent.local_addr()?.port();
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let sink = EmailSink::smtp_with(
+        &format!("smtp://127.0.0.1:{port}"),
+        SmtpConfig {
+            timeout: Duration::from_millis(300),
+            ..SmtpConfig::default()
+        },
+    )?;
+    let delivery = Delivery {
+        id: uuid::Uuid::now_v7(),
+        destination: DESTINATION.to_owned(),
+        payload: serde_json::to_value(receipt())?,
+        headers: Default::default(),
+        downstream_key: "silent".to_owned(),
+        ordering_key: None,
+        attempt: 1,
+        created_at: chrono::Utc::now(),
+    };
+    let started = std::time::Instant::now();
+    let err = sink.deliver(&delivery).await.expect_err("no answer");
+    holder.abort();
+    assert!(!err.is_permanent(), "{err:?}");
+    assert!(err.to_string().contains("no answer"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by the timeout"
+    );
+    Ok(())
+}

@@ -1,0 +1,402 @@
+//! The JetStream sink against the real nats-server (`NATS_URL`, default nats://127.0.0.1:4222),
+//! a real Postgres and the real relay. Every test uses a stream and subject of its own and
+//! deletes the stream when it ends.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use tokio::sync::Notify;
+use tokio_postgres::Client;
+use txoutbox::{
+    Delivery, DeliveryError, DestinationPolicy, Receipt, RelayConfig, RetryPolicy, Sink,
+};
+use txoutbox_nats::{NatsMessage, NatsSink, PublishReceipt, NATS_MSG_ID};
+use txoutbox_test_support::relay::RunningRelay;
+use txoutbox_test_support::test_db;
+
+type TestResult = anyhow::Result<()>;
+
+const DESTINATION: &str = "nats:orders";
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn nats_url() -> String {
+    std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned())
+}
+
+/// A stream of this test's own, deleted when dropped (also when the test fails).
+struct TestStream {
+    name: String,
+    subject: String,
+    url: String,
+}
+
+impl TestStream {
+    async fn create(sink: &NatsSink, url: &str) -> anyhow::Result<Self> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let stream = Self {
+            name: format!("TXOUTBOX_TEST_{id}"),
+            subject: format!("txoutbox.test.{id}.orders"),
+            url: url.to_owned(),
+        };
+        sink.ensure_stream(&stream.name, &[&stream.subject], Duration::from_secs(120))
+            .await?;
+        Ok(stream)
+    }
+
+    async fn info(&self, sink: &NatsSink) -> anyhow::Result<jetstream::stream::Info> {
+        let mut stream = sink.jetstream().get_stream(&self.name).await?;
+        Ok(stream.info().await?.clone())
+    }
+}
+
+impl Drop for TestStream {
+    fn drop(&mut self) {
+        // Drop cannot await: delete on a runtime of its own, on a thread of its own.
+        let (url, name) = (self.url.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async {
+                if let Ok(client) = async_nats::connect(url.as_str()).await {
+                    let _ = jetstream::new(client).delete_stream(&name).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+async fn enqueue(client: &mut Client, message: NatsMessage, key: &str) -> TestResult {
+    let row = message
+        .message_for(DESTINATION)?
+        .with_downstream_key(key)
+        .with_header(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        );
+    let tx = client.transaction().await?;
+    txoutbox::enqueue(&tx, &[row]).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Polls `sql` (one bigint) until it returns `want` or the limit passes; returns the last value.
+async fn wait_for_count(client: &Client, sql: &str, want: i64) -> anyhow::Result<i64> {
+    let start = Instant::now();
+    loop {
+        let n: i64 = client.query_one(sql, &[]).await?.get(0);
+        if n >= want || start.elapsed() > LIMIT {
+            return Ok(n);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn receipt(client: &Client, key: &str) -> anyhow::Result<PublishReceipt> {
+    let text: String = client
+        .query_one(
+            "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = $1",
+            &[&key],
+        )
+        .await?
+        .get(0);
+    Ok(PublishReceipt::parse(&text)?)
+}
+
+fn short_lease() -> RelayConfig {
+    RelayConfig {
+        lease: Duration::from_secs(1),
+        poll_interval: Duration::from_millis(50),
+        reclaim_interval: Duration::from_millis(100),
+        ..RelayConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn normal_delivery_publishes_with_the_key_as_msg_id_and_stores_the_ack() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let sink = NatsSink::connect(&nats_url()).await?;
+    let stream = TestStream::create(&sink, &nats_url()).await?;
+    let data = serde_json::json!({ "order": 42 });
+    enqueue(
+        &mut client,
+        NatsMessage::new(data.clone()).to_subject(&stream.subject),
+        "evt-1",
+    )
+    .await?;
+
+    let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink.clone()).build()?);
+    let delivered = "SELECT count(*) FROM txoutbox_delivered";
+    assert_eq!(wait_for_count(&client, delivered, 1).await?, 1);
+    relay.stop().await?;
+
+    let ack = receipt(&client, "evt-1").await?;
+    assert_eq!(
+        ack,
+        PublishReceipt {
+            stream: stream.name.clone(),
+            seq: 1,
+            duplicate: false
+        }
+    );
+    let js_stream = sink.jetstream().get_stream(&stream.name).await?;
+    let stored = js_stream.get_raw_message(ack.seq).await?;
+    assert_eq!(stored.subject.as_str(), stream.subject);
+    assert_eq!(
+        stored.headers.get(NATS_MSG_ID).map(|v| v.as_str()),
+        Some("evt-1")
+    );
+    assert!(stored.headers.get("traceparent").is_some());
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&stored.payload)?,
+        data
+    );
+    Ok(())
+}
+
+/// Publishes through the inner sink, then signals and never returns: a relay that crashes after
+/// JetStream acknowledged the message and before the completion was written.
+struct HangsAfterPublish {
+    inner: NatsSink,
+    published: Arc<Notify>,
+}
+
+#[async_trait::async_trait]
+impl Sink for HangsAfterPublish {
+    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
+        self.inner.deliver(delivery).await?;
+        self.published.notify_one();
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn a_redelivery_after_a_crash_past_the_ack_is_dropped_as_a_duplicate() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let sink = NatsSink::connect(&nats_url()).await?;
+    let stream = TestStream::create(&sink, &nats_url()).await?;
+    let sink = sink.with_subject(&stream.subject); // the destination's subject
+    enqueue(
+        &mut client,
+        NatsMessage::new(serde_json::json!({ "n": 1 })),
+        "evt-2",
+    )
+    .await?;
+
+    let published = Arc::new(Notify::new());
+    let crashing = HangsAfterPublish {
+        inner: sink.clone(),
+        published: published.clone(),
+    };
+    let first = RunningRelay::start(
+        db.relay()?
+            .config(short_lease())
+            .sink(DESTINATION, crashing)
+            .build()?,
+    );
+    tokio::time::timeout(LIMIT, published.notified()).await?;
+    drop(first); // aborted like a killed process: its lease stays until it expires
+    assert_eq!(stream.info(&sink).await?.state.messages, 1);
+
+    let second = RunningRelay::start(
+        db.relay()?
+            .config(short_lease())
+            .sink(DESTINATION, sink.clone())
+            .build()?,
+    );
+    let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE attempts = 2";
+    assert_eq!(wait_for_count(&client, delivered, 1).await?, 1);
+    second.stop().await?;
+
+    assert_eq!(
+        stream.info(&sink).await?.state.messages,
+        1,
+        "JetStream dropped the redelivery"
+    );
+    let ack = receipt(&client, "evt-2").await?;
+    assert!(ack.duplicate, "the second ack says duplicate: {ack:?}");
+    assert_eq!(ack.seq, 1, "and points at the message first stored");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_subject_no_stream_captures_is_dead_lettered() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let sink = NatsSink::connect(&nats_url()).await?;
+    let subject = format!("txoutbox.nostream.{}", uuid::Uuid::new_v4().simple());
+    enqueue(
+        &mut client,
+        NatsMessage::new(serde_json::json!({})).to_subject(&subject),
+        "evt-3",
+    )
+    .await?;
+
+    let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
+    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
+    assert_eq!(wait_for_count(&client, failed, 1).await?, 1);
+    relay.stop().await?;
+
+    let row = client
+        .query_one("SELECT attempts, last_error FROM txoutbox_messages", &[])
+        .await?;
+    let (attempts, error): (i32, String) = (row.get(0), row.get(1));
+    assert_eq!(attempts, 1, "dead-lettered at once, not retried");
+    assert!(
+        error.contains("no JetStream stream captures subject"),
+        "{error}"
+    );
+    Ok(())
+}
+
+/// A nats-server of the test's own, on a free port, that the test can kill and restart.
+struct PrivateServer {
+    port: u16,
+    store: std::path::PathBuf,
+    child: Option<tokio::process::Child>,
+}
+
+impl PrivateServer {
+    fn new() -> anyhow::Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let store =
+            std::env::temp_dir().join(format!("txoutbox-nats-{}", uuid::Uuid::new_v4().simple()));
+        Ok(Self {
+            port,
+            store,
+            child: None,
+        })
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    async fn start(&mut self) -> TestResult {
+        let binary = [
+            "nats-server",
+            "/usr/sbin/nats-server",
+            "/usr/bin/nats-server",
+        ]
+        .into_iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok()
+        })
+        .ok_or_else(|| anyhow::anyhow!("nats-server not found (apt-get install nats-server)"))?;
+        let child = tokio::process::Command::new(binary)
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-sd",
+            ])
+            .arg(&self.store)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        self.child = Some(child);
+        let start = Instant::now();
+        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .is_err()
+        {
+            anyhow::ensure!(start.elapsed() < LIMIT, "nats-server did not start");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    async fn kill(&mut self) -> TestResult {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.store);
+    }
+}
+
+#[tokio::test]
+async fn a_publish_while_the_server_is_down_is_retried_and_delivered_once_it_is_back() -> TestResult
+{
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let mut server = PrivateServer::new()?;
+    server.start().await?;
+    let nats = async_nats::ConnectOptions::new()
+        .reconnect_delay_callback(|_| Duration::from_millis(100))
+        .connect(server.url())
+        .await?;
+    let sink = NatsSink::new(nats).with_ack_timeout(Duration::from_millis(500));
+    let stream = TestStream::create(&sink, &server.url()).await?;
+    let sink = sink.with_subject(&stream.subject);
+    server.kill().await?;
+
+    enqueue(
+        &mut client,
+        NatsMessage::new(serde_json::json!({ "n": 4 })),
+        "evt-4",
+    )
+    .await?;
+    let fast = DestinationPolicy {
+        retry: RetryPolicy {
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(1),
+            max_attempts: 100,
+        },
+        ..DestinationPolicy::default()
+    };
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink(DESTINATION, sink.clone())
+            .policy(DESTINATION, fast)
+            .build()?,
+    );
+    let retried = "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'retry'";
+    assert!(
+        wait_for_count(&client, retried, 2).await? >= 2,
+        "retried while down"
+    );
+    server.start().await?;
+    let delivered = "SELECT count(*) FROM txoutbox_delivered";
+    assert_eq!(wait_for_count(&client, delivered, 1).await?, 1);
+    relay.stop().await?;
+
+    let error: String = client
+        .query_one(
+            "SELECT error FROM txoutbox_attempts WHERE outcome = 'retry' LIMIT 1",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert!(error.contains("JetStream publish"), "{error}");
+    assert_eq!(
+        stream.info(&sink).await?.state.messages,
+        1,
+        "one message, however many attempts reached the server"
+    );
+    drop(stream); // while the server still runs
+    Ok(())
+}

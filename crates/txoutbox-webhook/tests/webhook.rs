@@ -1,0 +1,381 @@
+//! The webhook sink against a real HTTP receiver (axum on 127.0.0.1), a real Postgres and the
+//! real relay: signatures, retries with Retry-After, redelivery after a relay crash, dead letters.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Notify;
+use tokio_postgres::Client;
+use txoutbox::{Delivery, DeliveryError, Receipt, RelayConfig, Sink};
+use txoutbox_test_support::relay::RunningRelay;
+use txoutbox_test_support::test_db;
+use txoutbox_webhook::{verify, Webhook, WebhookConfig, WebhookSecret, WebhookSink};
+
+type TestResult = anyhow::Result<()>;
+
+const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+const DESTINATION: &str = "webhook:orders";
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// One request as the receiver saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    headers: HeaderMap,
+    body: Bytes,
+    at: Instant,
+}
+
+/// What the receiver answers to one request.
+#[derive(Debug, Clone)]
+struct Reply {
+    status: u16,
+    headers: Vec<(&'static str, &'static str)>,
+    body: &'static str,
+    delay: Duration,
+}
+
+impl Reply {
+    fn status(status: u16) -> Self {
+        Self {
+            status,
+            headers: vec![],
+            body: "",
+            delay: Duration::ZERO,
+        }
+    }
+
+    fn header(mut self, name: &'static str, value: &'static str) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    fn body(mut self, body: &'static str) -> Self {
+        self.body = body;
+        self
+    }
+
+    fn after(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+#[derive(Default)]
+struct ReceiverState {
+    seen: Mutex<Vec<Seen>>,
+    script: Mutex<VecDeque<Reply>>,
+}
+
+/// A webhook receiver on 127.0.0.1: answers from a script (then 200 with an `x-request-id`),
+/// recording every request. Stops when dropped.
+struct Receiver {
+    url: String,
+    state: Arc<ReceiverState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Receiver {
+    async fn start(script: impl IntoIterator<Item = Reply>) -> anyhow::Result<Self> {
+        let state = Arc::new(ReceiverState {
+            seen: Mutex::new(Vec::new()),
+            script: Mutex::new(script.into_iter().collect()),
+        });
+        let app = axum::Router::new()
+            .route("/hooks/orders", axum::routing::post(receive))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}/hooks/orders", listener.local_addr()?);
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { url, state, task })
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.state
+            .seen
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    async fn wait_for(&self, n: usize) -> Vec<Seen> {
+        let start = Instant::now();
+        while self.seen().len() < n && start.elapsed() < LIMIT {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.seen()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn receive(
+    State(state): State<Arc<ReceiverState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let seen = Seen {
+        headers,
+        body,
+        at: Instant::now(),
+    };
+    if let Ok(mut all) = state.seen.lock() {
+        all.push(seen);
+    }
+    let reply = state.script.lock().ok().and_then(|mut s| s.pop_front());
+    let reply = reply.unwrap_or_else(|| Reply::status(200).header("x-request-id", "req-1"));
+    tokio::time::sleep(reply.delay).await;
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, reply.body).into_response();
+    for (name, value) in reply.headers {
+        if let Ok(value) = value.parse() {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
+
+fn secret() -> WebhookSecret {
+    WebhookSecret::parse(SECRET).expect("valid secret")
+}
+
+/// Enqueues one webhook for `DESTINATION` with downstream key `key`.
+async fn enqueue_event(client: &mut Client, key: &str, traceparent: Option<&str>) -> TestResult {
+    let event = Webhook::new("order.paid", serde_json::json!({ "order": 42 }));
+    let mut message = event.message_for(DESTINATION)?.with_downstream_key(key);
+    if let Some(tp) = traceparent {
+        message = message.with_header("traceparent", tp);
+    }
+    let tx = client.transaction().await?;
+    txoutbox::enqueue(&tx, &[message]).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Polls `sql` (one bigint) until it returns `want` or the limit passes; returns the last value.
+async fn wait_for_count(client: &Client, sql: &str, want: i64) -> anyhow::Result<i64> {
+    let start = Instant::now();
+    loop {
+        let n: i64 = client.query_one(sql, &[]).await?.get(0);
+        if n >= want || start.elapsed() > LIMIT {
+            return Ok(n);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn header<'a>(seen: &'a Seen, name: &str) -> &'a str {
+    seen.headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+fn short_lease() -> RelayConfig {
+    RelayConfig {
+        lease: Duration::from_secs(1),
+        poll_interval: Duration::from_millis(50),
+        reclaim_interval: Duration::from_millis(100),
+        ..RelayConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn delivered_webhook_is_signed_verifiably_and_carries_the_downstream_key() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let receiver = Receiver::start([]).await?;
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    enqueue_event(&mut client, "evt-1", Some(traceparent)).await?;
+
+    let sink = WebhookSink::new(&receiver.url, secret())?;
+    let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
+    let seen = receiver.wait_for(1).await;
+    assert_eq!(seen.len(), 1);
+    let request = &seen[0];
+    assert_eq!(verify(&secret(), &request.headers, &request.body), Ok(()));
+    assert_eq!(header(request, "webhook-id"), "evt-1");
+    assert_eq!(header(request, "idempotency-key"), "evt-1");
+    assert_eq!(header(request, "content-type"), "application/json");
+    assert_eq!(header(request, "traceparent"), traceparent);
+    let body: serde_json::Value = serde_json::from_slice(&request.body)?;
+    assert_eq!(body["type"], "order.paid");
+    assert_eq!(body["data"], serde_json::json!({ "order": 42 }));
+    assert!(body["timestamp"].is_string());
+    let other = WebhookSecret::from_bytes(b"not the endpoint's secret".to_vec())?;
+    assert!(verify(&other, &request.headers, &request.body).is_err());
+
+    let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE downstream_key = 'evt-1'";
+    assert_eq!(wait_for_count(&client, delivered, 1).await?, 1);
+    relay.stop().await?;
+    let receipt: String = client
+        .query_one("SELECT receipt FROM txoutbox_delivered", &[])
+        .await?
+        .get(0);
+    assert_eq!(receipt, "HTTP 200; x-request-id: req-1");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_503_with_retry_after_is_retried_after_that_delay_then_delivered() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    // The default backoff's first retry comes within 0.5 s: a gap of 1 s is the Retry-After's.
+    let receiver =
+        Receiver::start([Reply::status(503).header("retry-after", "1").body("busy")]).await?;
+    enqueue_event(&mut client, "evt-2", None).await?;
+
+    let sink = WebhookSink::new(&receiver.url, secret())?;
+    let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
+    let seen = receiver.wait_for(2).await;
+    let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE attempts = 2";
+    assert_eq!(wait_for_count(&client, delivered, 1).await?, 1);
+    relay.stop().await?;
+
+    assert_eq!(seen.len(), 2);
+    let gap = seen[1].at - seen[0].at;
+    assert!(
+        gap >= Duration::from_millis(950) && gap < Duration::from_secs(5),
+        "retried after {gap:?}, not after the 1 s the receiver asked for"
+    );
+    assert_eq!(
+        header(&seen[0], "webhook-id"),
+        header(&seen[1], "webhook-id")
+    );
+    for request in &seen {
+        assert_eq!(verify(&secret(), &request.headers, &request.body), Ok(()));
+    }
+    let error: String = client
+        .query_one(
+            "SELECT error FROM txoutbox_attempts WHERE outcome = 'retry'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert!(error.contains("503") && error.contains("busy"), "{error}");
+    Ok(())
+}
+
+/// Delivers through the inner sink, then signals and never returns: a relay that crashes after
+/// the receiver got the webhook and before the completion was written.
+struct HangsAfterDelivery {
+    inner: WebhookSink,
+    delivered: Arc<Notify>,
+}
+
+#[async_trait::async_trait]
+impl Sink for HangsAfterDelivery {
+    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
+        self.inner.deliver(delivery).await?;
+        self.delivered.notify_one();
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn a_redelivery_after_a_relay_crash_keeps_the_same_webhook_id() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let receiver = Receiver::start([]).await?;
+    enqueue_event(&mut client, "evt-3", None).await?;
+
+    let delivered = Arc::new(Notify::new());
+    let crashing = HangsAfterDelivery {
+        inner: WebhookSink::new(&receiver.url, secret())?,
+        delivered: delivered.clone(),
+    };
+    let first = RunningRelay::start(
+        db.relay()?
+            .config(short_lease())
+            .sink(DESTINATION, crashing)
+            .build()?,
+    );
+    tokio::time::timeout(LIMIT, delivered.notified()).await?;
+    drop(first); // aborted like a killed process: its lease stays until it expires
+
+    let second = RunningRelay::start(
+        db.relay()?
+            .config(short_lease())
+            .sink(DESTINATION, WebhookSink::new(&receiver.url, secret())?)
+            .build()?,
+    );
+    let seen = receiver.wait_for(2).await;
+    let done = "SELECT count(*) FROM txoutbox_delivered WHERE downstream_key = 'evt-3'";
+    assert_eq!(wait_for_count(&client, done, 1).await?, 1);
+    second.stop().await?;
+
+    assert_eq!(seen.len(), 2, "the crashed attempt and the redelivery");
+    assert_eq!(header(&seen[0], "webhook-id"), "evt-3");
+    assert_eq!(header(&seen[1], "webhook-id"), "evt-3");
+    assert_eq!(seen[0].body, seen[1].body, "the same event, byte for byte");
+    assert_eq!(verify(&secret(), &seen[1].headers, &seen[1].body), Ok(()));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_400_is_dead_lettered_with_its_status_and_body() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let receiver = Receiver::start([Reply::status(400).body("unknown field: order")]).await?;
+    enqueue_event(&mut client, "evt-4", None).await?;
+
+    let sink = WebhookSink::new(&receiver.url, secret())?;
+    let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
+    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
+    assert_eq!(wait_for_count(&client, failed, 1).await?, 1);
+    relay.stop().await?;
+
+    assert_eq!(
+        receiver.seen().len(),
+        1,
+        "a permanent failure is not retried"
+    );
+    let row = client
+        .query_one("SELECT attempts, last_error FROM txoutbox_messages", &[])
+        .await?;
+    let (attempts, error): (i32, String) = (row.get(0), row.get(1));
+    assert_eq!(attempts, 1);
+    assert!(
+        error.contains("400") && error.contains("unknown field: order"),
+        "{error}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_receiver_slower_than_the_timeout_is_retried() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let receiver = Receiver::start([Reply::status(200).after(Duration::from_secs(2))]).await?;
+    enqueue_event(&mut client, "evt-5", None).await?;
+
+    let config = WebhookConfig {
+        timeout: Duration::from_millis(300),
+        ..WebhookConfig::default()
+    };
+    let sink = WebhookSink::with_config(&receiver.url, secret(), config)?;
+    let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
+    let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE attempts = 2";
+    assert_eq!(wait_for_count(&client, delivered, 1).await?, 1);
+    relay.stop().await?;
+
+    let error: String = client
+        .query_one(
+            "SELECT error FROM txoutbox_attempts WHERE outcome = 'retry'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert!(error.contains("timed out"), "{error}");
+    Ok(())
+}
