@@ -1,6 +1,7 @@
 //! The `txoutbox` command: applies the schema and (in later commands) runs the relay and the
 //! operator's tools. Thin: it parses arguments and calls the core library.
 
+mod admin;
 mod relay;
 
 use std::process::ExitCode;
@@ -28,6 +29,8 @@ enum Command {
     Migrate,
     /// Deliver outbox rows to their sinks until SIGINT/SIGTERM (many relays may run at once).
     Relay(relay::RelayArgs),
+    #[command(flatten)]
+    Admin(admin::AdminCommand),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +74,7 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Relay(args) => relay::run(&url, args).await,
+        Command::Admin(command) => admin::run(&url, command).await,
     }
 }
 

@@ -13,7 +13,9 @@ use txoutbox::{
 /// Options of `txoutbox relay`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  \
-    DATABASE_URL=postgres://app@db/app txoutbox relay --stdout audit\n  \
+    DATABASE_URL=postgres://app@db/app SMTP_URL=smtp://mail:25 STRIPE_SECRET_KEY=sk_live_... txoutbox relay\n  \
+    txoutbox relay --mail-dir /var/mail/outbox --webhook webhook:orders=https://example.com/hooks --webhook-secret whsec_...\n  \
+    txoutbox relay --nats-url nats://127.0.0.1:4222 --at-most-once sms\n  \
     txoutbox relay --poll-only --poll-interval 200ms --concurrency 128 --stdout audit")]
 pub struct RelayArgs {
     /// Rows claimed per claim statement.
@@ -53,6 +55,43 @@ pub struct RelayArgs {
     /// Deliver DESTINATION's rows as JSON lines on standard output (repeatable).
     #[arg(long = "stdout", value_name = "DESTINATION")]
     stdout: Vec<String>,
+    /// Deliver `email` rows through this SMTP server (smtp://host:port, smtps://, user:pass@).
+    #[arg(long, env = "SMTP_URL", conflicts_with = "mail_dir")]
+    smtp_url: Option<String>,
+    /// Deliver `email` rows as .eml files into this directory (lettre's file transport).
+    #[arg(long, env = "MAIL_DIR")]
+    mail_dir: Option<std::path::PathBuf>,
+    /// Deliver `stripe` rows to Stripe with this secret key (sk_... or rk_...).
+    #[arg(long, env = "STRIPE_SECRET_KEY", hide_env_values = true)]
+    stripe_secret_key: Option<String>,
+    /// The Stripe API base URL (a local fake in tests and demos).
+    #[arg(long, env = "STRIPE_API_BASE", default_value = txoutbox_stripe::DEFAULT_API_BASE)]
+    stripe_api_base: String,
+    /// Deliver DESTINATION's rows as Standard Webhooks POSTs to URL (repeatable; env: a
+    /// comma-separated list).
+    #[arg(long = "webhook", value_name = "DESTINATION=URL", env = "TXOUTBOX_WEBHOOKS", value_delimiter = ',', value_parser = parse_pair)]
+    webhooks: Vec<(String, String)>,
+    /// The signing secret (whsec_...) of a webhook destination, or of all without their own.
+    #[arg(
+        long = "webhook-secret",
+        value_name = "[DESTINATION=]SECRET",
+        env = "TXOUTBOX_WEBHOOK_SECRET",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    webhook_secrets: Vec<String>,
+    /// Deliver `nats` rows to this NATS server with JetStream (nats://host:port).
+    #[arg(long, env = "NATS_URL")]
+    nats_url: Option<String>,
+}
+
+fn parse_pair(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() && !value.is_empty() => {
+            Ok((name.to_owned(), value.to_owned()))
+        }
+        _ => Err(format!("expected DESTINATION=URL, got {text:?}")),
+    }
 }
 
 /// Runs the relay until SIGINT or SIGTERM.
@@ -94,17 +133,55 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
             },
         );
     }
-    let mut sinks = 0;
+    let mut sinks = Vec::new();
     for destination in &args.stdout {
         builder = builder.sink(destination.clone(), StdoutSink);
-        sinks += 1;
+        sinks.push(destination.clone());
+    }
+    if let Some(url) = &args.smtp_url {
+        builder = builder.sink(
+            txoutbox_email::DESTINATION,
+            txoutbox_email::EmailSink::smtp(url).context("SMTP_URL")?,
+        );
+        sinks.push(txoutbox_email::DESTINATION.to_owned());
+    } else if let Some(dir) = &args.mail_dir {
+        builder = builder.sink(
+            txoutbox_email::DESTINATION,
+            txoutbox_email::EmailSink::file_dir(dir).context("MAIL_DIR")?,
+        );
+        sinks.push(txoutbox_email::DESTINATION.to_owned());
+    }
+    if let Some(key) = &args.stripe_secret_key {
+        let sink = txoutbox_stripe::StripeSink::new(key.clone())
+            .and_then(|s| s.with_api_base(&args.stripe_api_base))
+            .context("Stripe configuration")?;
+        builder = builder.sink(txoutbox_stripe::DESTINATION, sink);
+        sinks.push(txoutbox_stripe::DESTINATION.to_owned());
+    }
+    for (destination, url) in &args.webhooks {
+        let secret = webhook_secret(&args.webhook_secrets, destination)?;
+        let sink = txoutbox_webhook::WebhookSink::new(url, secret)
+            .with_context(|| format!("webhook {destination}"))?;
+        builder = builder.sink(destination.clone(), sink);
+        sinks.push(destination.clone());
+    }
+    if let Some(url) = &args.nats_url {
+        let sink = tokio::time::timeout(
+            Duration::from_secs(10),
+            txoutbox_nats::NatsSink::connect(url),
+        )
+        .await
+        .with_context(|| format!("connecting to NATS at {url}: timed out"))?
+        .with_context(|| format!("connecting to NATS at {url}"))?;
+        builder = builder.sink(txoutbox_nats::DEFAULT_DESTINATION, sink);
+        sinks.push(txoutbox_nats::DEFAULT_DESTINATION.to_owned());
     }
     anyhow::ensure!(
-        sinks > 0,
+        !sinks.is_empty(),
         "no sink configured: a relay without sinks would dead-letter every row (see txoutbox relay --help)"
     );
     let relay = builder.build()?;
-    tracing::info!(owner = %relay.owner(), "relay starting");
+    tracing::info!(owner = %relay.owner(), sinks = ?sinks, "relay starting");
     let report = relay.run(shutdown_signal()).await?;
     tracing::info!(
         claimed = report.claimed,
@@ -112,6 +189,26 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         "relay stopped"
     );
     Ok(())
+}
+
+/// The secret given for `destination` (`DESTINATION=SECRET`), else the one given without a name.
+fn webhook_secret(
+    secrets: &[String],
+    destination: &str,
+) -> Result<txoutbox_webhook::WebhookSecret> {
+    let own = secrets.iter().find_map(|s| {
+        s.split_once('=')
+            .filter(|(name, _)| *name == destination)
+            .map(|(_, secret)| secret)
+    });
+    let shared = secrets
+        .iter()
+        .find(|s| s.starts_with("whsec_") || !s.contains('='));
+    let secret = own
+        .or(shared.map(String::as_str))
+        .with_context(|| format!("no --webhook-secret for webhook destination {destination}"))?;
+    txoutbox_webhook::WebhookSecret::parse(secret)
+        .map_err(|e| anyhow::anyhow!("the webhook secret of {destination}: {e}"))
 }
 
 /// Resolves on SIGINT or SIGTERM.

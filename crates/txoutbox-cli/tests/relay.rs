@@ -105,3 +105,69 @@ fn a_bad_duration_is_a_usage_error() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[tokio::test]
+async fn the_relay_process_registers_the_built_in_sinks_from_its_configuration(
+) -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let stripe = txoutbox_test_support::fake_stripe::FakeStripe::start().await?;
+    let mail_dir = tempfile::tempdir()?;
+    let mut relay = txoutbox()
+        .args(["relay", "--poll-interval", "100ms"])
+        .env("DATABASE_URL", db.url())
+        .env("MAIL_DIR", mail_dir.path())
+        .env("STRIPE_SECRET_KEY", stripe.secret_key())
+        .env("STRIPE_API_BASE", stripe.base_url())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()?;
+    let tx = client.transaction().await?;
+    let email = txoutbox_email::Email::new("shop@example.com", "buyer@example.com", "Receipt")
+        .text("Thank you.")
+        .outbox_message()?
+        .with_downstream_key("receipt-1");
+    let intent = txoutbox_stripe::NewPaymentIntent::new(1500, "eur")
+        .with_customer("cus_1")
+        .with_payment_method("pm_card_visa")
+        .into_message()?
+        .with_downstream_key("charge-1");
+    enqueue(&tx, &[email, intent]).await?;
+    tx.commit().await?;
+    let start = Instant::now();
+    let mut delivered = 0i64;
+    while delivered < 2 && start.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        delivered = client
+            .query_one("SELECT count(*) FROM txoutbox_delivered", &[])
+            .await?
+            .get(0);
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status();
+    let exit = tokio::task::spawn_blocking(move || relay.wait()).await??;
+    assert_eq!(
+        delivered, 2,
+        "the email and the payment intent were delivered"
+    );
+    assert_eq!(exit.code(), Some(0));
+    let emails: Vec<_> = std::fs::read_dir(mail_dir.path())?.collect();
+    assert_eq!(emails.len(), 1);
+    let eml = std::fs::read_to_string(
+        emails[0]
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .path(),
+    )?;
+    assert!(eml.contains("Message-ID: <receipt-1@example.com>"), "{eml}");
+    let intents = stripe.intents();
+    assert_eq!(intents.len(), 1);
+    let keys: Vec<Option<String>> = stripe
+        .requests()
+        .iter()
+        .map(|r| r.idempotency_key.clone())
+        .collect();
+    assert_eq!(keys, [Some("charge-1".to_owned())]);
+    Ok(())
+}

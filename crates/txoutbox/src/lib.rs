@@ -34,6 +34,7 @@
 //! [`enqueue`]) writes rows; [`migrate`] applies the schema; [`prune_expired_keys`] trims the key
 //! table; [`RelayWaker`] hints the relays after commit.
 
+mod admin;
 mod error;
 mod executor;
 mod fingerprint;
@@ -47,6 +48,13 @@ mod sink;
 mod sql;
 mod wake;
 
+pub use admin::{
+    list_messages, purge, purge_with_progress, replay, replay_downstream_key, replay_with_progress,
+    show_message, stats, AdminError, AttemptRecord, DestinationStats, FailureRate, MessageDetail,
+    MessageFilter, MessageStatus, MessageSummary, OutboxStats, PurgeOptions, PurgeReport,
+    ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage, SkippedMessage, StatusCounts,
+    TimeBound, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION, FAILURE_RATE_WINDOW,
+};
 pub use error::{Error, Result};
 pub use executor::{Params, TxExecutor};
 pub use fingerprint::Fingerprint;

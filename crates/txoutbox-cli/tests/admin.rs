@@ -1,0 +1,1126 @@
+//! The operator's commands (`list`, `show`, `replay`, `purge`, `stats`) run as a user runs them:
+//! the `txoutbox` binary against a database of each test's own, with rows put in their states by
+//! the real relay.
+
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_postgres::Client;
+use txoutbox::{
+    Delivery, DeliveryError, DestinationPolicy, OutboxMessage, Receipt, RelayConfig, RetryPolicy,
+    Semantics, Sink,
+};
+use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
+use txoutbox_test_support::{test_db, TestDb};
+use uuid::Uuid;
+
+type TestResult = anyhow::Result<()>;
+
+/// Runs `txoutbox ARGS` against `db` (off the async workers, so relays keep running meanwhile).
+async fn txoutbox(db: &TestDb, args: &[&str]) -> anyhow::Result<Output> {
+    let url = db.url();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    Ok(tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_txoutbox"))
+            .args(&args)
+            .env("DATABASE_URL", url)
+            .env_remove("RUST_LOG")
+            .output()
+    })
+    .await??)
+}
+
+/// Runs a command that must succeed; returns its stdout.
+async fn ok(db: &TestDb, args: &[&str]) -> anyhow::Result<String> {
+    let out = txoutbox(db, args).await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "txoutbox {args:?} failed ({:?}): {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The stderr of a failed command, checked to be exactly one line, with the exit code.
+fn one_line_error(out: &Output) -> (Option<i32>, String) {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    (out.status.code(), err)
+}
+
+fn json_lines(stdout: &str) -> anyhow::Result<Vec<Value>> {
+    Ok(stdout
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?)
+}
+
+fn ids_of(rows: &[Value]) -> Vec<String> {
+    let mut ids: Vec<String> = rows
+        .iter()
+        .map(|r| r["id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn sorted(ids: &[Uuid]) -> Vec<String> {
+    let mut ids: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+    ids.sort();
+    ids
+}
+
+/// `txoutbox list --json ARGS`: the ids listed, sorted.
+async fn listed(db: &TestDb, args: &[&str]) -> anyhow::Result<Vec<String>> {
+    let mut all = vec!["list", "--json"];
+    all.extend_from_slice(args);
+    Ok(ids_of(&json_lines(&ok(db, &all).await?)?))
+}
+
+async fn enqueue(
+    client: &mut Client,
+    destination: &str,
+    key: &str,
+    ordering: Option<&str>,
+) -> anyhow::Result<Uuid> {
+    let mut message = OutboxMessage::new(destination, &serde_json::json!({ "key": key }))?
+        .with_downstream_key(key);
+    if let Some(ordering) = ordering {
+        message = message.with_ordering_key(ordering);
+    }
+    let id = message.id();
+    let tx = client.transaction().await?;
+    txoutbox::enqueue(&tx, &[message]).await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+async fn count(client: &Client, sql: &str) -> anyhow::Result<i64> {
+    Ok(client.query_one(sql, &[]).await?.get(0))
+}
+
+async fn status_of(client: &Client, id: Uuid) -> anyhow::Result<String> {
+    let row = client
+        .query_opt(
+            "SELECT status FROM txoutbox_messages WHERE id = $1 \
+             UNION ALL SELECT 'delivered' FROM txoutbox_delivered WHERE id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)).unwrap_or_else(|| "gone".into()))
+}
+
+async fn wait_until(client: &Client, sql: &str, want: i64) -> anyhow::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        let n = count(client, sql).await?;
+        if n == want {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(20),
+            "{sql} is {n}, not {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Delivers every pending row of `destination` with a real relay.
+async fn deliver(db: &TestDb, client: &Client, destination: &str) -> anyhow::Result<RecordingSink> {
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(db.relay()?.sink(destination, sink.clone()).build()?);
+    wait_until(
+        client,
+        &format!("SELECT count(*) FROM txoutbox_messages WHERE destination = '{destination}'"),
+        0,
+    )
+    .await?;
+    relay.stop().await?;
+    Ok(sink)
+}
+
+/// Dead-letters every pending row of `destination` (`n` of them) with a real relay whose sink
+/// answers a permanent error.
+async fn dead_letter(db: &TestDb, client: &Client, destination: &str, n: usize) -> TestResult {
+    let sink = ScriptedSink::new(
+        (0..n).map(|_| Err(DeliveryError::permanent("422 rejected by the downstream"))),
+    );
+    let relay = RunningRelay::start(db.relay()?.sink(destination, sink).build()?);
+    wait_until(
+        client,
+        &format!(
+            "SELECT count(*) FROM txoutbox_messages \
+             WHERE destination = '{destination}' AND status = 'failed'"
+        ),
+        n as i64,
+    )
+    .await?;
+    relay.stop().await?;
+    Ok(())
+}
+
+/// A downstream that never answers: its rows stay in flight under the relay's lease.
+#[derive(Clone, Default)]
+struct HangingSink {
+    calls: Arc<AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl Sink for HangingSink {
+    async fn deliver(&self, _: &Delivery) -> Result<Receipt, DeliveryError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        std::future::pending().await
+    }
+}
+
+fn relay_config(owner: &str) -> RelayConfig {
+    RelayConfig {
+        owner: owner.to_owned(),
+        poll_interval: Duration::from_millis(50),
+        reclaim_interval: Duration::from_millis(100),
+        shutdown_grace: Duration::from_millis(100),
+        ..RelayConfig::default()
+    }
+}
+
+/// Makes the pending rows of `destination` `unknown` the relay's way: an at-most-once attempt cut
+/// short at shutdown.
+async fn make_unknown(db: &TestDb, client: &Client, destination: &str, n: i64) -> TestResult {
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(relay_config("amo-relay"))
+            .sink(destination, HangingSink::default())
+            .policy(
+                destination,
+                DestinationPolicy {
+                    semantics: Semantics::AtMostOnce,
+                    ..DestinationPolicy::default()
+                },
+            )
+            .build()?,
+    );
+    wait_until(
+        client,
+        "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
+        n,
+    )
+    .await?;
+    relay.stop().await?;
+    wait_until(
+        client,
+        &format!(
+            "SELECT count(*) FROM txoutbox_messages \
+             WHERE destination = '{destination}' AND status = 'unknown'"
+        ),
+        n,
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// list
+
+#[tokio::test]
+async fn list_shows_every_state_in_an_aligned_table() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let failed = enqueue(&mut client, "doomed", "f-1", None).await?;
+    dead_letter(&db, &client, "doomed", 1).await?;
+    let delivered = enqueue(&mut client, "email", "d-1", None).await?;
+    deliver(&db, &client, "email").await?;
+    let pending = enqueue(&mut client, "email", "p-1", None).await?;
+
+    let out = ok(&db, &["list"]).await?;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(lines[0].starts_with("ID"), "{out}");
+    let status_col = lines[0].find("STATUS").expect("a STATUS column");
+    let key_col = lines[0].find("DOWNSTREAM KEY").expect("a key column");
+    for (id, status, key) in [
+        (pending, "pending", "p-1"),
+        (delivered, "delivered", "d-1"),
+        (failed, "failed", "f-1"),
+    ] {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(&id.to_string()))
+            .unwrap_or_else(|| panic!("{id} listed: {out}"));
+        assert_eq!(
+            &line[status_col..status_col + status.len()],
+            status,
+            "{out}"
+        );
+        assert_eq!(&line[key_col..key_col + key.len()], key, "{out}");
+    }
+    assert!(out.contains("422 rejected by the downstream"), "{out}");
+    // Newest first.
+    assert!(lines[1].starts_with(&pending.to_string()), "{out}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_json_is_one_object_per_line() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "email", "j-1", Some("order-1")).await?;
+    enqueue(&mut client, "email", "j-2", None).await?;
+    let rows = json_lines(&ok(&db, &["list", "--json"]).await?)?;
+    assert_eq!(rows.len(), 2);
+    let row = rows
+        .iter()
+        .find(|r| r["id"] == id.to_string())
+        .expect("listed");
+    assert_eq!(row["status"], "pending");
+    assert_eq!(row["destination"], "email");
+    assert_eq!(row["downstream_key"], "j-1");
+    assert_eq!(row["ordering_key"], "order-1");
+    assert_eq!(row["attempts"], 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_status_filter_selects_one_state() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let failed = enqueue(&mut client, "doomed", "f-1", None).await?;
+    dead_letter(&db, &client, "doomed", 1).await?;
+    let delivered = enqueue(&mut client, "email", "d-1", None).await?;
+    deliver(&db, &client, "email").await?;
+    let pending = enqueue(&mut client, "email", "p-1", None).await?;
+    assert_eq!(
+        listed(&db, &["--status", "failed"]).await?,
+        sorted(&[failed])
+    );
+    assert_eq!(
+        listed(&db, &["--status", "delivered"]).await?,
+        sorted(&[delivered])
+    );
+    assert_eq!(
+        listed(&db, &["--status", "pending"]).await?,
+        sorted(&[pending])
+    );
+    assert_eq!(listed(&db, &["--status", "in-flight"]).await?, sorted(&[]));
+    assert_eq!(listed(&db, &["--status", "unknown"]).await?, sorted(&[]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_status_filter_finds_unknown_rows() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let sms = enqueue(&mut client, "sms", "s-1", None).await?;
+    make_unknown(&db, &client, "sms", 1).await?;
+    enqueue(&mut client, "email", "p-1", None).await?;
+    assert_eq!(listed(&db, &["--status", "unknown"]).await?, sorted(&[sms]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_destination_filter_selects_one_destination() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let email = enqueue(&mut client, "email", "e-1", None).await?;
+    enqueue(&mut client, "sms", "s-1", None).await?;
+    assert_eq!(
+        listed(&db, &["--destination", "email"]).await?,
+        sorted(&[email])
+    );
+    assert_eq!(listed(&db, &["--destination", "fax"]).await?, sorted(&[]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_since_and_until_take_durations_ago_and_rfc3339_times() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let old = enqueue(&mut client, "email", "old", None).await?;
+    let new = enqueue(&mut client, "email", "new", None).await?;
+    // Time passing: the old row was enqueued three hours ago.
+    client
+        .execute(
+            "UPDATE txoutbox_messages SET created_at = now() - interval '3 hours' WHERE id = $1",
+            &[&old],
+        )
+        .await?;
+    assert_eq!(listed(&db, &["--since", "2h"]).await?, sorted(&[new]));
+    assert_eq!(listed(&db, &["--until", "2h"]).await?, sorted(&[old]));
+    assert_eq!(listed(&db, &["--since", "4h"]).await?, sorted(&[old, new]));
+    let at = |hours: i64| {
+        (chrono::Utc::now() - chrono::Duration::hours(hours))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    assert_eq!(
+        listed(&db, &["--since", &at(4), "--until", &at(1)]).await?,
+        sorted(&[old])
+    );
+    assert_eq!(listed(&db, &["--since", &at(1)]).await?, sorted(&[new]));
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_key_filter_selects_by_downstream_key() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let wanted = enqueue(&mut client, "email", "receipt-42", None).await?;
+    enqueue(&mut client, "email", "receipt-43", None).await?;
+    assert_eq!(
+        listed(&db, &["--key", "receipt-42"]).await?,
+        sorted(&[wanted])
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_ordering_key_filter_selects_by_ordering_key() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let a = enqueue(&mut client, "email", "o-1", Some("order-7")).await?;
+    let b = enqueue(&mut client, "email", "o-2", Some("order-7")).await?;
+    enqueue(&mut client, "email", "o-3", Some("order-8")).await?;
+    enqueue(&mut client, "email", "o-4", None).await?;
+    assert_eq!(
+        listed(&db, &["--ordering-key", "order-7"]).await?,
+        sorted(&[a, b])
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_shows_50_rows_unless_told_and_newest_first() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let mut ids = Vec::new();
+    for i in 0..60 {
+        ids.push(enqueue(&mut client, "email", &format!("k-{i}"), None).await?);
+    }
+    let rows = json_lines(&ok(&db, &["list", "--json"]).await?)?;
+    assert_eq!(rows.len(), 50);
+    let rows = json_lines(&ok(&db, &["list", "--json", "--limit", "7"]).await?)?;
+    assert_eq!(rows.len(), 7);
+    assert_eq!(rows[0]["id"], ids[59].to_string());
+    assert_eq!(rows[6]["id"], ids[53].to_string());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// show
+
+#[tokio::test]
+async fn show_prints_payload_key_and_the_attempt_history_in_order() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "flaky", "fl-1", None).await?;
+    let sink = ScriptedSink::new([
+        Err(DeliveryError::retryable("timed out")),
+        Err(DeliveryError::permanent("card declined")),
+    ]);
+    let fast = DestinationPolicy {
+        retry: RetryPolicy {
+            base: Duration::from_millis(10),
+            cap: Duration::from_millis(20),
+            max_attempts: 5,
+        },
+        ..DestinationPolicy::default()
+    };
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("flaky", sink)
+            .policy("flaky", fast)
+            .build()?,
+    );
+    wait_until(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
+        1,
+    )
+    .await?;
+    relay.stop().await?;
+
+    let detail: Value =
+        serde_json::from_str(&ok(&db, &["show", &id.to_string(), "--json"]).await?)?;
+    assert_eq!(detail["id"], id.to_string());
+    assert_eq!(detail["status"], "failed");
+    assert_eq!(detail["downstream_key"], "fl-1");
+    assert_eq!(detail["payload"], serde_json::json!({ "key": "fl-1" }));
+    let history = detail["history"].as_array().expect("a history");
+    let outcomes: Vec<&str> = history
+        .iter()
+        .filter_map(|a| a["outcome"].as_str())
+        .collect();
+    assert_eq!(outcomes, ["retry", "failed"]);
+    assert_eq!(history[0]["attempt"], 1);
+    assert_eq!(history[0]["error"], "timed out");
+    assert_eq!(history[1]["attempt"], 2);
+    assert_eq!(history[1]["error"], "card declined");
+
+    let text = ok(&db, &["show", &id.to_string()]).await?;
+    assert!(text.contains("fl-1"), "{text}");
+    assert!(text.contains("\"key\": \"fl-1\""), "payload shown: {text}");
+    let retry = text.find("timed out").expect("first attempt shown");
+    let failed = text.rfind("card declined").expect("second attempt shown");
+    assert!(retry < failed, "in order: {text}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn show_of_an_unknown_id_exits_1_with_one_line() -> TestResult {
+    let db = test_db().await?;
+    let id = Uuid::now_v7();
+    let out = txoutbox(&db, &["show", &id.to_string()]).await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains(&id.to_string()), "{err}");
+    assert!(out.stdout.is_empty());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// replay
+
+#[tokio::test]
+async fn replay_keeps_the_downstream_key_and_a_relay_delivers_it_again() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "stripe", "charge-1", None).await?;
+    dead_letter(&db, &client, "stripe", 1).await?;
+
+    let out = ok(&db, &["replay", &id.to_string()]).await?;
+    assert!(out.starts_with("replayed 1 message\n"), "{out}");
+    let row = client
+        .query_one(
+            "SELECT status, attempts, last_error, lease_owner, next_attempt_at <= now() \
+             FROM txoutbox_messages WHERE id = $1",
+            &[&id],
+        )
+        .await?;
+    assert_eq!(row.get::<_, String>(0), "pending");
+    assert_eq!(row.get::<_, i32>(1), 0);
+    assert_eq!(row.get::<_, Option<String>>(2), None);
+    assert_eq!(row.get::<_, Option<String>>(3), None);
+    assert!(row.get::<_, bool>(4), "due now");
+
+    let sink = deliver(&db, &client, "stripe").await?;
+    let deliveries = sink.deliveries();
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(deliveries[0].id, id);
+    assert_eq!(deliveries[0].downstream_key, "charge-1");
+    assert_eq!(deliveries[0].attempt, 1, "a fresh attempt budget");
+
+    let detail: Value =
+        serde_json::from_str(&ok(&db, &["show", &id.to_string(), "--json"]).await?)?;
+    let history = detail["history"].as_array().expect("a history");
+    let outcomes: Vec<&str> = history
+        .iter()
+        .filter_map(|a| a["outcome"].as_str())
+        .collect();
+    assert_eq!(outcomes, ["failed", "replayed", "delivered"]);
+    assert_eq!(history[1]["relay"], "operator");
+    assert_eq!(history[1]["attempt"], 0);
+    assert_eq!(history[1]["downstream_key"], "charge-1");
+    Ok(())
+}
+
+#[tokio::test]
+async fn replay_with_a_new_key_delivers_with_the_new_key_it_recorded() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "stripe", "charge-1", None).await?;
+    dead_letter(&db, &client, "stripe", 1).await?;
+
+    let out = ok(&db, &["replay", "--new-key", &id.to_string()]).await?;
+    assert!(out.contains("charge-1 -> "), "old -> new shown: {out}");
+    let detail: Value =
+        serde_json::from_str(&ok(&db, &["show", &id.to_string(), "--json"]).await?)?;
+    let replayed = detail["history"]
+        .as_array()
+        .and_then(|h| h.iter().find(|a| a["outcome"] == "replayed"))
+        .expect("the replay is logged")
+        .clone();
+    let new_key = replayed["downstream_key"]
+        .as_str()
+        .expect("a key")
+        .to_owned();
+    assert_ne!(new_key, "charge-1");
+    assert_eq!(replayed["relay"], "operator");
+    let note = replayed["error"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("charge-1") && note.contains(&new_key),
+        "{note}"
+    );
+    assert!(out.contains(&new_key), "{out}");
+
+    let sink = deliver(&db, &client, "stripe").await?;
+    let deliveries = sink.deliveries();
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(deliveries[0].downstream_key, new_key);
+    let stored: String = client
+        .query_one(
+            "SELECT downstream_key FROM txoutbox_delivered WHERE id = $1",
+            &[&id],
+        )
+        .await?
+        .get(0);
+    assert_eq!(stored, new_key);
+    Ok(())
+}
+
+#[tokio::test]
+async fn replay_of_a_delivered_row_needs_include_delivered_and_moves_it_back() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "email", "mail-1", Some("user-1")).await?;
+    deliver(&db, &client, "email").await?;
+
+    let refused = txoutbox(&db, &["replay", &id.to_string()]).await?;
+    let (code, err) = one_line_error(&refused);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("--include-delivered"), "{err}");
+    assert_eq!(status_of(&client, id).await?, "delivered");
+
+    ok(&db, &["replay", "--include-delivered", &id.to_string()]).await?;
+    assert_eq!(status_of(&client, id).await?, "pending");
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
+        0,
+        "moved, not copied"
+    );
+    let sink = deliver(&db, &client, "email").await?;
+    let deliveries = sink.deliveries();
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(deliveries[0].downstream_key, "mail-1");
+    assert_eq!(deliveries[0].ordering_key.as_deref(), Some("user-1"));
+    assert_eq!(status_of(&client, id).await?, "delivered");
+    Ok(())
+}
+
+#[tokio::test]
+async fn replay_of_a_delivered_row_whose_effect_was_enqueued_again_needs_a_new_key() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let first = enqueue(&mut client, "email", "digest-1", None).await?;
+    deliver(&db, &client, "email").await?;
+    // The same effect enqueued again after its delivery: a hot row now carries the key.
+    let again = enqueue(&mut client, "email", "digest-1", None).await?;
+
+    let out = txoutbox(&db, &["replay", "--include-delivered", &first.to_string()]).await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains(&again.to_string()),
+        "names the other row: {err}"
+    );
+    assert_eq!(status_of(&client, first).await?, "delivered");
+
+    ok(
+        &db,
+        &[
+            "replay",
+            "--include-delivered",
+            "--new-key",
+            &first.to_string(),
+        ],
+    )
+    .await?;
+    assert_eq!(status_of(&client, first).await?, "pending");
+    let sink = deliver(&db, &client, "email").await?;
+    let mut keys: Vec<String> = sink
+        .deliveries()
+        .into_iter()
+        .map(|d| d.downstream_key)
+        .collect();
+    keys.sort();
+    assert_eq!(keys.len(), 2);
+    assert!(keys.contains(&"digest-1".to_owned()), "{keys:?}");
+    assert_ne!(keys[0], keys[1]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "email", "busy-1", None).await?;
+    let sink = HangingSink::default();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(relay_config("relay-under-test"))
+            .sink("email", sink.clone())
+            .build()?,
+    );
+    wait_until(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
+        1,
+    )
+    .await?;
+    let token: i64 = client
+        .query_one(
+            "SELECT lease_token FROM txoutbox_messages WHERE id = $1",
+            &[&id],
+        )
+        .await?
+        .get(0);
+    assert_eq!(
+        listed(&db, &["--status", "in-flight"]).await?,
+        sorted(&[id])
+    );
+
+    let out = txoutbox(&db, &["replay", &id.to_string()]).await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("relay-under-test"), "names the relay: {err}");
+    assert!(err.contains("lease"), "{err}");
+    let row = client
+        .query_one(
+            "SELECT status, lease_token, lease_owner FROM txoutbox_messages WHERE id = $1",
+            &[&id],
+        )
+        .await?;
+    assert_eq!(row.get::<_, String>(0), "in_flight");
+    assert_eq!(row.get::<_, i64>(1), token, "the lease is untouched");
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'replayed'"
+        )
+        .await?,
+        0
+    );
+    relay.stop().await?;
+    assert_eq!(sink.calls.load(Ordering::SeqCst), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn replay_dry_run_prints_what_would_be_replayed_and_changes_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "stripe", "charge-1", None).await?;
+    dead_letter(&db, &client, "stripe", 1).await?;
+
+    for args in [
+        vec!["replay", "--dry-run", "--new-key", &id.to_string()],
+        vec!["replay", "--dry-run", "--destination", "stripe"],
+    ] {
+        let out = ok(&db, &args.iter().map(|s| s.as_ref()).collect::<Vec<&str>>()).await?;
+        assert!(out.starts_with("would replay 1 message\n"), "{out}");
+        assert!(out.contains(&id.to_string()), "{out}");
+    }
+    assert_eq!(status_of(&client, id).await?, "failed");
+    let key: String = client
+        .query_one(
+            "SELECT downstream_key FROM txoutbox_messages WHERE id = $1",
+            &[&id],
+        )
+        .await?
+        .get(0);
+    assert_eq!(key, "charge-1");
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'replayed'"
+        )
+        .await?,
+        0
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn replay_by_filter_takes_failed_rows_and_unknown_ones_only_when_asked() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let failed = enqueue(&mut client, "stripe", "charge-1", None).await?;
+    dead_letter(&db, &client, "stripe", 1).await?;
+    let unknown = enqueue(&mut client, "sms", "sms-1", None).await?;
+    make_unknown(&db, &client, "sms", 1).await?;
+    let pending = enqueue(&mut client, "email", "mail-1", None).await?;
+
+    let out = ok(&db, &["replay"]).await?;
+    assert!(out.starts_with("replayed 1 message\n"), "{out}");
+    assert_eq!(status_of(&client, failed).await?, "pending");
+    assert_eq!(
+        status_of(&client, unknown).await?,
+        "unknown",
+        "not asked for"
+    );
+
+    let out = ok(&db, &["replay", "--status", "unknown"]).await?;
+    assert!(out.starts_with("replayed 1 message\n"), "{out}");
+    assert!(out.contains(&unknown.to_string()), "{out}");
+    assert_eq!(status_of(&client, unknown).await?, "pending");
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'replayed'"
+        )
+        .await?,
+        2,
+        "the untouched pending row {pending} is not replayed"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn replay_by_filter_takes_only_the_matching_failed_rows() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let old = enqueue(&mut client, "stripe", "charge-old", None).await?;
+    let new = enqueue(&mut client, "stripe", "charge-new", None).await?;
+    let other = enqueue(&mut client, "webhook", "hook-1", None).await?;
+    dead_letter(&db, &client, "stripe", 2).await?;
+    dead_letter(&db, &client, "webhook", 1).await?;
+    client
+        .execute(
+            "UPDATE txoutbox_messages SET created_at = now() - interval '2 days' WHERE id = $1",
+            &[&old],
+        )
+        .await?;
+    ok(&db, &["replay", "--destination", "stripe", "--since", "1d"]).await?;
+    assert_eq!(status_of(&client, new).await?, "pending");
+    assert_eq!(status_of(&client, old).await?, "failed");
+    assert_eq!(status_of(&client, other).await?, "failed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn replay_of_more_than_ten_rows_needs_yes() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    for i in 0..12 {
+        enqueue(&mut client, "doomed", &format!("d-{i}"), None).await?;
+    }
+    dead_letter(&db, &client, "doomed", 12).await?;
+
+    let out = txoutbox(&db, &["replay", "--destination", "doomed"]).await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("12") && err.contains("--yes"), "{err}");
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'"
+        )
+        .await?,
+        12,
+        "nothing replayed without confirmation"
+    );
+
+    let out = ok(&db, &["replay", "--destination", "doomed", "--yes"]).await?;
+    assert!(out.starts_with("replayed 12 messages\n"), "{out}");
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_messages WHERE status = 'pending'"
+        )
+        .await?,
+        12
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn replay_of_an_unknown_id_exits_1_and_changes_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "stripe", "charge-1", None).await?;
+    dead_letter(&db, &client, "stripe", 1).await?;
+    let missing = Uuid::now_v7();
+    let out = txoutbox(&db, &["replay", &id.to_string(), &missing.to_string()]).await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains(&missing.to_string()), "{err}");
+    assert_eq!(status_of(&client, id).await?, "failed", "all or nothing");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// purge
+
+/// Stores a completed idempotency key in `scope` with the given window.
+async fn store_key(client: &mut Client, scope: &str, key: &str, window: Duration) -> TestResult {
+    let scope = txoutbox::Scope::new(scope)?.with_window(window);
+    let key = txoutbox::IdempotencyKey::parse(key)?;
+    let fingerprint = txoutbox::Fingerprint::new("POST", "/charge", b"{}");
+    let tx = client.transaction().await?;
+    match txoutbox::begin(&tx, &scope, &key, &fingerprint).await? {
+        txoutbox::Begin::New(claim) => {
+            let response = txoutbox::StoredResponse {
+                status: 201,
+                headers: vec![],
+                body: b"{}".to_vec(),
+            };
+            claim.complete(&tx, &response).await?;
+        }
+        other => anyhow::bail!("the key is new, not {other:?}"),
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let old = enqueue(&mut client, "email", "old", None).await?;
+    let recent = enqueue(&mut client, "email", "recent", None).await?;
+    deliver(&db, &client, "email").await?;
+    let failed = enqueue(&mut client, "doomed", "doomed-1", None).await?;
+    dead_letter(&db, &client, "doomed", 1).await?;
+    // Time passing: the old row was delivered eight days ago.
+    client
+        .execute(
+            "UPDATE txoutbox_delivered SET delivered_at = now() - interval '8 days' WHERE id = $1",
+            &[&old],
+        )
+        .await?;
+    store_key(
+        &mut client,
+        "charges",
+        "expired-key",
+        Duration::from_millis(1),
+    )
+    .await?;
+    store_key(
+        &mut client,
+        "charges",
+        "live-key",
+        Duration::from_secs(3600),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let out = txoutbox(&db, &["purge"]).await?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout)?;
+    assert!(stdout.starts_with("deleted 1 delivered rows"), "{stdout}");
+    assert!(stdout.contains("1 expired idempotency keys"), "{stdout}");
+    assert!(out.stderr.is_empty(), "no progress bar into a pipe");
+
+    assert_eq!(status_of(&client, old).await?, "gone");
+    assert_eq!(status_of(&client, recent).await?, "delivered");
+    assert_eq!(status_of(&client, failed).await?, "failed", "hot rows stay");
+    let attempts = |id: Uuid| {
+        let client = &client;
+        async move {
+            Ok::<i64, anyhow::Error>(
+                client
+                    .query_one(
+                        "SELECT count(*) FROM txoutbox_attempts WHERE message_id = $1",
+                        &[&id],
+                    )
+                    .await?
+                    .get(0),
+            )
+        }
+    };
+    assert_eq!(attempts(old).await?, 0, "its attempt log goes with it");
+    assert_eq!(attempts(recent).await?, 1);
+    assert_eq!(attempts(failed).await?, 1);
+    let keys: Vec<String> = client
+        .query("SELECT key FROM txoutbox_idempotency_keys", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(keys, ["live-key"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn purge_retention_and_skip_keys_are_honoured() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "email", "two-days", None).await?;
+    deliver(&db, &client, "email").await?;
+    client
+        .execute(
+            "UPDATE txoutbox_delivered SET delivered_at = now() - interval '2 days'",
+            &[],
+        )
+        .await?;
+    store_key(
+        &mut client,
+        "charges",
+        "expired-key",
+        Duration::from_millis(1),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    ok(&db, &["purge"]).await?;
+    assert_eq!(
+        status_of(&client, id).await?,
+        "delivered",
+        "younger than 7 days"
+    );
+    ok(
+        &db,
+        &["purge", "--retention", "1d", "--skip-keys", "--batch", "1"],
+    )
+    .await?;
+    assert_eq!(status_of(&client, id).await?, "gone");
+    Ok(())
+}
+
+#[tokio::test]
+async fn purge_dry_run_counts_and_deletes_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "email", "old", None).await?;
+    deliver(&db, &client, "email").await?;
+    client
+        .execute(
+            "UPDATE txoutbox_delivered SET delivered_at = now() - interval '8 days'",
+            &[],
+        )
+        .await?;
+    store_key(
+        &mut client,
+        "charges",
+        "expired-key",
+        Duration::from_millis(1),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let out = ok(&db, &["purge", "--dry-run"]).await?;
+    assert!(out.starts_with("would delete 1 delivered rows"), "{out}");
+    assert!(out.contains("1 attempt-log rows"), "{out}");
+    assert!(out.contains("1 expired idempotency keys"), "{out}");
+    assert_eq!(status_of(&client, id).await?, "delivered");
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_idempotency_keys").await?,
+        1
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// stats
+
+#[tokio::test]
+async fn stats_counts_by_status_and_destination_with_the_failure_rate() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, "doomed", "f-1", None).await?;
+    dead_letter(&db, &client, "doomed", 1).await?;
+    enqueue(&mut client, "email", "d-1", None).await?;
+    enqueue(&mut client, "email", "d-2", None).await?;
+    deliver(&db, &client, "email").await?;
+    let pending = enqueue(&mut client, "email", "p-1", None).await?;
+    client
+        .execute(
+            "UPDATE txoutbox_messages SET created_at = now() - interval '90 seconds' WHERE id = $1",
+            &[&pending],
+        )
+        .await?;
+
+    let stats: Value = serde_json::from_str(&ok(&db, &["stats", "--json"]).await?)?;
+    let destinations = stats["destinations"].as_array().expect("destinations");
+    let of = |name: &str| {
+        destinations
+            .iter()
+            .find(|d| d["destination"] == name)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    assert_eq!(of("email")["pending"], 1);
+    assert_eq!(of("email")["delivered"], 2);
+    assert_eq!(of("email")["failed"], 0);
+    assert_eq!(of("doomed")["failed"], 1);
+    assert_eq!(stats["total"]["pending"], 1);
+    assert_eq!(stats["total"]["delivered"], 2);
+    assert_eq!(stats["total"]["failed"], 1);
+    let age = stats["oldest_pending_age"].as_f64().expect("an age");
+    assert!((90.0..600.0).contains(&age), "{age}");
+    assert_eq!(stats["last_hour"]["attempts"], 3);
+    assert_eq!(stats["last_hour"]["failures"], 1);
+    let rate = stats["last_hour"]["rate"].as_f64().expect("a rate");
+    assert!((rate - 1.0 / 3.0).abs() < 1e-9, "{rate}");
+    assert_eq!(of("doomed")["last_hour"]["rate"], 1.0);
+
+    let table = ok(&db, &["stats"]).await?;
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("DESTINATION"), "{table}");
+    assert!(lines.iter().any(|l| l.starts_with("TOTAL")), "{table}");
+    assert!(table.contains("33.3% (1/3)"), "{table}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// arguments and errors
+
+#[test]
+fn bad_arguments_exit_2() {
+    for args in [
+        &["list", "--status", "dead"][..],
+        &["list", "--since", "yesterday"],
+        &["list", "--until", "2026-13-45"],
+        &["list", "--limit", "many"],
+        &["show", "not-a-uuid"],
+        &["replay", "--status", "pending"],
+        &["replay", "--status", "delivered"],
+        &[
+            "replay",
+            "0190f5b2-7c4e-7a1d-9b3e-2f1a0c9d8e7f",
+            "--destination",
+            "x",
+        ],
+        &["purge", "--retention", "forever"],
+        &["purge", "--batch", "0"],
+        &["purge", "--skip-keys", "--key-window-expired-only"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_txoutbox"))
+            .args(args)
+            .env("DATABASE_URL", "host=127.0.0.1 port=1 dbname=none")
+            .output()
+            .expect("runs");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn every_operator_command_has_help_with_examples() {
+    for command in ["list", "show", "replay", "purge", "stats"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_txoutbox"))
+            .args([command, "--help"])
+            .output()
+            .expect("runs");
+        assert!(out.status.success());
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.contains("Examples:"), "{command}: {help}");
+        assert!(
+            help.contains(&format!("txoutbox {command}")),
+            "{command}: {help}"
+        );
+    }
+}
+
+#[test]
+fn an_unreachable_database_is_one_line_and_exit_1() {
+    let out = Command::new(env!("CARGO_BIN_EXE_txoutbox"))
+        .args(["list"])
+        .env(
+            "DATABASE_URL",
+            "postgres://nobody@127.0.0.1:1/none?connect_timeout=2",
+        )
+        .output()
+        .expect("runs");
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot connect to the database"), "{err}");
+}

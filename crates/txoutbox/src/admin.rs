@@ -1,0 +1,1211 @@
+//! The operator's tools: list, show, replay, purge and stats. The `txoutbox` command is a thin
+//! shell over these functions, so a service (an admin endpoint, a scheduled purge) runs the same
+//! code.
+//!
+//! States are the relay's: `pending`, `in_flight`, `failed` and `unknown` rows live in
+//! `txoutbox_messages`; `delivered` rows were moved to `txoutbox_delivered` by the relay.
+//!
+//! # Replay rules
+//!
+//! - **By ids**, each id must name a `failed` or `unknown` row, or a `delivered` one when
+//!   [`ReplayOptions::include_delivered`] is set. Naming an `unknown` row (an at-most-once attempt
+//!   whose outcome was lost) is the operator's explicit decision that it did not happen. Anything
+//!   else refuses the whole replay, and nothing changes: an unknown id ([`AdminError::NotFound`]),
+//!   a row a relay holds under a live lease ([`AdminError::Leased`]), a `pending` row or an
+//!   `in_flight` one whose lease ran out ([`AdminError::NotReplayable`]).
+//! - **By filter**, the statuses replayed are the filter's status when it is `failed` or
+//!   `unknown` (`unknown` rows are replayed only when asked for by name), else `failed`;
+//!   `include_delivered` adds `delivered` rows. Rows that change state while the replay runs are
+//!   skipped and reported.
+//! - A replayed row is `pending`, due now, with 0 attempts, no lease and no last error, and keeps
+//!   its downstream key, unless [`ReplayOptions::new_key`] asks for [`replay_downstream_key`]. A
+//!   delivered row moves back to `txoutbox_messages`. Every replayed row gets an attempt-log row
+//!   (attempt 0, relay `operator`, outcome `replayed`, the key it carries, and a note naming the old
+//!   key when it changed).
+//! - Rows are locked (`FOR UPDATE`) and checked in the transaction that changes them, so a relay
+//!   cannot claim or complete one halfway: its claim skips locked rows, its completion waits.
+
+mod sql;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, GenericClient, Row, Transaction};
+use uuid::Uuid;
+
+use crate::outbox::lock_ordering_keys;
+use crate::{Error, DOWNSTREAM_KEY_NAMESPACE};
+
+/// How long delivered rows are kept by default: 7 days.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// How many rows a replay by filter changes per transaction by default.
+pub const DEFAULT_REPLAY_BATCH: usize = 500;
+
+/// The window of [`OutboxStats`]'s failure rate: the last hour.
+pub const FAILURE_RATE_WINDOW: Duration = Duration::from_secs(60 * 60);
+
+/// Where a message is in its life. The names are the `status` column's values; `delivered` rows
+/// are those the relay moved to `txoutbox_delivered`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageStatus {
+    /// Waiting for delivery (due at `next_attempt_at`).
+    Pending,
+    /// Leased by a relay that is delivering it.
+    InFlight,
+    /// Dead-lettered: a permanent failure or too many attempts. Waits for an operator.
+    Failed,
+    /// An at-most-once attempt whose outcome was lost: it may or may not have happened.
+    Unknown,
+    /// Delivered (kept in `txoutbox_delivered` until the retention passes).
+    Delivered,
+}
+
+impl MessageStatus {
+    /// Every status, in the order of a message's life.
+    pub const ALL: [MessageStatus; 5] = [
+        MessageStatus::Pending,
+        MessageStatus::InFlight,
+        MessageStatus::Failed,
+        MessageStatus::Unknown,
+        MessageStatus::Delivered,
+    ];
+
+    /// The column value (`in_flight`, not `in-flight`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageStatus::Pending => "pending",
+            MessageStatus::InFlight => "in_flight",
+            MessageStatus::Failed => "failed",
+            MessageStatus::Unknown => "unknown",
+            MessageStatus::Delivered => "delivered",
+        }
+    }
+}
+
+impl fmt::Display for MessageStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for MessageStatus {
+    type Err = AdminError;
+
+    /// Parses a column value; `in-flight` is accepted for `in_flight`.
+    fn from_str(s: &str) -> Result<Self, AdminError> {
+        match s {
+            "pending" => Ok(MessageStatus::Pending),
+            "in_flight" | "in-flight" => Ok(MessageStatus::InFlight),
+            "failed" => Ok(MessageStatus::Failed),
+            "unknown" => Ok(MessageStatus::Unknown),
+            "delivered" => Ok(MessageStatus::Delivered),
+            other => Err(AdminError::Invalid(format!(
+                "{other:?} is not a status (pending, in_flight, failed, unknown, delivered)"
+            ))),
+        }
+    }
+}
+
+/// One end of a time range, compared with a message's enqueue time (`created_at`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeBound {
+    /// A point in time.
+    At(DateTime<Utc>),
+    /// This long before now, by the database's clock (the one that wrote `created_at`).
+    Ago(Duration),
+}
+
+/// Which messages to list or replay. Every field narrows the selection; the default selects all.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MessageFilter {
+    /// Only messages in this state.
+    pub status: Option<MessageStatus>,
+    /// Only messages to this destination (the sink's name).
+    pub destination: Option<String>,
+    /// Only messages enqueued at or after this.
+    pub since: Option<TimeBound>,
+    /// Only messages enqueued before this.
+    pub until: Option<TimeBound>,
+    /// Only the message(s) carrying this downstream key.
+    pub downstream_key: Option<String>,
+    /// Only messages of this ordering key.
+    pub ordering_key: Option<String>,
+    /// At most this many messages (`None`: all).
+    pub limit: Option<u64>,
+}
+
+/// A message as [`list_messages`] shows it (no payload: see [`show_message`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessageSummary {
+    /// The message id (UUIDv7).
+    pub id: Uuid,
+    /// Insertion order (commit order within an ordering key).
+    pub seq: i64,
+    /// The destination (the sink's name).
+    pub destination: String,
+    /// Where it is in its life.
+    pub status: MessageStatus,
+    /// The key forwarded downstream on every attempt.
+    pub downstream_key: String,
+    /// Its ordering key, if it has one.
+    pub ordering_key: Option<String>,
+    /// Attempts made since enqueue (or since the last replay).
+    pub attempts: i32,
+    /// When it was enqueued.
+    pub created_at: DateTime<Utc>,
+    /// When it is next due (hot rows only).
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// When it was delivered (delivered rows only).
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// The last failure's text (hot rows only).
+    pub last_error: Option<String>,
+    /// The relay holding (or that last held) its lease.
+    pub lease_owner: Option<String>,
+    /// When that lease ends.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+}
+
+/// Everything about one message: [`show_message`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessageDetail {
+    /// The message's columns.
+    #[serde(flatten)]
+    pub message: MessageSummary,
+    /// The payload, as enqueued.
+    pub payload: serde_json::Value,
+    /// The headers forwarded to the sink.
+    pub headers: BTreeMap<String, String>,
+    /// The downstream's receipt (delivered rows only).
+    pub receipt: Option<String>,
+    /// Every attempt and operator action, in the order they happened.
+    pub history: Vec<AttemptRecord>,
+}
+
+/// One row of the attempt log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttemptRecord {
+    /// The row's attempt counter at this attempt (0 for an operator action).
+    pub attempt: i32,
+    /// The downstream key the attempt carried (after a replay: the key from then on).
+    pub downstream_key: String,
+    /// The relay that made the attempt, or `operator`.
+    pub relay: String,
+    /// The fencing token of the claim the attempt ran under.
+    pub lease_token: Option<i64>,
+    /// `delivered`, `retry`, `failed`, `expired`, `unknown`, `lease_lost`, `released` or
+    /// `replayed`.
+    pub outcome: String,
+    /// The error text (for a replay: what the operator changed).
+    pub error: Option<String>,
+    /// The downstream's receipt of a delivered attempt.
+    pub receipt: Option<String>,
+    /// When the attempt started.
+    pub started_at: DateTime<Utc>,
+    /// When its outcome was recorded.
+    pub finished_at: DateTime<Utc>,
+}
+
+/// What a replay acts on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplaySelection {
+    /// These messages, all or none (see the module's replay rules).
+    Ids(Vec<Uuid>),
+    /// The replayable messages this filter selects.
+    Filter(MessageFilter),
+}
+
+/// How to replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// Replay delivered rows too (the effect is sent again).
+    pub include_delivered: bool,
+    /// Give each row a fresh downstream key ([`replay_downstream_key`]): for a downstream that
+    /// remembers the old key's answer (a cached permanent error).
+    pub new_key: bool,
+    /// Change nothing; report what would be replayed.
+    pub dry_run: bool,
+    /// Refuse with [`AdminError::TooMany`], changing nothing, when more rows than this are
+    /// selected (`None`: no bound). The command uses it for "confirm with --yes".
+    pub max_rows: Option<u64>,
+    /// Rows per transaction of a replay by filter (default 500).
+    pub batch_size: usize,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        Self {
+            include_delivered: false,
+            new_key: false,
+            dry_run: false,
+            max_rows: None,
+            batch_size: DEFAULT_REPLAY_BATCH,
+        }
+    }
+}
+
+/// A message put back to pending (or that would be, in a dry run).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplayedMessage {
+    /// The message id.
+    pub id: Uuid,
+    /// Its destination.
+    pub destination: String,
+    /// Its status before the replay.
+    pub from: MessageStatus,
+    /// The downstream key it is delivered with from now on.
+    pub downstream_key: String,
+    /// The key it carried before, when the replay gave it a new one.
+    pub replaced_key: Option<String>,
+}
+
+/// A message a replay by filter selected but left alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SkippedMessage {
+    /// The message id.
+    pub id: Uuid,
+    /// Why (it changed state since it was selected, or its key is taken).
+    pub reason: String,
+}
+
+/// What a replay did (or, in a dry run, would do).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct ReplayReport {
+    /// True when nothing was changed.
+    pub dry_run: bool,
+    /// The rows replayed, in selection order.
+    pub replayed: Vec<ReplayedMessage>,
+    /// The rows left alone, with the reason.
+    pub skipped: Vec<SkippedMessage>,
+}
+
+/// How to purge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeOptions {
+    /// Delivered rows older than this are deleted (default 7 days).
+    pub retention: Duration,
+    /// Rows per batch, each batch its own transaction (default 1000).
+    pub batch: i64,
+    /// Also delete idempotency keys whose own window has passed (default true). Keys are never
+    /// deleted by `retention`: their window is the retry contract published to clients.
+    pub expired_keys: bool,
+    /// Change nothing; count what would be deleted.
+    pub dry_run: bool,
+}
+
+impl Default for PurgeOptions {
+    fn default() -> Self {
+        Self {
+            retention: DEFAULT_RETENTION,
+            batch: crate::DEFAULT_PRUNE_BATCH,
+            expired_keys: true,
+            dry_run: false,
+        }
+    }
+}
+
+/// What a purge deleted (or, in a dry run, would delete).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PurgeReport {
+    /// True when nothing was changed.
+    pub dry_run: bool,
+    /// Rows delivered before this were purged.
+    pub cutoff: DateTime<Utc>,
+    /// Delivered rows deleted.
+    pub delivered: u64,
+    /// Attempt-log rows deleted (of the purged rows, and older orphans).
+    pub attempts: u64,
+    /// Expired idempotency keys deleted.
+    pub expired_keys: u64,
+}
+
+/// Rows in each state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct StatusCounts {
+    /// Waiting for delivery.
+    pub pending: u64,
+    /// Being delivered.
+    pub in_flight: u64,
+    /// Dead-lettered.
+    pub failed: u64,
+    /// Outcome lost (at-most-once).
+    pub unknown: u64,
+    /// Delivered and not yet purged.
+    pub delivered: u64,
+}
+
+impl StatusCounts {
+    fn add(&mut self, status: MessageStatus, n: u64) {
+        match status {
+            MessageStatus::Pending => self.pending += n,
+            MessageStatus::InFlight => self.in_flight += n,
+            MessageStatus::Failed => self.failed += n,
+            MessageStatus::Unknown => self.unknown += n,
+            MessageStatus::Delivered => self.delivered += n,
+        }
+    }
+
+    /// The count of one state.
+    pub fn get(&self, status: MessageStatus) -> u64 {
+        match status {
+            MessageStatus::Pending => self.pending,
+            MessageStatus::InFlight => self.in_flight,
+            MessageStatus::Failed => self.failed,
+            MessageStatus::Unknown => self.unknown,
+            MessageStatus::Delivered => self.delivered,
+        }
+    }
+}
+
+/// Relay attempts over [`FAILURE_RATE_WINDOW`] and how many of them failed (`retry`, `failed`,
+/// `expired`, `unknown`; a `delivered` attempt succeeded).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct FailureRate {
+    /// Attempts with an outcome.
+    pub attempts: u64,
+    /// Of which failed.
+    pub failures: u64,
+    /// failures / attempts (`None` without attempts).
+    pub rate: Option<f64>,
+}
+
+impl FailureRate {
+    fn new(attempts: u64, failures: u64) -> Self {
+        Self {
+            attempts,
+            failures,
+            rate: (attempts > 0).then(|| failures as f64 / attempts as f64),
+        }
+    }
+}
+
+/// One destination's numbers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DestinationStats {
+    /// The destination.
+    pub destination: String,
+    /// Its rows by state.
+    #[serde(flatten)]
+    pub counts: StatusCounts,
+    /// How long ago its oldest pending row was enqueued.
+    #[serde(serialize_with = "secs")]
+    pub oldest_pending_age: Option<Duration>,
+    /// Its attempts' failure rate over the last hour.
+    pub last_hour: FailureRate,
+}
+
+/// The outbox at a glance: [`stats`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutboxStats {
+    /// By destination, in name order.
+    pub destinations: Vec<DestinationStats>,
+    /// All destinations together.
+    pub total: StatusCounts,
+    /// How long ago the oldest pending row was enqueued.
+    #[serde(serialize_with = "secs")]
+    pub oldest_pending_age: Option<Duration>,
+    /// The failure rate of all attempts over the last hour.
+    pub last_hour: FailureRate,
+}
+
+/// Why an operator's action was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// No message has this id (in the hot table or the delivered history).
+    #[error("no outbox message has id {0}")]
+    NotFound(Uuid),
+    /// A relay is delivering the message right now; replaying it would race the attempt.
+    #[error(
+        "message {id} is being delivered by relay {owner} (its lease runs until {}); \
+         wait for the attempt to finish",
+        .expires_at.to_rfc3339_opts(SecondsFormat::Secs, true)
+    )]
+    Leased {
+        /// The message.
+        id: Uuid,
+        /// The relay holding the lease.
+        owner: String,
+        /// When the lease ends.
+        expires_at: DateTime<Utc>,
+    },
+    /// The message is in a state that a replay does not change (the reason says what to do).
+    #[error("message {id} is {status}: {reason}")]
+    NotReplayable {
+        /// The message.
+        id: Uuid,
+        /// Its state.
+        status: MessageStatus,
+        /// Why it is not replayed.
+        reason: String,
+    },
+    /// A delivered message cannot go back with its key: the same effect was enqueued again and
+    /// waits in the hot table under that key. Replay with a new key, or let the other row go.
+    #[error(
+        "message {id} cannot be replayed with its downstream key {downstream_key}: message \
+         {other} to the same destination carries it already (replay with a new key instead)"
+    )]
+    KeyConflict {
+        /// The delivered message.
+        id: Uuid,
+        /// The hot message carrying the key.
+        other: Uuid,
+        /// The key.
+        downstream_key: String,
+    },
+    /// More rows were selected than the caller allowed; nothing was changed.
+    #[error("{count} messages are selected, more than the {max} allowed without confirmation")]
+    TooMany {
+        /// Rows selected.
+        count: u64,
+        /// The bound given.
+        max: u64,
+    },
+    /// The selection or the options contradict each other.
+    #[error("invalid selection: {0}")]
+    Invalid(String),
+    /// Postgres could not be reached or answered with an error.
+    #[error(transparent)]
+    Store(#[from] Error),
+}
+
+impl AdminError {
+    /// True when the store could not be reached: nothing was decided, try again later.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, AdminError::Store(e) if e.is_unavailable())
+    }
+}
+
+impl From<tokio_postgres::Error> for AdminError {
+    fn from(err: tokio_postgres::Error) -> Self {
+        AdminError::Store(err.into())
+    }
+}
+
+/// The key a replay with a new key gives a message now carrying `current`:
+/// `UUIDv5(DOWNSTREAM_KEY_NAMESPACE, "replay\n{id}\n{current}")`, hyphenated lower case.
+///
+/// Deterministic (a dry run shows the key the replay will use) and unique: it depends on the key
+/// being replaced, so each replay with a new key gives the message a key it never had.
+pub fn replay_downstream_key(id: Uuid, current: &str) -> String {
+    Uuid::new_v5(
+        &DOWNSTREAM_KEY_NAMESPACE,
+        format!("replay\n{id}\n{current}").as_bytes(),
+    )
+    .to_string()
+}
+
+/// Lists the messages `filter` selects, hot and delivered alike, newest first.
+pub async fn list_messages(
+    client: &impl GenericClient,
+    filter: &MessageFilter,
+) -> Result<Vec<MessageSummary>, AdminError> {
+    let status = filter.status.map(MessageStatus::as_str);
+    let p = FilterParams::new(filter)?;
+    let rows = client
+        .query_typed(
+            sql::LIST,
+            &[
+                (&status, Type::TEXT),
+                (&p.destination, Type::TEXT),
+                (&p.since_at, Type::TIMESTAMPTZ),
+                (&p.since_ago, Type::FLOAT8),
+                (&p.until_at, Type::TIMESTAMPTZ),
+                (&p.until_ago, Type::FLOAT8),
+                (&p.downstream_key, Type::TEXT),
+                (&p.ordering_key, Type::TEXT),
+                (&p.limit, Type::INT8),
+            ],
+        )
+        .await?;
+    rows.iter().map(summary_from_row).collect()
+}
+
+/// One message with its payload, headers, receipt and full attempt history.
+pub async fn show_message(
+    client: &impl GenericClient,
+    id: Uuid,
+) -> Result<MessageDetail, AdminError> {
+    let row = client
+        .query_typed_opt(sql::SHOW, &[(&id, Type::UUID)])
+        .await?
+        .ok_or(AdminError::NotFound(id))?;
+    let headers: serde_json::Value = row.try_get(14)?;
+    let history = client
+        .query_typed(sql::HISTORY, &[(&id, Type::UUID)])
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(AttemptRecord {
+                attempt: r.try_get(0)?,
+                downstream_key: r.try_get(1)?,
+                relay: r.try_get(2)?,
+                lease_token: r.try_get(3)?,
+                outcome: r.try_get(4)?,
+                error: r.try_get(5)?,
+                receipt: r.try_get(6)?,
+                started_at: r.try_get(7)?,
+                finished_at: r.try_get(8)?,
+            })
+        })
+        .collect::<Result<Vec<_>, AdminError>>()?;
+    Ok(MessageDetail {
+        message: summary_from_row(&row)?,
+        payload: row.try_get(13)?,
+        headers: serde_json::from_value(headers).unwrap_or_default(),
+        receipt: row.try_get(15)?,
+        history,
+    })
+}
+
+/// Replays messages (see the module's replay rules). `client` runs the replay's own
+/// transactions.
+pub async fn replay(
+    client: &mut Client,
+    selection: &ReplaySelection,
+    options: &ReplayOptions,
+) -> Result<ReplayReport, AdminError> {
+    replay_with_progress(client, selection, options, |_, _| {}).await
+}
+
+/// [`replay`], calling `progress(done, total)` after each batch.
+pub async fn replay_with_progress(
+    client: &mut Client,
+    selection: &ReplaySelection,
+    options: &ReplayOptions,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<ReplayReport, AdminError> {
+    let mut report = ReplayReport {
+        dry_run: options.dry_run,
+        ..ReplayReport::default()
+    };
+    match selection {
+        ReplaySelection::Ids(ids) => {
+            let mut seen = HashSet::new();
+            let ids: Vec<Uuid> = ids.iter().copied().filter(|id| seen.insert(*id)).collect();
+            check_bound(ids.len() as u64, options)?;
+            let mut allowed = vec![MessageStatus::Failed, MessageStatus::Unknown];
+            if options.include_delivered {
+                allowed.push(MessageStatus::Delivered);
+            }
+            let tx = client.transaction().await?;
+            let batch = replay_batch(&tx, &ids, &allowed, true, options).await?;
+            finish(tx, &batch, options).await?;
+            report.replayed = batch.replayed;
+            progress(ids.len() as u64, ids.len() as u64);
+        }
+        ReplaySelection::Filter(filter) => {
+            let allowed = replayed_statuses(filter, options)?;
+            let names: Vec<&str> = allowed.iter().map(|s| s.as_str()).collect();
+            let p = FilterParams::new(filter)?;
+            let ids: Vec<Uuid> = client
+                .query_typed(
+                    sql::REPLAY_SELECT,
+                    &[
+                        (&names, Type::TEXT_ARRAY),
+                        (&p.destination, Type::TEXT),
+                        (&p.since_at, Type::TIMESTAMPTZ),
+                        (&p.since_ago, Type::FLOAT8),
+                        (&p.until_at, Type::TIMESTAMPTZ),
+                        (&p.until_ago, Type::FLOAT8),
+                        (&p.downstream_key, Type::TEXT),
+                        (&p.ordering_key, Type::TEXT),
+                        (&p.limit, Type::INT8),
+                    ],
+                )
+                .await?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
+            let total = ids.len() as u64;
+            check_bound(total, options)?;
+            let mut done = 0;
+            for chunk in ids.chunks(options.batch_size.max(1)) {
+                let tx = client.transaction().await?;
+                let batch = replay_batch(&tx, chunk, &allowed, false, options).await?;
+                finish(tx, &batch, options).await?;
+                report.replayed.extend(batch.replayed);
+                report.skipped.extend(batch.skipped);
+                done += chunk.len() as u64;
+                progress(done, total);
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Deletes delivered rows older than the retention with their attempt-log rows, attempt-log rows
+/// of messages already gone, and (by default) expired idempotency keys, in bounded batches that
+/// each commit on their own, so no long lock is held and relays are never waited for.
+pub async fn purge(client: &Client, options: &PurgeOptions) -> Result<PurgeReport, AdminError> {
+    purge_with_progress(client, options, |_, _| {}).await
+}
+
+/// [`purge`], calling `progress(done, total)` (in rows) after each batch.
+pub async fn purge_with_progress(
+    client: &Client,
+    options: &PurgeOptions,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<PurgeReport, AdminError> {
+    let retention = options.retention.as_secs_f64();
+    let cutoff: DateTime<Utc> = client
+        .query_typed_one(sql::PURGE_CUTOFF, &[(&retention, Type::FLOAT8)])
+        .await?
+        .try_get(0)?;
+    let counts = client
+        .query_typed_one(sql::PURGE_COUNTS, &[(&cutoff, Type::TIMESTAMPTZ)])
+        .await?;
+    let count = |i: usize| -> Result<u64, AdminError> { Ok(counts.try_get::<_, i64>(i)? as u64) };
+    let (delivered, attempts, orphans, keys) = (count(0)?, count(1)?, count(2)?, count(3)?);
+    let mut report = PurgeReport {
+        dry_run: options.dry_run,
+        cutoff,
+        delivered,
+        attempts: attempts + orphans,
+        expired_keys: if options.expired_keys { keys } else { 0 },
+    };
+    if options.dry_run {
+        return Ok(report);
+    }
+    let batch = options.batch.max(1);
+    let total = delivered + orphans;
+    let (mut done, mut deleted, mut logs) = (0, 0, 0);
+    loop {
+        let row = client
+            .query_typed_one(
+                sql::PURGE_DELIVERED_BATCH,
+                &[(&cutoff, Type::TIMESTAMPTZ), (&batch, Type::INT8)],
+            )
+            .await?;
+        let (rows, attempts): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+        deleted += rows as u64;
+        logs += attempts as u64;
+        done += rows as u64;
+        progress(done.min(total), total);
+        if rows < batch {
+            break;
+        }
+    }
+    loop {
+        let rows = client
+            .query_typed(
+                sql::PURGE_ORPHAN_ATTEMPTS_BATCH,
+                &[(&cutoff, Type::TIMESTAMPTZ), (&batch, Type::INT8)],
+            )
+            .await?
+            .len() as i64;
+        logs += rows as u64;
+        done += rows as u64;
+        progress(done.min(total), total);
+        if rows < batch {
+            break;
+        }
+    }
+    report.delivered = deleted;
+    report.attempts = logs;
+    report.expired_keys = if options.expired_keys {
+        crate::prune_expired_keys(client, batch).await?
+    } else {
+        0
+    };
+    Ok(report)
+}
+
+/// Counts by destination and state, the oldest pending row's age, and the failure rate of the
+/// last hour's attempts.
+pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminError> {
+    let mut by_destination: BTreeMap<String, DestinationStats> = BTreeMap::new();
+    for row in client.query_typed(sql::STATS_COUNTS, &[]).await? {
+        let status: MessageStatus = row.try_get::<_, String>(1)?.parse()?;
+        let n: i64 = row.try_get(2)?;
+        let age: Option<f64> = row.try_get(3)?;
+        let stats = destination_entry(&mut by_destination, row.try_get(0)?);
+        stats.counts.add(status, n as u64);
+        if status == MessageStatus::Pending {
+            stats.oldest_pending_age = age.map(|s| Duration::from_secs_f64(s.max(0.0)));
+        }
+    }
+    let window = FAILURE_RATE_WINDOW.as_secs_f64();
+    let (mut attempts, mut failures) = (0, 0);
+    for row in client
+        .query_typed(sql::STATS_ATTEMPTS, &[(&window, Type::FLOAT8)])
+        .await?
+    {
+        let (n, failed): (i64, i64) = (row.try_get(1)?, row.try_get(2)?);
+        attempts += n as u64;
+        failures += failed as u64;
+        destination_entry(&mut by_destination, row.try_get(0)?).last_hour =
+            FailureRate::new(n as u64, failed as u64);
+    }
+    let mut total = StatusCounts::default();
+    for stats in by_destination.values() {
+        for status in MessageStatus::ALL {
+            total.add(status, stats.counts.get(status));
+        }
+    }
+    let oldest_pending_age = by_destination
+        .values()
+        .filter_map(|s| s.oldest_pending_age)
+        .max();
+    Ok(OutboxStats {
+        destinations: by_destination.into_values().collect(),
+        total,
+        oldest_pending_age,
+        last_hour: FailureRate::new(attempts, failures),
+    })
+}
+
+fn destination_entry(
+    map: &mut BTreeMap<String, DestinationStats>,
+    destination: String,
+) -> &mut DestinationStats {
+    map.entry(destination.clone())
+        .or_insert_with(|| DestinationStats {
+            destination,
+            counts: StatusCounts::default(),
+            oldest_pending_age: None,
+            last_hour: FailureRate::default(),
+        })
+}
+
+/// A filter's parameters, as the statements bind them.
+struct FilterParams {
+    destination: Option<String>,
+    since_at: Option<DateTime<Utc>>,
+    since_ago: Option<f64>,
+    until_at: Option<DateTime<Utc>>,
+    until_ago: Option<f64>,
+    downstream_key: Option<String>,
+    ordering_key: Option<String>,
+    limit: Option<i64>,
+}
+
+impl FilterParams {
+    fn new(filter: &MessageFilter) -> Result<Self, AdminError> {
+        let split = |bound: Option<TimeBound>| match bound {
+            None => (None, None),
+            Some(TimeBound::At(at)) => (Some(at), None),
+            Some(TimeBound::Ago(ago)) => (None, Some(ago.as_secs_f64())),
+        };
+        let (since_at, since_ago) = split(filter.since);
+        let (until_at, until_ago) = split(filter.until);
+        let limit = filter
+            .limit
+            .map(|n| {
+                i64::try_from(n).map_err(|_| AdminError::Invalid(format!("limit {n} is too big")))
+            })
+            .transpose()?;
+        Ok(Self {
+            destination: filter.destination.clone(),
+            since_at,
+            since_ago,
+            until_at,
+            until_ago,
+            downstream_key: filter.downstream_key.clone(),
+            ordering_key: filter.ordering_key.clone(),
+            limit,
+        })
+    }
+}
+
+fn summary_from_row(row: &Row) -> Result<MessageSummary, AdminError> {
+    Ok(MessageSummary {
+        id: row.try_get(0)?,
+        seq: row.try_get(1)?,
+        destination: row.try_get(2)?,
+        status: row.try_get::<_, String>(3)?.parse()?,
+        downstream_key: row.try_get(4)?,
+        ordering_key: row.try_get(5)?,
+        attempts: row.try_get(6)?,
+        created_at: row.try_get(7)?,
+        next_attempt_at: row.try_get(8)?,
+        delivered_at: row.try_get(9)?,
+        last_error: row.try_get(10)?,
+        lease_owner: row.try_get(11)?,
+        lease_expires_at: row.try_get(12)?,
+    })
+}
+
+/// The statuses a replay by `filter` acts on.
+fn replayed_statuses(
+    filter: &MessageFilter,
+    options: &ReplayOptions,
+) -> Result<Vec<MessageStatus>, AdminError> {
+    let mut statuses =
+        match filter.status {
+            None | Some(MessageStatus::Failed) => vec![MessageStatus::Failed],
+            Some(MessageStatus::Unknown) => vec![MessageStatus::Unknown],
+            Some(MessageStatus::Delivered) if options.include_delivered => vec![],
+            Some(MessageStatus::Delivered) => return Err(AdminError::Invalid(
+                "delivered rows are replayed only with include_delivered (--include-delivered): \
+                 their effect is sent again"
+                    .into(),
+            )),
+            Some(status @ (MessageStatus::Pending | MessageStatus::InFlight)) => {
+                return Err(AdminError::Invalid(format!(
+                    "{status} rows are not replayed: only failed, unknown and delivered rows are"
+                )))
+            }
+        };
+    if options.include_delivered {
+        statuses.push(MessageStatus::Delivered);
+    }
+    Ok(statuses)
+}
+
+fn check_bound(count: u64, options: &ReplayOptions) -> Result<(), AdminError> {
+    match options.max_rows {
+        Some(max) if count > max => Err(AdminError::TooMany { count, max }),
+        _ => Ok(()),
+    }
+}
+
+/// A selected row as the replay found it, locked.
+struct Candidate {
+    id: Uuid,
+    status: MessageStatus,
+    destination: String,
+    downstream_key: String,
+    ordering_key: Option<String>,
+    lease_owner: Option<String>,
+    lease_expires_at: Option<DateTime<Utc>>,
+    leased: bool,
+}
+
+/// What one replay transaction did.
+struct Batch {
+    replayed: Vec<ReplayedMessage>,
+    skipped: Vec<SkippedMessage>,
+    delivered: Vec<Option<String>>,
+}
+
+/// Why `candidate` is not replayed, if it is not.
+fn refusal(candidate: &Candidate, allowed: &[MessageStatus]) -> Option<AdminError> {
+    let status = candidate.status;
+    if status == MessageStatus::InFlight && candidate.leased {
+        return Some(AdminError::Leased {
+            id: candidate.id,
+            owner: candidate.lease_owner.clone().unwrap_or_default(),
+            expires_at: candidate.lease_expires_at.unwrap_or_else(Utc::now),
+        });
+    }
+    if allowed.contains(&status) {
+        return None;
+    }
+    let reason = match status {
+        MessageStatus::Pending => "it waits for delivery already".to_owned(),
+        MessageStatus::InFlight => "its lease ran out; a relay takes it back shortly (to pending, \
+             or to unknown for an at-most-once destination)"
+            .to_owned(),
+        MessageStatus::Delivered => "replaying it sends the effect again: set include_delivered \
+             (--include-delivered) to do that"
+            .to_owned(),
+        MessageStatus::Failed | MessageStatus::Unknown => {
+            format!("{status} rows are not selected")
+        }
+    };
+    Some(AdminError::NotReplayable {
+        id: candidate.id,
+        status,
+        reason,
+    })
+}
+
+/// Locks and checks `ids`, then (unless a dry run) replays them. `strict` (a replay by ids) turns
+/// every refusal into the error of the whole replay; otherwise refused rows are skipped.
+async fn replay_batch(
+    tx: &Transaction<'_>,
+    ids: &[Uuid],
+    allowed: &[MessageStatus],
+    strict: bool,
+    options: &ReplayOptions,
+) -> Result<Batch, AdminError> {
+    let mut batch = Batch {
+        replayed: Vec::new(),
+        skipped: Vec::new(),
+        delivered: Vec::new(),
+    };
+    if ids.is_empty() {
+        return Ok(batch);
+    }
+    tx.query_typed(sql::LOCK_TIMEOUT, &[]).await?;
+    let (hot, delivered) = if options.dry_run {
+        (sql::READ_HOT, sql::READ_DELIVERED)
+    } else {
+        (sql::LOCK_HOT, sql::LOCK_DELIVERED)
+    };
+    let ids_vec = ids.to_vec();
+    let mut found: HashMap<Uuid, Candidate> = HashMap::new();
+    for row in tx.query_typed(hot, &[(&ids_vec, Type::UUID_ARRAY)]).await? {
+        let candidate = Candidate {
+            id: row.try_get(0)?,
+            status: row.try_get::<_, String>(1)?.parse()?,
+            destination: row.try_get(2)?,
+            downstream_key: row.try_get(3)?,
+            ordering_key: row.try_get(4)?,
+            lease_owner: row.try_get(5)?,
+            lease_expires_at: row.try_get(6)?,
+            leased: row.try_get(7)?,
+        };
+        found.insert(candidate.id, candidate);
+    }
+    let rest: Vec<Uuid> = ids
+        .iter()
+        .filter(|id| !found.contains_key(id))
+        .copied()
+        .collect();
+    if !rest.is_empty() {
+        for row in tx
+            .query_typed(delivered, &[(&rest, Type::UUID_ARRAY)])
+            .await?
+        {
+            let candidate = Candidate {
+                id: row.try_get(0)?,
+                status: MessageStatus::Delivered,
+                destination: row.try_get(1)?,
+                downstream_key: row.try_get(2)?,
+                ordering_key: row.try_get(3)?,
+                lease_owner: None,
+                lease_expires_at: None,
+                leased: false,
+            };
+            found.insert(candidate.id, candidate);
+        }
+    }
+
+    let mut plan = Vec::new();
+    for id in ids {
+        let Some(candidate) = found.remove(id) else {
+            if strict {
+                return Err(AdminError::NotFound(*id));
+            }
+            batch.skipped.push(SkippedMessage {
+                id: *id,
+                reason: "it was purged meanwhile".into(),
+            });
+            continue;
+        };
+        match refusal(&candidate, allowed) {
+            Some(refused) if strict => return Err(refused),
+            Some(refused) => batch.skipped.push(SkippedMessage {
+                id: *id,
+                reason: refused.to_string(),
+            }),
+            None => plan.push(candidate),
+        }
+    }
+
+    // A delivered row that keeps its key must not meet the same (destination, key) in the hot
+    // table: the effect was enqueued again since, or another row of this replay takes it back.
+    let mut taken: HashMap<Uuid, Uuid> = HashMap::new();
+    if !options.new_key {
+        let back: Vec<&Candidate> = plan
+            .iter()
+            .filter(|c| c.status == MessageStatus::Delivered)
+            .collect();
+        if !back.is_empty() {
+            let ids: Vec<Uuid> = back.iter().map(|c| c.id).collect();
+            let destinations: Vec<&str> = back.iter().map(|c| c.destination.as_str()).collect();
+            let keys: Vec<&str> = back.iter().map(|c| c.downstream_key.as_str()).collect();
+            for row in tx
+                .query_typed(
+                    sql::KEY_TAKEN,
+                    &[
+                        (&ids, Type::UUID_ARRAY),
+                        (&destinations, Type::TEXT_ARRAY),
+                        (&keys, Type::TEXT_ARRAY),
+                    ],
+                )
+                .await?
+            {
+                taken.insert(row.try_get(0)?, row.try_get(1)?);
+            }
+            let mut first: HashMap<(&str, &str), Uuid> = HashMap::new();
+            for c in &back {
+                let earlier = *first
+                    .entry((c.destination.as_str(), c.downstream_key.as_str()))
+                    .or_insert(c.id);
+                if earlier != c.id {
+                    taken.entry(c.id).or_insert(earlier);
+                }
+            }
+        }
+    }
+
+    let (mut hot_ids, mut hot_keys) = (Vec::new(), Vec::new());
+    let (mut back_ids, mut back_keys) = (Vec::new(), Vec::new());
+    let mut notes = Vec::new();
+    for c in plan {
+        if let Some(other) = taken.get(&c.id) {
+            let conflict = AdminError::KeyConflict {
+                id: c.id,
+                other: *other,
+                downstream_key: c.downstream_key.clone(),
+            };
+            if strict {
+                return Err(conflict);
+            }
+            batch.skipped.push(SkippedMessage {
+                id: c.id,
+                reason: conflict.to_string(),
+            });
+            continue;
+        }
+        let key = if options.new_key {
+            replay_downstream_key(c.id, &c.downstream_key)
+        } else {
+            c.downstream_key.clone()
+        };
+        notes.push(if options.new_key {
+            format!(
+                "replayed from {} by an operator; new downstream key {key} replaces {}",
+                c.status, c.downstream_key
+            )
+        } else {
+            format!(
+                "replayed from {} by an operator; downstream key kept",
+                c.status
+            )
+        });
+        if c.status == MessageStatus::Delivered {
+            back_ids.push(c.id);
+            back_keys.push(key.clone());
+            batch.delivered.push(c.ordering_key.clone());
+        } else {
+            hot_ids.push(c.id);
+            hot_keys.push(key.clone());
+        }
+        batch.replayed.push(ReplayedMessage {
+            id: c.id,
+            destination: c.destination,
+            from: c.status,
+            replaced_key: options.new_key.then_some(c.downstream_key),
+            downstream_key: key,
+        });
+    }
+    if options.dry_run || batch.replayed.is_empty() {
+        return Ok(batch);
+    }
+
+    if !hot_ids.is_empty() {
+        tx.query_typed(
+            sql::REPLAY_HOT,
+            &[(&hot_ids, Type::UUID_ARRAY), (&hot_keys, Type::TEXT_ARRAY)],
+        )
+        .await?;
+    }
+    if !back_ids.is_empty() {
+        // Re-inserted rows take a new seq: under the ordering-key locks enqueue takes, so that
+        // seq stays commit order within a key.
+        lock_ordering_keys(tx, &batch.delivered).await?;
+        tx.query_typed(
+            sql::MOVE_DELIVERED,
+            &[
+                (&back_ids, Type::UUID_ARRAY),
+                (&back_keys, Type::TEXT_ARRAY),
+            ],
+        )
+        .await?;
+    }
+    let ids: Vec<Uuid> = batch.replayed.iter().map(|r| r.id).collect();
+    let keys: Vec<&str> = batch
+        .replayed
+        .iter()
+        .map(|r| r.downstream_key.as_str())
+        .collect();
+    tx.query_typed(
+        sql::LOG_REPLAYS,
+        &[
+            (&ids, Type::UUID_ARRAY),
+            (&keys, Type::TEXT_ARRAY),
+            (&notes, Type::TEXT_ARRAY),
+        ],
+    )
+    .await?;
+    tx.query_typed(sql::NOTIFY, &[]).await?;
+    Ok(batch)
+}
+
+/// Commits a batch's transaction, or rolls a dry run's back.
+async fn finish(
+    tx: Transaction<'_>,
+    batch: &Batch,
+    options: &ReplayOptions,
+) -> Result<(), AdminError> {
+    if options.dry_run || batch.replayed.is_empty() {
+        tx.rollback().await?;
+    } else {
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
+fn secs<S: serde::Serializer>(value: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(d) => serializer.serialize_some(&d.as_secs_f64()),
+        None => serializer.serialize_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_keys_are_deterministic_and_new_at_each_replay() {
+        let id = Uuid::now_v7();
+        let first = replay_downstream_key(id, "k-1");
+        assert_eq!(first, replay_downstream_key(id, "k-1"));
+        assert_ne!(first, "k-1");
+        assert_ne!(replay_downstream_key(id, &first), first);
+        assert_ne!(replay_downstream_key(Uuid::now_v7(), "k-1"), first);
+    }
+
+    #[test]
+    fn statuses_parse_from_their_column_values() {
+        for status in MessageStatus::ALL {
+            assert_eq!(status.as_str().parse::<MessageStatus>().ok(), Some(status));
+        }
+        assert_eq!(
+            "in-flight".parse::<MessageStatus>().ok(),
+            Some(MessageStatus::InFlight)
+        );
+        assert!("dead".parse::<MessageStatus>().is_err());
+    }
+
+    #[test]
+    fn replay_by_filter_takes_failed_rows_unless_unknown_is_asked_for() {
+        let opts = ReplayOptions::default();
+        let filter = |status| MessageFilter {
+            status,
+            ..MessageFilter::default()
+        };
+        assert_eq!(
+            replayed_statuses(&filter(None), &opts).ok(),
+            Some(vec![MessageStatus::Failed])
+        );
+        assert_eq!(
+            replayed_statuses(&filter(Some(MessageStatus::Unknown)), &opts).ok(),
+            Some(vec![MessageStatus::Unknown])
+        );
+        assert!(replayed_statuses(&filter(Some(MessageStatus::Delivered)), &opts).is_err());
+        assert!(replayed_statuses(&filter(Some(MessageStatus::Pending)), &opts).is_err());
+        let with_delivered = ReplayOptions {
+            include_delivered: true,
+            ..ReplayOptions::default()
+        };
+        assert_eq!(
+            replayed_statuses(&filter(None), &with_delivered).ok(),
+            Some(vec![MessageStatus::Failed, MessageStatus::Delivered])
+        );
+        assert_eq!(
+            replayed_statuses(&filter(Some(MessageStatus::Delivered)), &with_delivered).ok(),
+            Some(vec![MessageStatus::Delivered])
+        );
+    }
+}

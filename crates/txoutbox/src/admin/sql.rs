@@ -1,0 +1,186 @@
+//! Every statement of the operator's tools. Hot rows (`pending`, `in_flight`, `failed`,
+//! `unknown`) are in `txoutbox_messages`; `delivered` rows in `txoutbox_delivered`, where the
+//! relay's completion statement moved them.
+//!
+//! A filter binds the same seven parameters everywhere ($2..$8: destination, since (timestamp,
+//! seconds ago), until (timestamp, seconds ago), downstream key, ordering key), so one macro holds
+//! its text. Times are compared with `created_at` (enqueue time); relative bounds use the
+//! database's clock, the one that wrote `created_at`.
+
+/// The WHERE conditions of a message filter, over a table aliased `t`.
+macro_rules! filter {
+    () => {
+        "($2::text IS NULL OR t.destination = $2) \
+         AND ($3::timestamptz IS NULL OR t.created_at >= $3) \
+         AND ($4::float8 IS NULL OR t.created_at >= now() - make_interval(secs => $4)) \
+         AND ($5::timestamptz IS NULL OR t.created_at < $5) \
+         AND ($6::float8 IS NULL OR t.created_at < now() - make_interval(secs => $6)) \
+         AND ($7::text IS NULL OR t.downstream_key = $7) \
+         AND ($8::text IS NULL OR t.ordering_key = $8)"
+    };
+}
+
+/// Lists messages of status $1 (NULL: any, `delivered` included) matching the filter, newest
+/// first, at most $9 (NULL: all).
+pub const LIST: &str = concat!(
+    "SELECT * FROM ( \
+     SELECT t.id, t.seq, t.destination, t.status, t.downstream_key, t.ordering_key, t.attempts, \
+         t.created_at, t.next_attempt_at, NULL::timestamptz AS delivered_at, t.last_error, \
+         t.lease_owner, t.lease_expires_at \
+     FROM txoutbox_messages t WHERE ($1::text IS NULL OR t.status = $1) AND ",
+    filter!(),
+    " UNION ALL \
+     SELECT t.id, t.seq, t.destination, 'delivered', t.downstream_key, t.ordering_key, \
+         t.attempts, t.created_at, NULL, t.delivered_at, NULL, NULL, NULL \
+     FROM txoutbox_delivered t WHERE ($1::text IS NULL OR $1 = 'delivered') AND ",
+    filter!(),
+    ") r ORDER BY created_at DESC, seq DESC LIMIT $9"
+);
+
+/// One message, from whichever table holds it.
+pub const SHOW: &str = "SELECT id, seq, destination, status, downstream_key, ordering_key, \
+         attempts, created_at, next_attempt_at, NULL::timestamptz AS delivered_at, last_error, \
+         lease_owner, lease_expires_at, payload, headers, NULL::text AS receipt \
+     FROM txoutbox_messages WHERE id = $1 \
+     UNION ALL \
+     SELECT id, seq, destination, 'delivered', downstream_key, ordering_key, attempts, \
+         created_at, NULL, delivered_at, NULL, NULL, NULL, payload, headers, receipt \
+     FROM txoutbox_delivered WHERE id = $1";
+
+/// A message's attempt log (relay attempts and operator actions), in the order they happened.
+pub const HISTORY: &str = "SELECT attempt, downstream_key, relay, lease_token, outcome, error, \
+         receipt, started_at, finished_at \
+     FROM txoutbox_attempts WHERE message_id = $1 \
+     ORDER BY started_at, finished_at, attempt";
+
+/// The ids a replay by filter selects: hot rows of the statuses $1, then delivered rows when $1
+/// holds `delivered`, each in insertion order; at most $9 (NULL: all). Taken without locks: each
+/// batch locks and checks its rows again.
+pub const REPLAY_SELECT: &str = concat!(
+    "SELECT id FROM ( \
+     SELECT t.id, 0 AS place, t.seq FROM txoutbox_messages t \
+     WHERE t.status = ANY($1::text[]) AND ",
+    filter!(),
+    " UNION ALL \
+     SELECT t.id, 1, t.seq FROM txoutbox_delivered t \
+     WHERE 'delivered' = ANY($1::text[]) AND ",
+    filter!(),
+    ") s ORDER BY place, seq LIMIT $9"
+);
+
+/// Bounds every lock wait of a replay transaction: a row locked for long is an error, not a hang.
+pub const LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', '5s', true)";
+
+/// Locks the hot rows among $1 (in id order, so two operators cannot deadlock). A relay's claim
+/// skips locked rows and its completion waits for them, so nothing changes them until commit.
+pub const LOCK_HOT: &str = "SELECT id, status, destination, downstream_key, ordering_key, \
+         lease_owner, lease_expires_at, COALESCE(lease_expires_at > now(), false) \
+     FROM txoutbox_messages WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE";
+
+/// [`LOCK_HOT`] without the locks, for a dry run.
+pub const READ_HOT: &str = "SELECT id, status, destination, downstream_key, ordering_key, \
+         lease_owner, lease_expires_at, COALESCE(lease_expires_at > now(), false) \
+     FROM txoutbox_messages WHERE id = ANY($1::uuid[]) ORDER BY id";
+
+/// Locks the delivered rows among $1 (the pruner skips locked rows).
+pub const LOCK_DELIVERED: &str = "SELECT id, destination, downstream_key, ordering_key \
+     FROM txoutbox_delivered WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE";
+
+/// [`LOCK_DELIVERED`] without the locks, for a dry run.
+pub const READ_DELIVERED: &str = "SELECT id, destination, downstream_key, ordering_key \
+     FROM txoutbox_delivered WHERE id = ANY($1::uuid[]) ORDER BY id";
+
+/// The hot rows that already carry a (destination, downstream key) of delivered rows about to be
+/// moved back (the same effect enqueued again after its delivery): pairs (delivered id, hot id).
+pub const KEY_TAKEN: &str = "SELECT i.id, m.id \
+     FROM unnest($1::uuid[], $2::text[], $3::text[]) AS i(id, destination, downstream_key) \
+     JOIN txoutbox_messages m ON m.destination = i.destination \
+         AND m.downstream_key = i.downstream_key AND m.id <> i.id";
+
+/// Puts hot rows $1 back to pending with downstream keys $2: due now, a fresh attempt budget, no
+/// lease (a late completion of an old lease is fenced off by the cleared token), no last error.
+pub const REPLAY_HOT: &str = "UPDATE txoutbox_messages m SET status = 'pending', \
+         next_attempt_at = now(), attempts = 0, lease_owner = NULL, lease_expires_at = NULL, \
+         lease_token = NULL, attempt_started_at = NULL, at_most_once = false, last_error = NULL, \
+         downstream_key = i.downstream_key \
+     FROM unnest($1::uuid[], $2::text[]) AS i(id, downstream_key) \
+     WHERE m.id = i.id RETURNING m.id";
+
+/// Moves delivered rows $1 back into the hot table as pending, with downstream keys $2. They get
+/// a new `seq`: a redelivery queues behind the rows of its ordering key that wait now.
+pub const MOVE_DELIVERED: &str = "WITH moved AS ( \
+     DELETE FROM txoutbox_delivered d \
+     USING unnest($1::uuid[], $2::text[]) AS i(id, downstream_key) \
+     WHERE d.id = i.id \
+     RETURNING d.id, d.seq, d.destination, d.payload, d.headers, i.downstream_key, \
+         d.ordering_key, d.created_at) \
+ INSERT INTO txoutbox_messages (id, destination, payload, headers, downstream_key, \
+     ordering_key, status, attempts, next_attempt_at, created_at) \
+ SELECT id, destination, payload, headers, downstream_key, ordering_key, 'pending', 0, now(), \
+     created_at FROM moved ORDER BY seq \
+ RETURNING id";
+
+/// Logs one operator replay per row: attempt 0, relay `operator`, outcome `replayed`, the key the
+/// row carries from now on, and a note ($3) saying what changed.
+pub const LOG_REPLAYS: &str = "INSERT INTO txoutbox_attempts (message_id, attempt, \
+         downstream_key, relay, outcome, error, started_at, finished_at) \
+     SELECT i.id, 0, i.downstream_key, 'operator', 'replayed', i.note, now(), now() \
+     FROM unnest($1::uuid[], $2::text[], $3::text[]) AS i(id, downstream_key, note)";
+
+/// The relays' wake-up channel (a replay is rare: the hint in the transaction costs nothing).
+pub const NOTIFY: &str = "SELECT pg_notify('txoutbox_wake', '')";
+
+/// The purge's cutoff, fixed once so that every batch and the dry run agree.
+pub const PURGE_CUTOFF: &str = "SELECT now() - make_interval(secs => $1)";
+
+/// What a purge with cutoff $1 would delete: delivered rows, their attempt-log rows, attempt-log
+/// rows older than the cutoff whose message is gone, expired keys.
+pub const PURGE_COUNTS: &str = "SELECT \
+     (SELECT count(*) FROM txoutbox_delivered WHERE delivered_at < $1), \
+     (SELECT count(*) FROM txoutbox_attempts a \
+         WHERE a.message_id IN (SELECT id FROM txoutbox_delivered WHERE delivered_at < $1)), \
+     (SELECT count(*) FROM txoutbox_attempts a WHERE a.finished_at < $1 \
+         AND NOT EXISTS (SELECT 1 FROM txoutbox_messages m WHERE m.id = a.message_id) \
+         AND NOT EXISTS (SELECT 1 FROM txoutbox_delivered d WHERE d.id = a.message_id)), \
+     (SELECT count(*) FROM txoutbox_idempotency_keys WHERE expires_at <= now())";
+
+/// Deletes one batch ($2) of rows delivered before $1, oldest first, with their attempt-log rows,
+/// in one statement (its own transaction). Rows a replay holds are skipped, not waited for.
+pub const PURGE_DELIVERED_BATCH: &str = "WITH doomed AS ( \
+     SELECT id FROM txoutbox_delivered WHERE delivered_at < $1 \
+     ORDER BY delivered_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
+ gone AS ( \
+     DELETE FROM txoutbox_delivered d USING doomed WHERE d.id = doomed.id RETURNING d.id), \
+ logs AS ( \
+     DELETE FROM txoutbox_attempts a USING gone WHERE a.message_id = gone.id RETURNING 1) \
+ SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM logs)";
+
+/// Deletes one batch ($2) of attempt-log rows older than $1 whose message is in neither table
+/// (purged before, or deleted by hand).
+pub const PURGE_ORPHAN_ATTEMPTS_BATCH: &str =
+    "DELETE FROM txoutbox_attempts WHERE ctid = ANY(ARRAY( \
+     SELECT a.ctid FROM txoutbox_attempts a WHERE a.finished_at < $1 \
+         AND NOT EXISTS (SELECT 1 FROM txoutbox_messages m WHERE m.id = a.message_id) \
+         AND NOT EXISTS (SELECT 1 FROM txoutbox_delivered d WHERE d.id = a.message_id) \
+     LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1";
+
+/// Rows by destination and status (`delivered` from the history table), with the age in seconds
+/// of each group's oldest row (used for `pending`).
+pub const STATS_COUNTS: &str = "SELECT destination, status, count(*), \
+         EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
+     FROM txoutbox_messages GROUP BY destination, status \
+     UNION ALL \
+     SELECT destination, 'delivered', count(*), NULL::float8 \
+     FROM txoutbox_delivered GROUP BY destination";
+
+/// Relay attempts that finished in the last $1 seconds, by destination: all of them, and those
+/// that failed (`retry`, `failed`, `expired`, `unknown`). Operator actions, leases given back at
+/// shutdown and outcomes that came after the lease was lost are not attempts with an outcome.
+pub const STATS_ATTEMPTS: &str = "SELECT COALESCE(m.destination, d.destination, '(purged)'), \
+         count(*), count(*) FILTER (WHERE a.outcome <> 'delivered') \
+     FROM txoutbox_attempts a \
+     LEFT JOIN txoutbox_messages m ON m.id = a.message_id \
+     LEFT JOIN txoutbox_delivered d ON d.id = a.message_id \
+     WHERE a.finished_at > now() - make_interval(secs => $1) \
+       AND a.outcome IN ('delivered', 'retry', 'failed', 'expired', 'unknown') \
+     GROUP BY 1";
