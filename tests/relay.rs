@@ -7,10 +7,10 @@ use std::time::Duration;
 use tokio_postgres::Client;
 use txoutbox::{
     enqueue, Completion, CompletionHook, Delivery, DeliveryError, DestinationPolicy, OutboxMessage,
-    Receipt, RelayConfig, RetryPolicy, Semantics, Sink, WakeMode,
+    Receipt, RelayConfig, Semantics, Sink, WakeMode,
 };
 use txoutbox_test_support::relay::{
-    CrashableRelay, HangAfter, RecordingSink, RunningRelay, ScriptedSink,
+    quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay, ScriptedSink,
 };
 use txoutbox_test_support::{test_db, Cluster, ClusterOptions, TestDb};
 
@@ -68,17 +68,6 @@ async fn committed_rows_are_delivered_and_leave_the_hot_table() -> TestResult {
         .get(0);
     assert_eq!(receipt, "ok:k-7");
     Ok(())
-}
-
-fn quick_retry(max_attempts: u32) -> DestinationPolicy {
-    DestinationPolicy {
-        retry: RetryPolicy {
-            base: Duration::from_millis(20),
-            cap: Duration::from_millis(100),
-            max_attempts,
-        },
-        semantics: Semantics::AtLeastOnce,
-    }
 }
 
 /// (outcome, attempt, downstream_key) of a row's attempt log, in order.

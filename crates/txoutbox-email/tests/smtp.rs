@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use common::{attempts, delivered_receipt, enqueue, eventually, fast_retries, receipt, LIMIT};
 use tokio::sync::Notify;
-use txoutbox::{Delivery, DeliveryError, Receipt, RelayConfig, Sink};
+use txoutbox::{Delivery, RelayConfig, Sink};
 use txoutbox_email::{Email, EmailSink, SmtpConfig, DESTINATION};
-use txoutbox_test_support::relay::RunningRelay;
+use txoutbox_test_support::relay::{HangAfter, RunningRelay};
 use txoutbox_test_support::smtp::{SmtpServer, SmtpServerOptions};
 use txoutbox_test_support::test_db;
 
@@ -103,23 +103,6 @@ async fn the_message_id_domain_can_be_configured() -> TestResult {
     Ok(())
 }
 
-/// Delivers through the inner sink, then hangs like a relay that died before it could write the
-/// completion; signals once the server has the message.
-struct DiesAfterSending {
-    inner: EmailSink,
-    sent: Arc<Notify>,
-}
-
-#[async_trait::async_trait]
-impl Sink for DiesAfterSending {
-    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
-        if self.inner.deliver(delivery).await.is_ok() {
-            self.sent.notify_one();
-        }
-        std::future::pending().await
-    }
-}
-
 #[tokio::test]
 async fn a_relay_crash_after_the_server_accepted_redelivers_with_the_same_message_id() -> TestResult
 {
@@ -139,10 +122,7 @@ async fn a_relay_crash_after_the_server_accepted_redelivers_with_the_same_messag
         })
         .sink(
             DESTINATION,
-            DiesAfterSending {
-                inner: EmailSink::smtp(&server.url())?,
-                sent: sent.clone(),
-            },
+            HangAfter::with_signal(EmailSink::smtp(&server.url())?, sent.clone()),
         )
         .build()?;
     let doomed = RunningRelay::start(doomed);

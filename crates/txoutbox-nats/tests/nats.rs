@@ -8,11 +8,9 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use tokio::sync::Notify;
 use tokio_postgres::Client;
-use txoutbox::{
-    Delivery, DeliveryError, DestinationPolicy, Receipt, RelayConfig, RetryPolicy, Sink,
-};
+use txoutbox::{DestinationPolicy, RelayConfig, RetryPolicy};
 use txoutbox_nats::{NatsMessage, NatsSink, PublishReceipt, NATS_MSG_ID};
-use txoutbox_test_support::relay::RunningRelay;
+use txoutbox_test_support::relay::{HangAfter, RunningRelay};
 use txoutbox_test_support::test_db;
 
 type TestResult = anyhow::Result<()>;
@@ -160,22 +158,6 @@ async fn normal_delivery_publishes_with_the_key_as_msg_id_and_stores_the_ack() -
     Ok(())
 }
 
-/// Publishes through the inner sink, then signals and never returns: a relay that crashes after
-/// JetStream acknowledged the message and before the completion was written.
-struct HangsAfterPublish {
-    inner: NatsSink,
-    published: Arc<Notify>,
-}
-
-#[async_trait::async_trait]
-impl Sink for HangsAfterPublish {
-    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
-        self.inner.deliver(delivery).await?;
-        self.published.notify_one();
-        std::future::pending().await
-    }
-}
-
 #[tokio::test]
 async fn a_redelivery_after_a_crash_past_the_ack_is_dropped_as_a_duplicate() -> TestResult {
     let db = test_db().await?;
@@ -191,10 +173,7 @@ async fn a_redelivery_after_a_crash_past_the_ack_is_dropped_as_a_duplicate() -> 
     .await?;
 
     let published = Arc::new(Notify::new());
-    let crashing = HangsAfterPublish {
-        inner: sink.clone(),
-        published: published.clone(),
-    };
+    let crashing = HangAfter::with_signal(sink.clone(), published.clone());
     let first = RunningRelay::start(
         db.relay()?
             .config(short_lease())

@@ -6,13 +6,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tokio_postgres::Client;
-use txoutbox::{
-    Delivery, DeliveryError, DestinationPolicy, OutboxMessage, Receipt, RelayConfig, RetryPolicy,
-    Sink,
-};
+use txoutbox::{DestinationPolicy, OutboxMessage, RelayConfig, RetryPolicy, Sink};
 use txoutbox_stripe::{NewPaymentIntent, NewRefund, StripeRequest, StripeSink, DESTINATION};
 use txoutbox_test_support::fake_stripe::FakeStripe;
-use txoutbox_test_support::relay::RunningRelay;
+use txoutbox_test_support::relay::{HangAfter, RunningRelay};
 use txoutbox_test_support::{test_db, TestDb};
 
 type TestResult = anyhow::Result<()>;
@@ -137,25 +134,6 @@ async fn intent_is_created_with_the_forwarded_key_and_its_id_is_the_receipt() ->
     Ok(())
 }
 
-/// Delivers through the real sink, then "crashes": signals and never returns, so the relay
-/// never commits the completion.
-struct CrashAfterStripeAnswered {
-    inner: StripeSink,
-    answered: Arc<Notify>,
-}
-
-#[async_trait::async_trait]
-impl Sink for CrashAfterStripeAnswered {
-    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
-        let outcome = self.inner.deliver(delivery).await;
-        if outcome.is_ok() {
-            self.answered.notify_one();
-            std::future::pending::<()>().await;
-        }
-        outcome
-    }
-}
-
 #[tokio::test]
 async fn relay_crash_after_stripe_created_the_intent_yields_exactly_one_intent() -> TestResult {
     let (db, fake) = (test_db().await?, FakeStripe::start().await?);
@@ -178,10 +156,7 @@ async fn relay_crash_after_stripe_created_the_intent_yields_exactly_one_intent()
             .config(short_lease.clone())
             .sink(
                 DESTINATION,
-                CrashAfterStripeAnswered {
-                    inner: sink(&fake)?,
-                    answered: answered.clone(),
-                },
+                HangAfter::with_signal(sink(&fake)?, answered.clone()),
             )
             .policy(DESTINATION, policy(5))
             .build()?,

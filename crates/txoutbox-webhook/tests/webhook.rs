@@ -11,8 +11,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Notify;
 use tokio_postgres::Client;
-use txoutbox::{Delivery, DeliveryError, Receipt, RelayConfig, Sink};
-use txoutbox_test_support::relay::RunningRelay;
+use txoutbox::RelayConfig;
+use txoutbox_test_support::relay::{HangAfter, RunningRelay};
 use txoutbox_test_support::test_db;
 use txoutbox_webhook::{verify, Webhook, WebhookConfig, WebhookSecret, WebhookSink};
 
@@ -266,22 +266,6 @@ async fn a_503_with_retry_after_is_retried_after_that_delay_then_delivered() -> 
     Ok(())
 }
 
-/// Delivers through the inner sink, then signals and never returns: a relay that crashes after
-/// the receiver got the webhook and before the completion was written.
-struct HangsAfterDelivery {
-    inner: WebhookSink,
-    delivered: Arc<Notify>,
-}
-
-#[async_trait::async_trait]
-impl Sink for HangsAfterDelivery {
-    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
-        self.inner.deliver(delivery).await?;
-        self.delivered.notify_one();
-        std::future::pending().await
-    }
-}
-
 #[tokio::test]
 async fn a_redelivery_after_a_relay_crash_keeps_the_same_webhook_id() -> TestResult {
     let db = test_db().await?;
@@ -290,10 +274,10 @@ async fn a_redelivery_after_a_relay_crash_keeps_the_same_webhook_id() -> TestRes
     enqueue_event(&mut client, "evt-3", None).await?;
 
     let delivered = Arc::new(Notify::new());
-    let crashing = HangsAfterDelivery {
-        inner: WebhookSink::new(&receiver.url, secret())?,
-        delivered: delivered.clone(),
-    };
+    let crashing = HangAfter::with_signal(
+        WebhookSink::new(&receiver.url, secret())?,
+        delivered.clone(),
+    );
     let first = RunningRelay::start(
         db.relay()?
             .config(short_lease())

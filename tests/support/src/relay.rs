@@ -181,31 +181,44 @@ impl Drop for CrashableRelay {
     }
 }
 
-/// A sink that records the call, then never answers: the attempt is cut short by whatever kills
-/// the relay. Wrap a real sink with it to crash "after the downstream got it, before the outcome
-/// was recorded".
-#[derive(Clone)]
+/// Wraps a real sink to crash "after the downstream got it, before the outcome was recorded": once
+/// the inner sink has delivered, it signals and never answers, so the attempt is cut short by
+/// whatever kills the relay. A failed delivery is returned as it is.
 pub struct HangAfter<S> {
     inner: S,
-    /// Set once the inner sink has delivered.
+    /// Notified once the inner sink has delivered.
     pub delivered: Arc<tokio::sync::Notify>,
 }
 
 impl<S: Sink> HangAfter<S> {
-    /// Wraps `inner`.
+    /// Wraps `inner`, with a signal of its own.
     pub fn new(inner: S) -> Self {
-        Self {
-            inner,
-            delivered: Arc::new(tokio::sync::Notify::new()),
-        }
+        Self::with_signal(inner, Arc::new(tokio::sync::Notify::new()))
+    }
+
+    /// Wraps `inner`, notifying `delivered`.
+    pub fn with_signal(inner: S, delivered: Arc<tokio::sync::Notify>) -> Self {
+        Self { inner, delivered }
     }
 }
 
 #[async_trait::async_trait]
-impl<S: Sink + Clone> Sink for HangAfter<S> {
+impl<S: Sink> Sink for HangAfter<S> {
     async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
-        let _ = self.inner.deliver(delivery).await;
+        self.inner.deliver(delivery).await?;
         self.delivered.notify_one();
         std::future::pending().await
+    }
+}
+
+/// A retry policy for tests: 20 ms to 100 ms between attempts, at most `max_attempts`.
+pub fn quick_retry(max_attempts: u32) -> txoutbox::DestinationPolicy {
+    txoutbox::DestinationPolicy {
+        retry: txoutbox::RetryPolicy {
+            base: Duration::from_millis(20),
+            cap: Duration::from_millis(100),
+            max_attempts,
+        },
+        semantics: txoutbox::Semantics::AtLeastOnce,
     }
 }
