@@ -24,6 +24,9 @@ pub struct DrainArgs {
     /// Rows of delivered history to add for the claim-cost comparison (0 skips it).
     #[arg(long, default_value_t = 10_000_000)]
     history: i64,
+    /// Run the relay's statements unnamed (as behind PgBouncer) instead of prepared.
+    #[arg(long)]
+    unprepared: bool,
 }
 
 /// Options of `txoutbox-bench latency`.
@@ -97,13 +100,14 @@ async fn raw_drain(client: &tokio_postgres::Client, batch: usize, rows: i64) -> 
 }
 
 /// Drains the backlog with the relay and a no-op sink; returns rows/s.
-async fn relay_drain(db: &TestDb, batch: usize, rows: i64) -> Result<f64> {
+async fn relay_drain(db: &TestDb, batch: usize, rows: i64, prepared: bool) -> Result<f64> {
     let sink = NoopSink::default();
     let relay = Relay::builder(db.config()?)
         .config(RelayConfig {
             batch_size: batch,
             concurrency: batch * 4,
             poll_interval: Duration::from_millis(50),
+            prepared_statements: prepared,
             ..RelayConfig::default()
         })
         .sink("noop", sink.clone())
@@ -162,7 +166,7 @@ pub async fn run_drain(db: &TestDb, args: &DrainArgs) -> Result<()> {
         .batch_execute("TRUNCATE txoutbox_delivered, txoutbox_attempts; CHECKPOINT")
         .await?;
     fill(&client, args.rows).await?;
-    let relay = relay_drain(db, args.batch, args.rows).await?;
+    let relay = relay_drain(db, args.batch, args.rows, !args.unprepared).await?;
     println!("(b) relay, no-op sink (claim, deliver, fenced completion):   {relay:>9.0} rows/s");
     if args.history > 0 {
         client
