@@ -1,0 +1,223 @@
+//! The `Idempotent` extractor and the three steps of an idempotent handler: begin (claim, replay
+//! or refuse), the handler's own work, complete (store the answer and commit).
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use deadpool_postgres::Transaction;
+use txoutbox::{Begin, Claim, Fingerprint, IdempotencyKey, Scope, StoredResponse};
+
+use crate::Problem;
+
+/// The request header carrying the key.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The response header marking a replayed answer (as Stripe does).
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// An idempotent request: its key, its fingerprint and its body, read once.
+///
+/// Extracting it consumes the body (use [`Idempotent::body`] or [`Idempotent::json`]). It rejects
+/// with 400 a request other than GET/HEAD without a key, and any request with a malformed key.
+#[derive(Debug, Clone)]
+pub struct Idempotent {
+    key: Option<IdempotencyKey>,
+    fingerprint: Fingerprint,
+    body: Bytes,
+}
+
+/// The outcome of [`Idempotent::begin`].
+#[derive(Debug)]
+pub enum Started {
+    /// The key is ours: do the work, enqueue effects on the claim, then complete.
+    New(Claim),
+    /// Nothing to do: the stored answer of an earlier try (marked replayed), or a 409/422.
+    Answered(Response),
+}
+
+impl<S: Send + Sync> FromRequest<S> for Idempotent {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let method = request.method().clone();
+        // The concrete path (and query): two items bought under one key are two requests.
+        let route = request
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_else(|| request.uri().path().to_owned());
+        let key = key_from(request.headers(), &method).map_err(IntoResponse::into_response)?;
+        let body = Bytes::from_request(request, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self {
+            fingerprint: Fingerprint::new(method.as_str(), &route, &body),
+            key,
+            body,
+        })
+    }
+}
+
+fn key_from(headers: &HeaderMap, method: &Method) -> Result<Option<IdempotencyKey>, Problem> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return if method == Method::GET || method == Method::HEAD {
+            Ok(None)
+        } else {
+            Err(Problem::missing_key())
+        };
+    };
+    let malformed = |detail: String| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "urn:txoutbox:malformed-idempotency-key",
+            "Malformed Idempotency-Key",
+            detail,
+        )
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| malformed("the key must be visible ASCII".into()))?;
+    IdempotencyKey::parse(text)
+        .map(Some)
+        .map_err(|e| malformed(e.to_string()))
+}
+
+impl Idempotent {
+    /// The request's key (`None` only for GET/HEAD sent without one).
+    pub fn key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    /// The request body as received.
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// The body parsed as JSON; a body that does not parse is a 400 problem.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Problem> {
+        Ok(serde_json::from_slice(&self.body)?)
+    }
+
+    /// Claims the key inside `tx`. A replay, a mismatch (422) or a key in flight (409) comes
+    /// back as [`Started::Answered`]: return it, and let `tx` drop (it rolls back).
+    ///
+    /// A GET/HEAD without a key has nothing to claim; use the core API for such reads, or send
+    /// a key. Calling `begin` for one is a 400 problem.
+    pub async fn begin(&self, tx: &Transaction<'_>, scope: &Scope) -> Result<Started, Problem> {
+        let Some(key) = &self.key else {
+            return Err(Problem::missing_key());
+        };
+        Ok(
+            match txoutbox::begin(tx, scope, key, &self.fingerprint).await? {
+                Begin::New(claim) => Started::New(claim),
+                Begin::Replay(stored) => Started::Answered(replayed(stored)),
+                Begin::Mismatch => Started::Answered(Problem::mismatch().into_response()),
+                Begin::InFlight => Started::Answered(Problem::in_flight().into_response()),
+            },
+        )
+    }
+
+    /// Stores `response` with the key (with the claim's outbox rows) in `tx`, without
+    /// committing: for a handler that wants a step between the two (see [`Prepared::commit`]).
+    /// A 5xx is not stored; its `commit` rolls back.
+    pub async fn prepare(
+        &self,
+        tx: &Transaction<'_>,
+        claim: Claim,
+        response: impl IntoResponse,
+    ) -> Result<Prepared, Problem> {
+        let (parts, body) = response.into_response().into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX).await.map_err(|e| {
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "about:blank",
+                "Internal server error",
+                format!("the handler's response body could not be read: {e}"),
+            )
+        })?;
+        let store = parts.status.as_u16() < 500;
+        if store {
+            let stored = StoredResponse {
+                status: parts.status.as_u16(),
+                headers: parts
+                    .headers
+                    .iter()
+                    .filter(|(name, _)| kept(name))
+                    .filter_map(|(name, value)| {
+                        Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+                    })
+                    .collect(),
+                body: body.to_vec(),
+            };
+            claim.complete(tx, &stored).await?;
+        }
+        Ok(Prepared {
+            response: Response::from_parts(parts, Body::from(body)),
+            store,
+        })
+    }
+
+    /// Stores `response` with the key and commits `tx`, then returns the response; a 5xx rolls
+    /// `tx` back instead (nothing is kept: the retry runs again).
+    pub async fn complete(
+        &self,
+        tx: Transaction<'_>,
+        claim: Claim,
+        response: impl IntoResponse,
+    ) -> Result<Response, Problem> {
+        self.prepare(&tx, claim, response).await?.commit(tx).await
+    }
+}
+
+/// A response stored in a transaction not yet committed.
+#[derive(Debug)]
+#[must_use = "commit the transaction with Prepared::commit"]
+pub struct Prepared {
+    response: Response,
+    store: bool,
+}
+
+impl Prepared {
+    /// Commits `tx` (rolls it back for a 5xx) and gives back the response. A commit that fails
+    /// for want of a connection is a 503: the outcome is unknown, the retry will tell.
+    pub async fn commit(self, tx: Transaction<'_>) -> Result<Response, Problem> {
+        if self.store {
+            tx.commit().await?;
+        } else {
+            tx.rollback().await?;
+        }
+        Ok(self.response)
+    }
+
+    /// The status about to be answered.
+    pub fn status(&self) -> StatusCode {
+        self.response.status()
+    }
+}
+
+/// Headers that describe this transfer rather than the answer are not stored.
+fn kept(name: &HeaderName) -> bool {
+    name != header::CONTENT_LENGTH
+        && name != header::TRANSFER_ENCODING
+        && name != header::DATE
+        && name != header::CONNECTION
+        && name.as_str() != IDEMPOTENT_REPLAYED
+}
+
+fn replayed(stored: StoredResponse) -> Response {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let mut response = Response::new(Body::from(stored.body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    for (name, value) in stored.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
+}

@@ -1,0 +1,45 @@
+//! txoutbox for axum: read the `Idempotency-Key`, run the handler in the caller's Postgres
+//! transaction, store its answer with the key, and replay that answer to every retry.
+//!
+//! ```no_run
+//! use axum::{extract::State, http::StatusCode, response::{IntoResponse, Response}, Json};
+//! use txoutbox_axum::{Idempotent, Problem, Started};
+//!
+//! #[derive(Clone)]
+//! struct App { pool: deadpool_postgres::Pool, scope: txoutbox::Scope }
+//!
+//! async fn charge(State(app): State<App>, request: Idempotent) -> Result<Response, Problem> {
+//!     let mut conn = app.pool.get().await?;            // Postgres down: 503 + Retry-After
+//!     let tx = conn.transaction().await?;
+//!     let mut claim = match request.begin(&tx, &app.scope).await? {
+//!         Started::New(claim) => claim,
+//!         Started::Answered(stored) => return Ok(stored), // replay, 422 or 409
+//!     };
+//!     let body: serde_json::Value = request.json()?;
+//!     tx.execute("INSERT INTO charges (amount) VALUES ($1)", &[&body["amount"].as_i64()]).await?;
+//!     claim.enqueue("receipt", txoutbox::OutboxMessage::new("email", &body)?)?;
+//!     // Stores status, headers and body with the key and commits; a 5xx rolls back instead.
+//!     Ok(request.complete(tx, claim, (StatusCode::CREATED, Json(body))).await?)
+//! }
+//! ```
+//!
+//! The rules, as the core states them ([`txoutbox::begin`]):
+//! - a method other than GET/HEAD without an `Idempotency-Key` is answered 400, as is a
+//!   malformed key; GET and HEAD need none;
+//! - a retry with the same key and the same request (method, path, canonical JSON body) gets the
+//!   stored answer, marked `Idempotent-Replayed: true`; another request under a used key gets 422;
+//!   a key held by a request still running gets 409 with `Retry-After`;
+//! - a handler's 1xx–4xx answers are stored (business outcomes such as "out of stock" included);
+//!   a 5xx or an error rolls everything back, so a retry runs the request again;
+//! - Postgres unreachable is 503 with `Retry-After`: nothing was decided, nothing is assumed.
+//!
+//! Every error is an RFC 9457 problem document ([`Problem`], `application/problem+json`).
+//!
+//! Layout: `extract` holds the [`Idempotent`] extractor and the begin/complete steps; `problem`
+//! holds [`Problem`], the error answer.
+
+mod extract;
+mod problem;
+
+pub use extract::{Idempotent, Prepared, Started, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+pub use problem::{Problem, PROBLEM_JSON};

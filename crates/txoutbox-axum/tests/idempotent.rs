@@ -1,0 +1,303 @@
+//! The extractor against a real Postgres, over real HTTP on 127.0.0.1.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use txoutbox::Scope;
+use txoutbox_axum::{Idempotent, Problem, Started};
+use txoutbox_test_support::{test_db, TestDb};
+
+#[derive(Clone)]
+struct App {
+    pool: deadpool_postgres::Pool,
+    scope: Scope,
+}
+
+async fn create_order(State(app): State<App>, request: Idempotent) -> Result<Response, Problem> {
+    let mut conn = app.pool.get().await?;
+    let tx = conn.transaction().await?;
+    let mut claim = match request.begin(&tx, &app.scope).await? {
+        Started::New(claim) => claim,
+        Started::Answered(answer) => return Ok(answer),
+    };
+    let body: Value = request.json()?;
+    let qty = body["quantity"].as_i64().unwrap_or(0);
+    if qty > 10 {
+        // A business outcome: stored and replayed like a success.
+        let refusal = (
+            StatusCode::CONFLICT,
+            Json(json!({"error": "not enough stock"})),
+        );
+        return request.complete(tx, claim, refusal).await;
+    }
+    let row = tx
+        .query_one(
+            "INSERT INTO orders (quantity) VALUES ($1) RETURNING id",
+            &[&qty],
+        )
+        .await?;
+    let id: i32 = row.get(0);
+    claim.enqueue(
+        "email",
+        txoutbox::OutboxMessage::new("email", &json!({"order": id}))?,
+    )?;
+    if body["slow"].as_bool() == Some(true) {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    if body["fail"].as_bool() == Some(true) {
+        return request
+            .complete(tx, claim, (StatusCode::INTERNAL_SERVER_ERROR, "boom"))
+            .await;
+    }
+    let answer = (
+        StatusCode::CREATED,
+        [("x-order-id", id.to_string())],
+        Json(json!({"order_id": id})),
+    );
+    request.complete(tx, claim, answer).await
+}
+
+async fn count(State(app): State<App>, _request: Idempotent) -> Result<Response, Problem> {
+    let conn = app.pool.get().await?;
+    let n: i64 = conn
+        .query_one("SELECT count(*) FROM orders", &[])
+        .await?
+        .get(0);
+    Ok(Json(json!({"orders": n})).into_response())
+}
+
+struct Server {
+    base: String,
+    http: reqwest::Client,
+    _db: Option<TestDb>,
+    pool: deadpool_postgres::Pool,
+}
+
+async fn serve(pool: deadpool_postgres::Pool, db: Option<TestDb>) -> anyhow::Result<Server> {
+    let app = App {
+        pool: pool.clone(),
+        scope: Scope::new("orders")?.with_lock_timeout(Duration::from_millis(200)),
+    };
+    let router = Router::new()
+        .route("/orders", post(create_order).get(count))
+        .with_state(app);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    Ok(Server {
+        base,
+        http,
+        _db: db,
+        pool,
+    })
+}
+
+async fn server() -> anyhow::Result<Server> {
+    let db = test_db().await?;
+    db.connect()
+        .await?
+        .batch_execute("CREATE TABLE orders (id serial PRIMARY KEY, quantity bigint NOT NULL)")
+        .await?;
+    serve(db.pool(8)?, Some(db)).await
+}
+
+impl Server {
+    async fn post(&self, key: Option<&str>, body: &Value) -> anyhow::Result<reqwest::Response> {
+        let mut request = self.http.post(format!("{}/orders", self.base)).json(body);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        Ok(request.send().await?)
+    }
+
+    async fn orders(&self) -> anyhow::Result<i64> {
+        let conn = self.pool.get().await?;
+        Ok(conn
+            .query_one("SELECT count(*) FROM orders", &[])
+            .await?
+            .get(0))
+    }
+
+    async fn outbox_rows(&self) -> anyhow::Result<i64> {
+        let conn = self.pool.get().await?;
+        Ok(conn
+            .query_one("SELECT count(*) FROM txoutbox_messages", &[])
+            .await?
+            .get(0))
+    }
+}
+
+fn key() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+async fn problem(response: reqwest::Response) -> anyhow::Result<Value> {
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let body: Value = response.json().await?;
+    assert!(body["type"].is_string() && body["title"].is_string() && body["detail"].is_string());
+    Ok(body)
+}
+
+#[tokio::test]
+async fn retry_with_same_key_replays_status_headers_and_body() -> anyhow::Result<()> {
+    let s = server().await?;
+    let key = key();
+    let first = s.post(Some(&key), &json!({"quantity": 2})).await?;
+    assert_eq!(first.status(), 201);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let first_id = first.headers()["x-order-id"].clone();
+    let first_body: Value = first.json().await?;
+
+    let again = s.post(Some(&key), &json!({"quantity": 2})).await?;
+    assert_eq!(again.status(), 201);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.headers()["x-order-id"], first_id);
+    assert_eq!(again.headers()["content-type"], "application/json");
+    assert_eq!(again.json::<Value>().await?, first_body);
+    assert_eq!(s.orders().await?, 1);
+    assert_eq!(s.outbox_rows().await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn post_without_key_is_400_problem() -> anyhow::Result<()> {
+    let s = server().await?;
+    let response = s.post(None, &json!({"quantity": 1})).await?;
+    assert_eq!(response.status(), 400);
+    let body = problem(response).await?;
+    assert_eq!(body["status"], 400);
+    assert_eq!(s.orders().await?, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn malformed_key_is_400_problem() -> anyhow::Result<()> {
+    let s = server().await?;
+    let response = s
+        .post(Some(&"x".repeat(300)), &json!({"quantity": 1}))
+        .await?;
+    assert_eq!(response.status(), 400);
+    assert_eq!(
+        problem(response).await?["type"],
+        "urn:txoutbox:malformed-idempotency-key"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn get_needs_no_key() -> anyhow::Result<()> {
+    let s = server().await?;
+    let response = s.http.get(format!("{}/orders", s.base)).send().await?;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.json::<Value>().await?, json!({"orders": 0}));
+    Ok(())
+}
+
+#[tokio::test]
+async fn same_key_for_another_request_is_422() -> anyhow::Result<()> {
+    let s = server().await?;
+    let key = key();
+    assert_eq!(
+        s.post(Some(&key), &json!({"quantity": 1})).await?.status(),
+        201
+    );
+    let other = s.post(Some(&key), &json!({"quantity": 3})).await?;
+    assert_eq!(other.status(), 422);
+    problem(other).await?;
+    assert_eq!(s.orders().await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn same_key_while_first_is_running_is_409_with_retry_after() -> anyhow::Result<()> {
+    let s = server().await?;
+    let key = key();
+    let body = json!({"quantity": 1, "slow": true});
+    let (first, second) = tokio::join!(s.post(Some(&key), &body), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        s.post(Some(&key), &body).await
+    });
+    assert_eq!(first?.status(), 201);
+    let second = second?;
+    assert_eq!(second.status(), 409);
+    assert_eq!(second.headers()["retry-after"], "1");
+    problem(second).await?;
+    assert_eq!(s.orders().await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn server_error_rolls_back_so_the_retry_runs_again() -> anyhow::Result<()> {
+    let s = server().await?;
+    let key = key();
+    let failing = s
+        .post(Some(&key), &json!({"quantity": 1, "fail": true}))
+        .await?;
+    assert_eq!(failing.status(), 500);
+    assert_eq!(s.orders().await?, 0);
+    assert_eq!(s.outbox_rows().await?, 0);
+    // The same key with the same body runs again (nothing was stored).
+    let again = s
+        .post(Some(&key), &json!({"quantity": 1, "fail": true}))
+        .await?;
+    assert_eq!(again.status(), 500);
+    assert!(again.headers().get("idempotent-replayed").is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn business_refusal_is_stored_and_replayed() -> anyhow::Result<()> {
+    let s = server().await?;
+    let key = key();
+    let first = s.post(Some(&key), &json!({"quantity": 50})).await?;
+    assert_eq!(first.status(), 409);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let again = s.post(Some(&key), &json!({"quantity": 50})).await?;
+    assert_eq!(again.status(), 409);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        again.json::<Value>().await?,
+        json!({"error": "not enough stock"})
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn unreachable_postgres_is_503_with_retry_after() -> anyhow::Result<()> {
+    // A port nothing listens on: connecting is refused at once.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = closed.local_addr()?.port();
+    drop(closed);
+    let mut pg = tokio_postgres::Config::new();
+    pg.host("127.0.0.1")
+        .port(port)
+        .user("nobody")
+        .dbname("nothing");
+    let manager = deadpool_postgres::Manager::new(pg, tokio_postgres::NoTls);
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(2)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .create_timeout(Some(Duration::from_secs(2)))
+        .wait_timeout(Some(Duration::from_secs(2)))
+        .build()?;
+    let s = serve(pool, None).await?;
+    let response = s.post(Some(&key()), &json!({"quantity": 1})).await?;
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert_eq!(problem(response).await?["status"], 503);
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! `charge-service --demo`: a charge request, the server killed mid-request (after its commit),
+//! the client retrying with the same key against a restarted server, the relay delivering, and a
+//! count of what exists. Also [`ServiceProcess`], the child process the demo and tests run.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use txoutbox_client::{IdempotentClient, RetryPolicy};
+use txoutbox_test_support::{fake_stripe::FakeStripe, Cluster, ClusterOptions};
+
+/// The service binary running as a child process; killed when dropped.
+#[derive(Debug)]
+pub struct ServiceProcess {
+    child: tokio::process::Child,
+    addr: SocketAddr,
+}
+
+impl ServiceProcess {
+    /// Starts `exe` with `env` (DATABASE_URL, STRIPE_*, SMTP_URL|MAIL_DIR, CRASH_AT...) on `addr`
+    /// and waits until it accepts connections (at most 30 s).
+    pub async fn start(
+        exe: &std::path::Path,
+        addr: SocketAddr,
+        env: &[(String, String)],
+        args: &[&str],
+    ) -> anyhow::Result<Self> {
+        let mut command = tokio::process::Command::new(exe);
+        command
+            .args(args)
+            .env("BIND", addr.to_string())
+            .env_remove("CRASH_AT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let started = Instant::now();
+        loop {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                return Ok(Self { child, addr });
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!("the service exited at start: {status}");
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("the service did not listen on {addr} within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `http://addr`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Waits for the process to end by itself (a crash point), at most `limit`.
+    pub async fn wait_exit(&mut self, limit: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        tokio::time::timeout(limit, self.child.wait())
+            .await
+            .context("the service did not exit")?
+            .context("waiting for the service")
+    }
+
+    /// Kills the process and waits for it.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        Ok(())
+    }
+}
+
+/// A free loopback port (bound and released; the child binds it next).
+pub fn free_addr() -> anyhow::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?)
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Plays the demo; returns when done (bounded: every wait has a limit).
+pub async fn run_demo() -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(110);
+    let exe = std::env::current_exe()?;
+    let mut env = Vec::new();
+
+    let _cluster;
+    let database_url = match var("DATABASE_URL") {
+        Some(url) => {
+            println!("Postgres:  DATABASE_URL");
+            url
+        }
+        None => {
+            println!("Postgres:  starting a throwaway cluster...");
+            let cluster = Cluster::private(&ClusterOptions::default())?;
+            let url = cluster.admin().url();
+            _cluster = cluster;
+            url
+        }
+    };
+    env.push(("DATABASE_URL".to_owned(), database_url.clone()));
+
+    let fake = if var("STRIPE_SECRET_KEY").is_some() {
+        println!("Stripe:    STRIPE_SECRET_KEY / STRIPE_API_BASE");
+        None
+    } else {
+        let fake = FakeStripe::start().await?;
+        println!("Stripe:    the fake Stripe API at {}", fake.base_url());
+        env.push(("STRIPE_SECRET_KEY".into(), fake.secret_key().into()));
+        env.push(("STRIPE_API_BASE".into(), fake.base_url()));
+        Some(fake)
+    };
+
+    let _mail_tmp;
+    let mail_dir: Option<PathBuf> = if var("SMTP_URL").is_some() {
+        println!("Mail:      SMTP_URL");
+        None
+    } else if let Some(dir) = var("MAIL_DIR") {
+        println!("Mail:      MAIL_DIR={dir}");
+        Some(PathBuf::from(dir))
+    } else {
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().to_path_buf();
+        println!("Mail:      .eml files in {}", dir.display());
+        env.push(("MAIL_DIR".into(), dir.display().to_string()));
+        _mail_tmp = tmp;
+        Some(dir)
+    };
+
+    let addr = free_addr()?;
+    println!("\n1. The service starts with CRASH_AT=after_commit: it will die after committing the charge, before answering.");
+    let mut crash_env = env.clone();
+    crash_env.push(("CRASH_AT".into(), "after_commit".into()));
+    let mut server = ServiceProcess::start(&exe, addr, &crash_env, &[]).await?;
+
+    let client = IdempotentClient::new(RetryPolicy {
+        deadline: Duration::from_secs(60),
+        attempt_timeout: Duration::from_secs(5),
+        initial_backoff: Duration::from_millis(200),
+        max_backoff: Duration::from_millis(500),
+        max_attempts: 100,
+    })?;
+    let operation = client.operation();
+    let key = operation.key().to_owned();
+    let url = format!("{}/charge", server.base_url());
+    let body = serde_json::json!({
+        "customer_id": "cus_demo",
+        "amount": 2000,
+        "currency": "usd",
+        "email": "ada@example.org",
+    });
+    println!("2. The client POSTs /charge with Idempotency-Key {key}.");
+    let request = {
+        let (client, key, url) = (client.clone(), key.clone(), url.clone());
+        tokio::spawn(async move { client.operation_with_key(key).post_json(&url, &body).await })
+    };
+    let status = server.wait_exit(Duration::from_secs(30)).await?;
+    println!("3. The server died mid-request ({status}); the client's answer was lost, it keeps retrying.");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    println!("4. The service restarts (no CRASH_AT).");
+    let mut server = ServiceProcess::start(&exe, addr, &env, &[]).await?;
+    let outcome = request.await??;
+    println!(
+        "5. The client got HTTP {} after {} attempts{}: {}",
+        outcome.status.as_u16(),
+        outcome.attempts,
+        if outcome.replayed() {
+            " (Idempotent-Replayed: true)"
+        } else {
+            ""
+        },
+        String::from_utf8_lossy(&outcome.body)
+    );
+    let answer: serde_json::Value = outcome.json()?;
+    let charge_id = answer["charge_id"]
+        .as_str()
+        .context("no charge_id in the answer")?
+        .to_owned();
+
+    println!("6. The relay delivers the PaymentIntent and the receipt...");
+    let http = reqwest_client()?;
+    let shown = loop {
+        let shown: serde_json::Value = http
+            .get(format!("{}/charges/{charge_id}", server.base_url()))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if shown["status"] != "pending" || Instant::now() > deadline {
+            break shown;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // The email row is delivered by the same relay; give it the same chance.
+    let emails = loop {
+        let emails = match &mail_dir {
+            Some(dir) => Some(count_eml(dir)?),
+            None => None,
+        };
+        if emails.is_none_or(|n| n > 0) || Instant::now() > deadline {
+            break emails;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!(
+        "   charge {charge_id} is {}, stripe id {}",
+        shown["status"], shown["stripe_id"]
+    );
+
+    let pg: tokio_postgres::Config = database_url.parse()?;
+    let (db, connection) = pg.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    let charges: i64 = db
+        .query_one(
+            "SELECT count(*) FROM charges WHERE customer_id = 'cus_demo'",
+            &[],
+        )
+        .await?
+        .get(0);
+    println!("\nWhat exists now:");
+    println!("  charges:         {charges}");
+    match &fake {
+        Some(fake) => println!(
+            "  PaymentIntents:  {} (at the fake Stripe, Idempotency-Key {})",
+            fake.intents().len(),
+            fake.requests()
+                .first()
+                .and_then(|r| r.idempotency_key.clone())
+                .unwrap_or_default()
+        ),
+        None => println!(
+            "  PaymentIntents:  see your Stripe dashboard ({})",
+            shown["stripe_id"]
+        ),
+    }
+    match emails {
+        Some(n) => println!("  emails:          {n}"),
+        None => println!("  emails:          sent over SMTP_URL"),
+    }
+    println!("  HTTP attempts:   {} (one key: {key})", outcome.attempts);
+    server.kill().await?;
+    if shown["status"] != "succeeded" {
+        bail!("the charge did not succeed: {shown}");
+    }
+    Ok(())
+}
+
+fn count_eml(dir: &std::path::Path) -> anyhow::Result<usize> {
+    Ok(std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "eml"))
+        .count())
+}
+
+/// A plain HTTP client for reads (rustls without a bundled provider needs ring installed).
+pub fn reqwest_client() -> anyhow::Result<reqwest::Client> {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    Ok(reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?)
+}

@@ -1,0 +1,178 @@
+//! The charge service of the problem statement: `POST /charge` writes a charge, a Stripe
+//! PaymentIntent and a receipt email in one transaction under the request's `Idempotency-Key`;
+//! the in-process relay delivers both and marks the charge `succeeded` or `failed`.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! let settings = charge_service::Settings::from_env()?;   // DATABASE_URL, BIND, STRIPE_*, SMTP_URL|MAIL_DIR
+//! charge_service::serve(settings, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Layout: `queries` holds every SQL statement of the service's tables; `http` the routes and
+//! handlers (with the `CRASH_AT` failure points); `hook` the relay's completion hook; `page.html`
+//! the checkout page; `demo` the one-command story (`charge-service --demo`). `migrations/` holds
+//! the service's own schema, applied after txoutbox's at start.
+
+mod demo;
+mod hook;
+mod http;
+mod queries;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+
+pub use demo::{free_addr, reqwest_client, run_demo, ServiceProcess};
+pub use hook::ChargeHook;
+pub use http::{router, App, CrashPoint};
+
+mod embedded {
+    refinery::embed_migrations!("migrations");
+}
+
+/// The table refinery records the service's own migrations in (txoutbox's has its own).
+pub const HISTORY_TABLE: &str = "charge_service_schema_history";
+
+/// The advisory lock the service's migrations run under ("chargsvc" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6368_6172_6773_7663;
+
+/// How the service is configured (from the environment in `main`).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Postgres (`DATABASE_URL`, a URL or key=value string).
+    pub database_url: String,
+    /// Where to listen (`BIND`, default `127.0.0.1:3000`).
+    pub bind: SocketAddr,
+    /// Run the relay in this process (default); `--no-relay` serves HTTP only.
+    pub relay: bool,
+    /// The failure point to abort at (`CRASH_AT`), for crash tests and the demo.
+    pub crash_at: Option<CrashPoint>,
+}
+
+impl Settings {
+    /// `DATABASE_URL` (required), `BIND`, `CRASH_AT`; the relay on. Stripe and mail settings are
+    /// read by their sinks when the relay starts.
+    pub fn from_env() -> anyhow::Result<Self> {
+        let database_url = std::env::var("DATABASE_URL").context("DATABASE_URL is not set")?;
+        let bind = std::env::var("BIND")
+            .ok()
+            .filter(|b| !b.trim().is_empty())
+            .unwrap_or_else(|| "127.0.0.1:3000".into());
+        let crash_at = match std::env::var("CRASH_AT").ok().filter(|c| !c.is_empty()) {
+            Some(point) => Some(point.parse()?),
+            None => None,
+        };
+        Ok(Self {
+            database_url,
+            bind: bind.parse().with_context(|| format!("BIND={bind}"))?,
+            relay: true,
+            crash_at,
+        })
+    }
+}
+
+/// Applies txoutbox's migrations, then the service's own, each under an advisory lock so that
+/// instances starting at once apply them once.
+pub async fn migrate(pg: &tokio_postgres::Config) -> anyhow::Result<()> {
+    let (mut client, connection) = pg.connect(tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    txoutbox::migrate(&mut client).await?;
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    let report = embedded::migrations::runner()
+        .set_migration_table_name(HISTORY_TABLE)
+        .run_async(&mut client)
+        .await;
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await;
+    report.context("applying the charge-service migrations")?;
+    unlocked?;
+    Ok(())
+}
+
+/// The HTTP pool: bounded waits, so an unreachable Postgres is a quick 503 rather than a hang.
+pub fn pool(pg: &tokio_postgres::Config, size: usize) -> anyhow::Result<deadpool_postgres::Pool> {
+    let manager = deadpool_postgres::Manager::from_config(
+        pg.clone(),
+        tokio_postgres::NoTls,
+        deadpool_postgres::ManagerConfig {
+            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+        },
+    );
+    Ok(deadpool_postgres::Pool::builder(manager)
+        .max_size(size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .create_timeout(Some(Duration::from_secs(2)))
+        .wait_timeout(Some(Duration::from_secs(5)))
+        .recycle_timeout(Some(Duration::from_secs(2)))
+        .build()?)
+}
+
+/// The relay with the Stripe and email sinks (from the environment) and the charge hook.
+pub fn relay(pg: &tokio_postgres::Config) -> anyhow::Result<txoutbox::Relay> {
+    let stripe = txoutbox_stripe::StripeSink::from_env()
+        .context("the relay's Stripe sink (STRIPE_SECRET_KEY, STRIPE_API_BASE)")?
+        .with_timeout(Duration::from_secs(5));
+    let email = txoutbox_email::EmailSink::from_env().context("the relay's email sink")?;
+    let config = txoutbox::RelayConfig {
+        // A crashed instance's claims come back within seconds, not half a minute.
+        lease: Duration::from_secs(10),
+        poll_interval: Duration::from_millis(250),
+        reclaim_interval: Duration::from_millis(500),
+        shutdown_grace: Duration::from_secs(3),
+        ..txoutbox::RelayConfig::default()
+    };
+    Ok(txoutbox::Relay::builder(pg.clone())
+        .config(config)
+        .sink(txoutbox_stripe::DESTINATION, stripe)
+        .sink(txoutbox_email::DESTINATION, email)
+        .hook(txoutbox_stripe::DESTINATION, ChargeHook)
+        .build()?)
+}
+
+/// Migrates, then serves HTTP (and runs the relay unless `settings.relay` is off) until
+/// `shutdown` resolves.
+pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let pg: tokio_postgres::Config = settings
+        .database_url
+        .parse()
+        .context("DATABASE_URL does not parse")?;
+    migrate(&pg).await?;
+    let pool = pool(&pg, 32)?;
+    let relay = if settings.relay {
+        Some(relay(&pg)?)
+    } else {
+        None
+    };
+    let app = App::new(pool.clone(), settings.crash_at)?;
+    let listener = tokio::net::TcpListener::bind(settings.bind)
+        .await
+        .with_context(|| format!("binding {}", settings.bind))?;
+    tracing::info!(addr = %listener.local_addr()?, relay = settings.relay, "charge-service listening");
+    // Scripts and tests wait for this line to know the port.
+    println!("listening on http://{}", listener.local_addr()?);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let relay_task = relay.map(|relay| {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(relay.run(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }))
+    });
+    let mut stop = stop_rx.clone();
+    let server = axum::serve(listener, router(app)).with_graceful_shutdown(async move {
+        let _ = stop.wait_for(|s| *s).await;
+    });
+    let server = tokio::spawn(async move { server.await });
+    shutdown.await;
+    let _ = stop_tx.send(true);
+    server.await??;
+    if let Some(task) = relay_task {
+        task.await??;
+    }
+    Ok(())
+}

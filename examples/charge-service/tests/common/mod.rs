@@ -1,0 +1,63 @@
+//! Shared arrangements: a migrated database with the service's tables, an in-process server.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use charge_service::{App, CrashPoint};
+use txoutbox_client::{IdempotentClient, RetryPolicy};
+use txoutbox_test_support::{test_db, TestDb};
+
+/// A server on 127.0.0.1:0 in this process (HTTP only; no relay).
+pub struct LocalServer {
+    pub base: String,
+    pub pool: deadpool_postgres::Pool,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub async fn local_server(pg: &tokio_postgres::Config) -> anyhow::Result<LocalServer> {
+    charge_service::migrate(pg).await?;
+    let pool = charge_service::pool(pg, 32)?;
+    let app = App::new(pool.clone(), None::<CrashPoint>)?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let router = charge_service::router(app);
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok(LocalServer { base, pool, task })
+}
+
+pub async fn db_and_server() -> anyhow::Result<(TestDb, LocalServer)> {
+    let db = test_db().await?;
+    let server = local_server(&db.config()?).await?;
+    Ok((db, server))
+}
+
+pub fn client(deadline: Duration, attempt_timeout: Duration) -> anyhow::Result<IdempotentClient> {
+    Ok(IdempotentClient::new(RetryPolicy {
+        deadline,
+        attempt_timeout,
+        initial_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(300),
+        max_attempts: 200,
+    })?)
+}
+
+pub fn charge_body(customer: &str) -> serde_json::Value {
+    serde_json::json!({
+        "customer_id": customer,
+        "amount": 1500,
+        "currency": "eur",
+        "email": "ada@example.org",
+    })
+}
+
+pub async fn count(pool: &deadpool_postgres::Pool, sql: &str) -> anyhow::Result<i64> {
+    Ok(pool.get().await?.query_one(sql, &[]).await?.get(0))
+}
