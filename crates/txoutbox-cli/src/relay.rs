@@ -1,10 +1,13 @@
 //! `txoutbox relay`: the relay as its own process. Flags (or their env variables) set the
 //! relay's knobs and register the built-in sinks; SIGINT/SIGTERM stop it gracefully.
 
+use std::future::Future;
 use std::io::Write;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use metrics_exporter_prometheus::PrometheusHandle;
 use txoutbox::{
     Delivery, DeliveryError, DestinationPolicy, Receipt, Relay, RelayConfig, RetryPolicy,
     Semantics, Sink, WakeMode,
@@ -83,6 +86,21 @@ pub struct RelayArgs {
     /// Deliver `nats` rows to this NATS server with JetStream (nats://host:port).
     #[arg(long, env = "NATS_URL")]
     nats_url: Option<String>,
+    // Boxed: `Command`'s variants stay of similar size.
+    #[command(flatten)]
+    observability: Box<ObservabilityArgs>,
+}
+
+/// The metrics and health flags of `txoutbox relay`.
+#[derive(Debug, clap::Args)]
+struct ObservabilityArgs {
+    /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` on this address (e.g.
+    /// 127.0.0.1:9464). Without it no metrics are recorded.
+    #[arg(long, env = "TXOUTBOX_METRICS_ADDR", value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// How often the backlog gauges (pending rows, oldest pending age) are sampled.
+    #[arg(long, env = "TXOUTBOX_SAMPLE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    sample_interval: Duration,
 }
 
 fn parse_pair(text: &str) -> Result<(String, String), String> {
@@ -97,6 +115,11 @@ fn parse_pair(text: &str) -> Result<(String, String), String> {
 /// Runs the relay until SIGINT or SIGTERM.
 pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
     let pg: tokio_postgres::Config = url.parse().context("parsing DATABASE_URL")?;
+    // Installed before anything records, so the first deliveries are counted too.
+    let prometheus = match args.observability.metrics_addr {
+        Some(_) => Some(install_prometheus()?),
+        None => None,
+    };
     let mut config = RelayConfig {
         batch_size: args.batch_size,
         concurrency: args.concurrency,
@@ -108,6 +131,7 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
             WakeMode::ListenAndPoll
         },
         shutdown_grace: args.shutdown_grace,
+        sample_interval: args.observability.sample_interval,
         ..RelayConfig::default()
     };
     if let Some(owner) = args.owner {
@@ -181,14 +205,170 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         "no sink configured: a relay without sinks would dead-letter every row (see txoutbox relay --help)"
     );
     let relay = builder.build()?;
+    let server = match (args.observability.metrics_addr, prometheus) {
+        (Some(addr), Some(handle)) => Some(
+            MetricsServer::bind(addr, handle, &relay, args.poll_only)
+                .await
+                .with_context(|| format!("binding the metrics address {addr}"))?,
+        ),
+        _ => None,
+    };
+    // One signal stops both the relay and the metrics server.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
     tracing::info!(owner = %relay.owner(), sinks = ?sinks, "relay starting");
-    let report = relay.run(shutdown_signal()).await?;
+    let serving = async {
+        match server {
+            Some(server) => server.run(stopped(stop_rx.clone())).await,
+            None => Ok(()),
+        }
+    };
+    let (report, served) = tokio::join!(relay.run(stopped(stop_rx.clone())), serving);
+    let report = report?;
     tracing::info!(
         claimed = report.claimed,
         released = report.released,
         "relay stopped"
     );
-    Ok(())
+    served.context("the metrics server failed")
+}
+
+/// Installs the Prometheus recorder as the process's `metrics` recorder, with histogram buckets
+/// for the txoutbox histograms, and registers their descriptions.
+fn install_prometheus() -> Result<PrometheusHandle> {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(txoutbox::telemetry::ATTEMPT_DURATION.to_owned()),
+            &[
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ],
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(txoutbox::telemetry::DELIVERY_LATENCY.to_owned()),
+            &[
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+                900.0, 3600.0, 21600.0, 86400.0,
+            ],
+        )?
+        .install_recorder()
+        .context("installing the Prometheus recorder")?;
+    txoutbox::describe_metrics();
+    Ok(handle)
+}
+
+/// How long `/readyz` waits for the database's `SELECT 1`.
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The relay process's observability endpoints: `/metrics` (Prometheus text), `/healthz` (200
+/// while the process runs) and `/readyz` (200 when the database answers through the relay's pool
+/// and, unless poll-only, the LISTEN connection is up; 503 with the reason otherwise).
+pub struct MetricsServer {
+    listener: tokio::net::TcpListener,
+    state: ServerState,
+}
+
+#[derive(Clone)]
+struct ServerState {
+    prometheus: PrometheusHandle,
+    relay: Relay,
+    poll_only: bool,
+}
+
+impl MetricsServer {
+    /// Binds `addr` (so a taken port fails before the relay starts).
+    pub async fn bind(
+        addr: SocketAddr,
+        prometheus: PrometheusHandle,
+        relay: &Relay,
+        poll_only: bool,
+    ) -> Result<Self> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        tracing::info!(addr = %listener.local_addr()?, "metrics server listening");
+        Ok(Self {
+            listener,
+            state: ServerState {
+                prometheus,
+                relay: relay.clone(),
+                poll_only,
+            },
+        })
+    }
+
+    /// Serves until `shutdown` resolves, then finishes the requests in progress and returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+        use axum::routing::get;
+        let router = axum::Router::new()
+            .route("/metrics", get(metrics_text))
+            .route("/healthz", get(|| async { "ok\n" }))
+            .route("/readyz", get(readiness))
+            .with_state(self.state);
+        axum::serve(self.listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        Ok(())
+    }
+}
+
+async fn metrics_text(
+    axum::extract::State(state): axum::extract::State<ServerState>,
+) -> impl axum::response::IntoResponse {
+    // Upkeep drains the histograms' pending samples; a scrape is when they are needed.
+    state.prometheus.run_upkeep();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.prometheus.render(),
+    )
+}
+
+async fn readiness(
+    axum::extract::State(state): axum::extract::State<ServerState>,
+) -> (axum::http::StatusCode, String) {
+    use axum::http::StatusCode;
+    let pool = state.relay.pool().clone();
+    let probe = tokio::time::timeout(READY_TIMEOUT, async move {
+        let client = pool.get().await.map_err(|e| e.to_string())?;
+        client
+            .simple_query("SELECT 1")
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    match probe {
+        Err(_) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "not ready: the database did not answer within {}\n",
+                    humantime::format_duration(READY_TIMEOUT)
+                ),
+            )
+        }
+        Ok(Err(e)) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: the database is unreachable: {e}\n"),
+            )
+        }
+        Ok(Ok(())) => {}
+    }
+    if !state.poll_only && !state.relay.listener_connected() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the LISTEN connection is down\n".to_owned(),
+        );
+    }
+    (StatusCode::OK, "ready\n".to_owned())
 }
 
 /// The secret given for `destination` (`DESTINATION=SECRET`), else the one given without a name.

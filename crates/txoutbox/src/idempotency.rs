@@ -13,6 +13,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use crate::outbox::{check_name, key_for, lock_ordering_keys, MessageColumns};
+use crate::telemetry::{
+    IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS, TRACEPARENT,
+};
 use crate::{sql, Error, Fingerprint, IdempotencyKey, OutboxMessage, Result, TxExecutor};
 
 /// The default key window: a retry within 24 hours of the first request is deduplicated.
@@ -102,6 +105,7 @@ pub struct Claim {
     key: IdempotencyKey,
     messages: Vec<(String, OutboxMessage)>,
     effects: HashSet<String>,
+    traceparent: Option<crate::Traceparent>,
 }
 
 /// Claims `key` in `scope` inside the caller's transaction.
@@ -134,7 +138,10 @@ pub async fn begin(
         .await;
     let claimed = match claim {
         Ok(rows) => !rows.is_empty(),
-        Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => return Ok(Begin::InFlight),
+        Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+            count(IDEMPOTENCY_CONFLICTS, scope);
+            return Ok(Begin::InFlight);
+        }
         Err(e) => return Err(e.into()),
     };
     if claimed {
@@ -143,6 +150,7 @@ pub async fn begin(
             key: key.clone(),
             messages: Vec::new(),
             effects: HashSet::new(),
+            traceparent: None,
         }));
     }
     let row = tx
@@ -156,22 +164,29 @@ pub async fn begin(
         .ok_or_else(|| Error::Invalid("the key vanished between claim and lookup".into()))?;
     let stored_fp: Vec<u8> = row.try_get(0)?;
     if stored_fp != fp {
+        count(IDEMPOTENCY_MISMATCHES, scope);
         return Ok(Begin::Mismatch);
     }
     let state: String = row.try_get(1)?;
     if state != "completed" {
         // Committed without a response (a caller that skipped `complete`): treat as held.
+        count(IDEMPOTENCY_CONFLICTS, scope);
         return Ok(Begin::InFlight);
     }
     let status: i16 = row.try_get(2)?;
     let headers: serde_json::Value = row.try_get(3)?;
     let headers: Vec<(String, String)> = serde_json::from_value(headers)?;
     let body: Vec<u8> = row.try_get(4)?;
+    count(IDEMPOTENCY_REPLAYS, scope);
     Ok(Begin::Replay(StoredResponse {
         status: u16::try_from(status).unwrap_or(0),
         headers,
         body,
     }))
+}
+
+fn count(name: &'static str, scope: &Scope) {
+    metrics::counter!(name, "scope" => scope.name.clone()).increment(1);
 }
 
 impl Claim {
@@ -191,6 +206,15 @@ impl Claim {
             )));
         }
         self.messages.push((effect.to_owned(), message));
+        Ok(self)
+    }
+
+    /// Attaches the request's W3C trace context to every effect of this request that does not
+    /// carry its own `traceparent` (those enqueued before and after this call alike), so the
+    /// request's trace reaches all its effects. Fails with [`Error::Invalid`] for a malformed
+    /// value; the claim is unchanged then.
+    pub fn with_traceparent(&mut self, traceparent: &str) -> Result<&mut Self> {
+        self.traceparent = Some(crate::Traceparent::parse(traceparent.trim())?);
         Ok(self)
     }
 
@@ -214,8 +238,21 @@ impl Claim {
                 response.status
             )));
         }
-        let keyed = self
-            .messages
+        let messages: Vec<(String, OutboxMessage)> = match &self.traceparent {
+            None => self.messages,
+            Some(traceparent) => self
+                .messages
+                .into_iter()
+                .map(|(effect, mut message)| {
+                    message
+                        .headers
+                        .entry(TRACEPARENT.to_owned())
+                        .or_insert_with(|| traceparent.as_str().to_owned());
+                    (effect, message)
+                })
+                .collect(),
+        };
+        let keyed = messages
             .iter()
             .map(|(effect, message)| {
                 Ok((
@@ -246,12 +283,17 @@ impl Claim {
                 ],
             )
             .await?;
-        if updated.is_empty() {
+        let Some(row) = updated.first() else {
             return Err(Error::Invalid(
                 "the claimed key is not in this transaction (was it begun on another connection?)"
                     .into(),
             ));
-        }
+        };
+        let inserted: i64 = row.try_get(0)?;
+        crate::outbox::count_enqueued(
+            messages.iter().map(|(_, m)| m),
+            u64::try_from(inserted).unwrap_or(0),
+        );
         Ok(())
     }
 }

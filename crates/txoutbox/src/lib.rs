@@ -46,6 +46,7 @@ mod prune;
 mod relay;
 mod sink;
 mod sql;
+pub mod telemetry;
 mod wake;
 
 pub use admin::{
@@ -72,4 +73,5 @@ pub use relay::{
     Semantics, WakeMode,
 };
 pub use sink::{Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink};
+pub use telemetry::{describe_metrics, Traceparent};
 pub use wake::{RelayWaker, HINT_SPACING};

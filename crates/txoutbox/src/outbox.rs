@@ -70,6 +70,26 @@ impl OutboxMessage {
         self
     }
 
+    /// Attaches the W3C trace context of the request that enqueues this message, so the trace
+    /// reaches the effect: the relay records its trace id on the delivery span and HTTP sinks
+    /// forward the header. Fails with [`Error::Invalid`] unless `traceparent` is a valid W3C
+    /// `traceparent` value (garbage would be forwarded to every downstream).
+    pub fn with_traceparent(mut self, traceparent: &str) -> Result<Self> {
+        let parsed = crate::Traceparent::parse(traceparent.trim())?;
+        self.headers.insert(
+            crate::telemetry::TRACEPARENT.to_owned(),
+            parsed.as_str().to_owned(),
+        );
+        Ok(self)
+    }
+
+    /// The message's `traceparent` header, if it carries one.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.headers
+            .get(crate::telemetry::TRACEPARENT)
+            .map(String::as_str)
+    }
+
     /// The message id (a UUIDv7, assigned at construction).
     pub fn id(&self) -> Uuid {
         self.id
@@ -118,7 +138,39 @@ pub async fn enqueue(tx: &impl TxExecutor, messages: &[OutboxMessage]) -> Result
             ],
         )
         .await?;
+    count_enqueued(messages.iter(), inserted.len() as u64);
     Ok(inserted.len() as u64)
+}
+
+/// Counts the `inserted` rows of a batch by destination. The insert reports only how many rows
+/// it wrote, not which: when some were duplicates of rows already enqueued and the batch spans
+/// several destinations, the split is unknown and the rows count under `destination="mixed"`.
+pub(crate) fn count_enqueued<'a>(
+    messages: impl Iterator<Item = &'a OutboxMessage> + Clone,
+    inserted: u64,
+) {
+    if inserted == 0 {
+        return;
+    }
+    let mut by_destination: BTreeMap<&str, u64> = BTreeMap::new();
+    for message in messages {
+        *by_destination
+            .entry(message.destination.as_str())
+            .or_default() += 1;
+    }
+    let total: u64 = by_destination.values().sum();
+    if inserted == total {
+        for (destination, n) in by_destination {
+            metrics::counter!(crate::telemetry::ENQUEUED, "destination" => destination.to_owned())
+                .increment(n);
+        }
+    } else if by_destination.len() == 1 {
+        let destination = by_destination.keys().next().copied().unwrap_or("mixed");
+        metrics::counter!(crate::telemetry::ENQUEUED, "destination" => destination.to_owned())
+            .increment(inserted);
+    } else {
+        metrics::counter!(crate::telemetry::ENQUEUED, "destination" => "mixed").increment(inserted);
+    }
 }
 
 /// Sends the relay's wake-up inside the caller's transaction. Postgres delivers it at commit, but

@@ -86,6 +86,10 @@ pub struct RelayConfig {
     /// Turn off behind a connection pooler that cannot carry prepared statements (PgBouncer in
     /// transaction mode before 1.21): statements then go unnamed, one round trip each.
     pub prepared_statements: bool,
+    /// How often the relay samples the backlog gauges (`txoutbox_pending_messages`,
+    /// `txoutbox_oldest_pending_age_seconds`) with one index-only query (default 5 s; zero turns
+    /// sampling off).
+    pub sample_interval: Duration,
 }
 
 impl Default for RelayConfig {
@@ -112,6 +116,7 @@ impl Default for RelayConfig {
             completion_batch: 256,
             pool_size: 4,
             prepared_statements: true,
+            sample_interval: Duration::from_secs(5),
         }
     }
 }
@@ -306,6 +311,9 @@ impl Relay {
             ));
         }
         background.spawn(reclaimer(inner.clone(), stop.clone()));
+        if !config.sample_interval.is_zero() {
+            background.spawn(sampler(inner.clone(), stop.clone()));
+        }
         let (done, results) = mpsc::channel::<Finished>(config.concurrency.max(1) * 2);
         let shutting_down = Arc::new(AtomicBool::new(false));
         let completer = tokio::spawn(completer(inner.clone(), results, shutting_down.clone()));
@@ -525,7 +533,12 @@ async fn deliver(inner: &Inner, claimed: Claimed) -> Finished {
         destination = %delivery.destination,
         attempt = delivery.attempt,
         downstream_key = %delivery.downstream_key,
+        trace_id = tracing::field::Empty,
     );
+    if let Some(trace_id) = crate::telemetry::trace_id(&delivery.headers) {
+        span.record("trace_id", trace_id.as_str());
+    }
+    let mut sink_started = None;
     let result = if delivery.attempt > policy.retry.max_attempts {
         Err(DeliveryError::permanent(format!(
             "{} attempts made (the last one's lease expired); the limit is {}",
@@ -539,6 +552,7 @@ async fn deliver(inner: &Inner, claimed: Claimed) -> Finished {
                 delivery.destination, inner.config.owner
             ))),
             Some(sink) => {
+                sink_started = Some(std::time::Instant::now());
                 let call = AssertUnwindSafe(sink.deliver(delivery)).catch_unwind();
                 match tracing::Instrument::instrument(call, span.clone()).await {
                     Ok(result) => result,
@@ -593,7 +607,42 @@ async fn deliver(inner: &Inner, claimed: Claimed) -> Finished {
             out.error = Some(message);
         }
     }
+    if let Some(started) = sink_started {
+        let outcome = match out.kind {
+            "delivered" => "delivered",
+            "retry" => "retry",
+            _ => "failed",
+        };
+        metrics::histogram!(
+            crate::telemetry::ATTEMPT_DURATION,
+            "destination" => delivery.destination.clone(),
+            "outcome" => outcome,
+        )
+        .record(started.elapsed().as_secs_f64());
+    }
     out
+}
+
+/// Counts the outcomes whose completion took effect (`applied`): a completion fenced out by a
+/// lost lease is not a delivery of this relay's.
+fn record_outcomes<'a>(applied: &[Uuid], finished: impl Iterator<Item = &'a Finished>) {
+    use crate::telemetry::{DEAD_LETTERED, DELIVERED, DELIVERY_LATENCY, RETRIED};
+    for f in finished.filter(|f| applied.contains(&f.claimed.delivery.id)) {
+        let destination = f.claimed.delivery.destination.clone();
+        match f.kind {
+            "delivered" => {
+                let latency = (f.finished - f.claimed.delivery.created_at)
+                    .to_std()
+                    .unwrap_or_default();
+                metrics::histogram!(DELIVERY_LATENCY, "destination" => destination.clone())
+                    .record(latency.as_secs_f64());
+                metrics::counter!(DELIVERED, "destination" => destination).increment(1);
+            }
+            "retry" => metrics::counter!(RETRIED, "destination" => destination).increment(1),
+            "failed" => metrics::counter!(DEAD_LETTERED, "destination" => destination).increment(1),
+            _ => {}
+        }
+    }
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
@@ -616,6 +665,8 @@ async fn completer(
     shutting_down: Arc<AtomicBool>,
 ) {
     let max = inner.config.completion_batch.max(1);
+    let writers = Arc::new(Semaphore::new(COMPLETION_WRITERS));
+    let mut writes = JoinSet::new();
     while let Some(first) = results.recv().await {
         let mut batch = vec![first];
         while batch.len() < max {
@@ -628,13 +679,26 @@ async fn completer(
             f.completion.is_some() && inner.hooks.contains_key(&f.claimed.delivery.destination)
         });
         if !plain.is_empty() {
-            write_with_retries(&shutting_down, || complete_plain(&inner, &plain)).await;
+            // Batches touch disjoint rows: write up to COMPLETION_WRITERS of them at once.
+            let Ok(permit) = writers.clone().acquire_owned().await else {
+                return;
+            };
+            let (inner, shutting_down) = (inner.clone(), shutting_down.clone());
+            writes.spawn(async move {
+                write_with_retries(&shutting_down, || complete_plain(&inner, &plain)).await;
+                drop(permit);
+            });
+            while writes.try_join_next().is_some() {}
         }
         for finished in &hooked {
             write_with_retries(&shutting_down, || complete_hooked(&inner, finished)).await;
         }
     }
+    while writes.join_next().await.is_some() {}
 }
+
+/// Completion statements in flight at once (each on its own pooled connection).
+const COMPLETION_WRITERS: usize = 2;
 
 async fn write_with_retries<F, Fut>(shutting_down: &AtomicBool, mut write: F)
 where
@@ -660,7 +724,9 @@ where
 
 async fn complete_plain(inner: &Inner, batch: &[Finished]) -> Result<()> {
     let client = inner.pool.get().await?;
-    run_complete(&client, inner, batch).await.map(|_| ())
+    let applied = run_complete(&client, inner, batch).await?;
+    record_outcomes(&applied, batch.iter());
+    Ok(())
 }
 
 async fn complete_hooked(inner: &Inner, finished: &Finished) -> Result<()> {
@@ -682,6 +748,7 @@ async fn complete_hooked(inner: &Inner, finished: &Finished) -> Result<()> {
         }
     }
     tx.commit().await?;
+    record_outcomes(&applied, std::iter::once(finished));
     Ok(())
 }
 
@@ -740,12 +807,39 @@ async fn reclaimer(inner: Arc<Inner>, stop: Arc<Notify>) {
         match reclaim_expired(&inner.pool).await {
             Ok(0) => {}
             Ok(n) => {
+                metrics::counter!(crate::telemetry::LEASES_RECLAIMED).increment(n);
                 tracing::info!(rows = n, "took back rows whose lease expired");
                 inner.wake.notify_one();
             }
             Err(e) => tracing::debug!(error = %e, "lease reclaim failed; will try again"),
         }
     }
+}
+
+/// Samples the backlog gauges every `sample_interval`.
+async fn sampler(inner: Arc<Inner>, stop: Arc<Notify>) {
+    loop {
+        match sample_backlog(&inner.pool).await {
+            Ok((pending, oldest)) => {
+                metrics::gauge!(crate::telemetry::PENDING).set(pending as f64);
+                metrics::gauge!(crate::telemetry::OLDEST_PENDING_AGE).set(oldest);
+            }
+            Err(e) => tracing::debug!(error = %e, "backlog sample failed; will try again"),
+        }
+        tokio::select! {
+            _ = stop.notified() => return,
+            _ = tokio::time::sleep(inner.config.sample_interval) => {}
+        }
+    }
+}
+
+async fn sample_backlog(pool: &deadpool_postgres::Pool) -> Result<(i64, f64)> {
+    let client = pool.get().await?;
+    let row = client.query_typed(sql::SAMPLE_BACKLOG, &[]).await?;
+    let row = row
+        .first()
+        .ok_or_else(|| Error::Invalid("the backlog sample returned no row".into()))?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
 }
 
 /// Takes back every row whose lease has expired; returns how many. Run by every relay

@@ -28,22 +28,24 @@ pub const CLAIM: &str = "WITH due AS ( \
 /// it was not, so the attempt is not counted), or to `unknown` for an at-most-once destination
 /// whose call was cut short. Every attempt is logged, including those whose lease was lost (a
 /// completion that came too late), so the log shows every call a downstream received.
-/// Returns the ids whose completion took effect. (`m.id = ANY($1)` beside the join lets the
-/// planner reach the rows by primary key instead of scanning the table.)
+/// Returns the ids whose completion took effect. A lease token is set only while a row is
+/// in flight (claim sets it; completion, reclaim and replay clear it), so matching the token is
+/// the whole fence: no `status = 'in_flight'` test, which would steer the planner to the lease
+/// index and a nested loop that rescans the batch once per row.
 pub const COMPLETE: &str = "WITH input AS ( \
      SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
          $6::float8[], $7::timestamptz[], $8::timestamptz[], $9::int4[], $10::text[]) \
          AS i(id, token, kind, error, receipt, delay, started, finished, attempt, downstream_key)), \
  delivered AS ( \
-     DELETE FROM txoutbox_messages m USING input i \
-     WHERE m.id = ANY($1::uuid[]) AND m.id = i.id AND m.lease_token = i.token \
-       AND m.status = 'in_flight' AND i.kind = 'delivered' \
+     DELETE FROM txoutbox_messages m \
+     WHERE m.id = ANY($1::uuid[]) AND (m.id, m.lease_token) IN ( \
+         SELECT i.id, i.token FROM input i WHERE i.kind = 'delivered') \
      RETURNING m.id, m.seq, m.destination, m.payload, m.headers, m.downstream_key, \
-         m.ordering_key, m.attempts, m.created_at, i.finished, i.receipt), \
+         m.ordering_key, m.attempts, m.created_at), \
  history AS ( \
      INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, downstream_key, \
          ordering_key, attempts, created_at, delivered_at, receipt) \
-     SELECT * FROM delivered), \
+     SELECT d.*, i.finished, i.receipt FROM delivered d JOIN input i ON i.id = d.id), \
  updated AS ( \
      UPDATE txoutbox_messages m SET \
          status = CASE WHEN i.kind IN ('failed', 'unknown') THEN i.kind ELSE 'pending' END, \
@@ -52,9 +54,9 @@ pub const COMPLETE: &str = "WITH input AS ( \
          attempts = CASE WHEN i.kind = 'unstarted' THEN m.attempts - 1 ELSE m.attempts END, \
          last_error = COALESCE(i.error, m.last_error), \
          lease_owner = NULL, lease_expires_at = NULL, lease_token = NULL \
-     FROM input i \
-     WHERE m.id = ANY($1::uuid[]) AND m.id = i.id AND m.lease_token = i.token \
-       AND m.status = 'in_flight' AND i.kind <> 'delivered' \
+     FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $6::float8[]) \
+         AS i(id, token, kind, error, delay) \
+     WHERE m.id = i.id AND m.lease_token = i.token AND i.kind <> 'delivered' \
      RETURNING m.id), \
  logged AS ( \
      INSERT INTO txoutbox_attempts (message_id, attempt, downstream_key, relay, lease_token, \
@@ -99,3 +101,11 @@ pub const RECLAIM_EXPIRED: &str = "WITH expired AS ( \
 
 /// The channel the write path's hint arrives on.
 pub const LISTEN: &str = "LISTEN txoutbox_wake";
+
+/// The backlog gauges: pending rows, and how long the longest-waiting due row has been due. Both
+/// read only the partial index `txoutbox_messages_due` (the literal `'pending'` selects it): a
+/// count over it, and its first entry.
+pub const SAMPLE_BACKLOG: &str = "SELECT \
+     (SELECT count(*) FROM txoutbox_messages WHERE status = 'pending'), \
+     COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(next_attempt_at))::float8 \
+         FROM txoutbox_messages WHERE status = 'pending' AND next_attempt_at <= now()), 0)::float8";

@@ -1,0 +1,535 @@
+//! `txoutbox relay --metrics-addr`: what an operator sees without SQL. A real relay process
+//! delivers to a real HTTP receiver; the tests scrape its endpoints over TCP.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use txoutbox::{enqueue, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
+use txoutbox_test_support::{test_db, Cluster, ClusterOptions, TestDb};
+
+const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// A webhook receiver: records each request's path and `traceparent`, and answers 503 to the
+/// first `failures` requests of a path, 200 after.
+type Seen = Vec<(String, Option<String>)>;
+
+#[derive(Clone, Default)]
+struct Receiver {
+    seen: Arc<Mutex<Seen>>,
+    failures: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+impl Receiver {
+    async fn start(failures: &[(&str, u32)]) -> anyhow::Result<(Self, SocketAddr)> {
+        let receiver = Receiver::default();
+        if let Ok(mut f) = receiver.failures.lock() {
+            for (path, n) in failures {
+                f.insert((*path).to_owned(), *n);
+            }
+        }
+        let router = axum::Router::new()
+            .route("/{path}", axum::routing::post(receive))
+            .with_state(receiver.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Ok((receiver, addr))
+    }
+
+    fn seen(&self) -> Seen {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+async fn receive(
+    State(receiver): State<Receiver>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+) -> StatusCode {
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Ok(mut seen) = receiver.seen.lock() {
+        seen.push((path.clone(), traceparent));
+    }
+    let fail = receiver
+        .failures
+        .lock()
+        .map(|mut f| match f.get_mut(&path) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        })
+        .unwrap_or(false);
+    if fail {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    }
+}
+
+/// A relay process, killed when dropped (the tests stop it with SIGTERM first).
+struct RelayProcess {
+    child: Child,
+    metrics: SocketAddr,
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl RelayProcess {
+    async fn start(url: &str, extra: &[String]) -> anyhow::Result<Self> {
+        let metrics = free_port()?;
+        let child = Command::new(env!("CARGO_BIN_EXE_txoutbox"))
+            .args([
+                "relay",
+                "--poll-interval",
+                "100ms",
+                "--retry-base",
+                "50ms",
+                "--retry-cap",
+                "100ms",
+                "--sample-interval",
+                "100ms",
+                "--metrics-addr",
+                &metrics.to_string(),
+            ])
+            .args(extra)
+            .env("DATABASE_URL", url)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()?;
+        let relay = RelayProcess { child, metrics };
+        relay
+            .wait_for("/healthz", Duration::from_secs(20), |status, _| {
+                status == 200
+            })
+            .await?;
+        Ok(relay)
+    }
+
+    /// Polls `path` until `done(status, body)` holds; returns the last answer.
+    async fn wait_for(
+        &self,
+        path: &str,
+        limit: Duration,
+        done: impl Fn(u16, &str) -> bool,
+    ) -> anyhow::Result<(u16, String)> {
+        let start = Instant::now();
+        let mut last = None;
+        while start.elapsed() < limit {
+            if let Ok((status, body)) = get(self.metrics, path).await {
+                if done(status, &body) {
+                    return Ok((status, body));
+                }
+                last = Some((status, body));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::bail!("GET {path} never satisfied the condition; last answer: {last:?}")
+    }
+
+    fn terminate(mut self) -> anyhow::Result<Option<i32>> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        anyhow::ensure!(status.success(), "kill -TERM failed");
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Some(exit) = self.child.try_wait()? {
+                return Ok(exit.code());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        anyhow::bail!("the relay did not stop on SIGTERM")
+    }
+}
+
+fn free_port() -> anyhow::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?)
+}
+
+/// A plain HTTP/1.1 GET: status and body.
+async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        anyhow::Ok(String::from_utf8_lossy(&response).into_owned())
+    };
+    let response = tokio::time::timeout(Duration::from_secs(10), exchange).await??;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("no header end in {response:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no status in {head:?}"))?;
+    Ok((status, body.to_owned()))
+}
+
+/// The value of the sample `series` (name and labels exactly as rendered) in a scrape.
+fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape.lines().find_map(|line| {
+        line.strip_prefix(series)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|value| value.trim().parse().ok())
+    })
+}
+
+fn webhook_args(receiver: SocketAddr, destinations: &[&str]) -> Vec<String> {
+    let mut args = vec!["--webhook-secret".to_owned(), SECRET.to_owned()];
+    for d in destinations {
+        args.push("--webhook".to_owned());
+        args.push(format!("{d}=http://{receiver}/{d}"));
+    }
+    args
+}
+
+async fn enqueue_all(db: &TestDb, messages: Vec<OutboxMessage>) -> anyhow::Result<()> {
+    let mut client = db.connect().await?;
+    let tx = client.transaction().await?;
+    enqueue(&tx, &messages).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A Standard Webhooks event, as the webhook sink reads it.
+fn webhook_payload(key: &str) -> serde_json::Value {
+    serde_json::json!({ "event_type": "test.event", "data": { "key": key } })
+}
+
+fn message(destination: &str, key: &str) -> anyhow::Result<OutboxMessage> {
+    Ok(OutboxMessage::new(destination, &webhook_payload(key))?.with_downstream_key(key))
+}
+
+#[tokio::test]
+async fn metrics_count_deliveries_retries_and_dead_letters_by_destination() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let (receiver, addr) = Receiver::start(&[("flaky", 1)]).await?;
+    let relay = RelayProcess::start(&db.url(), &webhook_args(addr, &["hooks", "flaky"])).await?;
+    enqueue_all(
+        &db,
+        vec![
+            message("hooks", "h-1")?,
+            message("hooks", "h-2")?,
+            message("flaky", "f-1")?,
+            // No sink is registered for this destination: a permanent failure.
+            message("nowhere", "n-1")?,
+        ],
+    )
+    .await?;
+    let (_, scrape) = relay
+        .wait_for("/metrics", Duration::from_secs(30), |_, body| {
+            sample(
+                body,
+                r#"txoutbox_messages_delivered_total{destination="flaky"}"#,
+            ) == Some(1.0)
+                && sample(
+                    body,
+                    r#"txoutbox_messages_delivered_total{destination="hooks"}"#,
+                ) == Some(2.0)
+                && sample(
+                    body,
+                    r#"txoutbox_messages_dead_lettered_total{destination="nowhere"}"#,
+                ) == Some(1.0)
+                && sample(body, "txoutbox_pending_messages") == Some(0.0)
+        })
+        .await?;
+    assert_eq!(
+        sample(
+            &scrape,
+            r#"txoutbox_delivery_retries_total{destination="flaky"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &scrape,
+            r#"txoutbox_delivery_retries_total{destination="hooks"}"#
+        ),
+        None,
+        "hooks never failed"
+    );
+    assert_eq!(
+        sample(
+            &scrape,
+            r#"txoutbox_delivery_latency_seconds_count{destination="hooks"}"#
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &scrape,
+            r#"txoutbox_attempt_duration_seconds_count{destination="flaky",outcome="retry"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &scrape,
+            r#"txoutbox_attempt_duration_seconds_count{destination="flaky",outcome="delivered"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&scrape, "txoutbox_oldest_pending_age_seconds"),
+        Some(0.0)
+    );
+    assert!(scrape.contains("# HELP txoutbox_messages_delivered_total"));
+    assert!(scrape.contains("# TYPE txoutbox_delivery_latency_seconds histogram"));
+    assert_eq!(receiver.seen().len(), 4, "two hooks, and flaky twice");
+    assert_eq!(relay.terminate()?, Some(0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_backlog_gauges_show_rows_waiting_for_a_stuck_destination() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    // Always 503: the rows stay pending between retries.
+    let (_receiver, addr) = Receiver::start(&[("stuck", u32::MAX)]).await?;
+    let relay = RelayProcess::start(&db.url(), &webhook_args(addr, &["stuck"])).await?;
+    enqueue_all(
+        &db,
+        vec![message("stuck", "s-1")?, message("stuck", "s-2")?],
+    )
+    .await?;
+    relay
+        .wait_for("/metrics", Duration::from_secs(30), |_, body| {
+            sample(body, "txoutbox_pending_messages") == Some(2.0)
+                && sample(
+                    body,
+                    r#"txoutbox_delivery_retries_total{destination="stuck"}"#,
+                )
+                .is_some_and(|n| n >= 4.0)
+        })
+        .await?;
+    assert_eq!(relay.terminate()?, Some(0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn readyz_is_503_while_postgres_is_down_and_200_when_it_is_back() -> anyhow::Result<()> {
+    let cluster = Cluster::private(&ClusterOptions::default())?;
+    let db = TestDb::create_on(&cluster.admin()).await?;
+    let relay =
+        RelayProcess::start(&db.url(), &["--stdout".to_owned(), "audit".to_owned()]).await?;
+    relay
+        .wait_for("/readyz", Duration::from_secs(20), |status, _| {
+            status == 200
+        })
+        .await?;
+    cluster.stop()?;
+    let (_, reason) = relay
+        .wait_for("/readyz", Duration::from_secs(30), |status, _| {
+            status == 503
+        })
+        .await?;
+    assert!(reason.starts_with("not ready"), "{reason:?}");
+    let (status, _) = get(relay.metrics, "/healthz").await?;
+    assert_eq!(
+        status, 200,
+        "the process is up even when the database is not"
+    );
+    cluster.start()?;
+    relay
+        .wait_for("/readyz", Duration::from_secs(30), |status, _| {
+            status == 200
+        })
+        .await?;
+    assert_eq!(relay.terminate()?, Some(0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_traceparent_given_at_enqueue_reaches_the_webhook_receiver() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let (receiver, addr) = Receiver::start(&[]).await?;
+    let relay = RelayProcess::start(&db.url(), &webhook_args(addr, &["direct", "request"])).await?;
+    enqueue_all(
+        &db,
+        vec![message("direct", "d-1")?.with_traceparent(TRACEPARENT)?],
+    )
+    .await?;
+    // Through an idempotent request: the claim's traceparent goes to every effect.
+    let request_trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let mut client = db.connect().await?;
+    let tx = client.transaction().await?;
+    let key = IdempotencyKey::parse("req-1")?;
+    let Begin::New(mut claim) = txoutbox::begin(
+        &tx,
+        &Scope::new("orders")?,
+        &key,
+        &Fingerprint::new("POST", "/orders", b"{}"),
+    )
+    .await?
+    else {
+        anyhow::bail!("a fresh key was not new");
+    };
+    claim.with_traceparent(request_trace)?;
+    claim.enqueue(
+        "notify",
+        OutboxMessage::new("request", &webhook_payload("r-1"))?,
+    )?;
+    claim
+        .complete(
+            &tx,
+            &StoredResponse {
+                status: 201,
+                headers: vec![],
+                body: vec![],
+            },
+        )
+        .await?;
+    tx.commit().await?;
+
+    let start = Instant::now();
+    while receiver.seen().len() < 2 && start.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut seen = receiver.seen();
+    seen.sort();
+    let trace_ids: Vec<(String, Option<String>)> = seen
+        .into_iter()
+        .map(|(path, tp)| {
+            (
+                path,
+                tp.and_then(|t| txoutbox::Traceparent::parse(&t).ok())
+                    .map(|t| t.trace_id().to_owned()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        trace_ids,
+        [
+            (
+                "direct".to_owned(),
+                Some("4bf92f3577b34da6a3ce929d0e0e4736".to_owned())
+            ),
+            (
+                "request".to_owned(),
+                Some("0af7651916cd43dd8448eb211c80319c".to_owned())
+            ),
+        ]
+    );
+    assert_eq!(relay.terminate()?, Some(0));
+    Ok(())
+}
+
+#[test]
+fn a_malformed_traceparent_is_refused_at_enqueue() -> anyhow::Result<()> {
+    let message = OutboxMessage::new("direct", &1)?;
+    assert!(message
+        .clone()
+        .with_traceparent("not-a-traceparent")
+        .is_err());
+    assert_eq!(message.traceparent(), None);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_write_path_counts_enqueues_replays_mismatches_and_conflicts() -> anyhow::Result<()> {
+    // The only test of this binary that installs a recorder (nextest gives each test a process).
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    let db = test_db().await?;
+    enqueue_all(
+        &db,
+        vec![message("hooks", "w-1")?, message("hooks", "w-2")?],
+    )
+    .await?;
+    // Enqueued again: deduplicated, not counted.
+    enqueue_all(&db, vec![message("hooks", "w-1")?]).await?;
+
+    let scope = Scope::new("orders")?.with_lock_timeout(Duration::from_millis(100));
+    let key = IdempotencyKey::parse("req-7")?;
+    let body = Fingerprint::new("POST", "/orders", b"{}");
+    let mut client = db.connect().await?;
+    let tx = client.transaction().await?;
+    let Begin::New(mut claim) = txoutbox::begin(&tx, &scope, &key, &body).await? else {
+        anyhow::bail!("a fresh key was not new");
+    };
+    claim.enqueue(
+        "notify",
+        OutboxMessage::new("request", &webhook_payload("r"))?,
+    )?;
+    // A concurrent request with the same key while the first holds it: a conflict.
+    let mut other = db.connect().await?;
+    let other_tx = other.transaction().await?;
+    assert!(matches!(
+        txoutbox::begin(&other_tx, &scope, &key, &body).await?,
+        Begin::InFlight
+    ));
+    other_tx.rollback().await?;
+    let response = StoredResponse {
+        status: 201,
+        headers: vec![],
+        body: vec![],
+    };
+    claim.complete(&tx, &response).await?;
+    tx.commit().await?;
+    for (fingerprint, expect_replay) in [
+        (&body, true),
+        (&Fingerprint::new("POST", "/x", b"1"), false),
+    ] {
+        let tx = client.transaction().await?;
+        match txoutbox::begin(&tx, &scope, &key, fingerprint).await? {
+            Begin::Replay(_) => assert!(expect_replay),
+            Begin::Mismatch => assert!(!expect_replay),
+            other => anyhow::bail!("unexpected {other:?}"),
+        }
+        tx.rollback().await?;
+    }
+
+    let scrape = prometheus.render();
+    assert_eq!(
+        sample(
+            &scrape,
+            r#"txoutbox_messages_enqueued_total{destination="hooks"}"#
+        ),
+        Some(2.0),
+        "{scrape}"
+    );
+    assert_eq!(
+        sample(
+            &scrape,
+            r#"txoutbox_messages_enqueued_total{destination="request"}"#
+        ),
+        Some(1.0)
+    );
+    for name in [
+        "txoutbox_idempotency_replays_total",
+        "txoutbox_idempotency_mismatches_total",
+        "txoutbox_idempotency_conflicts_total",
+    ] {
+        assert_eq!(
+            sample(&scrape, &format!(r#"{name}{{scope="orders"}}"#)),
+            Some(1.0),
+            "{name} in {scrape}"
+        );
+    }
+    Ok(())
+}
