@@ -271,7 +271,10 @@ impl Sink for NatsSink {
 
 /// Maps a publish failure (other than no responders) to what the relay should do.
 fn classify(e: &PublishError, subject: &str) -> DeliveryError {
-    let message = format!("JetStream publish to {subject} failed: {}", chain(e));
+    let message = format!(
+        "JetStream publish to {subject} failed: {}",
+        txoutbox::error_chain(e)
+    );
     let permanent = match e.kind() {
         PublishErrorKind::MaxPayloadExceeded
         | PublishErrorKind::WrongLastMessageId
@@ -289,17 +292,6 @@ fn classify(e: &PublishError, subject: &str) -> DeliveryError {
     } else {
         DeliveryError::retryable(message)
     }
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// A publish subject: dot-separated non-empty tokens, no whitespace, no wildcards.

@@ -125,7 +125,7 @@ impl Transport {
             if e.is_timeout() {
                 StripeFailure::Timeout(timeout)
             } else {
-                StripeFailure::Transport(error_chain(&e))
+                StripeFailure::Transport(txoutbox::error_chain(&e))
             }
         };
         let response = builder.send().await.map_err(failed)?;
@@ -164,16 +164,4 @@ impl StripeClient for Transport {
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-/// reqwest's top-level message hides the cause ("error sending request"); keep the chain.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -261,23 +261,12 @@ fn classify_status(
 /// deduplicates on `webhook-id` if the request did arrive); a request that could not be built
 /// cannot succeed later.
 fn classify_transport(e: &reqwest::Error) -> DeliveryError {
-    let message = format!("webhook request failed: {}", error_chain(e));
+    let message = format!("webhook request failed: {}", txoutbox::error_chain(e));
     if e.is_builder() {
         DeliveryError::permanent(message)
     } else {
         DeliveryError::retryable(message)
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// `Retry-After` is either delay-seconds or an HTTP date (RFC 9110 §10.2.3). A date in the past

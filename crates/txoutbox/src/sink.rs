@@ -112,6 +112,19 @@ impl DeliveryError {
     }
 }
 
+/// An error with its causes, `outer: cause: root cause`. Client libraries often say only "error
+/// sending request" at the top; the attempt log and the operator need the cause.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// A downstream adapter. Register one per destination name with the relay.
 ///
 /// For an at-most-once destination, answer `Retryable` only when the effect surely did not
@@ -144,4 +157,22 @@ pub trait CompletionHook: Send + Sync + 'static {
         delivery: &Delivery,
         completion: &Completion,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("error sending request")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn error_chain_keeps_every_cause() {
+        let e = Outer(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        ));
+        assert_eq!(error_chain(&e), "error sending request: connection refused");
+    }
 }
