@@ -12,7 +12,7 @@ use txoutbox::{
 use txoutbox_test_support::relay::{
     quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay, ScriptedSink,
 };
-use txoutbox_test_support::{test_db, Cluster, ClusterOptions, TestDb};
+use txoutbox_test_support::{test_db, wait_for_count, Cluster, ClusterOptions, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -82,22 +82,6 @@ async fn attempt_log(client: &Client, key: &str) -> anyhow::Result<Vec<(String, 
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect())
-}
-
-async fn wait_until(
-    client: &Client,
-    sql: &str,
-    expected: i64,
-    limit: Duration,
-) -> anyhow::Result<i64> {
-    let start = std::time::Instant::now();
-    loop {
-        let n = count(client, sql).await?;
-        if n == expected || start.elapsed() > limit {
-            return Ok(n);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test]
@@ -192,7 +176,7 @@ async fn a_retryable_failure_is_retried_then_delivered() -> TestResult {
             .build()?,
     );
     assert_eq!(
-        wait_until(
+        wait_for_count(
             &client,
             "SELECT count(*) FROM txoutbox_delivered",
             1,
@@ -283,7 +267,7 @@ async fn a_permanent_error_dead_letters_at_once() -> TestResult {
             .build()?,
     );
     assert_eq!(
-        wait_until(
+        wait_for_count(
             &client,
             "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
             1,
@@ -323,7 +307,7 @@ async fn the_last_attempt_dead_letters() -> TestResult {
             .build()?,
     );
     assert_eq!(
-        wait_until(
+        wait_for_count(
             &client,
             "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
             1,
@@ -355,7 +339,7 @@ async fn an_unknown_destination_is_a_recorded_permanent_error() -> TestResult {
     enqueue_many(&mut client, "carrier-pigeon", "coo", 1).await?;
     let relay = RunningRelay::start(db.relay()?.sink("email", RecordingSink::new()).build()?);
     assert_eq!(
-        wait_until(
+        wait_for_count(
             &client,
             "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
             1,
@@ -403,7 +387,7 @@ async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
             .build()?,
     );
     assert_eq!(
-        wait_until(
+        wait_for_count(
             &client,
             "SELECT count(*) FROM txoutbox_delivered",
             5,
@@ -598,7 +582,7 @@ async fn a_postgres_restart_while_relaying_loses_no_row() -> TestResult {
     sink.0.wait_for(300, Duration::from_secs(30)).await;
     cluster.restart()?;
     let client = db.connect().await?;
-    let delivered = wait_until(
+    let delivered = wait_for_count(
         &client,
         "SELECT count(*) FROM txoutbox_delivered",
         3_000,
@@ -648,7 +632,7 @@ async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> Test
             .sink("email", sleepy.clone())
             .build()?,
     );
-    wait_until(
+    wait_for_count(
         &client,
         "SELECT count(*) FROM txoutbox_messages WHERE lease_owner = 'relay-a'",
         1,
@@ -752,7 +736,7 @@ async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redeliv
             .build()?,
     );
     assert_eq!(
-        wait_until(
+        wait_for_count(
             &client,
             "SELECT count(*) FROM txoutbox_messages WHERE status = 'unknown'",
             1,
@@ -780,7 +764,7 @@ async fn shutdown_lets_in_flight_deliveries_finish() -> TestResult {
     enqueue_many(&mut client, "email", "drain", 10).await?;
     let sink = SlowSink(RecordingSink::new(), Duration::from_millis(500));
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
-    wait_until(
+    wait_for_count(
         &client,
         "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
         10,
@@ -815,7 +799,7 @@ async fn shutdown_releases_what_does_not_finish_within_the_grace_period() -> Tes
             .sink("email", sink)
             .build()?,
     );
-    wait_until(
+    wait_for_count(
         &client,
         "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
         5,
@@ -957,7 +941,7 @@ async fn a_completion_hook_commits_with_the_completion() -> TestResult {
     );
     fail.store(false, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(
-        wait_until(
+        wait_for_count(
             &client,
             "SELECT count(*) FROM txoutbox_delivered",
             1,

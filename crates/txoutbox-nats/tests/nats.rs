@@ -11,7 +11,7 @@ use tokio_postgres::Client;
 use txoutbox::{DestinationPolicy, RelayConfig, RetryPolicy};
 use txoutbox_nats::{NatsMessage, NatsSink, PublishReceipt, NATS_MSG_ID};
 use txoutbox_test_support::relay::{HangAfter, RunningRelay};
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::{test_db, wait_for_count};
 
 type TestResult = anyhow::Result<()>;
 
@@ -83,18 +83,6 @@ async fn enqueue(client: &mut Client, message: NatsMessage, key: &str) -> TestRe
     Ok(())
 }
 
-/// Polls `sql` (one bigint) until it returns `want` or the limit passes; returns the last value.
-async fn wait_for_count(client: &Client, sql: &str, want: i64) -> anyhow::Result<i64> {
-    let start = Instant::now();
-    loop {
-        let n: i64 = client.query_one(sql, &[]).await?.get(0);
-        if n >= want || start.elapsed() > LIMIT {
-            return Ok(n);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 async fn receipt(client: &Client, key: &str) -> anyhow::Result<PublishReceipt> {
     let text: String = client
         .query_one(
@@ -131,7 +119,7 @@ async fn normal_delivery_publishes_with_the_key_as_msg_id_and_stores_the_ack() -
 
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink.clone()).build()?);
     let delivered = "SELECT count(*) FROM txoutbox_delivered";
-    assert_eq!(wait_for_count(&client, delivered, 1).await?, 1);
+    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
     relay.stop().await?;
 
     let ack = receipt(&client, "evt-1").await?;
@@ -191,7 +179,7 @@ async fn a_redelivery_after_a_crash_past_the_ack_is_dropped_as_a_duplicate() -> 
             .build()?,
     );
     let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE attempts = 2";
-    assert_eq!(wait_for_count(&client, delivered, 1).await?, 1);
+    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
     second.stop().await?;
 
     assert_eq!(
@@ -220,7 +208,7 @@ async fn a_subject_no_stream_captures_is_dead_lettered() -> TestResult {
 
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
     let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
-    assert_eq!(wait_for_count(&client, failed, 1).await?, 1);
+    assert_eq!(wait_for_count(&client, failed, 1, LIMIT).await?, 1);
     relay.stop().await?;
 
     let row = client
@@ -355,12 +343,12 @@ async fn a_publish_while_the_server_is_down_is_retried_and_delivered_once_it_is_
     );
     let retried = "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'retry'";
     assert!(
-        wait_for_count(&client, retried, 2).await? >= 2,
+        wait_for_count(&client, retried, 2, LIMIT).await? >= 2,
         "retried while down"
     );
     server.start().await?;
     let delivered = "SELECT count(*) FROM txoutbox_delivered";
-    assert_eq!(wait_for_count(&client, delivered, 1).await?, 1);
+    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
     relay.stop().await?;
 
     let error: String = client

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use tokio_postgres::Client;
 use txoutbox::RelayConfig;
 use txoutbox_test_support::relay::{HangAfter, RunningRelay};
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::{test_db, wait_for_count};
 use txoutbox_webhook::{verify, Webhook, WebhookConfig, WebhookSecret, WebhookSink};
 
 type TestResult = anyhow::Result<()>;
@@ -162,18 +162,6 @@ async fn enqueue_event(client: &mut Client, key: &str, traceparent: Option<&str>
     Ok(())
 }
 
-/// Polls `sql` (one bigint) until it returns `want` or the limit passes; returns the last value.
-async fn wait_for_count(client: &Client, sql: &str, want: i64) -> anyhow::Result<i64> {
-    let start = Instant::now();
-    loop {
-        let n: i64 = client.query_one(sql, &[]).await?.get(0);
-        if n >= want || start.elapsed() > LIMIT {
-            return Ok(n);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn header<'a>(seen: &'a Seen, name: &str) -> &'a str {
     seen.headers
         .get(name)
@@ -216,7 +204,7 @@ async fn delivered_webhook_is_signed_verifiably_and_carries_the_downstream_key()
     assert!(verify(&other, &request.headers, &request.body).is_err());
 
     let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE downstream_key = 'evt-1'";
-    assert_eq!(wait_for_count(&client, delivered, 1).await?, 1);
+    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
     relay.stop().await?;
     let receipt: String = client
         .query_one("SELECT receipt FROM txoutbox_delivered", &[])
@@ -239,7 +227,7 @@ async fn a_503_with_retry_after_is_retried_after_that_delay_then_delivered() -> 
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
     let seen = receiver.wait_for(2).await;
     let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE attempts = 2";
-    assert_eq!(wait_for_count(&client, delivered, 1).await?, 1);
+    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
     relay.stop().await?;
 
     assert_eq!(seen.len(), 2);
@@ -295,7 +283,7 @@ async fn a_redelivery_after_a_relay_crash_keeps_the_same_webhook_id() -> TestRes
     );
     let seen = receiver.wait_for(2).await;
     let done = "SELECT count(*) FROM txoutbox_delivered WHERE downstream_key = 'evt-3'";
-    assert_eq!(wait_for_count(&client, done, 1).await?, 1);
+    assert_eq!(wait_for_count(&client, done, 1, LIMIT).await?, 1);
     second.stop().await?;
 
     assert_eq!(seen.len(), 2, "the crashed attempt and the redelivery");
@@ -316,7 +304,7 @@ async fn a_400_is_dead_lettered_with_its_status_and_body() -> TestResult {
     let sink = WebhookSink::new(&receiver.url, secret())?;
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
     let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
-    assert_eq!(wait_for_count(&client, failed, 1).await?, 1);
+    assert_eq!(wait_for_count(&client, failed, 1, LIMIT).await?, 1);
     relay.stop().await?;
 
     assert_eq!(
@@ -350,7 +338,7 @@ async fn a_receiver_slower_than_the_timeout_is_retried() -> TestResult {
     let sink = WebhookSink::with_config(&receiver.url, secret(), config)?;
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
     let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE attempts = 2";
-    assert_eq!(wait_for_count(&client, delivered, 1).await?, 1);
+    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
     relay.stop().await?;
 
     let error: String = client

@@ -17,6 +17,8 @@ mod database;
 pub mod fake_stripe;
 pub mod relay;
 pub mod smtp;
+mod wait;
 
 pub use cluster::{Cluster, ClusterOptions};
 pub use database::{test_db, ConnInfo, TestDb};
+pub use wait::wait_for_count;
