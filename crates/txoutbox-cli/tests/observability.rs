@@ -463,6 +463,9 @@ async fn the_write_path_counts_enqueues_replays_mismatches_and_conflicts() -> an
     .await?;
     // Enqueued again: deduplicated, not counted.
     enqueue_all(&db, vec![message("hooks", "w-1")?]).await?;
+    // A batch over two destinations of which one row is a duplicate: each written row counts
+    // under its own destination.
+    enqueue_all(&db, vec![message("hooks", "w-2")?, message("mail", "m-1")?]).await?;
 
     let scope = Scope::new("orders")?.with_lock_timeout(Duration::from_millis(100));
     let key = IdempotencyKey::parse("req-7")?;
@@ -520,6 +523,15 @@ async fn the_write_path_counts_enqueues_replays_mismatches_and_conflicts() -> an
         ),
         Some(1.0)
     );
+    assert_eq!(
+        sample(
+            &scrape,
+            r#"txoutbox_messages_enqueued_total{destination="mail"}"#
+        ),
+        Some(1.0),
+        "{scrape}"
+    );
+    assert!(!scrape.contains(r#"destination="mixed""#), "{scrape}");
     for name in [
         "txoutbox_idempotency_replays_total",
         "txoutbox_idempotency_mismatches_total",

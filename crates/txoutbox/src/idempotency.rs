@@ -289,11 +289,8 @@ impl Claim {
                     .into(),
             ));
         };
-        let inserted: i64 = row.try_get(0)?;
-        crate::outbox::count_enqueued(
-            messages.iter().map(|(_, m)| m),
-            u64::try_from(inserted).unwrap_or(0),
-        );
+        let inserted: Option<Vec<String>> = row.try_get(0)?;
+        crate::outbox::count_enqueued(&inserted.unwrap_or_default());
         Ok(())
     }
 }

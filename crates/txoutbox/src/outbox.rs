@@ -138,38 +138,24 @@ pub async fn enqueue(tx: &impl TxExecutor, messages: &[OutboxMessage]) -> Result
             ],
         )
         .await?;
-    count_enqueued(messages.iter(), inserted.len() as u64);
-    Ok(inserted.len() as u64)
+    let destinations = inserted
+        .iter()
+        .map(|row| row.try_get::<_, String>(0))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    count_enqueued(&destinations);
+    Ok(destinations.len() as u64)
 }
 
-/// Counts the `inserted` rows of a batch by destination. The insert reports only how many rows
-/// it wrote, not which: when some were duplicates of rows already enqueued and the batch spans
-/// several destinations, the split is unknown and the rows count under `destination="mixed"`.
-pub(crate) fn count_enqueued<'a>(
-    messages: impl Iterator<Item = &'a OutboxMessage> + Clone,
-    inserted: u64,
-) {
-    if inserted == 0 {
-        return;
-    }
+/// Counts the rows an insert wrote (a duplicate of a row already enqueued is not written), by
+/// the destinations the insert returned.
+pub(crate) fn count_enqueued(destinations: &[String]) {
     let mut by_destination: BTreeMap<&str, u64> = BTreeMap::new();
-    for message in messages {
-        *by_destination
-            .entry(message.destination.as_str())
-            .or_default() += 1;
+    for destination in destinations {
+        *by_destination.entry(destination.as_str()).or_default() += 1;
     }
-    let total: u64 = by_destination.values().sum();
-    if inserted == total {
-        for (destination, n) in by_destination {
-            metrics::counter!(crate::telemetry::ENQUEUED, "destination" => destination.to_owned())
-                .increment(n);
-        }
-    } else if by_destination.len() == 1 {
-        let destination = by_destination.keys().next().copied().unwrap_or("mixed");
+    for (destination, n) in by_destination {
         metrics::counter!(crate::telemetry::ENQUEUED, "destination" => destination.to_owned())
-            .increment(inserted);
-    } else {
-        metrics::counter!(crate::telemetry::ENQUEUED, "destination" => "mixed").increment(inserted);
+            .increment(n);
     }
 }
 

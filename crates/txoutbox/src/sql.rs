@@ -33,17 +33,18 @@ pub mod keys {
          response_body, set_config('lock_timeout', current_setting('txoutbox.saved_lock_timeout'), \
          true) FROM txoutbox_idempotency_keys WHERE scope = $1 AND key = $2";
 
-    /// Stores the response and writes the request's outbox rows in one statement.
+    /// Stores the response and writes the request's outbox rows in one statement; returns the
+    /// destinations of the rows written (NULL when none was: all were already enqueued).
     pub const COMPLETE_WITH_MESSAGES: &str = "WITH messages AS ( \
          INSERT INTO txoutbox_messages \
              (id, destination, payload, headers, downstream_key, ordering_key) \
          SELECT * FROM unnest($6::uuid[], $7::text[], $8::jsonb[], $9::jsonb[], $10::text[], \
              $11::text[]) \
-         ON CONFLICT (destination, downstream_key) DO NOTHING RETURNING 1) \
+         ON CONFLICT (destination, downstream_key) DO NOTHING RETURNING destination) \
          UPDATE txoutbox_idempotency_keys SET state = 'completed', response_status = $3, \
              response_headers = $4, response_body = $5 \
          WHERE scope = $1 AND key = $2 \
-         RETURNING (SELECT count(*) FROM messages)";
+         RETURNING (SELECT array_agg(destination) FROM messages)";
 
     /// Deletes one bounded batch of expired keys; skips rows a request holds right now.
     pub const PRUNE_EXPIRED: &str =
@@ -55,11 +56,12 @@ pub mod keys {
 /// Outbox rows.
 pub mod messages {
     /// Inserts a batch of messages; a (destination, downstream key) already present is skipped.
+    /// Returns the destination of each row written.
     pub const INSERT: &str = "INSERT INTO txoutbox_messages \
          (id, destination, payload, headers, downstream_key, ordering_key) \
          SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::text[], \
              $6::text[]) \
-         ON CONFLICT (destination, downstream_key) DO NOTHING RETURNING 1";
+         ON CONFLICT (destination, downstream_key) DO NOTHING RETURNING destination";
 
     /// Serialises the transactions that enqueue under the same ordering keys, so that insertion
     /// order (`seq`) is commit order within a key. Locks in a fixed order to avoid deadlocks.
