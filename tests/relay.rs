@@ -215,6 +215,62 @@ async fn a_retryable_failure_is_retried_then_delivered() -> TestResult {
 }
 
 #[tokio::test]
+async fn each_attempt_forwards_its_own_span_of_the_enqueued_trace() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let enqueued = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let tx = client.transaction().await?;
+    enqueue(
+        &tx,
+        &[OutboxMessage::new("email", &serde_json::json!({ "n": 1 }))?
+            .with_downstream_key("traced")
+            .with_traceparent(enqueued)?],
+    )
+    .await?;
+    tx.commit().await?;
+    let sink = ScriptedSink::new([Err(DeliveryError::retryable("connection reset"))]);
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("email", sink.clone())
+            .policy("email", quick_retry(5))
+            .build()?,
+    );
+    assert_eq!(sink.recorder.wait_for(2, Duration::from_secs(10)).await, 2);
+    relay.stop().await?;
+    let forwarded: Vec<txoutbox::Traceparent> = sink
+        .recorder
+        .deliveries()
+        .iter()
+        .map(|d| txoutbox::telemetry::traceparent(&d.headers))
+        .collect::<Option<_>>()
+        .ok_or_else(|| anyhow::anyhow!("an attempt carried no valid traceparent"))?;
+    let parent_ids: Vec<&str> = forwarded.iter().map(|t| t.parent_id()).collect();
+    for t in &forwarded {
+        assert_eq!(t.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(t.flags(), "01");
+        assert_ne!(
+            t.parent_id(),
+            "00f067aa0ba902b7",
+            "the enqueue-time span was forwarded"
+        );
+    }
+    assert_ne!(
+        parent_ids[0], parent_ids[1],
+        "two attempts shared a span id"
+    );
+    // The history keeps the context the row was enqueued with.
+    let stored: serde_json::Value = client
+        .query_one(
+            "SELECT headers FROM txoutbox_delivered WHERE downstream_key = 'traced'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(stored["traceparent"], enqueued);
+    Ok(())
+}
+
+#[tokio::test]
 async fn retry_after_from_the_sink_is_honoured() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;

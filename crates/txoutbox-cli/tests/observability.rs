@@ -413,15 +413,21 @@ async fn a_traceparent_given_at_enqueue_reaches_the_webhook_receiver() -> anyhow
     }
     let mut seen = receiver.seen();
     seen.sort();
-    let trace_ids: Vec<(String, Option<String>)> = seen
+    let forwarded: Vec<(String, Option<txoutbox::Traceparent>)> = seen
         .into_iter()
-        .map(|(path, tp)| {
-            (
-                path,
-                tp.and_then(|t| txoutbox::Traceparent::parse(&t).ok())
-                    .map(|t| t.trace_id().to_owned()),
-            )
-        })
+        .map(|(path, tp)| (path, tp.and_then(|t| txoutbox::Traceparent::parse(&t).ok())))
+        .collect();
+    // Each delivery is a span of its own in the enqueued trace: a new parent id.
+    for (_, tp) in &forwarded {
+        let parent = tp.as_ref().map(|t| t.parent_id());
+        assert!(
+            parent.is_some_and(|p| p != "00f067aa0ba902b7" && p != "b7ad6b7169203331"),
+            "{forwarded:?}"
+        );
+    }
+    let trace_ids: Vec<(String, Option<String>)> = forwarded
+        .into_iter()
+        .map(|(path, tp)| (path, tp.map(|t| t.trace_id().to_owned())))
         .collect();
     assert_eq!(
         trace_ids,

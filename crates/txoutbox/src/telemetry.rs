@@ -5,11 +5,16 @@
 //! `txoutbox relay` command, or a service) installs an exporter and calls [`describe_metrics`].
 //!
 //! Trace context is the W3C `traceparent` header carried in an outbox row's headers: captured at
-//! enqueue ([`crate::OutboxMessage::with_traceparent`], [`crate::Claim::with_traceparent`]),
-//! recorded on the relay's delivery span as `trace_id`, and forwarded by the sinks that speak HTTP.
+//! enqueue ([`crate::OutboxMessage::with_traceparent`], [`crate::Claim::with_traceparent`]) and
+//! continued by the relay: each delivery attempt is a child span of the stored context (same
+//! trace id, its own span id, recorded on the attempt's `delivery` span as `trace_id`, `span_id`
+//! and `parent_span_id`), and the attempt's context is what the sinks that speak HTTP forward.
+//! The `otel` feature makes the attempt's `tracing` span the OpenTelemetry span of that context,
+//! for export by a `tracing-opentelemetry` layer the process installs.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::num::NonZeroU64;
 
 use crate::{Error, Result};
 
@@ -178,9 +183,34 @@ impl Traceparent {
         &self.0[36..52]
     }
 
+    /// The two-hex-digit trace flags (`01`: sampled).
+    pub fn flags(&self) -> &str {
+        &self.0[53..55]
+    }
+
+    /// The context of a span that is a child of this one: the same trace id and flags, with
+    /// `span_id` (non-zero) as the parent id, in version `00` (the only one this writes).
+    pub fn child(&self, span_id: NonZeroU64) -> Self {
+        Self(format!(
+            "00-{}-{:016x}-{}",
+            self.trace_id(),
+            span_id.get(),
+            self.flags()
+        ))
+    }
+
     /// The header value.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// A random non-zero span id, for a child context when no tracer assigns one.
+pub(crate) fn new_span_id() -> NonZeroU64 {
+    loop {
+        if let Some(id) = NonZeroU64::new(rand::random()) {
+            return id;
+        }
     }
 }
 
@@ -192,11 +222,109 @@ impl fmt::Display for Traceparent {
 
 /// The trace id of a delivery's `traceparent` header, when it carries a valid one.
 pub fn trace_id(headers: &BTreeMap<String, String>) -> Option<String> {
+    traceparent(headers).map(|t| t.trace_id().to_owned())
+}
+
+/// A delivery's `traceparent` header (any case), when it carries a valid one.
+pub fn traceparent(headers: &BTreeMap<String, String>) -> Option<Traceparent> {
+    header(headers, TRACEPARENT).and_then(|value| Traceparent::parse(value.trim()).ok())
+}
+
+fn header<'a>(headers: &'a BTreeMap<String, String>, name: &str) -> Option<&'a str> {
     headers
         .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case(TRACEPARENT))
-        .and_then(|(_, value)| Traceparent::parse(value.trim()).ok())
-        .map(|t| t.trace_id().to_owned())
+        .find(|(key, _)| key.eq_ignore_ascii_case(name))
+        .map(|(_, value)| value.as_str())
+}
+
+/// The context one delivery attempt runs in and forwards: a child of the context stored at
+/// enqueue (same trace, a new span id per attempt), so that each call a downstream receives is
+/// its own span of the request's trace. With the `otel` feature and an OpenTelemetry layer
+/// installed, `span` (the attempt's span) is made a child of the stored context and its own span
+/// id is the one forwarded, so the exported span and the downstream's agree; with a layer and no
+/// stored context, the attempt's span starts a trace of its own and that is forwarded.
+/// `None` when there is nothing to forward.
+pub(crate) fn attempt_context(
+    span: &tracing::Span,
+    headers: &BTreeMap<String, String>,
+) -> Option<Traceparent> {
+    let stored = traceparent(headers);
+    #[cfg(feature = "otel")]
+    if let Some(context) =
+        otel::continue_trace(span, stored.as_ref(), header(headers, "tracestate"))
+    {
+        return Some(context);
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = span;
+    stored.map(|parent| parent.child(new_span_id()))
+}
+
+/// Replaces the `traceparent` header (whatever its case) with `context`.
+pub(crate) fn set_traceparent(headers: &mut BTreeMap<String, String>, context: &Traceparent) {
+    headers.retain(|key, _| !key.eq_ignore_ascii_case(TRACEPARENT));
+    headers.insert(TRACEPARENT.to_owned(), context.as_str().to_owned());
+}
+
+/// The context of the current `tracing` span, as exported by the OpenTelemetry layer: what a
+/// service passes to [`crate::Claim::with_traceparent`] or [`crate::OutboxMessage::with_traceparent`]
+/// so that the effects of a request join its trace. `None` when the current span has no valid
+/// OpenTelemetry context (no layer installed, or the span is disabled).
+#[cfg(feature = "otel")]
+pub fn current_traceparent() -> Option<Traceparent> {
+    otel::context_of(&tracing::Span::current())
+}
+
+#[cfg(feature = "otel")]
+mod otel {
+    use opentelemetry::trace::{
+        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+    };
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    use super::Traceparent;
+
+    /// Parents `span` on `stored` (when given) and returns the span's own context.
+    pub(super) fn continue_trace(
+        span: &tracing::Span,
+        stored: Option<&Traceparent>,
+        tracestate: Option<&str>,
+    ) -> Option<Traceparent> {
+        if let Some(parent) = stored.and_then(|p| remote_context(p, tracestate)) {
+            // Fails only when no layer is installed or the span is disabled; the context read
+            // below is then invalid and the caller falls back to a plain child id.
+            let _ = span.set_parent(parent);
+        }
+        context_of(span)
+    }
+
+    pub(super) fn context_of(span: &tracing::Span) -> Option<Traceparent> {
+        let context = span.context();
+        let span_context = context.span().span_context().clone();
+        if !span_context.is_valid() {
+            return None;
+        }
+        Some(Traceparent(format!(
+            "00-{}-{}-{:02x}",
+            span_context.trace_id(),
+            span_context.span_id(),
+            span_context.trace_flags().to_u8()
+        )))
+    }
+
+    fn remote_context(
+        parent: &Traceparent,
+        tracestate: Option<&str>,
+    ) -> Option<opentelemetry::Context> {
+        let trace_id = TraceId::from_hex(parent.trace_id()).ok()?;
+        let span_id = SpanId::from_hex(parent.parent_id()).ok()?;
+        let flags = u8::from_str_radix(parent.flags(), 16).ok()?;
+        let state = tracestate
+            .and_then(|s| s.parse::<TraceState>().ok())
+            .unwrap_or_default();
+        let remote = SpanContext::new(trace_id, span_id, TraceFlags::new(flags), true, state);
+        Some(opentelemetry::Context::new().with_remote_span_context(remote))
+    }
 }
 
 #[cfg(test)]
@@ -231,6 +359,39 @@ mod tests {
             "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future"
         )
         .is_ok());
+    }
+
+    #[test]
+    fn a_child_keeps_the_trace_and_flags_with_a_new_parent_id() {
+        let parent = Traceparent::parse(VALID).expect("valid");
+        let id = NonZeroU64::new(0xb7ad_6b71_6920_3331).expect("non-zero");
+        let child = parent.child(id);
+        assert_eq!(
+            child.as_str(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"
+        );
+        assert_eq!(Traceparent::parse(child.as_str()).ok(), Some(child.clone()));
+        let future =
+            Traceparent::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-future")
+                .expect("valid");
+        assert_eq!(
+            future.child(NonZeroU64::MIN).as_str(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000001-00"
+        );
+        assert_ne!(new_span_id(), new_span_id());
+    }
+
+    #[test]
+    fn set_traceparent_replaces_the_header_whatever_its_case() {
+        let mut headers = BTreeMap::new();
+        headers.insert("TraceParent".to_owned(), VALID.to_owned());
+        headers.insert("tracestate".to_owned(), "a=1".to_owned());
+        let child = Traceparent::parse(VALID)
+            .expect("valid")
+            .child(NonZeroU64::MIN);
+        set_traceparent(&mut headers, &child);
+        assert_eq!(headers.len(), 2);
+        assert_eq!(traceparent(&headers), Some(child));
     }
 
     #[test]

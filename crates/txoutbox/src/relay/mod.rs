@@ -524,20 +524,29 @@ fn claimed_from_row(row: &Row) -> Result<Claimed> {
 }
 
 /// Runs one attempt and classifies it. Never panics: a panicking sink is a retryable failure.
-async fn deliver(inner: &Inner, claimed: Claimed) -> Finished {
-    let delivery = &claimed.delivery;
-    let policy = inner.policy(&delivery.destination);
+async fn deliver(inner: &Inner, mut claimed: Claimed) -> Finished {
     let span = tracing::info_span!(
         "delivery",
-        message_id = %delivery.id,
-        destination = %delivery.destination,
-        attempt = delivery.attempt,
-        downstream_key = %delivery.downstream_key,
+        message_id = %claimed.delivery.id,
+        destination = %claimed.delivery.destination,
+        attempt = claimed.delivery.attempt,
+        downstream_key = %claimed.delivery.downstream_key,
         trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+        parent_span_id = tracing::field::Empty,
     );
-    if let Some(trace_id) = crate::telemetry::trace_id(&delivery.headers) {
-        span.record("trace_id", trace_id.as_str());
+    // The attempt is a span of its own in the trace stored at enqueue, and the sink forwards its
+    // context (the stored row keeps the enqueue-time header).
+    if let Some(parent) = crate::telemetry::traceparent(&claimed.delivery.headers) {
+        span.record("parent_span_id", parent.parent_id());
     }
+    if let Some(context) = crate::telemetry::attempt_context(&span, &claimed.delivery.headers) {
+        span.record("trace_id", context.trace_id());
+        span.record("span_id", context.parent_id());
+        crate::telemetry::set_traceparent(&mut claimed.delivery.headers, &context);
+    }
+    let delivery = &claimed.delivery;
+    let policy = inner.policy(&delivery.destination);
     let mut sink_started = None;
     let result = if delivery.attempt > policy.retry.max_attempts {
         Err(DeliveryError::permanent(format!(
