@@ -13,6 +13,9 @@ use crate::Problem;
 /// The request header carrying the key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
+/// The W3C trace-context request header; its value is attached to the request's effects.
+pub const TRACEPARENT: &str = "traceparent";
+
 /// The response header marking a replayed answer (as Stripe does).
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
@@ -25,6 +28,7 @@ pub struct Idempotent {
     key: Option<IdempotencyKey>,
     fingerprint: Fingerprint,
     body: Bytes,
+    traceparent: Option<String>,
 }
 
 /// The outcome of [`Idempotent::begin`].
@@ -48,6 +52,14 @@ impl<S: Send + Sync> FromRequest<S> for Idempotent {
             .map(|p| p.as_str().to_owned())
             .unwrap_or_else(|| request.uri().path().to_owned());
         let key = key_from(request.headers(), &method).map_err(IntoResponse::into_response)?;
+        // The caller's trace context, for the effects; a malformed one is ignored (W3C: a
+        // receiver restarts the trace rather than refusing the request).
+        let traceparent = request
+            .headers()
+            .get(TRACEPARENT)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| txoutbox::Traceparent::parse(v.trim()).is_ok())
+            .map(str::to_owned);
         let body = Bytes::from_request(request, state)
             .await
             .map_err(IntoResponse::into_response)?;
@@ -55,6 +67,7 @@ impl<S: Send + Sync> FromRequest<S> for Idempotent {
             fingerprint: Fingerprint::new(method.as_str(), &route, &body),
             key,
             body,
+            traceparent,
         })
     }
 }
@@ -102,6 +115,9 @@ impl Idempotent {
     /// Claims the key inside `tx`. A replay, a mismatch (422) or a key in flight (409) comes
     /// back as [`Started::Answered`]: return it, and let `tx` drop (it rolls back).
     ///
+    /// A new claim carries the request's `traceparent` header (when valid and the claim has no
+    /// context yet), so the relay's deliveries of its effects continue the caller's trace.
+    ///
     /// A GET/HEAD without a key has nothing to claim; use the core API for such reads, or send
     /// a key. Calling `begin` for one is a 400 problem.
     pub async fn begin(&self, tx: &Transaction<'_>, scope: &Scope) -> Result<Started, Problem> {
@@ -110,7 +126,12 @@ impl Idempotent {
         };
         Ok(
             match txoutbox::begin(tx, scope, key, &self.fingerprint).await? {
-                Begin::New(claim) => Started::New(claim),
+                Begin::New(mut claim) => {
+                    if let (None, Some(traceparent)) = (claim.traceparent(), &self.traceparent) {
+                        claim.with_traceparent(traceparent)?;
+                    }
+                    Started::New(claim)
+                }
                 Begin::Replay(stored) => Started::Answered(replayed(stored)),
                 Begin::Mismatch => Started::Answered(Problem::mismatch().into_response()),
                 Begin::InFlight => Started::Answered(Problem::in_flight().into_response()),

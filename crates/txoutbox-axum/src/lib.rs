@@ -41,5 +41,7 @@
 mod extract;
 mod problem;
 
-pub use extract::{Idempotent, Prepared, Started, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+pub use extract::{
+    Idempotent, Prepared, Started, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, TRACEPARENT,
+};
 pub use problem::{Problem, PROBLEM_JSON};

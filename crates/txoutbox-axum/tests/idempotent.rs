@@ -174,6 +174,36 @@ async fn retry_with_same_key_replays_status_headers_and_body() -> anyhow::Result
 }
 
 #[tokio::test]
+async fn the_request_traceparent_is_stored_with_its_effects() -> anyhow::Result<()> {
+    let s = server().await?;
+    let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    for (key, header) in [("traced", traceparent), ("garbled", "00-not-a-trace")] {
+        let response = s
+            .http
+            .post(format!("{}/orders", s.base))
+            .header("Idempotency-Key", key)
+            .header("traceparent", header)
+            .json(&json!({"quantity": 1}))
+            .send()
+            .await?;
+        assert_eq!(response.status(), 201, "{header}");
+    }
+    let conn = s.pool.get().await?;
+    let stored: Vec<Option<String>> = conn
+        .query(
+            "SELECT headers->>'traceparent' FROM txoutbox_messages ORDER BY seq",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // A malformed header is not forwarded to anyone, and does not fail the request.
+    assert_eq!(stored, [Some(traceparent.to_owned()), None]);
+    Ok(())
+}
+
+#[tokio::test]
 async fn post_without_key_is_400_problem() -> anyhow::Result<()> {
     let s = server().await?;
     let response = s.post(None, &json!({"quantity": 1})).await?;

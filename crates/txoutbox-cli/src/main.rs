@@ -2,6 +2,8 @@
 //! operator's tools. Thin: it parses arguments and calls the core library.
 
 mod admin;
+#[cfg(feature = "otel")]
+mod otel;
 mod relay;
 
 use std::process::ExitCode;
@@ -35,13 +37,34 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    let log = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+        );
+    let registry = tracing_subscriber::registry().with(log);
+    // Declared before the runtime, so that it is dropped (flushing the spans) after it.
+    #[cfg(feature = "otel")]
+    let _export = match otel::layer() {
+        Ok(Some((layer, export))) => {
+            registry.with(layer).init();
+            Some(export)
+        }
+        Ok(None) => {
+            registry.init();
+            None
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    #[cfg(not(feature = "otel"))]
+    registry.init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -95,6 +95,14 @@ impl Drop for RelayProcess {
 
 impl RelayProcess {
     async fn start(url: &str, extra: &[String]) -> anyhow::Result<Self> {
+        Self::start_with_env(url, extra, &[]).await
+    }
+
+    async fn start_with_env(
+        url: &str,
+        extra: &[String],
+        env: &[(&str, String)],
+    ) -> anyhow::Result<Self> {
         let metrics = free_port()?;
         let child = Command::new(env!("CARGO_BIN_EXE_txoutbox"))
             .args([
@@ -113,6 +121,7 @@ impl RelayProcess {
             .args(extra)
             .env("DATABASE_URL", url)
             .env("RUST_LOG", "warn")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .spawn()?;
         let relay = RelayProcess { child, metrics };
@@ -549,5 +558,272 @@ async fn the_write_path_counts_enqueues_replays_mismatches_and_conflicts() -> an
             "{name} in {scrape}"
         );
     }
+    Ok(())
+}
+
+/// An OTLP/HTTP trace receiver (protobuf, as the OpenTelemetry Collector's `otlp` receiver takes
+/// it on `/v1/traces`): decodes each export and keeps its spans.
+#[cfg(feature = "otel")]
+mod collector {
+    use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
+
+    use axum::body::Bytes;
+    use axum::extract::State;
+    use axum::http::{header, StatusCode};
+    use opentelemetry_proto::tonic::collector::trace::v1::{
+        ExportTraceServiceRequest, ExportTraceServiceResponse,
+    };
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use prost::Message as _;
+
+    /// One exported span, its ids in hex.
+    #[derive(Debug, Clone)]
+    pub struct ExportedSpan {
+        pub service: Option<String>,
+        pub name: String,
+        pub trace_id: String,
+        pub span_id: String,
+        pub parent_span_id: String,
+        pub attributes: Vec<(String, String)>,
+    }
+
+    impl ExportedSpan {
+        pub fn attribute(&self, key: &str) -> Option<&str> {
+            self.attributes
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    #[derive(Clone, Default)]
+    pub struct Collector {
+        spans: Arc<Mutex<Vec<ExportedSpan>>>,
+    }
+
+    impl Collector {
+        pub async fn start() -> anyhow::Result<(Self, SocketAddr)> {
+            let collector = Collector::default();
+            let router = axum::Router::new()
+                .route("/v1/traces", axum::routing::post(export))
+                .with_state(collector.clone());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let addr = listener.local_addr()?;
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, router).await;
+            });
+            Ok((collector, addr))
+        }
+
+        pub fn spans(&self) -> Vec<ExportedSpan> {
+            self.spans.lock().map(|s| s.clone()).unwrap_or_default()
+        }
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn text(value: Option<&Value>) -> String {
+        match value {
+            Some(Value::StringValue(s)) => s.clone(),
+            Some(Value::IntValue(i)) => i.to_string(),
+            Some(Value::BoolValue(b)) => b.to_string(),
+            Some(Value::DoubleValue(d)) => d.to_string(),
+            other => format!("{other:?}"),
+        }
+    }
+
+    async fn export(
+        State(collector): State<Collector>,
+        body: Bytes,
+    ) -> (StatusCode, [(header::HeaderName, &'static str); 1], Vec<u8>) {
+        let protobuf = [(header::CONTENT_TYPE, "application/x-protobuf")];
+        let Ok(request) = ExportTraceServiceRequest::decode(body) else {
+            return (StatusCode::BAD_REQUEST, protobuf, Vec::new());
+        };
+        let mut exported = Vec::new();
+        for resource_spans in request.resource_spans {
+            let service = resource_spans.resource.as_ref().and_then(|r| {
+                r.attributes
+                    .iter()
+                    .find(|kv| kv.key == "service.name")
+                    .map(|kv| text(kv.value.as_ref().and_then(|v| v.value.as_ref())))
+            });
+            for scope_spans in resource_spans.scope_spans {
+                for span in scope_spans.spans {
+                    exported.push(ExportedSpan {
+                        service: service.clone(),
+                        name: span.name,
+                        trace_id: hex(&span.trace_id),
+                        span_id: hex(&span.span_id),
+                        parent_span_id: hex(&span.parent_span_id),
+                        attributes: span
+                            .attributes
+                            .iter()
+                            .map(|kv| {
+                                (
+                                    kv.key.clone(),
+                                    text(kv.value.as_ref().and_then(|v| v.value.as_ref())),
+                                )
+                            })
+                            .collect(),
+                    });
+                }
+            }
+        }
+        if let Ok(mut spans) = collector.spans.lock() {
+            spans.extend(exported);
+        }
+        let response = ExportTraceServiceResponse::default().encode_to_vec();
+        (StatusCode::OK, protobuf, response)
+    }
+}
+
+#[cfg(feature = "otel")]
+#[tokio::test]
+async fn delivery_attempts_are_exported_as_spans_of_the_enqueued_trace() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    // One 503 first: two attempts, two spans.
+    let (receiver, addr) = Receiver::start(&[("flaky", 1)]).await?;
+    let (collector, otlp) = collector::Collector::start().await?;
+    let relay = RelayProcess::start_with_env(
+        &db.url(),
+        &webhook_args(addr, &["flaky"]),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp}")),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+        ],
+    )
+    .await?;
+    enqueue_all(
+        &db,
+        vec![message("flaky", "o-1")?.with_traceparent(TRACEPARENT)?],
+    )
+    .await?;
+    let start = Instant::now();
+    let delivery_spans = || -> Vec<collector::ExportedSpan> {
+        collector
+            .spans()
+            .into_iter()
+            .filter(|s| s.name == "delivery")
+            .collect()
+    };
+    while (receiver.seen().len() < 2 || delivery_spans().len() < 2)
+        && start.elapsed() < Duration::from_secs(30)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut spans = delivery_spans();
+    spans.sort_by_key(|s| s.attribute("attempt").map(str::to_owned));
+    assert_eq!(spans.len(), 2, "{:?}", collector.spans());
+    for (span, attempt) in spans.iter().zip(["1", "2"]) {
+        assert_eq!(
+            span.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736",
+            "{span:?}"
+        );
+        assert_eq!(span.parent_span_id, "00f067aa0ba902b7", "{span:?}");
+        assert_eq!(span.attribute("attempt"), Some(attempt), "{span:?}");
+        assert_eq!(span.attribute("destination"), Some("flaky"), "{span:?}");
+        assert_eq!(span.attribute("downstream_key"), Some("o-1"), "{span:?}");
+        assert_eq!(span.service.as_deref(), Some("txoutbox-relay"));
+    }
+    // What the receiver was sent is the exported span of each attempt.
+    let mut forwarded: Vec<String> = receiver
+        .seen()
+        .into_iter()
+        .filter_map(|(_, tp)| tp)
+        .collect();
+    forwarded.sort();
+    let mut expected: Vec<String> = spans
+        .iter()
+        .map(|s| format!("00-{}-{}-01", s.trace_id, s.span_id))
+        .collect();
+    expected.sort();
+    assert_eq!(forwarded, expected);
+    assert_eq!(relay.terminate()?, Some(0));
+    Ok(())
+}
+
+#[cfg(feature = "otel")]
+#[tokio::test]
+async fn with_otel_the_current_span_is_the_context_stored_at_enqueue() -> anyhow::Result<()> {
+    use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+    use tracing::Instrument as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("service")));
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let db = test_db().await?;
+    let span = tracing::info_span!("POST /orders");
+    let expected = {
+        let context = span.context();
+        let span_context = context.span().span_context().clone();
+        format!(
+            "00-{}-{}-01",
+            span_context.trace_id(),
+            span_context.span_id()
+        )
+    };
+    let mut client = db.connect().await?;
+    async {
+        let tx = client.transaction().await?;
+        let Begin::New(mut claim) = txoutbox::begin(
+            &tx,
+            &Scope::new("orders")?,
+            &IdempotencyKey::parse("req-otel")?,
+            &Fingerprint::new("POST", "/orders", b"{}"),
+        )
+        .await?
+        else {
+            anyhow::bail!("a fresh key was not new");
+        };
+        claim.enqueue(
+            "notify",
+            OutboxMessage::new("request", &webhook_payload("r"))?,
+        )?;
+        claim
+            .complete(
+                &tx,
+                &StoredResponse {
+                    status: 201,
+                    headers: vec![],
+                    body: vec![],
+                },
+            )
+            .await?;
+        enqueue(&tx, &[message("direct", "in-span")?.with_current_trace()]).await?;
+        tx.commit().await?;
+        anyhow::Ok(())
+    }
+    .instrument(span)
+    .await?;
+    // Outside any span: nothing to attach.
+    enqueue_all(
+        &db,
+        vec![message("direct", "no-span")?.with_current_trace()],
+    )
+    .await?;
+    let stored: Vec<(String, Option<String>)> = client
+        .query(
+            "SELECT destination, headers->>'traceparent' FROM txoutbox_messages ORDER BY seq",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            ("request".to_owned(), Some(expected.clone())),
+            ("direct".to_owned(), Some(expected)),
+            ("direct".to_owned(), None),
+        ]
+    );
     Ok(())
 }

@@ -108,6 +108,14 @@ pub struct Claim {
     traceparent: Option<crate::Traceparent>,
 }
 
+/// The trace context a new claim starts with: the current span's, with the `otel` feature.
+fn enqueue_context() -> Option<crate::Traceparent> {
+    #[cfg(feature = "otel")]
+    return crate::telemetry::current_traceparent();
+    #[cfg(not(feature = "otel"))]
+    None
+}
+
 /// Claims `key` in `scope` inside the caller's transaction.
 ///
 /// The key row is inserted in the transaction, so a concurrent request with the same key waits on
@@ -150,7 +158,7 @@ pub async fn begin(
             key: key.clone(),
             messages: Vec::new(),
             effects: HashSet::new(),
-            traceparent: None,
+            traceparent: enqueue_context(),
         }));
     }
     let row = tx
@@ -216,6 +224,13 @@ impl Claim {
     pub fn with_traceparent(&mut self, traceparent: &str) -> Result<&mut Self> {
         self.traceparent = Some(crate::Traceparent::parse(traceparent.trim())?);
         Ok(self)
+    }
+
+    /// The trace context attached to this request's effects: the one given to
+    /// [`Claim::with_traceparent`], or (with the `otel` feature) the context of the `tracing`
+    /// span that was current at [`begin`], when it had a valid one.
+    pub fn traceparent(&self) -> Option<&crate::Traceparent> {
+        self.traceparent.as_ref()
     }
 
     /// The downstream key the effect named `effect` gets (or got) in this request.

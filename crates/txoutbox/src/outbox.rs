@@ -83,6 +83,19 @@ impl OutboxMessage {
         Ok(self)
     }
 
+    /// Attaches the trace context of the current `tracing` span (as the OpenTelemetry layer
+    /// exports it), when it has a valid one; the message is unchanged otherwise.
+    #[cfg(feature = "otel")]
+    pub fn with_current_trace(mut self) -> Self {
+        if let Some(context) = crate::telemetry::current_traceparent() {
+            self.headers.insert(
+                crate::telemetry::TRACEPARENT.to_owned(),
+                context.as_str().to_owned(),
+            );
+        }
+        self
+    }
+
     /// The message's `traceparent` header, if it carries one.
     pub fn traceparent(&self) -> Option<&str> {
         self.headers
