@@ -30,6 +30,7 @@ pub struct Scope {
     name: String,
     window: Duration,
     lock_timeout: Duration,
+    metric_label: Option<&'static str>,
 }
 
 impl Scope {
@@ -43,6 +44,7 @@ impl Scope {
             name,
             window: DEFAULT_WINDOW,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            metric_label: None,
         })
     }
 
@@ -55,6 +57,15 @@ impl Scope {
     /// How long to wait for a concurrent holder of the same key (then [`Begin::InFlight`]).
     pub fn with_lock_timeout(mut self, timeout: Duration) -> Self {
         self.lock_timeout = timeout;
+        self
+    }
+
+    /// The `scope` label of this scope's idempotency metrics (replays, mismatches, conflicts),
+    /// instead of its name. For names that carry a tenant or account id (`tenant:42:charges`):
+    /// one label value per tenant would grow the metrics without bound. A `&'static str`, so the
+    /// label values stay a fixed set.
+    pub fn with_metric_label(mut self, label: &'static str) -> Self {
+        self.metric_label = Some(label);
         self
     }
 
@@ -194,7 +205,11 @@ pub async fn begin(
 }
 
 fn count(name: &'static str, scope: &Scope) {
-    metrics::counter!(name, "scope" => scope.name.clone()).increment(1);
+    let label = match scope.metric_label {
+        Some(label) => metrics::SharedString::const_str(label),
+        None => scope.name.clone().into(),
+    };
+    metrics::counter!(name, "scope" => label).increment(1);
 }
 
 impl Claim {
