@@ -36,10 +36,13 @@
 //! Every error is an RFC 9457 problem document ([`Problem`], `application/problem+json`).
 //!
 //! Layout: `extract` holds the [`Idempotent`] extractor and the begin/complete steps; `problem`
-//! holds [`Problem`], the error answer.
+//! holds [`Problem`], the error answer; `prometheus` (feature `prometheus`) a recorder sized for
+//! txoutbox's histograms and the `GET /metrics` route.
 
 mod extract;
 mod problem;
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
 
 pub use extract::{
     Idempotent, Prepared, Started, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, TRACEPARENT,

@@ -7,11 +7,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use metrics_exporter_prometheus::PrometheusHandle;
 use txoutbox::{
     Delivery, DeliveryError, DestinationPolicy, Receipt, Relay, RelayConfig, RetryPolicy,
     Semantics, Sink, WakeMode,
 };
+use txoutbox_axum::prometheus::PrometheusHandle;
 
 /// Options of `txoutbox relay`.
 #[derive(Debug, clap::Args)]
@@ -117,7 +117,10 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
     let pg: tokio_postgres::Config = url.parse().context("parsing DATABASE_URL")?;
     // Installed before anything records, so the first deliveries are counted too.
     let prometheus = match args.observability.metrics_addr {
-        Some(_) => Some(install_prometheus()?),
+        Some(_) => Some(
+            txoutbox_axum::prometheus::install_recorder()
+                .context("installing the Prometheus recorder")?,
+        ),
         None => None,
     };
     let mut config = RelayConfig {
@@ -239,30 +242,6 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
     served.context("the metrics server failed")
 }
 
-/// Installs the Prometheus recorder as the process's `metrics` recorder, with histogram buckets
-/// for the txoutbox histograms, and registers their descriptions.
-fn install_prometheus() -> Result<PrometheusHandle> {
-    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full(txoutbox::telemetry::ATTEMPT_DURATION.to_owned()),
-            &[
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-            ],
-        )?
-        .set_buckets_for_metric(
-            Matcher::Full(txoutbox::telemetry::DELIVERY_LATENCY.to_owned()),
-            &[
-                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-                900.0, 3600.0, 21600.0, 86400.0,
-            ],
-        )?
-        .install_recorder()
-        .context("installing the Prometheus recorder")?;
-    txoutbox::describe_metrics();
-    Ok(handle)
-}
-
 /// How long `/readyz` waits for the database's `SELECT 1`.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -271,12 +250,13 @@ const READY_TIMEOUT: Duration = Duration::from_secs(2);
 /// and, unless poll-only, the LISTEN connection is up; 503 with the reason otherwise).
 pub struct MetricsServer {
     listener: tokio::net::TcpListener,
+    prometheus: PrometheusHandle,
     state: ServerState,
 }
 
+/// What `/readyz` checks.
 #[derive(Clone)]
 struct ServerState {
-    prometheus: PrometheusHandle,
     relay: Relay,
     poll_only: bool,
 }
@@ -293,8 +273,8 @@ impl MetricsServer {
         tracing::info!(addr = %listener.local_addr()?, "metrics server listening");
         Ok(Self {
             listener,
+            prometheus,
             state: ServerState {
-                prometheus,
                 relay: relay.clone(),
                 poll_only,
             },
@@ -305,7 +285,10 @@ impl MetricsServer {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
         use axum::routing::get;
         let router = axum::Router::new()
-            .route("/metrics", get(metrics_text))
+            .route(
+                "/metrics",
+                txoutbox_axum::prometheus::route(self.prometheus),
+            )
             .route("/healthz", get(|| async { "ok\n" }))
             .route("/readyz", get(readiness))
             .with_state(self.state);
@@ -314,20 +297,6 @@ impl MetricsServer {
             .await?;
         Ok(())
     }
-}
-
-async fn metrics_text(
-    axum::extract::State(state): axum::extract::State<ServerState>,
-) -> impl axum::response::IntoResponse {
-    // Upkeep drains the histograms' pending samples; a scrape is when they are needed.
-    state.prometheus.run_upkeep();
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        state.prometheus.render(),
-    )
 }
 
 async fn readiness(

@@ -11,6 +11,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use txoutbox::{enqueue, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
+use txoutbox_test_support::prometheus::sample;
 use txoutbox_test_support::{test_db, Cluster, ClusterOptions, TestDb};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
@@ -199,15 +200,6 @@ async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| anyhow::anyhow!("no status in {head:?}"))?;
     Ok((status, body.to_owned()))
-}
-
-/// The value of the sample `series` (name and labels exactly as rendered) in a scrape.
-fn sample(scrape: &str, series: &str) -> Option<f64> {
-    scrape.lines().find_map(|line| {
-        line.strip_prefix(series)
-            .and_then(|rest| rest.strip_prefix(' '))
-            .and_then(|value| value.trim().parse().ok())
-    })
 }
 
 fn webhook_args(receiver: SocketAddr, destinations: &[&str]) -> Vec<String> {
@@ -468,13 +460,13 @@ fn a_malformed_traceparent_is_refused_at_enqueue() -> anyhow::Result<()> {
 
 /// A Prometheus recorder for the calling thread only: a `#[tokio::test]` runs on one thread, so
 /// what it records is its own, whatever else runs in the process at the same time.
-fn thread_recorder() -> metrics_exporter_prometheus::PrometheusRecorder {
-    metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder()
+fn thread_recorder() -> anyhow::Result<txoutbox_axum::prometheus::PrometheusRecorder> {
+    Ok(txoutbox_axum::prometheus::builder()?.build_recorder())
 }
 
 #[tokio::test]
 async fn the_write_path_counts_enqueues_replays_mismatches_and_conflicts() -> anyhow::Result<()> {
-    let recorder = thread_recorder();
+    let recorder = thread_recorder()?;
     let _recording = metrics::set_default_local_recorder(&recorder);
     let prometheus = recorder.handle();
     let db = test_db().await?;
@@ -570,7 +562,7 @@ async fn the_write_path_counts_enqueues_replays_mismatches_and_conflicts() -> an
 
 #[tokio::test]
 async fn a_scope_with_a_metric_label_is_counted_under_the_label() -> anyhow::Result<()> {
-    let recorder = thread_recorder();
+    let recorder = thread_recorder()?;
     let _recording = metrics::set_default_local_recorder(&recorder);
     let db = test_db().await?;
     let fingerprint = Fingerprint::new("POST", "/charge", b"{}");

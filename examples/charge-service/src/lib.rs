@@ -50,6 +50,9 @@ pub struct Settings {
     pub relay: bool,
     /// The failure point to abort at (`CRASH_AT`), for crash tests and the demo.
     pub crash_at: Option<CrashPoint>,
+    /// Serve `GET /metrics` from this recorder (installed by `main`): the write path's counters
+    /// (enqueued rows, replays, mismatches, conflicts) and the in-process relay's.
+    pub metrics: Option<txoutbox_axum::prometheus::PrometheusHandle>,
 }
 
 impl Settings {
@@ -70,6 +73,7 @@ impl Settings {
             bind: bind.parse().with_context(|| format!("BIND={bind}"))?,
             relay: true,
             crash_at,
+            metrics: None,
         })
     }
 }
@@ -163,8 +167,12 @@ pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> an
             let _ = stop.wait_for(|s| *s).await;
         }))
     });
+    let mut routes = router(app);
+    if let Some(handle) = settings.metrics {
+        routes = routes.route("/metrics", txoutbox_axum::prometheus::route(handle));
+    }
     let mut stop = stop_rx.clone();
-    let server = axum::serve(listener, router(app)).with_graceful_shutdown(async move {
+    let server = axum::serve(listener, routes).with_graceful_shutdown(async move {
         let _ = stop.wait_for(|s| *s).await;
     });
     let server = tokio::spawn(async move { server.await });

@@ -5,24 +5,14 @@
 use std::time::{Duration, Instant};
 
 use charge_service::{CrashPoint, ServiceProcess};
-use txoutbox_test_support::{fake_stripe::FakeStripe, smtp::SmtpServer, test_db};
 
 mod common;
 
 async fn crash_at(point: CrashPoint) -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let stripe = FakeStripe::start().await?;
-    let smtp = SmtpServer::start().await?;
+    let peers = common::Peers::start().await?;
+    let (db, stripe, smtp) = (&peers.db, &peers.stripe, &peers.smtp);
     let exe = std::path::Path::new(env!("CARGO_BIN_EXE_charge-service"));
-    let env = vec![
-        ("DATABASE_URL".to_owned(), db.url()),
-        (
-            "STRIPE_SECRET_KEY".to_owned(),
-            stripe.secret_key().to_owned(),
-        ),
-        ("STRIPE_API_BASE".to_owned(), stripe.base_url()),
-        ("SMTP_URL".to_owned(), smtp.url()),
-    ];
+    let env = peers.env();
     let addr = charge_service::free_addr()?;
     let mut crashing = env.clone();
     crashing.push(("CRASH_AT".to_owned(), point.as_str().to_owned()));

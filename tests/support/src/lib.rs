@@ -10,11 +10,13 @@
 //! in parallel and never see each other's rows. Tests that stop or restart Postgres take a
 //! [`Cluster::private`] of their own.
 //!
-//! [`smtp::SmtpServer`] runs a real SMTP server (Debian's aiosmtpd) for the email tests.
+//! [`smtp::SmtpServer`] runs a real SMTP server (Debian's aiosmtpd) for the email tests;
+//! [`prometheus::sample`] reads one series of a metrics scrape.
 
 mod cluster;
 mod database;
 pub mod fake_stripe;
+pub mod prometheus;
 pub mod relay;
 pub mod smtp;
 mod wait;

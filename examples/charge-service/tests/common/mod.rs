@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use charge_service::{App, CrashPoint};
 use txoutbox_client::{IdempotentClient, RetryPolicy};
+use txoutbox_test_support::fake_stripe::FakeStripe;
+use txoutbox_test_support::smtp::SmtpServer;
 use txoutbox_test_support::{test_db, TestDb};
 
 /// A server on 127.0.0.1:0 in this process (HTTP only; no relay).
@@ -60,4 +62,34 @@ pub fn charge_body(customer: &str) -> serde_json::Value {
 
 pub async fn count(pool: &deadpool_postgres::Pool, sql: &str) -> anyhow::Result<i64> {
     Ok(pool.get().await?.query_one(sql, &[]).await?.get(0))
+}
+
+/// What the service binary talks to: its own database, the fake Stripe API, a real SMTP server.
+pub struct Peers {
+    pub db: TestDb,
+    pub stripe: FakeStripe,
+    pub smtp: SmtpServer,
+}
+
+impl Peers {
+    pub async fn start() -> anyhow::Result<Self> {
+        Ok(Self {
+            db: test_db().await?,
+            stripe: FakeStripe::start().await?,
+            smtp: SmtpServer::start().await?,
+        })
+    }
+
+    /// The service's environment for these peers.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("DATABASE_URL".to_owned(), self.db.url()),
+            (
+                "STRIPE_SECRET_KEY".to_owned(),
+                self.stripe.secret_key().to_owned(),
+            ),
+            ("STRIPE_API_BASE".to_owned(), self.stripe.base_url()),
+            ("SMTP_URL".to_owned(), self.smtp.url()),
+        ]
+    }
 }

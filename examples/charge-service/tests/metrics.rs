@@ -1,0 +1,72 @@
+//! `GET /metrics` of the service binary: the write path's counters and the in-process relay's,
+//! after one charge, its retry and the relay's deliveries.
+
+use std::time::{Duration, Instant};
+
+use charge_service::{reqwest_client, ServiceProcess};
+use txoutbox_test_support::prometheus::sample;
+
+mod common;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_show_a_charge_its_replay_and_its_deliveries() -> anyhow::Result<()> {
+    let peers = common::Peers::start().await?;
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_charge-service"));
+    let server =
+        ServiceProcess::start(exe, charge_service::free_addr()?, &peers.env(), &[]).await?;
+    let client = common::client(Duration::from_secs(30), Duration::from_secs(5))?;
+    let operation = client.operation();
+    let url = format!("{}/charge", server.base_url());
+    let body = common::charge_body("cus_metrics");
+    assert_eq!(operation.post_json(&url, &body).await?.status, 201);
+    assert!(operation.post_json(&url, &body).await?.replayed());
+
+    let metrics_url = format!("{}/metrics", server.base_url());
+    let http = reqwest_client()?;
+    let delivered = |scrape: &str, destination: &str| {
+        sample(
+            scrape,
+            &format!(r#"txoutbox_messages_delivered_total{{destination="{destination}"}}"#),
+        )
+    };
+    let started = Instant::now();
+    let scrape = loop {
+        let response = http.get(&metrics_url).send().await?;
+        anyhow::ensure!(
+            response.status() == 200,
+            "GET /metrics: {}",
+            response.status()
+        );
+        let scrape = response.text().await?;
+        if (delivered(&scrape, "stripe") == Some(1.0) && delivered(&scrape, "email") == Some(1.0))
+            || started.elapsed() > Duration::from_secs(30)
+        {
+            break scrape;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for destination in ["stripe", "email"] {
+        assert_eq!(delivered(&scrape, destination), Some(1.0), "{scrape}");
+        assert_eq!(
+            sample(
+                &scrape,
+                &format!(r#"txoutbox_messages_enqueued_total{{destination="{destination}"}}"#)
+            ),
+            Some(1.0),
+            "one row per effect, the replay enqueued nothing: {scrape}"
+        );
+    }
+    assert_eq!(
+        sample(
+            &scrape,
+            r#"txoutbox_idempotency_replays_total{scope="charges"}"#
+        ),
+        Some(1.0),
+        "{scrape}"
+    );
+    assert!(
+        scrape.contains("# TYPE txoutbox_delivery_latency_seconds histogram"),
+        "{scrape}"
+    );
+    Ok(())
+}
