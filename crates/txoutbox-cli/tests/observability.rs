@@ -447,6 +447,83 @@ async fn a_traceparent_given_at_enqueue_reaches_the_webhook_receiver() -> anyhow
     Ok(())
 }
 
+/// Debian's libfaketime (package `libfaketime`), which shifts a process's clocks.
+fn libfaketime() -> anyhow::Result<String> {
+    let found = std::fs::read_dir("/usr/lib")?
+        .filter_map(Result::ok)
+        .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
+        .find(|path| path.exists());
+    let path = found.ok_or_else(|| {
+        anyhow::anyhow!("libfaketime.so.1 is not installed (Debian: apt-get install libfaketime)")
+    })?;
+    Ok(path.display().to_string())
+}
+
+#[tokio::test]
+async fn a_relay_whose_clock_is_an_hour_ahead_records_times_on_the_database_clock(
+) -> anyhow::Result<()> {
+    let skew = [
+        ("LD_PRELOAD", libfaketime()?),
+        ("FAKETIME", "+1h".to_owned()),
+    ];
+    // The shift works on this machine: a process under it is an hour ahead.
+    let shifted = Command::new("date")
+        .arg("+%s")
+        .envs(skew.iter().map(|(k, v)| (k, v)))
+        .output()?;
+    let shifted: i64 = String::from_utf8_lossy(&shifted.stdout).trim().parse()?;
+    let now = chrono::Utc::now().timestamp();
+    assert!(
+        (shifted - now - 3600).abs() < 60,
+        "date under libfaketime: {shifted}, now {now}"
+    );
+
+    let db = test_db().await?;
+    let relay = RelayProcess::start_with_env(
+        &db.url(),
+        &["--stdout".to_owned(), "audit".to_owned()],
+        &skew,
+    )
+    .await?;
+    enqueue_all(&db, vec![message("audit", "skewed-1")?]).await?;
+    let (_, scrape) = relay
+        .wait_for("/metrics", Duration::from_secs(30), |_, body| {
+            sample(
+                body,
+                r#"txoutbox_messages_delivered_total{destination="audit"}"#,
+            ) == Some(1.0)
+        })
+        .await?;
+    let latency = sample(
+        &scrape,
+        r#"txoutbox_delivery_latency_seconds_sum{destination="audit"}"#,
+    );
+    assert!(
+        latency.is_some_and(|s| (0.0..60.0).contains(&s)),
+        "commit to delivery took {latency:?} s"
+    );
+    let client = db.connect().await?;
+    let row = client
+        .query_one(
+            "SELECT EXTRACT(EPOCH FROM a.finished_at - a.started_at)::float8, \
+                    EXTRACT(EPOCH FROM d.delivered_at - d.created_at)::float8 \
+             FROM txoutbox_attempts a JOIN txoutbox_delivered d ON d.id = a.message_id",
+            &[],
+        )
+        .await?;
+    for (what, seconds) in [
+        ("the attempt", row.get::<_, f64>(0)),
+        ("the delivery", row.get(1)),
+    ] {
+        assert!(
+            (0.0..60.0).contains(&seconds),
+            "{what} took {seconds} s by the recorded times"
+        );
+    }
+    assert_eq!(relay.terminate()?, Some(0));
+    Ok(())
+}
+
 #[test]
 fn a_malformed_traceparent_is_refused_at_enqueue() -> anyhow::Result<()> {
     let message = OutboxMessage::new("direct", &1)?;

@@ -244,7 +244,21 @@ pub struct RelayReport {
 struct Claimed {
     delivery: Delivery,
     token: i64,
+    /// The attempt's start, by the database's clock (the claim's `now()`).
     started: DateTime<Utc>,
+    /// When the claim's rows arrived, by this process's monotonic clock.
+    claimed_at: std::time::Instant,
+}
+
+impl Claimed {
+    /// Now, by the database's clock: the claim's time plus the time elapsed here since. Every
+    /// time the relay records (attempt end, delivery, latency) is on the clock `created_at` and
+    /// `started_at` come from, so a relay machine whose clock is off records no negative or
+    /// inflated durations.
+    fn now(&self) -> DateTime<Utc> {
+        let elapsed = chrono::Duration::from_std(self.claimed_at.elapsed()).unwrap_or_default();
+        self.started + elapsed
+    }
 }
 
 /// The outcome of one attempt, waiting to be written.
@@ -441,12 +455,12 @@ fn given_back(inner: &Inner, claimed: Claimed, kind: &'static str) -> Finished {
         other => (other, None),
     };
     Finished {
+        finished: claimed.now(),
         claimed,
         kind,
         error,
         receipt: None,
         delay: Duration::ZERO,
-        finished: Utc::now(),
         completion: None,
     }
 }
@@ -520,6 +534,7 @@ fn claimed_from_row(row: &Row) -> Result<Claimed> {
         },
         token: row.try_get(7)?,
         started: row.try_get(9)?,
+        claimed_at: std::time::Instant::now(),
     })
 }
 
@@ -573,7 +588,7 @@ async fn deliver(inner: &Inner, mut claimed: Claimed) -> Finished {
             }
         }
     };
-    let finished = Utc::now();
+    let finished = claimed.now();
     let mut out = Finished {
         claimed: claimed.clone(),
         kind: "delivered",
