@@ -133,6 +133,14 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 pub trait Sink: Send + Sync + 'static {
     /// Delivers one message; the relay bounds how many run at once and catches panics.
     async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError>;
+
+    /// The longest one call of this sink may take (its own request or SMTP timeout), if it has
+    /// one. The relay refuses to start with a lease that is not longer than this, since another
+    /// relay would then redeliver the row while this call still runs; and it cuts every call off
+    /// at the lease in any case.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// What an attempt came to, as handed to a [`CompletionHook`].
