@@ -306,6 +306,7 @@ mod tests {
         match e {
             DeliveryError::Retryable { retry_after, .. } => ("retry", *retry_after),
             DeliveryError::Permanent { .. } => ("permanent", None),
+            DeliveryError::Indeterminate { .. } => ("indeterminate", None),
         }
     }
 

@@ -80,6 +80,15 @@ pub enum DeliveryError {
         /// What happened; include the downstream's error code when it has one.
         message: String,
     },
+    /// The request left, but no answer came back (a timeout after sending, a connection dropped
+    /// before the reply): the effect may or may not have happened. The relay retries it with the
+    /// same key for an at-least-once destination (the downstream deduplicates), and moves the row
+    /// to `unknown` for an at-most-once destination, for an operator to decide.
+    #[error("{message}")]
+    Indeterminate {
+        /// What happened.
+        message: String,
+    },
 }
 
 impl DeliveryError {
@@ -102,6 +111,13 @@ impl DeliveryError {
     /// A permanent failure.
     pub fn permanent(message: impl Into<String>) -> Self {
         Self::Permanent {
+            message: message.into(),
+        }
+    }
+
+    /// The request may have reached the downstream, but its outcome is unknown.
+    pub fn indeterminate(message: impl Into<String>) -> Self {
+        Self::Indeterminate {
             message: message.into(),
         }
     }

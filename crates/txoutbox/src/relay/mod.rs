@@ -624,6 +624,12 @@ async fn deliver(inner: &Inner, mut claimed: Claimed) -> Finished {
             out.completion = Some(Completion::DeadLettered(message.clone()));
             out.error = Some(message);
         }
+        Err(DeliveryError::Indeterminate { message }) => {
+            // Until the at-most-once mapping: retried like any retryable failure.
+            out.kind = "retry";
+            out.delay = policy.retry.delay(claimed.delivery.attempt, None);
+            out.error = Some(message);
+        }
         Err(DeliveryError::Permanent { message }) => {
             tracing::warn!(error = %message, "permanent failure; dead-lettered");
             out.kind = "failed";
