@@ -70,7 +70,7 @@ pub use outbox::{
 pub use prune::{prune_expired_keys, DEFAULT_PRUNE_BATCH};
 pub use relay::{
     reclaim_expired, DestinationPolicy, Relay, RelayBuilder, RelayConfig, RelayReport, RetryPolicy,
-    Semantics, WakeMode,
+    Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
 };
 pub use sink::{error_chain, Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink};
 pub use telemetry::{describe_metrics, Traceparent};
