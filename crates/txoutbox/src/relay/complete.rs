@@ -127,8 +127,7 @@ fn refused(error: &Error) -> Option<String> {
 /// Writes a batch; a batch refused for a data reason is written row by row, and a row refused
 /// alone once more without its text.
 async fn write_plain(inner: &Inner, batch: &[Finished], shutting_down: &AtomicBool) {
-    let Write::Refused(code) =
-        write_retrying(shutting_down, || complete_plain(inner, batch)).await
+    let Write::Refused(code) = write_retrying(shutting_down, || complete_plain(inner, batch)).await
     else {
         return;
     };

@@ -188,10 +188,7 @@ async fn mark_started(inner: &Inner, lease: &Lease) -> Result<bool> {
         .run(
             inner.config.prepared_statements,
             sql::MARK_STARTED,
-            &[
-                (&lease.delivery.id, Type::UUID),
-                (&lease.token, Type::INT8),
-            ],
+            &[(&lease.delivery.id, Type::UUID), (&lease.token, Type::INT8)],
         )
         .await?;
     Ok(!rows.is_empty())

@@ -347,12 +347,16 @@ impl Relay {
             for lease in rows {
                 if held.contains(lease.delivery.id) {
                     // Cannot happen (the claim skips held rows); never run two attempts of one row.
-                    let _ = done.send(given_back(&inner, lease, Outcome::Unstarted)).await;
+                    let _ = done
+                        .send(given_back(&inner, lease, Outcome::Unstarted))
+                        .await;
                     continue;
                 }
                 let Ok(permit) = slots.clone().try_acquire_owned() else {
                     // Cannot happen (only this loop takes slots); give the row back rather than lose it.
-                    let _ = done.send(given_back(&inner, lease, Outcome::Unstarted)).await;
+                    let _ = done
+                        .send(given_back(&inner, lease, Outcome::Unstarted))
+                        .await;
                     continue;
                 };
                 held.insert(lease.clone());
@@ -424,8 +428,12 @@ impl Relay {
         match tokio::time::timeout_at(sweep_end, release_unstarted(&inner, held.called())).await {
             Ok(Ok(0)) => {}
             Ok(Ok(n)) => tracing::info!(rows = n, "gave back rows claimed as the relay stopped"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "could not give back unstarted rows; their leases will expire"),
-            Err(_) => tracing::warn!("giving back unstarted rows timed out; their leases will expire"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not give back unstarted rows; their leases will expire")
+            }
+            Err(_) => {
+                tracing::warn!("giving back unstarted rows timed out; their leases will expire")
+            }
         }
         stop.notify_waiters();
         background.abort_all();
@@ -627,7 +635,14 @@ mod tests {
         let names: Vec<_> = all.iter().map(|o| o.as_str()).collect();
         assert_eq!(
             names,
-            ["delivered", "retry", "failed", "unknown", "released", "unstarted"]
+            [
+                "delivered",
+                "retry",
+                "failed",
+                "unknown",
+                "released",
+                "unstarted"
+            ]
         );
     }
 }
