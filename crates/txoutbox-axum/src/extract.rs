@@ -6,7 +6,7 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use deadpool_postgres::Transaction;
-use txoutbox::{Begin, Claim, Fingerprint, IdempotencyKey, Scope, StoredResponse};
+use txoutbox::{Begin, Claim, Enqueued, Fingerprint, IdempotencyKey, Scope, StoredResponse};
 
 use crate::Problem;
 
@@ -158,6 +158,7 @@ impl Idempotent {
             )
         })?;
         let store = parts.status.as_u16() < 500;
+        let mut enqueued = Enqueued::default();
         if store {
             let stored = StoredResponse {
                 status: parts.status.as_u16(),
@@ -171,11 +172,12 @@ impl Idempotent {
                     .collect(),
                 body: body.to_vec(),
             };
-            claim.complete(tx, &stored).await?;
+            enqueued = claim.complete(tx, &stored).await?;
         }
         Ok(Prepared {
             response: Response::from_parts(parts, Body::from(body)),
             store,
+            enqueued,
         })
     }
 
@@ -197,6 +199,7 @@ impl Idempotent {
 pub struct Prepared {
     response: Response,
     store: bool,
+    enqueued: Enqueued,
 }
 
 impl Prepared {
@@ -209,6 +212,12 @@ impl Prepared {
             tx.rollback().await?;
         }
         Ok(self.response)
+    }
+
+    /// Which of the claim's effects were written, and which were skipped as already in the
+    /// outbox (see [`Enqueued`]); nothing for a 5xx, which is rolled back.
+    pub fn enqueued(&self) -> &Enqueued {
+        &self.enqueued
     }
 
     /// The status about to be answered.
