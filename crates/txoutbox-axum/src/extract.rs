@@ -2,6 +2,7 @@
 //! or refuse), the handler's own work, complete (store the answer and commit).
 
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -62,7 +63,7 @@ impl<S: Send + Sync> FromRequest<S> for Idempotent {
             .map(str::to_owned);
         let body = Bytes::from_request(request, state)
             .await
-            .map_err(IntoResponse::into_response)?;
+            .map_err(|rejection| body_problem(&rejection).into_response())?;
         Ok(Self {
             fingerprint: Fingerprint::new(method.as_str(), &route, &body),
             key,
@@ -70,6 +71,26 @@ impl<S: Send + Sync> FromRequest<S> for Idempotent {
             traceparent,
         })
     }
+}
+
+/// A body that could not be read (over the size limit: 413) as a problem document, like every
+/// other refusal of the extractor.
+fn body_problem(rejection: &BytesRejection) -> Problem {
+    let status = rejection.status();
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        return Problem::new(
+            status,
+            "urn:txoutbox:body-too-large",
+            "Request body too large",
+            rejection.body_text(),
+        );
+    }
+    Problem::new(
+        status,
+        "urn:txoutbox:invalid-body",
+        "Invalid request body",
+        rejection.body_text(),
+    )
 }
 
 fn key_from(headers: &HeaderMap, method: &Method) -> Result<Option<IdempotencyKey>, Problem> {

@@ -26,8 +26,8 @@ use std::time::Duration;
 use anyhow::Context;
 
 pub use demo::{free_addr, reqwest_client, run_demo, ServiceProcess};
-pub use hook::ChargeHook;
-pub use http::{router, App, CrashPoint};
+pub use hook::{ChargeHook, NoSuchCharge};
+pub use http::{router, App, CrashPoint, MAX_AMOUNT, MAX_BODY_BYTES};
 
 mod embedded {
     refinery::embed_migrations!("migrations");
