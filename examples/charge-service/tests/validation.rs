@@ -139,3 +139,20 @@ async fn the_idempotent_client_does_not_retry_a_refused_charge() -> anyhow::Resu
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nul_in_a_reservations_item_id_is_a_400_problem_document() -> anyhow::Result<()> {
+    let (_db, server) = common::db_and_server().await?;
+    let http = charge_service::reqwest_client()?;
+    let answer = http
+        .post(format!("{}/inventory/lamp%00/reservations", server.base))
+        .header("Idempotency-Key", uuid::Uuid::now_v7().to_string())
+        .json(&json!({"quantity": 1}))
+        .send()
+        .await?;
+    assert_eq!(answer.status(), 400);
+    assert_eq!(answer.headers()["content-type"], "application/problem+json");
+    let problem: Value = answer.json().await?;
+    assert_eq!(problem["type"], "urn:charge-service:invalid-reservation");
+    Ok(())
+}
