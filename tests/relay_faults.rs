@@ -597,6 +597,7 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
         .batch_execute("SELECT pg_stat_clear_snapshot()")
         .await?;
     let read = count(&client, read).await? - before;
+    eprintln!("the claims read {read} entries of the due index");
     // 40 claims of 50: rescanning the 20 000 waiting rows on each would read 800 000 entries.
     assert!(
         read < 100_000,
