@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use tokio_postgres::IsolationLevel;
 use txoutbox::Scope;
 use txoutbox_axum::{problem_type, Idempotent, Problem, Started, DEFAULT_PROBLEM_BASE};
 use txoutbox_test_support::{test_db, TestDb};
@@ -16,11 +17,18 @@ use txoutbox_test_support::{test_db, TestDb};
 struct App {
     pool: deadpool_postgres::Pool,
     scope: Scope,
+    /// The handlers' transactions' isolation level (Postgres's default, READ COMMITTED, when
+    /// `None`).
+    isolation: Option<IsolationLevel>,
 }
 
 async fn create_order(State(app): State<App>, request: Idempotent) -> Result<Response, Problem> {
     let mut conn = app.pool.get().await?;
-    let tx = conn.transaction().await?;
+    let mut builder = conn.build_transaction();
+    if let Some(level) = app.isolation {
+        builder = builder.isolation_level(level);
+    }
+    let tx = builder.start().await?;
     let mut claim = match request.begin(&tx, &app.scope).await? {
         Started::New(claim) => claim,
         Started::Answered(answer) => return Ok(answer),
@@ -107,11 +115,18 @@ async fn serve(pool: deadpool_postgres::Pool, db: Option<TestDb>) -> anyhow::Res
     let app = App {
         pool: pool.clone(),
         scope: Scope::new("orders")?.with_lock_timeout(Duration::from_millis(200))?,
+        isolation: None,
+    };
+    let serializable = App {
+        pool: pool.clone(),
+        scope: Scope::new("orders")?.with_lock_timeout(Duration::from_secs(5))?,
+        isolation: Some(IsolationLevel::Serializable),
     };
     // A service whose clients send short keys of their own (ticket numbers) lowers the minimum.
     let tickets = App {
         pool: pool.clone(),
         scope: Scope::new("tickets")?.with_min_key_len(4)?,
+        isolation: None,
     };
     let router = Router::new()
         .route("/orders", post(create_order).get(count))
@@ -121,6 +136,11 @@ async fn serve(pool: deadpool_postgres::Pool, db: Option<TestDb>) -> anyhow::Res
             Router::new()
                 .route("/tickets", post(create_order))
                 .with_state(tickets),
+        )
+        .merge(
+            Router::new()
+                .route("/serializable-orders", post(create_order))
+                .with_state(serializable),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
@@ -381,6 +401,36 @@ async fn a_scope_that_lowers_the_minimum_accepts_short_keys() -> anyhow::Result<
     assert_eq!(post("\"T-42\"").await?.status(), 201);
     assert_eq!(post("T-42").await?.headers()["idempotent-replayed"], "true");
     assert_eq!(post("T-4").await?.status(), 400);
+    assert_eq!(s.orders().await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn concurrent_duplicates_in_serializable_handlers_are_replays_or_409_never_500(
+) -> anyhow::Result<()> {
+    let s = server().await?;
+    let key = format!("\"{}\"", key());
+    let requests = (0..20).map(|_| {
+        s.http
+            .post(format!("{}/serializable-orders", s.base))
+            .header("Idempotency-Key", &key)
+            .json(&json!({"quantity": 1}))
+            .send()
+    });
+    let mut statuses = Vec::new();
+    for response in futures::future::join_all(requests).await {
+        let response = response?;
+        let status = response.status().as_u16();
+        if status == 409 {
+            assert_eq!(response.headers()["retry-after"], "1");
+            problem(response).await?;
+        }
+        statuses.push(status);
+    }
+    assert!(
+        statuses.iter().all(|s| *s == 201 || *s == 409),
+        "only the stored answer or 409: {statuses:?}"
+    );
     assert_eq!(s.orders().await?, 1);
     Ok(())
 }
