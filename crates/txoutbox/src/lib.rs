@@ -9,7 +9,7 @@
 //!
 //! # async fn handler(client: &mut tokio_postgres::Client, header: &str, body: &[u8])
 //! #     -> Result<StoredResponse, txoutbox::Error> {
-//! let key = IdempotencyKey::parse(header)?;                    // 400 when malformed
+//! let key = IdempotencyKey::from_header(header)?;              // 400 when malformed
 //! let scope = Scope::new("charges")?;                           // 24 h window by default
 //! let fingerprint = Fingerprint::new("POST", "/charge", body);
 //! let tx = client.transaction().await?;
