@@ -241,6 +241,19 @@ impl std::error::Error for Problem {}
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let mut response = (self.status, self.to_json().to_string()).into_response();
+        // hyper writes the `http` crate's phrases ("Unprocessable Entity"); RFC 9110 renamed
+        // these.
+        let renamed: Option<&'static [u8]> = match self.status.as_u16() {
+            413 => Some(b"Content Too Large"),
+            416 => Some(b"Range Not Satisfiable"),
+            422 => Some(b"Unprocessable Content"),
+            _ => None,
+        };
+        if let Some(phrase) = renamed {
+            response
+                .extensions_mut()
+                .insert(hyper::ext::ReasonPhrase::from_static(phrase));
+        }
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Some(seconds) = self.retry_after {

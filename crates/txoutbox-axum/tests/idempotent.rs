@@ -531,8 +531,29 @@ async fn an_about_blank_problem_is_titled_with_the_rfc_9110_status_phrase() -> a
         let body = problem(response).await?;
         assert_eq!(body["type"], "about:blank");
         assert_eq!(body["title"], phrase);
+        // The status line says it too, as curl shows it.
+        assert_eq!(
+            status_line(&base).await?,
+            format!("HTTP/1.1 {} {phrase}", status.as_u16())
+        );
     }
     Ok(())
+}
+
+/// The first line of the answer to a bare `POST /` at `base`, read off the socket.
+async fn status_line(base: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://");
+    let mut socket = tokio::net::TcpStream::connect(addr).await?;
+    socket
+        .write_all(
+            b"POST / HTTP/1.1\r\nhost: test\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .await?;
+    let mut answer = Vec::new();
+    socket.read_to_end(&mut answer).await?;
+    let answer = String::from_utf8_lossy(&answer);
+    Ok(answer.lines().next().unwrap_or_default().to_owned())
 }
 
 #[tokio::test]
