@@ -315,3 +315,42 @@ impl From<serde_json::Error> for Problem {
         Problem::invalid_body(err.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_serialization_failure_is_a_409_conflict_with_retry_after() {
+        let problem = Problem::from(txoutbox::Error::Conflict(
+            "could not serialize access due to concurrent update".into(),
+        ));
+        assert_eq!(problem.status, StatusCode::CONFLICT);
+        assert_eq!(problem.kind, problem_type("problem-conflict"));
+        assert_eq!(problem.retry_after, Some(1));
+        // The server's message is for the log, not for the client.
+        assert!(!problem.detail.contains("serialize"));
+    }
+
+    #[test]
+    fn a_short_key_is_its_own_400_problem() {
+        let problem = Problem::from(txoutbox::Error::Key(txoutbox::KeyError::TooShort {
+            len: 8,
+            min: 16,
+        }));
+        assert_eq!(problem.status, StatusCode::BAD_REQUEST);
+        assert_eq!(problem.kind, problem_type("problem-key-too-short"));
+        assert!(problem.detail.contains("16"), "{}", problem.detail);
+    }
+
+    #[test]
+    fn the_default_base_points_into_the_repository_readme() {
+        assert_eq!(
+            problem_type("problem-mismatch"),
+            format!(
+                "{}/blob/main/README.md#problem-mismatch",
+                env!("CARGO_PKG_REPOSITORY")
+            )
+        );
+    }
+}

@@ -656,7 +656,10 @@ async fn unreachable_postgres_is_503_with_retry_after() -> anyhow::Result<()> {
     let response = s.post(Some(&key()), &json!({"quantity": 1})).await?;
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()["retry-after"], "1");
-    assert_eq!(problem(response).await?["status"], 503);
+    let body = problem(response).await?;
+    assert_eq!(body["status"], 503);
+    assert_eq!(body["type"], problem_type("problem-unavailable"));
+    assert_eq!(body["title"], "Store unavailable");
     Ok(())
 }
 
