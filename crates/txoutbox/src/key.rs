@@ -59,7 +59,8 @@ impl KeyError {
 }
 
 impl IdempotencyKey {
-    /// Validates a header value. Surrounding whitespace is not trimmed: a key is opaque.
+    /// Validates a key as it is, without quotes or escapes (a header value goes through
+    /// [`IdempotencyKey::from_header`]). Surrounding whitespace is not trimmed: a key is opaque.
     pub fn parse(value: &str) -> Result<Self, KeyError> {
         if value.is_empty() {
             return Err(KeyError::Missing);
