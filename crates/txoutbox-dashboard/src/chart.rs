@@ -78,6 +78,12 @@ pub(crate) fn latency(label: &str, p50: &[Option<f64>], p99: &[Option<f64>]) -> 
             @for run in points(p50) {
                 polyline class="p50" fill="none" points=(run) {}
             }
+            // A lone minute has no line: a dot shows it.
+            @for (i, (a, b)) in p50.iter().zip(p99).enumerate() {
+                @let x = format!("{:.1}", i as f64 * step + step / 2.0);
+                @if let Some(v) = b { circle class="p99" cx=(x) cy=(format!("{:.1}", HEIGHT - v * k)) r="2.5" {} }
+                @if let Some(v) = a { circle class="p50" cx=(x) cy=(format!("{:.1}", HEIGHT - v * k)) r="2.5" {} }
+            }
             text class="max" x="4" y="12" { "max " (format!("{max:.3}")) " s" }
         }
     }
