@@ -19,6 +19,10 @@ pub struct Args {
     /// Requests per page.
     #[arg(long, default_value_t = 30)]
     requests: usize,
+    /// First add the indexes a newest-first list could read (`(created_at, seq)` of both
+    /// tables; not in the schema): to measure what they would win.
+    #[arg(long)]
+    with_list_index: bool,
 }
 
 /// Fills the tables with plain SQL (the write path is not what is measured here): rows spread
@@ -78,6 +82,14 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
         .execute(FILL_DELIVERED, &[&i64::try_from(args.delivered)?])
         .await?;
     client.execute(FILL_ATTEMPTS, &[]).await?;
+    if args.with_list_index {
+        client
+            .batch_execute(
+                "CREATE INDEX bench_messages_list ON txoutbox_messages (created_at, seq); \
+                 CREATE INDEX bench_delivered_list ON txoutbox_delivered (created_at, seq)",
+            )
+            .await?;
+    }
     client
         .batch_execute("VACUUM ANALYZE txoutbox_messages, txoutbox_delivered, txoutbox_attempts")
         .await?;

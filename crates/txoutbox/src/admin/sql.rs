@@ -54,20 +54,24 @@ macro_rules! filter {
 }
 
 /// Lists messages of status $1 (NULL: any, `delivered` included) matching the filter, newest
-/// first (keyset order: (created_at, seq) descending), at most $9 (NULL: all).
+/// first (keyset order: (created_at, seq) descending), at most $9 (NULL: all). Each table is
+/// ordered and limited on its own before the merge: a branch with conditions is not merged in
+/// order otherwise, so an index on (created_at, seq) could not serve a page.
 pub const LIST: &str = concat!(
-    "SELECT * FROM ( \
+    "SELECT * FROM (( \
      SELECT t.id, t.seq, t.destination, t.status, t.downstream_key, t.ordering_key, t.attempts, \
          t.created_at, t.next_attempt_at, NULL::timestamptz AS delivered_at, t.last_error, \
          t.lease_owner, t.lease_expires_at \
      FROM txoutbox_messages t WHERE ($1::text IS NULL OR t.status = $1) AND ",
     filter!(hot),
-    " UNION ALL \
+    " ORDER BY t.created_at DESC, t.seq DESC LIMIT $9) \
+     UNION ALL ( \
      SELECT t.id, t.seq, t.destination, 'delivered', t.downstream_key, t.ordering_key, \
          t.attempts, t.created_at, NULL, t.delivered_at, NULL, NULL, NULL \
      FROM txoutbox_delivered t WHERE ($1::text IS NULL OR $1 = 'delivered') AND ",
     filter!(delivered),
-    ") r ORDER BY created_at DESC, seq DESC LIMIT $9"
+    " ORDER BY t.created_at DESC, t.seq DESC LIMIT $9)) r \
+     ORDER BY created_at DESC, seq DESC LIMIT $9"
 );
 
 /// One message, from whichever table holds it.
