@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::auth::Principal;
 use crate::pages::{redacted_detail, shown_body};
-use crate::query::{page, pairs, FilterFields};
+use crate::query::{page, pairs, storable, FilterFields};
 use crate::redact::{is_redacted, REDACTED};
 use crate::{json, Failure, Shared};
 
@@ -226,6 +226,8 @@ pub(crate) async fn key(State(app): State<Shared>, RawQuery(query): RawQuery) ->
                     .ok_or_else(|| Failure::BadRequest(format!("{name}= is required")))
             };
             let (scope, key) = (get("scope")?, get("key")?);
+            storable("scope", &scope)?;
+            storable("key", &key)?;
             let client = app.client().await?;
             let found = txoutbox::lookup_key(&**client, &scope, &key, &app.config.effects)
                 .await?

@@ -17,7 +17,7 @@ use txoutbox::{
 use uuid::Uuid;
 
 use crate::auth::{Base, Principal};
-use crate::query::{encode, page, pairs, FilterFields};
+use crate::query::{encode, page, pairs, storable, FilterFields};
 use crate::redact::{is_redacted, redact, REDACTED};
 use crate::{chart, Failure, Shared};
 
@@ -844,6 +844,8 @@ pub(crate) async fn keys(
         };
         let (scope, key) = (get("scope"), get("key"));
         let b = &base.0;
+        storable("scope", &scope)?;
+        storable("key", &key)?;
         let found = if scope.is_empty() || key.is_empty() {
             None
         } else {

@@ -75,6 +75,9 @@ impl FilterFields {
 
     /// The core's filter (without cursor or limit).
     pub fn filter(&self) -> Result<MessageFilter, Failure> {
+        for (name, value) in self.to_pairs() {
+            storable(name, value)?;
+        }
         let status = self
             .status
             .as_deref()
@@ -98,6 +101,14 @@ impl FilterFields {
     pub fn is_empty(&self) -> bool {
         self.to_pairs().is_empty()
     }
+}
+
+/// Refuses text Postgres cannot take (a NUL byte), before it becomes a database error.
+pub(crate) fn storable(name: &str, value: &str) -> Result<(), Failure> {
+    if value.contains('\0') {
+        return Err(Failure::BadRequest(format!("{name} contains a NUL byte")));
+    }
+    Ok(())
 }
 
 /// `30m`, `2h`, `7d` ago, or an RFC 3339 time.

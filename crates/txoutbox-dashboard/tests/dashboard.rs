@@ -700,6 +700,40 @@ async fn a_selection_is_replayed_from_the_list_form() -> TestResult {
     Ok(())
 }
 
+#[tokio::test]
+async fn hostile_query_values_are_answered_400_not_500() -> TestResult {
+    let db = test_db().await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    for path in [
+        "/messages?destination=a%00b",
+        "/messages?error=%00",
+        "/messages?before=99999999999999999999.1",
+        "/messages?before=1.x",
+        "/messages?limit=-5",
+        "/messages?status=dead",
+        "/messages?until=10000000000y",
+        "/keys?scope=charges&key=k%00",
+        "/api/messages?key=%00",
+        "/api/keys?scope=%00&key=k",
+    ] {
+        let (status, body) = dash.get_as(path, None).await?;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+    }
+    let res = dash
+        .request(Method::POST, "/api/replay", None)
+        .body("{not json")
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let res = dash
+        .request(Method::POST, "/api/replay", None)
+        .json(&json!({"filter": {"destination": "a\u{0}"}}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // security
 
