@@ -396,23 +396,26 @@ pub(crate) async fn messages(
             );
         let body = html! {
             (filter_form(&base, &fields))
-            @if rows.is_empty() {
-                p { "No message matches." }
-            } @else if who.may_act() {
-                form method="post" action={(b) "/replay"} {
-                    (message_rows(&base, &rows, true))
-                    div class="actions" {
-                        button type="submit" { "Replay selected" }
-                        button type="submit" name="new_key" value="1" { "Replay selected with new keys" }
-                        p class="warning" { (NEW_KEY_WARNING) }
+            // Refreshed live (paused while a row is ticked): new rows appear on the first page.
+            section id="results" data-live aria-label="Messages" {
+                @if rows.is_empty() {
+                    p { "No message matches." }
+                } @else if who.may_act() {
+                    form method="post" action={(b) "/replay"} {
+                        (message_rows(&base, &rows, true))
+                        div class="actions" {
+                            button type="submit" { "Replay selected" }
+                            button type="submit" name="new_key" value="1" { "Replay selected with new keys" }
+                            p class="warning" { (NEW_KEY_WARNING) }
+                        }
                     }
+                } @else {
+                    (message_rows(&base, &rows, false))
                 }
-            } @else {
-                (message_rows(&base, &rows, false))
-            }
-            nav class="pages" aria-label="Pages" {
-                @if cursor.is_some() { a href={(b) "/messages?" (first_page)} { "Newest" } }
-                @if more { a rel="next" href={(b) "/messages?" (encode(next))} { "Older" } }
+                nav class="pages" aria-label="Pages" {
+                    @if cursor.is_some() { a href={(b) "/messages?" (first_page)} { "Newest" } }
+                    @if more { a rel="next" href={(b) "/messages?" (encode(next))} { "Older" } }
+                }
             }
             @if who.may_act() && replayable {
                 form class="bulk" method="post" action={(b) "/replay/filter"} {

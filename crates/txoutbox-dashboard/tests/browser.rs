@@ -361,6 +361,14 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .contains("<n> card_declined for charge <n>"));
     alice.screenshot("dashboard-failures.png").await?;
 
+    // An open list shows the rows enqueued since, by its live refresh.
+    alice
+        .open(&format!("{plain}/messages?destination=late"))
+        .await?;
+    assert!(alice.text("#results").await?.contains("No message matches"));
+    let late = enqueue(&mut client, "late", &json!({})).await?;
+    wait_for_text(&alice, "#results", &late.to_string()).await?;
+
     // A redacted field is not in the page.
     alice.open(&format!("{plain}/messages/{email_row}")).await?;
     let source = alice.source().await?;
