@@ -500,6 +500,15 @@ async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueu
     assert!(!api.to_string().contains("alice@example.com"));
     let html = dash.page("/keys?scope=charges&key=never-sent").await?;
     assert!(html.contains("No key"));
+
+    // Without effect names the claim's transaction time alone finds them.
+    let bare = Dashboard::start(&db, DashboardConfig::default()).await?;
+    let api = bare.api("/api/keys?scope=charges&key=req-42").await?;
+    let mut found = ids_in(&api["messages"]);
+    found.sort();
+    let mut want = vec![receipt_id.to_string(), charge_id.to_string()];
+    want.sort();
+    assert_eq!(found, want, "{api}");
     Ok(())
 }
 
