@@ -2,6 +2,7 @@
 //! run, on the same database. Reads `DATABASE_URL`; without it, starts a throwaway cluster with
 //! production durability (fsync on).
 
+mod dashboard;
 mod relay;
 mod write;
 
@@ -27,6 +28,8 @@ enum Command {
     Relay(relay::DrainArgs),
     /// Commit → sink latency at a steady offered load.
     Latency(relay::LatencyArgs),
+    /// Dashboard pages and API answers, p50/p99 each, over a large outbox.
+    Dashboard(dashboard::Args),
 }
 
 #[tokio::main]
@@ -38,6 +41,7 @@ async fn main() -> Result<()> {
         Command::Write(args) => write::run(&db, &args).await,
         Command::Relay(args) => relay::run_drain(&db, &args).await,
         Command::Latency(args) => relay::run_latency(&db, &args).await,
+        Command::Dashboard(args) => dashboard::run(&db, &args).await,
     }
 }
 

@@ -363,7 +363,7 @@ fn webhook_secret(
 
 /// Installs the SIGINT and SIGTERM handlers at once, so a signal that arrives while the relay is
 /// still starting stops it gracefully instead of killing it; the future resolves on the first.
-fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
+pub(crate) fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -50,11 +50,13 @@ pub mod telemetry;
 mod wake;
 
 pub use admin::{
-    list_messages, purge, purge_with_progress, replay, replay_downstream_key, replay_with_progress,
-    show_message, stats, AdminError, AttemptRecord, DestinationStats, FailureRate, MessageDetail,
-    MessageFilter, MessageStatus, MessageSummary, OutboxStats, PurgeOptions, PurgeReport,
-    ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage, SkippedMessage, StatusCounts,
-    TimeBound, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION, FAILURE_RATE_WINDOW,
+    activity, failure_groups, list_messages, lookup_key, purge, purge_with_progress, replay,
+    replay_downstream_key, replay_with_progress, show_message, stats, AdminError, AttemptRecord,
+    DestinationStats, FailureGroup, FailureRate, IdempotencyRecord, KeyLookup, ListCursor,
+    MessageDetail, MessageFilter, MessageStatus, MessageSummary, MinuteActivity, OutboxStats,
+    PurgeOptions, PurgeReport, ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage,
+    SkippedMessage, StatusCounts, TimeBound, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION,
+    FAILURE_RATE_WINDOW,
 };
 pub use error::{Error, Result};
 pub use executor::{Params, TxExecutor};
