@@ -76,6 +76,9 @@ pub use relay::{
     reclaim_expired, DestinationPolicy, Relay, RelayBuilder, RelayConfig, RelayReport, RetryPolicy,
     Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
 };
-pub use sink::{error_chain, Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink};
+pub use sink::{
+    error_chain, parse_retry_after, Completion, CompletionHook, Delivery, DeliveryError, Receipt,
+    Sink,
+};
 pub use telemetry::{describe_metrics, Traceparent};
 pub use wake::{RelayWaker, HINT_SPACING};

@@ -11,12 +11,14 @@
 //! [`Cluster::private`] of their own.
 //!
 //! [`smtp::SmtpServer`] runs a real SMTP server (Debian's aiosmtpd) for the email tests;
-//! [`prometheus::sample`] reads one series of a metrics scrape.
+//! [`prometheus::sample`] reads one series of a metrics scrape; [`raw_http::RawHttpServer`] is a
+//! hostile HTTP peer (binary or endless bodies, silence, dropped connections) for the sinks' tests.
 
 mod cluster;
 mod database;
 pub mod fake_stripe;
 pub mod prometheus;
+pub mod raw_http;
 pub mod relay;
 pub mod smtp;
 mod wait;
