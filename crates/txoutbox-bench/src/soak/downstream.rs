@@ -136,7 +136,7 @@ impl State {
     }
 
     /// Records a call's arrival; returns its index in the log and the answer to give.
-    fn begin(&self, row: &RowPlan, webhook_id: String) -> (usize, Answer, bool) {
+    fn begin(&self, row: &RowPlan, webhook_id: String) -> (usize, Answer) {
         let storming = self
             .storm_until
             .lock()
@@ -177,7 +177,7 @@ impl State {
                 c.len() - 1
             })
             .unwrap_or(usize::MAX);
-        (index, answer, storming)
+        (index, answer)
     }
 
     fn end(&self, index: usize, answer: &'static str, applied: bool) {
@@ -206,7 +206,7 @@ async fn serve(state: Arc<State>, mut stream: TcpStream) {
         let _ = respond(&mut stream, 400, "Bad Request", &[], b"no such row").await;
         return;
     };
-    let (index, answer, _storm) = state.begin(row, request.webhook_id);
+    let (index, answer) = state.begin(row, request.webhook_id);
     // Bounded: a caller that stops reading a huge body cannot hold the call open forever.
     let (label, applied) =
         tokio::time::timeout(Duration::from_secs(90), act(&state, &mut stream, answer))

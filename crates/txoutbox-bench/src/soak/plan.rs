@@ -258,7 +258,7 @@ impl Plan {
             });
         }
         for _ in 0..count(30.0) {
-            let kind = EventKind::Storm(Duration::from_millis(rng.random_range(1500..4000)));
+            let kind = EventKind::Storm(Duration::from_millis(rng.random_range(1000..2500)));
             events.push(Event {
                 at: at(&mut rng),
                 kind,
