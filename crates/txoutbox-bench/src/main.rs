@@ -52,8 +52,8 @@ struct SoakArgs {
     /// Relay processes.
     #[arg(long, default_value_t = 3)]
     relays: usize,
-    /// The relays' lease (longer than the webhook sink's 10 s timeout).
-    #[arg(long, default_value = "12s", value_parser = humantime::parse_duration)]
+    /// The relays' lease (the webhook sink's 10 s timeout must fit in it, with a margin).
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     lease: std::time::Duration,
     /// Attempts before a row is dead-lettered.
     #[arg(long, default_value_t = 6)]
@@ -64,6 +64,9 @@ struct SoakArgs {
     /// The `txoutbox` binary (default: the one next to this binary).
     #[arg(long, env = "TXOUTBOX_BIN")]
     txoutbox_bin: Option<std::path::PathBuf>,
+    /// Violations printed per invariant (the table counts them all).
+    #[arg(long, default_value_t = 20)]
+    show: usize,
     /// Where the relays' logs go (default: a new directory under the temp dir).
     #[arg(long)]
     log_dir: Option<std::path::PathBuf>,
@@ -106,9 +109,7 @@ async fn soak(args: &SoakArgs) -> Result<ExitCode> {
     options.settle = args.settle;
     options.log_dir = args.log_dir.clone();
     let report = soak::run(&options).await?;
-    for violation in &report.violations {
-        println!("violation {violation}");
-    }
+    print!("{}", report.violation_lines(args.show));
     for note in &report.notes {
         println!("note: {note}");
     }

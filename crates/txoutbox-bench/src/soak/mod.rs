@@ -39,7 +39,7 @@ pub struct SoakOptions {
     pub rows: usize,
     /// Relay processes.
     pub relays: usize,
-    /// The relays' lease (must exceed the webhook sink's 10 s timeout).
+    /// The relays' lease (default 15 s: the webhook sink's 10 s timeout must fit, with a margin).
     pub lease: Duration,
     /// The relays' shutdown grace.
     pub grace: Duration,
@@ -61,7 +61,7 @@ impl SoakOptions {
             chaos: Duration::from_secs(60),
             rows: 1000,
             relays: 3,
-            lease: Duration::from_secs(12),
+            lease: Duration::from_secs(15),
             grace: Duration::from_secs(3),
             max_attempts: 6,
             settle: Duration::from_secs(120),
@@ -95,6 +95,30 @@ pub struct SoakReport {
 }
 
 impl SoakReport {
+    /// The violations, one a line, at most `per_invariant` of each invariant (then a count of
+    /// the rest).
+    pub fn violation_lines(&self, per_invariant: usize) -> String {
+        let mut t = String::new();
+        for (name, _) in INVARIANTS {
+            let of: Vec<&Violation> = self
+                .violations
+                .iter()
+                .filter(|v| v.invariant == name)
+                .collect();
+            for v in of.iter().take(per_invariant) {
+                let _ = writeln!(t, "violation {v}");
+            }
+            if of.len() > per_invariant {
+                let _ = writeln!(
+                    t,
+                    "violation [{name}]: … and {} more",
+                    of.len() - per_invariant
+                );
+            }
+        }
+        t
+    }
+
     /// The table printed at the end of a run.
     pub fn table(&self) -> String {
         let mut t = String::new();

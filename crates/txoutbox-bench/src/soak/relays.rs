@@ -148,6 +148,12 @@ impl Fleet {
         let Some(slot) = self.slots.get_mut(index) else {
             return;
         };
+        // A relay is signalled mid-run, not mid-start: before its handler is installed, SIGTERM
+        // ends a process with the default action, which says nothing about the relay.
+        let age = slot.started.elapsed();
+        if age < Duration::from_secs(1) {
+            tokio::time::sleep(Duration::from_secs(1) - age).await;
+        }
         let Some(mut child) = slot.child.take() else {
             return;
         };
