@@ -229,10 +229,13 @@ async fn each_attempt_forwards_its_own_span_of_the_enqueued_trace() -> TestResul
     .await?;
     tx.commit().await?;
     let sink = ScriptedSink::new([Err(DeliveryError::retryable("connection reset"))]);
+    // Retry-After is honoured up to the policy's cap: give this policy room for 1.5 s.
+    let mut policy = quick_retry(5);
+    policy.retry.cap = Duration::from_secs(5);
     let relay = RunningRelay::start(
         db.relay()?
             .sink("email", sink.clone())
-            .policy("email", quick_retry(5))
+            .policy("email", policy)
             .build()?,
     );
     assert_eq!(sink.recorder.wait_for(2, Duration::from_secs(10)).await, 2);
@@ -279,10 +282,13 @@ async fn retry_after_from_the_sink_is_honoured() -> TestResult {
         "429 slow down",
         Duration::from_millis(1500),
     ))]);
+    // Retry-After is honoured up to the policy's cap: give this policy room for 1.5 s.
+    let mut policy = quick_retry(5);
+    policy.retry.cap = Duration::from_secs(5);
     let relay = RunningRelay::start(
         db.relay()?
             .sink("email", sink.clone())
-            .policy("email", quick_retry(5))
+            .policy("email", policy)
             .build()?,
     );
     assert_eq!(sink.recorder.wait_for(2, Duration::from_secs(10)).await, 2);
@@ -669,15 +675,31 @@ async fn a_postgres_restart_while_relaying_loses_no_row() -> TestResult {
     Ok(())
 }
 
+/// Blocks its thread, as a process that is paused (SIGSTOP, a VM migration, a swap storm) is:
+/// no timer of the relay's can fire for this call meanwhile.
+#[derive(Clone)]
+struct PausedSink(RecordingSink, Duration);
+
+#[async_trait::async_trait]
+impl Sink for PausedSink {
+    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
+        std::thread::sleep(self.1);
+        self.0.deliver(d).await
+    }
+}
+
 #[tokio::test]
 async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
     enqueue_many(&mut client, "email", "fence", 1).await?;
-    // Relay A's sink sleeps past A's lease; relay B takes the row over and delivers it.
-    let sleepy = SlowSink(RecordingSink::new(), Duration::from_millis(2500));
-    let a = RunningRelay::start(
-        db.relay()?
+    // Relay A is paused mid-call past A's lease; relay B takes the row over and delivers it.
+    let sleepy = PausedSink(RecordingSink::new(), Duration::from_millis(2500));
+    // A runs on a runtime of its own, as a process of its own would.
+    let builder = db.relay()?;
+    let paused = sleepy.clone();
+    let a = CrashableRelay::start(move || {
+        Ok(builder
             .config(RelayConfig {
                 owner: "relay-a".into(),
                 lease: Duration::from_millis(700),
@@ -685,9 +707,9 @@ async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> Test
                 poll_interval: Duration::from_millis(50),
                 ..RelayConfig::default()
             })
-            .sink("email", sleepy.clone())
-            .build()?,
-    );
+            .sink("email", paused)
+            .build()?)
+    })?;
     wait_for_count(
         &client,
         "SELECT count(*) FROM txoutbox_messages WHERE lease_owner = 'relay-a'",

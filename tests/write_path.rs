@@ -6,8 +6,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 use txoutbox::{
-    begin, derive_downstream_key, enqueue, Begin, Error, Fingerprint, IdempotencyKey, KeyError,
-    OutboxMessage, RelayWaker, Scope, StoredResponse,
+    begin, enqueue, Begin, Error, Fingerprint, IdempotencyKey, KeyError, OutboxMessage, RelayWaker,
+    Scope, StoredResponse,
 };
 use txoutbox_test_support::{test_db, Cluster, ClusterOptions, TestDb};
 
@@ -329,32 +329,137 @@ async fn pruning_runs_in_bounded_batches() -> TestResult {
     Ok(())
 }
 
+/// One claim of `k` with two effects; returns the downstream keys the claim gave them
+/// (stripe, receipt), as it tells them.
+async fn charge_telling_keys(
+    client: &mut Client,
+    scope: &Scope,
+    k: &IdempotencyKey,
+) -> anyhow::Result<(String, String)> {
+    let tx = client.transaction().await?;
+    let Begin::New(mut claim) = begin(&tx, scope, k, &charge_fp(1)).await? else {
+        anyhow::bail!("the key should be new");
+    };
+    tx.execute("INSERT INTO orders (note) VALUES ($1)", &[&k.as_str()])
+        .await?;
+    claim.enqueue(
+        "stripe",
+        OutboxMessage::new("stripe", &serde_json::json!({"amount": 1}))?,
+    )?;
+    claim.enqueue(
+        "receipt",
+        OutboxMessage::new("email", &serde_json::json!({"to": "a@b.c"}))?,
+    )?;
+    let keys = (
+        claim.downstream_key("stripe"),
+        claim.downstream_key("receipt"),
+    );
+    let enqueued = claim.complete(&tx, &created("{}")).await?;
+    anyhow::ensure!(enqueued.all_written(), "{enqueued:?}");
+    tx.commit().await?;
+    Ok(keys)
+}
+
+async fn keys_of(client: &Client, destination: &str) -> anyhow::Result<Vec<String>> {
+    Ok(client
+        .query(
+            "SELECT downstream_key FROM txoutbox_messages WHERE destination = $1 ORDER BY seq",
+            &[&destination],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
 #[tokio::test]
-async fn effects_get_deterministic_downstream_keys() -> TestResult {
+async fn effects_carry_the_downstream_keys_their_claim_tells() -> TestResult {
     let (_db, mut client) = db_with_orders().await?;
     let scope = Scope::new("charges")?;
     let k = key("k-derive");
+    let (stripe, receipt) = charge_telling_keys(&mut client, &scope, &k).await?;
+    assert_ne!(stripe, receipt, "two effects, two keys");
+    // A retry within the window is a replay: nothing new, the same keys.
     charge(&mut client, &scope, &k, &charge_fp(1)).await?;
-    let rows = client
-        .query(
-            "SELECT destination, downstream_key FROM txoutbox_messages ORDER BY destination",
+    assert_eq!(keys_of(&client, "stripe").await?, [stripe]);
+    assert_eq!(keys_of(&client, "email").await?, [receipt]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_key_reused_after_its_window_gets_new_downstream_keys() -> TestResult {
+    let (_db, mut client) = db_with_orders().await?;
+    let short = Scope::new("charges")?.with_window(Duration::from_millis(300));
+    let k = key("k-reused");
+    let (old_stripe, old_receipt) = charge_telling_keys(&mut client, &short, &k).await?;
+    // The old charge was declined and dead-lettered; its row stays for the operator.
+    client
+        .execute(
+            "UPDATE txoutbox_messages SET status = 'failed' WHERE destination = 'stripe'",
             &[],
         )
         .await?;
-    let got: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (new_stripe, new_receipt) = charge_telling_keys(&mut client, &short, &k).await?;
+    assert_ne!(new_stripe, old_stripe);
+    assert_ne!(new_receipt, old_receipt);
     assert_eq!(
-        got,
-        [
-            (
-                "email".into(),
-                derive_downstream_key("charges", &k, "receipt")
-            ),
-            (
-                "stripe".into(),
-                derive_downstream_key("charges", &k, "stripe")
-            ),
-        ]
+        keys_of(&client, "stripe").await?,
+        [old_stripe, new_stripe],
+        "the new request's effect is enqueued beside the dead-lettered one"
     );
+    assert_eq!(keys_of(&client, "email").await?, [old_receipt, new_receipt]);
+    assert_eq!(count(&client, "orders").await?, 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_key_pruned_then_reused_gets_new_downstream_keys() -> TestResult {
+    let (_db, mut client) = db_with_orders().await?;
+    let short = Scope::new("charges")?.with_window(Duration::from_millis(300));
+    let k = key("k-pruned");
+    let (old_stripe, _) = charge_telling_keys(&mut client, &short, &k).await?;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(txoutbox::prune_expired_keys(&client, 10).await?, 1);
+    let (new_stripe, _) = charge_telling_keys(&mut client, &short, &k).await?;
+    assert_ne!(
+        new_stripe, old_stripe,
+        "a delivered old effect's key must not reach the downstream again"
+    );
+    assert_eq!(keys_of(&client, "stripe").await?, [old_stripe, new_stripe]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_enqueue_deduplicated_away_is_reported() -> TestResult {
+    let (_db, mut client) = db_with_orders().await?;
+    let first = OutboxMessage::new("email", &1)?.with_downstream_key("digest-1");
+    let again = OutboxMessage::new("email", &1)?.with_downstream_key("digest-1");
+    let other = OutboxMessage::new("email", &2)?.with_downstream_key("digest-2");
+    let tx = client.transaction().await?;
+    let enqueued = enqueue(&tx, std::slice::from_ref(&first)).await?;
+    assert_eq!(enqueued.written(), [first.id()]);
+    assert!(enqueued.all_written());
+    let enqueued = enqueue(&tx, &[again.clone(), other.clone()]).await?;
+    assert_eq!(enqueued.written(), [other.id()]);
+    assert_eq!(enqueued.skipped(), [again.id()]);
+    tx.commit().await?;
+
+    // Within a request: a message given a key already in the outbox is skipped, and told.
+    let scope = Scope::new("charges")?;
+    let tx = client.transaction().await?;
+    let Begin::New(mut claim) = begin(&tx, &scope, &key("k-dup"), &charge_fp(1)).await? else {
+        anyhow::bail!("the key should be new");
+    };
+    let duplicate = OutboxMessage::new("email", &3)?.with_downstream_key("digest-1");
+    let fresh = OutboxMessage::new("stripe", &4)?;
+    claim.enqueue("digest", duplicate.clone())?;
+    claim.enqueue("payment", fresh.clone())?;
+    let enqueued = claim.complete(&tx, &created("{}")).await?;
+    tx.commit().await?;
+    assert_eq!(enqueued.written(), [fresh.id()]);
+    assert_eq!(enqueued.skipped(), [duplicate.id()]);
+    assert_eq!(count(&client, "txoutbox_messages").await?, 3);
     Ok(())
 }
 
@@ -379,7 +484,12 @@ async fn batch_enqueue_with_caller_key_deduplicates() -> TestResult {
         ],
     )
     .await?;
-    assert_eq!(inserted, 2, "one row per (destination, downstream key)");
+    assert_eq!(
+        inserted.written().len(),
+        2,
+        "one row per (destination, downstream key)"
+    );
+    assert_eq!(inserted.skipped().len(), 1);
     Ok(())
 }
 

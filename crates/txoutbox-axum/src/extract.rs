@@ -2,11 +2,12 @@
 //! or refuse), the handler's own work, complete (store the answer and commit).
 
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use deadpool_postgres::Transaction;
-use txoutbox::{Begin, Claim, Fingerprint, IdempotencyKey, Scope, StoredResponse};
+use txoutbox::{Begin, Claim, Enqueued, Fingerprint, IdempotencyKey, Scope, StoredResponse};
 
 use crate::Problem;
 
@@ -62,7 +63,7 @@ impl<S: Send + Sync> FromRequest<S> for Idempotent {
             .map(str::to_owned);
         let body = Bytes::from_request(request, state)
             .await
-            .map_err(IntoResponse::into_response)?;
+            .map_err(|rejection| body_problem(&rejection).into_response())?;
         Ok(Self {
             fingerprint: Fingerprint::new(method.as_str(), &route, &body),
             key,
@@ -70,6 +71,26 @@ impl<S: Send + Sync> FromRequest<S> for Idempotent {
             traceparent,
         })
     }
+}
+
+/// A body that could not be read (over the size limit: 413) as a problem document, like every
+/// other refusal of the extractor.
+fn body_problem(rejection: &BytesRejection) -> Problem {
+    let status = rejection.status();
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        return Problem::new(
+            status,
+            "urn:txoutbox:body-too-large",
+            "Request body too large",
+            rejection.body_text(),
+        );
+    }
+    Problem::new(
+        status,
+        "urn:txoutbox:invalid-body",
+        "Invalid request body",
+        rejection.body_text(),
+    )
 }
 
 fn key_from(headers: &HeaderMap, method: &Method) -> Result<Option<IdempotencyKey>, Problem> {
@@ -158,6 +179,7 @@ impl Idempotent {
             )
         })?;
         let store = parts.status.as_u16() < 500;
+        let mut enqueued = Enqueued::default();
         if store {
             let stored = StoredResponse {
                 status: parts.status.as_u16(),
@@ -171,11 +193,12 @@ impl Idempotent {
                     .collect(),
                 body: body.to_vec(),
             };
-            claim.complete(tx, &stored).await?;
+            enqueued = claim.complete(tx, &stored).await?;
         }
         Ok(Prepared {
             response: Response::from_parts(parts, Body::from(body)),
             store,
+            enqueued,
         })
     }
 
@@ -197,6 +220,7 @@ impl Idempotent {
 pub struct Prepared {
     response: Response,
     store: bool,
+    enqueued: Enqueued,
 }
 
 impl Prepared {
@@ -209,6 +233,12 @@ impl Prepared {
             tx.rollback().await?;
         }
         Ok(self.response)
+    }
+
+    /// Which of the claim's effects were written, and which were skipped as already in the
+    /// outbox (see [`Enqueued`]); nothing for a 5xx, which is rolled back.
+    pub fn enqueued(&self) -> &Enqueued {
+        &self.enqueued
     }
 
     /// The status about to be answered.

@@ -62,6 +62,31 @@ async fn create_order(State(app): State<App>, request: Idempotent) -> Result<Res
     request.complete(tx, claim, answer).await
 }
 
+/// Enqueues the day's digest under a key of its own: a second request (another idempotency key)
+/// finds it already in the outbox, and answers what `Prepared::enqueued` says.
+async fn send_digest(State(app): State<App>, request: Idempotent) -> Result<Response, Problem> {
+    let mut conn = app.pool.get().await?;
+    let tx = conn.transaction().await?;
+    let mut claim = match request.begin(&tx, &app.scope).await? {
+        Started::New(claim) => claim,
+        Started::Answered(answer) => return Ok(answer),
+    };
+    let digest = txoutbox::OutboxMessage::new("email", &json!({"digest": "2026-12-03"}))?
+        .with_downstream_key("digest-2026-12-03");
+    claim.enqueue("digest", digest)?;
+    // `prepare` writes the claim's rows with the answer; `enqueued` says which were written.
+    let prepared = request
+        .prepare(&tx, claim, (StatusCode::ACCEPTED, "queued"))
+        .await?;
+    let enqueued = prepared.enqueued().clone();
+    prepared.commit(tx).await?;
+    Ok(Json(json!({
+        "written": enqueued.written().len(),
+        "skipped": enqueued.skipped().len(),
+    }))
+    .into_response())
+}
+
 async fn count(State(app): State<App>, _request: Idempotent) -> Result<Response, Problem> {
     let conn = app.pool.get().await?;
     let n: i64 = conn
@@ -85,6 +110,7 @@ async fn serve(pool: deadpool_postgres::Pool, db: Option<TestDb>) -> anyhow::Res
     };
     let router = Router::new()
         .route("/orders", post(create_order).get(count))
+        .route("/digests", post(send_digest))
         .with_state(app);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
@@ -329,5 +355,25 @@ async fn unreachable_postgres_is_503_with_retry_after() -> anyhow::Result<()> {
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()["retry-after"], "1");
     assert_eq!(problem(response).await?["status"], 503);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_effect_already_in_the_outbox_is_reported_as_skipped() -> anyhow::Result<()> {
+    let server = server().await?;
+    let mut answers = Vec::new();
+    for key in ["digest-request-1", "digest-request-2"] {
+        let answer = server
+            .http
+            .post(format!("{}/digests", server.base))
+            .header("Idempotency-Key", key)
+            .json(&json!({}))
+            .send()
+            .await?;
+        answers.push(answer.json::<Value>().await?);
+    }
+    assert_eq!(answers[0], json!({"written": 1, "skipped": 0}));
+    assert_eq!(answers[1], json!({"written": 0, "skipped": 1}));
+    assert_eq!(server.outbox_rows().await?, 1);
     Ok(())
 }

@@ -21,6 +21,9 @@ pub enum Error {
     /// A message, scope or response that the library refuses to write (the text says why).
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// A configuration that cannot work, refused at start (the text names the setting).
+    #[error("invalid configuration: {0}")]
+    Config(String),
     /// Applying the migrations failed.
     #[error("migration failed: {0}")]
     Migration(String),
@@ -37,7 +40,7 @@ impl Error {
         match self {
             Error::StoreUnavailable(_) => 503,
             Error::Key(_) | Error::Invalid(_) | Error::Payload(_) => 400,
-            Error::Database(_) | Error::Migration(_) => 500,
+            Error::Database(_) | Error::Migration(_) | Error::Config(_) => 500,
         }
     }
 }

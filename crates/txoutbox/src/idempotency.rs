@@ -12,7 +12,9 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
-use crate::outbox::{check_name, key_for, lock_ordering_keys, MessageColumns};
+use crate::outbox::{
+    check_name, derive_claim_downstream_key, key_for, lock_ordering_keys, Enqueued, MessageColumns,
+};
 use crate::telemetry::{
     IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS, TRACEPARENT,
 };
@@ -114,6 +116,9 @@ pub enum Begin {
 pub struct Claim {
     scope: Scope,
     key: IdempotencyKey,
+    /// The claim's time (the key row's `created_at`, µs since the epoch): part of its effects'
+    /// downstream keys.
+    claimed_at_micros: i64,
     messages: Vec<(String, OutboxMessage)>,
     effects: HashSet<String>,
     traceparent: Option<crate::Traceparent>,
@@ -155,18 +160,22 @@ pub async fn begin(
             ],
         )
         .await;
-    let claimed = match claim {
-        Ok(rows) => !rows.is_empty(),
+    let claimed_at_micros = match claim {
+        Ok(rows) => match rows.first() {
+            Some(row) => Some(row.try_get::<_, i64>(1)?),
+            None => None,
+        },
         Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
             count(IDEMPOTENCY_CONFLICTS, scope);
             return Ok(Begin::InFlight);
         }
         Err(e) => return Err(e.into()),
     };
-    if claimed {
+    if let Some(claimed_at_micros) = claimed_at_micros {
         return Ok(Begin::New(Claim {
             scope: scope.clone(),
             key: key.clone(),
+            claimed_at_micros,
             messages: Vec::new(),
             effects: HashSet::new(),
             traceparent: enqueue_context(),
@@ -213,9 +222,9 @@ fn count(name: &'static str, scope: &Scope) {
 }
 
 impl Claim {
-    /// Enqueues one effect of this request. Its downstream key is derived from
-    /// (scope, request key, `effect`) unless the message carries one; see
-    /// [`crate::derive_downstream_key`]. Each effect name may be used once per request.
+    /// Enqueues one effect of this request. Its downstream key is derived from (scope, request
+    /// key, `effect`, the claim's time) unless the message carries one; see
+    /// [`Claim::downstream_key`]. Each effect name may be used once per request.
     pub fn enqueue(&mut self, effect: &str, message: OutboxMessage) -> Result<&mut Self> {
         check_name("effect name", effect)?;
         if effect.contains('\n') {
@@ -248,9 +257,13 @@ impl Claim {
         self.traceparent.as_ref()
     }
 
-    /// The downstream key the effect named `effect` gets (or got) in this request.
+    /// The downstream key the effect named `effect` gets in this claim, unless its message
+    /// carries its own: `UUIDv5(DOWNSTREAM_KEY_NAMESPACE, "{scope}\n{key}\n{effect}\n{claimed_at}")`,
+    /// `claimed_at` being the claim's time in microseconds since the Unix epoch. Every attempt
+    /// of the effect carries it; a request with the same key after the key's window is a new
+    /// claim, and its effects get new keys (they are new effects, not the old ones again).
     pub fn downstream_key(&self, effect: &str) -> String {
-        crate::derive_downstream_key(self.scope.name(), &self.key, effect)
+        derive_claim_downstream_key(self.scope.name(), &self.key, self.claimed_at_micros, effect)
     }
 
     /// The claimed key.
@@ -261,7 +274,15 @@ impl Claim {
     /// Stores the response and writes the buffered outbox rows, in one statement in the caller's
     /// transaction; the caller then commits. A 5xx (or any status outside 100..=499) is refused
     /// with [`Error::Invalid`]: roll back instead, so the retry runs again.
-    pub async fn complete(self, tx: &impl TxExecutor, response: &StoredResponse) -> Result<()> {
+    ///
+    /// Returns which effects were written and which were skipped because a row with the same
+    /// (destination, downstream key) is already in the outbox ([`Enqueued`]): only a message
+    /// given its own key with [`OutboxMessage::with_downstream_key`] can collide that way.
+    pub async fn complete(
+        self,
+        tx: &impl TxExecutor,
+        response: &StoredResponse,
+    ) -> Result<Enqueued> {
         if !(100..500).contains(&response.status) {
             return Err(Error::Invalid(format!(
                 "status {} is not stored: roll the transaction back so the retry runs again",
@@ -287,7 +308,13 @@ impl Claim {
             .map(|(effect, message)| {
                 Ok((
                     message,
-                    Some(key_for(&self.scope, &self.key, effect, message)?),
+                    Some(key_for(
+                        &self.scope,
+                        &self.key,
+                        self.claimed_at_micros,
+                        effect,
+                        message,
+                    )?),
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -319,8 +346,9 @@ impl Claim {
                     .into(),
             ));
         };
-        let inserted: Option<Vec<String>> = row.try_get(0)?;
-        crate::outbox::count_enqueued(&inserted.unwrap_or_default());
-        Ok(())
+        let written: Option<Vec<uuid::Uuid>> = row.try_get(0)?;
+        let destinations: Option<Vec<String>> = row.try_get(1)?;
+        crate::outbox::count_enqueued(&destinations.unwrap_or_default());
+        Ok(Enqueued::new(&rows.ids, &written.unwrap_or_default()))
     }
 }

@@ -65,12 +65,13 @@ pub use idempotency::{
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use migrate::{embedded_migrations, migrate, HISTORY_TABLE};
 pub use outbox::{
-    derive_downstream_key, enqueue, notify_in_transaction, OutboxMessage, DOWNSTREAM_KEY_NAMESPACE,
+    derive_downstream_key, enqueue, notify_in_transaction, Enqueued, OutboxMessage,
+    DOWNSTREAM_KEY_NAMESPACE,
 };
 pub use prune::{prune_expired_keys, DEFAULT_PRUNE_BATCH};
 pub use relay::{
     reclaim_expired, DestinationPolicy, Relay, RelayBuilder, RelayConfig, RelayReport, RetryPolicy,
-    Semantics, WakeMode,
+    Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
 };
 pub use sink::{error_chain, Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink};
 pub use telemetry::{describe_metrics, Traceparent};

@@ -12,15 +12,76 @@ use crate::{sql, Error, IdempotencyKey, Result, Scope, TxExecutor};
 pub const DOWNSTREAM_KEY_NAMESPACE: Uuid =
     Uuid::from_u128(0x6a1f_3c2e_8b4d_4e7a_9c15_2f0b_7d3e_91a4);
 
-/// Derives the downstream key of one effect of one request:
+/// Derives a downstream key from a key of the caller's own (a batch job's run id, say):
 /// `UUIDv5(DOWNSTREAM_KEY_NAMESPACE, "{scope}\n{key}\n{effect}")`, as a hyphenated lower-case UUID.
 ///
 /// The same (scope, key, effect) always gives the same key, on every host and every version;
-/// two effects of one request give two keys. Scope and effect names contain no newline (they are
+/// two effects give two keys. Effects enqueued on a [`crate::Claim`] get keys that also depend on
+/// the claim, so that a key reused after its window makes new effects
+/// ([`crate::Claim::downstream_key`] tells them). Scope and effect names contain no newline (they are
 /// validated) and keys are visible ASCII, so the joined name is unambiguous.
 pub fn derive_downstream_key(scope: &str, key: &IdempotencyKey, effect: &str) -> String {
     let name = format!("{scope}\n{}\n{effect}", key.as_str());
     Uuid::new_v5(&DOWNSTREAM_KEY_NAMESPACE, name.as_bytes()).to_string()
+}
+
+/// The downstream key of one effect of one claim of a request's key:
+/// `UUIDv5(DOWNSTREAM_KEY_NAMESPACE, "{scope}\n{key}\n{effect}\n{claimed_at}")`, where
+/// `claimed_at` is the claim's time in microseconds since the Unix epoch (the key row's
+/// `created_at`), in decimal.
+///
+/// Every attempt of the effect carries the key stored with its row, so retries and redeliveries
+/// within the key's window carry the same key. A request with the same key after the window is a
+/// new claim with a new time, so its effects get new keys: they are new effects, and the outbox
+/// (which deduplicates on the key) and the downstream (which would answer the old effect) must
+/// not take them for the old ones.
+pub(crate) fn derive_claim_downstream_key(
+    scope: &str,
+    key: &IdempotencyKey,
+    claimed_at_micros: i64,
+    effect: &str,
+) -> String {
+    let name = format!("{scope}\n{}\n{effect}\n{claimed_at_micros}", key.as_str());
+    Uuid::new_v5(&DOWNSTREAM_KEY_NAMESPACE, name.as_bytes()).to_string()
+}
+
+/// What one enqueue wrote ([`enqueue`], [`crate::Claim::complete`]), by message id
+/// ([`OutboxMessage::id`]), in the order given.
+///
+/// A message whose (destination, downstream key) is already in `txoutbox_messages` (pending, in
+/// flight, dead-lettered or `unknown`) is not written: it is listed in [`Enqueued::skipped`], and
+/// this enqueue will not deliver it (the row already there will, or did not). A row delivered and
+/// moved to `txoutbox_delivered` is no duplicate: the message is written again, and carries the
+/// same downstream key, which the downstream deduplicates.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Enqueued {
+    written: Vec<Uuid>,
+    skipped: Vec<Uuid>,
+}
+
+impl Enqueued {
+    /// Splits the `given` ids into those the insert returned and the others.
+    pub(crate) fn new(given: &[Uuid], returned: &[Uuid]) -> Self {
+        let returned: std::collections::HashSet<&Uuid> = returned.iter().collect();
+        let (written, skipped) = given.iter().partition(|id| returned.contains(id));
+        Self { written, skipped }
+    }
+
+    /// The messages written: each is a new outbox row.
+    pub fn written(&self) -> &[Uuid] {
+        &self.written
+    }
+
+    /// The messages not written, because a row with their (destination, downstream key) is
+    /// already in the outbox (a second message with the same pair in one call included).
+    pub fn skipped(&self) -> &[Uuid] {
+        &self.skipped
+    }
+
+    /// True when every message was written.
+    pub fn all_written(&self) -> bool {
+        self.skipped.is_empty()
+    }
 }
 
 /// One downstream effect to deliver after commit: a destination (the sink's name), a JSON payload,
@@ -122,8 +183,9 @@ impl OutboxMessage {
 /// Enqueues messages in the caller's transaction, outside any idempotent request (batch jobs,
 /// consumers). Every message must carry a downstream key ([`OutboxMessage::with_downstream_key`];
 /// [`derive_downstream_key`] builds one from a job's own key). A (destination, downstream key)
-/// already in the outbox is not enqueued again. Returns how many rows were inserted.
-pub async fn enqueue(tx: &impl TxExecutor, messages: &[OutboxMessage]) -> Result<u64> {
+/// already in the outbox is not enqueued again: the answer says which messages were written and
+/// which were skipped ([`Enqueued`]).
+pub async fn enqueue(tx: &impl TxExecutor, messages: &[OutboxMessage]) -> Result<Enqueued> {
     for message in messages {
         match &message.downstream_key {
             None => {
@@ -151,12 +213,14 @@ pub async fn enqueue(tx: &impl TxExecutor, messages: &[OutboxMessage]) -> Result
             ],
         )
         .await?;
-    let destinations = inserted
-        .iter()
-        .map(|row| row.try_get::<_, String>(0))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut ids = Vec::with_capacity(inserted.len());
+    let mut destinations = Vec::with_capacity(inserted.len());
+    for row in &inserted {
+        ids.push(row.try_get::<_, Uuid>(0)?);
+        destinations.push(row.try_get::<_, String>(1)?);
+    }
     count_enqueued(&destinations);
-    Ok(destinations.len() as u64)
+    Ok(Enqueued::new(&rows.ids, &ids))
 }
 
 /// Counts the rows an insert wrote (a duplicate of a row already enqueued is not written), by
@@ -259,10 +323,12 @@ pub(crate) fn check_downstream_key(key: &str) -> Result<()> {
         .map_err(|e| Error::Invalid(format!("downstream key: {e}")))
 }
 
-/// The downstream key of an effect enqueued within an idempotent request.
+/// The downstream key of an effect enqueued within an idempotent request (claimed at
+/// `claimed_at_micros`).
 pub(crate) fn key_for(
     scope: &Scope,
     key: &IdempotencyKey,
+    claimed_at_micros: i64,
     effect: &str,
     message: &OutboxMessage,
 ) -> Result<String> {
@@ -271,7 +337,12 @@ pub(crate) fn key_for(
             check_downstream_key(given)?;
             Ok(given.clone())
         }
-        None => Ok(derive_downstream_key(scope.name(), key, effect)),
+        None => Ok(derive_claim_downstream_key(
+            scope.name(),
+            key,
+            claimed_at_micros,
+            effect,
+        )),
     }
 }
 
@@ -289,6 +360,34 @@ mod tests {
         // The documented rule, spelled out.
         let expected = Uuid::new_v5(&DOWNSTREAM_KEY_NAMESPACE, b"charges\nk-1\nstripe").to_string();
         assert_eq!(a, expected);
+    }
+
+    #[test]
+    fn claim_keys_differ_per_claim_time_and_follow_the_documented_rule() {
+        let key = IdempotencyKey::parse("k-1").expect("valid");
+        let first = derive_claim_downstream_key("charges", &key, 1_764_000_000_000_001, "stripe");
+        let later = derive_claim_downstream_key("charges", &key, 1_764_086_400_000_002, "stripe");
+        assert_ne!(first, later, "a new claim of the key gets new keys");
+        assert_ne!(
+            first,
+            derive_claim_downstream_key("charges", &key, 1_764_000_000_000_001, "email")
+        );
+        let expected = Uuid::new_v5(
+            &DOWNSTREAM_KEY_NAMESPACE,
+            b"charges\nk-1\nstripe\n1764000000000001",
+        )
+        .to_string();
+        assert_eq!(first, expected);
+    }
+
+    #[test]
+    fn enqueued_splits_written_from_skipped_in_the_order_given() {
+        let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        let enqueued = Enqueued::new(&[a, b, c], &[c, a]);
+        assert_eq!(enqueued.written(), [a, c]);
+        assert_eq!(enqueued.skipped(), [b]);
+        assert!(!enqueued.all_written());
+        assert!(Enqueued::new(&[a], &[a]).all_written());
     }
 
     #[test]

@@ -15,6 +15,10 @@ pub mod keys {
     /// row happens after the values are computed), and RETURNING restores it once the row is ours.
     /// When the key is taken, [`LOOKUP`] restores it; when the wait times out, the transaction is
     /// aborted and the setting dies with it. The nesting fixes the evaluation order.
+    ///
+    /// The second column is the claim's time (`created_at`, microseconds since the epoch): the
+    /// effects of this claim derive their downstream keys from it, so a new claim of the key
+    /// after its window (a takeover, or an insert after the pruner removed it) gets new keys.
     pub const CLAIM: &str = "INSERT INTO txoutbox_idempotency_keys \
          (scope, key, fingerprint, state, expires_at) \
          VALUES ($1, $2, $3, \
@@ -26,7 +30,8 @@ pub mod keys {
              state = 'in_flight', response_status = NULL, response_headers = NULL, \
              response_body = NULL, created_at = now(), expires_at = EXCLUDED.expires_at \
          WHERE txoutbox_idempotency_keys.expires_at <= now() \
-         RETURNING set_config('lock_timeout', current_setting('txoutbox.saved_lock_timeout'), true)";
+         RETURNING set_config('lock_timeout', current_setting('txoutbox.saved_lock_timeout'), true), \
+             (extract(epoch FROM created_at) * 1000000)::int8";
 
     /// Reads a live key that the claim found taken, restoring the caller's lock timeout.
     pub const LOOKUP: &str = "SELECT fingerprint, state, response_status, response_headers, \
@@ -34,17 +39,18 @@ pub mod keys {
          true) FROM txoutbox_idempotency_keys WHERE scope = $1 AND key = $2";
 
     /// Stores the response and writes the request's outbox rows in one statement; returns the
-    /// destinations of the rows written (NULL when none was: all were already enqueued).
+    /// ids and destinations of the rows written (NULL when none was: all were already enqueued).
     pub const COMPLETE_WITH_MESSAGES: &str = "WITH messages AS ( \
          INSERT INTO txoutbox_messages \
              (id, destination, payload, headers, downstream_key, ordering_key) \
          SELECT * FROM unnest($6::uuid[], $7::text[], $8::jsonb[], $9::jsonb[], $10::text[], \
              $11::text[]) \
-         ON CONFLICT (destination, downstream_key) DO NOTHING RETURNING destination) \
+         ON CONFLICT (destination, downstream_key) DO NOTHING RETURNING id, destination) \
          UPDATE txoutbox_idempotency_keys SET state = 'completed', response_status = $3, \
              response_headers = $4, response_body = $5 \
          WHERE scope = $1 AND key = $2 \
-         RETURNING (SELECT array_agg(destination) FROM messages)";
+         RETURNING (SELECT array_agg(id) FROM messages), \
+             (SELECT array_agg(destination) FROM messages)";
 
     /// Deletes one bounded batch of expired keys; skips rows a request holds right now.
     pub const PRUNE_EXPIRED: &str =
@@ -56,12 +62,12 @@ pub mod keys {
 /// Outbox rows.
 pub mod messages {
     /// Inserts a batch of messages; a (destination, downstream key) already present is skipped.
-    /// Returns the destination of each row written.
+    /// Returns the id and destination of each row written.
     pub const INSERT: &str = "INSERT INTO txoutbox_messages \
          (id, destination, payload, headers, downstream_key, ordering_key) \
          SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::text[], \
              $6::text[]) \
-         ON CONFLICT (destination, downstream_key) DO NOTHING RETURNING destination";
+         ON CONFLICT (destination, downstream_key) DO NOTHING RETURNING id, destination";
 
     /// Serialises the transactions that enqueue under the same ordering keys, so that insertion
     /// order (`seq`) is commit order within a key. Locks in a fixed order to avoid deadlocks.

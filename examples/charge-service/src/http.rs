@@ -4,7 +4,7 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -100,6 +100,14 @@ impl App {
     }
 }
 
+/// The largest request body accepted (a charge is a few hundred bytes); a larger one is a 413
+/// problem document.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// The largest amount accepted, in the currency's smallest unit: Stripe's own limit (eight
+/// digits). A larger one is refused here with a 400, not by Stripe after the charge is stored.
+pub const MAX_AMOUNT: i64 = 99_999_999;
+
 /// The service's routes.
 pub fn router(app: App) -> Router {
     Router::new()
@@ -107,6 +115,7 @@ pub fn router(app: App) -> Router {
         .route("/charge", post(create_charge))
         .route("/charges/{id}", get(show_charge))
         .route("/inventory/{item_id}/reservations", post(reserve))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)
 }
 
@@ -131,11 +140,44 @@ fn invalid(detail: impl Into<String>) -> Problem {
     )
 }
 
+/// A text field: 1..=`max` bytes, not blank, no control characters (Postgres text and JSON
+/// payloads cannot hold a NUL, and none of these fields has a use for one).
+fn check_text(field: &str, value: &str, max: usize) -> Result<(), Problem> {
+    if value.trim().is_empty() {
+        return Err(invalid(format!("{field} is empty")));
+    }
+    if value.len() > max {
+        return Err(invalid(format!("{field} is longer than {max} bytes")));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(invalid(format!("{field} contains a control character")));
+    }
+    Ok(())
+}
+
+/// Every refusal of a charge is a 400 problem document, decided before anything is written:
+/// a client error is never a 5xx that a client would retry.
+fn check_charge(charge: &ChargeRequest) -> Result<(), Problem> {
+    check_text("customer_id", &charge.customer_id, 255)?;
+    check_text("email", &charge.email, 254)?;
+    check_text("currency", &charge.currency, 3)?;
+    if !(1..=MAX_AMOUNT).contains(&charge.amount) {
+        return Err(invalid(format!(
+            "amount must be from 1 to {MAX_AMOUNT} (in the currency's smallest unit), not {}",
+            charge.amount
+        )));
+    }
+    if charge.currency.len() != 3 || !charge.currency.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return Err(invalid(
+            "currency must be a three-letter ISO code such as \"eur\"",
+        ));
+    }
+    Ok(())
+}
+
 async fn create_charge(State(app): State<App>, request: Idempotent) -> Result<Response, Problem> {
     let charge: ChargeRequest = request.json()?;
-    if charge.customer_id.trim().is_empty() {
-        return Err(invalid("customer_id is empty"));
-    }
+    check_charge(&charge)?;
     let currency = charge.currency.to_ascii_lowercase();
     let mut conn = app.inner.pool.get().await?;
     let tx = conn.transaction().await?;
@@ -144,7 +186,16 @@ async fn create_charge(State(app): State<App>, request: Idempotent) -> Result<Re
         Started::Answered(answer) => return Ok(answer),
     };
     let charge_id = Uuid::now_v7();
+    // A new claim of the key (a request after the key's window) gets a new key: a new charge.
     let payment_key = claim.downstream_key("payment_intent");
+    let intent = txoutbox_stripe::NewPaymentIntent::new(charge.amount, currency.clone())
+        .with_payment_method("pm_card_visa")
+        .with_metadata("charge_id", charge_id.to_string())
+        .with_metadata("customer_id", charge.customer_id.clone())
+        .into_message()
+        .map_err(|e| invalid(e.to_string()))?;
+    // The hook finds the charge by this id, which a replay with a new key leaves alone.
+    let payment_message_id = intent.id();
     tx.execute(
         queries::INSERT_CHARGE,
         &[
@@ -154,16 +205,11 @@ async fn create_charge(State(app): State<App>, request: Idempotent) -> Result<Re
             &currency,
             &charge.email,
             &payment_key,
+            &payment_message_id,
         ],
     )
     .await?;
     app.crash_point(CrashPoint::AfterBusinessWrite);
-    let intent = txoutbox_stripe::NewPaymentIntent::new(charge.amount, currency.clone())
-        .with_payment_method("pm_card_visa")
-        .with_metadata("charge_id", charge_id.to_string())
-        .with_metadata("customer_id", charge.customer_id.clone())
-        .into_message()
-        .map_err(|e| invalid(e.to_string()))?;
     claim.enqueue("payment_intent", intent)?;
     let receipt = txoutbox_email::Email::new(
         "Charge service <billing@charge-service.example>",
@@ -232,6 +278,14 @@ async fn reserve(
     request: Idempotent,
 ) -> Result<Response, Problem> {
     let wanted: ReservationRequest = request.json()?;
+    if item_id.is_empty() || item_id.len() > 255 || item_id.chars().any(char::is_control) {
+        return Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "urn:charge-service:invalid-reservation",
+            "Invalid reservation",
+            "the item id must be 1 to 255 bytes without control characters",
+        ));
+    }
     if wanted.quantity < 1 {
         return Err(Problem::new(
             StatusCode::BAD_REQUEST,

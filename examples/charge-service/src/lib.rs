@@ -26,8 +26,8 @@ use std::time::Duration;
 use anyhow::Context;
 
 pub use demo::{free_addr, reqwest_client, run_demo, ServiceProcess};
-pub use hook::ChargeHook;
-pub use http::{router, App, CrashPoint};
+pub use hook::{ChargeHook, NoSuchCharge};
+pub use http::{router, App, CrashPoint, MAX_AMOUNT, MAX_BODY_BYTES};
 
 mod embedded {
     refinery::embed_migrations!("migrations");
@@ -117,15 +117,42 @@ pub fn pool(pg: &tokio_postgres::Config, size: usize) -> anyhow::Result<deadpool
         .build()?)
 }
 
+/// The relay's lease: a crashed instance's claims come back within seconds, not half a minute.
+pub const RELAY_LEASE: Duration = Duration::from_secs(10);
+
+/// The longest one Stripe call or one SMTP delivery may take. Well below [`RELAY_LEASE`]: a call
+/// still running when its lease ends is claimed and made again by the next relay (a slow SMTP
+/// server would get the receipt once per lease), and the relay refuses a sink whose timeout is
+/// not below the lease.
+pub const SINK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The email sink from the environment (`SMTP_URL`, else `MAIL_DIR`), bounded by [`SINK_TIMEOUT`]
+/// (the sink's own default, 20 s, is longer than this relay's lease).
+fn email_sink() -> anyhow::Result<txoutbox_email::EmailSink> {
+    let smtp_url = std::env::var(txoutbox_email::SMTP_URL_VAR)
+        .ok()
+        .filter(|url| !url.trim().is_empty());
+    let sink = match smtp_url {
+        Some(url) => txoutbox_email::EmailSink::smtp_with(
+            url.trim(),
+            txoutbox_email::SmtpConfig {
+                timeout: SINK_TIMEOUT,
+                ..txoutbox_email::SmtpConfig::default()
+            },
+        )?,
+        None => txoutbox_email::EmailSink::from_env()?,
+    };
+    Ok(sink)
+}
+
 /// The relay with the Stripe and email sinks (from the environment) and the charge hook.
 pub fn relay(pg: &tokio_postgres::Config) -> anyhow::Result<txoutbox::Relay> {
     let stripe = txoutbox_stripe::StripeSink::from_env()
         .context("the relay's Stripe sink (STRIPE_SECRET_KEY, STRIPE_API_BASE)")?
-        .with_timeout(Duration::from_secs(5));
-    let email = txoutbox_email::EmailSink::from_env().context("the relay's email sink")?;
+        .with_timeout(SINK_TIMEOUT);
+    let email = email_sink().context("the relay's email sink")?;
     let config = txoutbox::RelayConfig {
-        // A crashed instance's claims come back within seconds, not half a minute.
-        lease: Duration::from_secs(10),
+        lease: RELAY_LEASE,
         poll_interval: Duration::from_millis(250),
         reclaim_interval: Duration::from_millis(500),
         shutdown_grace: Duration::from_secs(3),

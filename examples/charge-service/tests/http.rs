@@ -203,3 +203,69 @@ async fn postgres_down_is_503_and_the_retry_after_it_is_back_charges_once() -> a
     );
     Ok(())
 }
+
+/// Charges once with `key`, lets the key's window pass (and prunes it when `prune`), then sends
+/// the same request with the same key again: it must be a new charge with new downstream keys.
+async fn the_same_key_after_its_window(prune: bool) -> anyhow::Result<()> {
+    let (_db, server) = common::db_and_server().await?;
+    let http = charge_service::reqwest_client()?;
+    let url = format!("{}/charge", server.base);
+    let key = uuid::Uuid::now_v7().to_string();
+    let body = common::charge_body("cus_again");
+    let post = || {
+        http.post(&url)
+            .header("Idempotency-Key", &key)
+            .json(&body)
+            .send()
+    };
+    let first = post().await?;
+    assert_eq!(first.status(), 201);
+    let first: Value = first.json().await?;
+    let conn = server.pool.get().await?;
+    // The old PaymentIntent was declined and dead-lettered; then the window passes.
+    conn.execute(
+        "UPDATE txoutbox_messages SET status = 'failed' WHERE destination = 'stripe'",
+        &[],
+    )
+    .await?;
+    conn.execute(
+        "UPDATE txoutbox_idempotency_keys SET expires_at = now() - interval '1 second'",
+        &[],
+    )
+    .await?;
+    if prune {
+        assert_eq!(txoutbox::prune_expired_keys(&conn, 10).await?, 1);
+    }
+    let second = post().await?;
+    let status = second.status();
+    let second: Value = second.json().await?;
+    assert_eq!(
+        status, 201,
+        "a request after the window is a new charge: {second}"
+    );
+    assert_ne!(second["charge_id"], first["charge_id"]);
+    assert_eq!(
+        common::count(&server.pool, "SELECT count(*) FROM charges").await?,
+        2
+    );
+    assert_eq!(
+        common::count(
+            &server.pool,
+            "SELECT count(DISTINCT downstream_key) FROM txoutbox_messages WHERE destination = 'stripe'"
+        )
+        .await?,
+        2,
+        "the new charge's PaymentIntent is enqueued with a key of its own"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_reused_after_its_window_is_a_new_charge() -> anyhow::Result<()> {
+    the_same_key_after_its_window(false).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_reused_after_its_window_and_pruned_is_a_new_charge() -> anyhow::Result<()> {
+    the_same_key_after_its_window(true).await
+}

@@ -29,10 +29,11 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// The delay after failed attempt number `attempt` (1-based); `retry_after` from the
-    /// downstream wins when given.
+    /// downstream wins when given, up to the cap (a downstream that says "in ten thousand years"
+    /// is asked again at the cap).
     pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
         if let Some(after) = retry_after {
-            return after;
+            return after.min(self.cap);
         }
         let exp = attempt.saturating_sub(1).min(30);
         let ceiling = self
@@ -67,6 +68,15 @@ mod tests {
         let policy = RetryPolicy::default();
         let delays: std::collections::HashSet<_> = (0..50).map(|_| policy.delay(5, None)).collect();
         assert!(delays.len() > 40, "full jitter gives distinct delays");
+    }
+
+    #[test]
+    fn a_huge_retry_after_is_capped() {
+        let policy = RetryPolicy::default();
+        assert_eq!(
+            policy.delay(1, Some(Duration::from_secs(10_000_000_000_000))),
+            policy.cap
+        );
     }
 
     #[test]

@@ -2,32 +2,65 @@
 //! index `txoutbox_messages_due`; keep it literal.
 
 /// Claims up to $1 due rows under a new lease (owner $2, $3 seconds), skipping rows other relays
-/// hold. A row with an ordering key is claimable only when no earlier row of its key is still in
-/// the hot table. The UPDATE commits at once: no lock is held while sinks run.
-pub const CLAIM: &str = "WITH due AS ( \
-     SELECT m.id FROM txoutbox_messages m \
-     WHERE m.status = 'pending' AND m.next_attempt_at <= now() \
-       AND (m.ordering_key IS NULL OR NOT EXISTS ( \
-           SELECT 1 FROM txoutbox_messages p \
-           WHERE p.ordering_key = m.ordering_key AND p.seq < m.seq)) \
+/// hold and the rows this relay still holds an attempt of ($4). A row with an ordering key is
+/// claimable only when no earlier row of its key is still in the hot table.
+///
+/// The claim looks at no more than 4 × $1 due rows: those among them that wait behind an earlier
+/// row of their ordering key are parked (their `next_attempt_at` moved $5 seconds on, out of the
+/// due range; the completion of the row ahead brings the next one back at once), so rows queued
+/// behind a blocked head are read once per park, not by every claim. The claim costs the same
+/// however many rows wait behind blocked heads.
+///
+/// The UPDATE commits at once: no lock is held while sinks run. `at_most_once` is cleared: it is
+/// set again, just before the call, only for an attempt that really starts ([`MARK_STARTED`]).
+/// Always returns one row at least: `parked` (rows parked) with NULLs when nothing was claimed.
+pub const CLAIM: &str = "WITH candidates AS ( \
+     SELECT m.id, m.ordering_key, m.seq, m.next_attempt_at FROM txoutbox_messages m \
+     WHERE m.status = 'pending' AND m.next_attempt_at <= now() AND m.id <> ALL($4::uuid[]) \
      ORDER BY m.next_attempt_at \
-     LIMIT $1 \
-     FOR UPDATE SKIP LOCKED) \
- UPDATE txoutbox_messages m SET status = 'in_flight', lease_owner = $2, \
-     lease_expires_at = now() + make_interval(secs => $3), \
-     lease_token = nextval('txoutbox_lease_token_seq'), attempts = m.attempts + 1, \
-     attempt_started_at = now(), at_most_once = (m.destination = ANY($4::text[])) \
- FROM due WHERE m.id = due.id \
- RETURNING m.id, m.destination, m.payload, m.headers, m.downstream_key, m.ordering_key, \
-     m.attempts, m.lease_token, m.created_at, m.attempt_started_at";
+     LIMIT $1 * 4 \
+     FOR UPDATE SKIP LOCKED), \
+ blocked AS ( \
+     SELECT c.id FROM candidates c \
+     WHERE c.ordering_key IS NOT NULL AND EXISTS ( \
+         SELECT 1 FROM txoutbox_messages p \
+         WHERE p.ordering_key = c.ordering_key AND p.seq < c.seq)), \
+ parked AS ( \
+     UPDATE txoutbox_messages m SET next_attempt_at = now() + make_interval(secs => $5) \
+     FROM blocked b WHERE m.id = b.id RETURNING m.id), \
+ due AS ( \
+     SELECT c.id FROM candidates c WHERE NOT EXISTS (SELECT 1 FROM blocked b WHERE b.id = c.id) \
+     ORDER BY c.next_attempt_at LIMIT $1), \
+ claimed AS ( \
+     UPDATE txoutbox_messages m SET status = 'in_flight', lease_owner = $2, \
+         lease_expires_at = now() + make_interval(secs => $3), \
+         lease_token = nextval('txoutbox_lease_token_seq'), attempts = m.attempts + 1, \
+         attempt_started_at = now(), at_most_once = false \
+     FROM due WHERE m.id = due.id \
+     RETURNING m.id, m.destination, m.payload, m.headers, m.downstream_key, m.ordering_key, \
+         m.attempts, m.lease_token, m.created_at, m.attempt_started_at) \
+ SELECT p.parked, c.* FROM (SELECT count(*) AS parked FROM parked) p LEFT JOIN claimed c ON true";
+
+/// How long a row waiting behind an earlier row of its ordering key is parked by a claim (the
+/// completion of the row ahead of it ends the park at once).
+pub const ORDERING_PARK_SECS: f64 = 30.0;
+
+/// Commits the start of an at-most-once attempt ($1, under lease token $2) just before its sink
+/// is called: from here on a lost outcome makes the row `unknown`, not pending. Returns no row
+/// when the lease is no longer ours (then the call is not made).
+pub const MARK_STARTED: &str = "UPDATE txoutbox_messages SET at_most_once = true \
+     WHERE id = $1 AND lease_token = $2 RETURNING 1";
 
 /// Completes a batch of attempts, fenced by their lease tokens: only rows still leased under the
 /// token the attempt ran with change. Delivered rows move to `txoutbox_delivered`; retried rows go
 /// back to pending with their next attempt time; dead rows become `failed`; rows given back at
 /// shutdown go back to pending at once (`released`: the sink may have been called; `unstarted`:
 /// it was not, so the attempt is not counted), or to `unknown` for an at-most-once destination
-/// whose call was cut short. Every attempt is logged, including those whose lease was lost (a
-/// completion that came too late), so the log shows every call a downstream received.
+/// whose call may have reached the downstream. Every attempt is logged, including those whose
+/// lease was lost (a completion that came too late), so the log shows every call a downstream
+/// received. Inputs are matched to rows by (id, lease token), so two outcomes of one row (an old
+/// lease's and a new one's) never collide. The next row of a delivered row's ordering key is
+/// unparked.
 /// Returns the ids whose completion took effect. A lease token is set only while a row is
 /// in flight (claim sets it; completion, reclaim and replay clear it), so matching the token is
 /// the whole fence: no `status = 'in_flight'` test, which would steer the planner to the lease
@@ -41,11 +74,19 @@ pub const COMPLETE: &str = "WITH input AS ( \
      WHERE m.id = ANY($1::uuid[]) AND (m.id, m.lease_token) IN ( \
          SELECT i.id, i.token FROM input i WHERE i.kind = 'delivered') \
      RETURNING m.id, m.seq, m.destination, m.payload, m.headers, m.downstream_key, \
-         m.ordering_key, m.attempts, m.created_at), \
+         m.ordering_key, m.attempts, m.created_at, m.lease_token), \
  history AS ( \
      INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, downstream_key, \
          ordering_key, attempts, created_at, delivered_at, receipt) \
-     SELECT d.*, i.finished, i.receipt FROM delivered d JOIN input i ON i.id = d.id), \
+     SELECT d.id, d.seq, d.destination, d.payload, d.headers, d.downstream_key, \
+         d.ordering_key, d.attempts, d.created_at, i.finished, i.receipt \
+     FROM delivered d JOIN input i ON i.id = d.id AND i.token = d.lease_token), \
+ unparked AS ( \
+     UPDATE txoutbox_messages m SET next_attempt_at = LEAST(m.next_attempt_at, now()) \
+     FROM (SELECT DISTINCT ON (n.ordering_key) n.id FROM txoutbox_messages n \
+             JOIN delivered d ON n.ordering_key = d.ordering_key AND n.seq > d.seq \
+             ORDER BY n.ordering_key, n.seq) nx \
+     WHERE m.id = nx.id AND m.status = 'pending' AND m.id <> ALL($1::uuid[])), \
  updated AS ( \
      UPDATE txoutbox_messages m SET \
          status = CASE WHEN i.kind IN ('failed', 'unknown') THEN i.kind ELSE 'pending' END, \
@@ -57,7 +98,7 @@ pub const COMPLETE: &str = "WITH input AS ( \
      FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $6::float8[]) \
          AS i(id, token, kind, error, delay) \
      WHERE m.id = i.id AND m.lease_token = i.token AND i.kind <> 'delivered' \
-     RETURNING m.id), \
+     RETURNING m.id, i.token), \
  logged AS ( \
      INSERT INTO txoutbox_attempts (message_id, attempt, downstream_key, relay, lease_token, \
          outcome, error, receipt, started_at, finished_at) \
@@ -67,9 +108,18 @@ pub const COMPLETE: &str = "WITH input AS ( \
              THEN concat_ws(': ', 'the lease was lost before the ' || i.kind || ' outcome was recorded', i.error) \
              ELSE i.error END, \
          i.receipt, i.started, i.finished \
-     FROM input i LEFT JOIN delivered d ON d.id = i.id LEFT JOIN updated u ON u.id = i.id \
+     FROM input i LEFT JOIN delivered d ON d.id = i.id AND d.lease_token = i.token \
+         LEFT JOIN updated u ON u.id = i.id AND u.token = i.token \
      WHERE i.kind <> 'unstarted') \
  SELECT id FROM delivered UNION ALL SELECT id FROM updated";
+
+/// At shutdown, gives back every row this relay ($1) still holds whose sink was never called
+/// (not one of $2, the rows whose call started): pending again at once, the attempt not counted.
+/// It catches what a claim cut short by the shutdown committed after the relay stopped waiting.
+pub const RELEASE_UNSTARTED: &str = "UPDATE txoutbox_messages SET status = 'pending', \
+     attempts = greatest(attempts - 1, 0), lease_owner = NULL, lease_expires_at = NULL, \
+     lease_token = NULL, at_most_once = false \
+     WHERE status = 'in_flight' AND lease_owner = $1 AND id <> ALL($2::uuid[]) RETURNING id";
 
 /// Takes back rows whose lease expired (their relay died, paused or lost the network): pending
 /// again with the same key, or `unknown` for at-most-once destinations, where the attempt may

@@ -1,0 +1,92 @@
+//! The relay's background work beside the claim loop: the LISTEN task, taking back expired
+//! leases, and sampling the backlog gauges. Each runs until `stop` is notified.
+
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_postgres::types::Type;
+
+use super::{listener, sql, Inner, WakeMode};
+use crate::{Error, Result};
+
+/// Starts the background tasks of a running relay.
+pub(super) fn spawn(inner: &Arc<Inner>, stop: &Arc<Notify>) -> JoinSet<()> {
+    let mut background = JoinSet::new();
+    if inner.config.wake == WakeMode::ListenAndPoll {
+        background.spawn(listener::listen(
+            inner.pg.clone(),
+            inner.wake.clone(),
+            inner.listener_connected.clone(),
+            stop.clone(),
+        ));
+    }
+    background.spawn(reclaimer(inner.clone(), stop.clone()));
+    if !inner.config.sample_interval.is_zero() {
+        background.spawn(sampler(inner.clone(), stop.clone()));
+    }
+    background
+}
+
+/// Takes back expired leases every `reclaim_interval`, and wakes the claimer when it did.
+async fn reclaimer(inner: Arc<Inner>, stop: Arc<Notify>) {
+    loop {
+        tokio::select! {
+            _ = stop.notified() => return,
+            _ = tokio::time::sleep(inner.config.reclaim_interval) => {}
+        }
+        match reclaim_expired(&inner.pool).await {
+            Ok(0) => {}
+            Ok(n) => {
+                metrics::counter!(crate::telemetry::LEASES_RECLAIMED).increment(n);
+                tracing::info!(rows = n, "took back rows whose lease expired");
+                inner.wake.notify_one();
+            }
+            Err(e) => tracing::debug!(error = %e, "lease reclaim failed; will try again"),
+        }
+    }
+}
+
+/// Samples the backlog gauges every `sample_interval`.
+async fn sampler(inner: Arc<Inner>, stop: Arc<Notify>) {
+    loop {
+        match sample_backlog(&inner.pool).await {
+            Ok((pending, oldest)) => {
+                metrics::gauge!(crate::telemetry::PENDING).set(pending as f64);
+                metrics::gauge!(crate::telemetry::OLDEST_PENDING_AGE).set(oldest);
+            }
+            Err(e) => tracing::debug!(error = %e, "backlog sample failed; will try again"),
+        }
+        tokio::select! {
+            _ = stop.notified() => return,
+            _ = tokio::time::sleep(inner.config.sample_interval) => {}
+        }
+    }
+}
+
+async fn sample_backlog(pool: &deadpool_postgres::Pool) -> Result<(i64, f64)> {
+    let client = pool.get().await?;
+    let row = client.query_typed(sql::SAMPLE_BACKLOG, &[]).await?;
+    let row = row
+        .first()
+        .ok_or_else(|| Error::Invalid("the backlog sample returned no row".into()))?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+/// Takes back every row whose lease has expired; returns how many. Run by every relay
+/// periodically; exposed for operators and tests.
+pub async fn reclaim_expired(pool: &deadpool_postgres::Pool) -> Result<u64> {
+    let client = pool.get().await?;
+    let mut total = 0;
+    loop {
+        let limit = 1000i64;
+        let row = client
+            .query_typed(sql::RECLAIM_EXPIRED, &[(&limit, Type::INT8)])
+            .await?;
+        let moved: i64 = row.first().map(|r| r.get(0)).unwrap_or(0);
+        total += moved as u64;
+        if moved < limit {
+            return Ok(total);
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! The completion hook finds its charge by a reference a replay cannot change, and a completion
+//! that matches no charge is an error, not a silent success.
+
+use std::time::{Duration, Instant};
+
+use charge_service::{ChargeHook, ServiceProcess};
+use serde_json::Value;
+use txoutbox::{Completion, CompletionHook, Delivery, Receipt, ReplayOptions, ReplaySelection};
+
+mod common;
+
+/// The charge's (status, stripe_id), once `status` is `wanted` (at most 30 s).
+async fn wait_for_status(
+    pool: &deadpool_postgres::Pool,
+    charge_id: uuid::Uuid,
+    wanted: &str,
+) -> anyhow::Result<(String, Option<String>)> {
+    let started = Instant::now();
+    loop {
+        let row = pool
+            .get()
+            .await?
+            .query_one(
+                "SELECT status, stripe_id FROM charges WHERE id = $1",
+                &[&charge_id],
+            )
+            .await?;
+        let status: String = row.get(0);
+        if status == wanted || started.elapsed() > Duration::from_secs(30) {
+            return Ok((status, row.get(1)));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_declined_charge_replayed_with_a_new_key_is_marked_succeeded() -> anyhow::Result<()> {
+    let peers = common::Peers::start().await?;
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_charge-service"));
+    let server =
+        ServiceProcess::start(exe, charge_service::free_addr()?, &peers.env(), &[]).await?;
+    // Stripe declines the first PaymentIntent (402, a permanent error): the row is dead-lettered.
+    peers.stripe.fail_next(402, 1);
+    let client = common::client(Duration::from_secs(30), Duration::from_secs(5))?;
+    let outcome = client
+        .operation()
+        .post_json(
+            &format!("{}/charge", server.base_url()),
+            &common::charge_body("cus_declined"),
+        )
+        .await?;
+    assert_eq!(outcome.status, 201);
+    let charge_id: uuid::Uuid = outcome.json::<Value>()?["charge_id"]
+        .as_str()
+        .unwrap_or_default()
+        .parse()?;
+    let pool = peers.db.pool(2)?;
+    let (status, _) = wait_for_status(&pool, charge_id, "failed").await?;
+    assert_eq!(status, "failed", "the declined charge is marked failed");
+
+    // The operator replays it with a new key, as the README recommends for a cached decline.
+    let message_id: uuid::Uuid = pool
+        .get()
+        .await?
+        .query_one(
+            "SELECT id FROM txoutbox_messages WHERE destination = 'stripe' AND status = 'failed'",
+            &[],
+        )
+        .await?
+        .get(0);
+    let mut admin = peers.db.connect().await?;
+    let report = txoutbox::replay(
+        &mut admin,
+        &ReplaySelection::Ids(vec![message_id]),
+        &ReplayOptions {
+            new_key: true,
+            ..ReplayOptions::default()
+        },
+    )
+    .await?;
+    assert_eq!(report.replayed.len(), 1, "{report:?}");
+
+    let (status, stripe_id) = wait_for_status(&pool, charge_id, "succeeded").await?;
+    assert_eq!(
+        status, "succeeded",
+        "the customer was charged: so is the charge"
+    );
+    let intents = peers.stripe.intents();
+    assert_eq!(intents.len(), 1, "one PaymentIntent created: {intents:?}");
+    assert_eq!(stripe_id.as_deref(), intents[0]["id"].as_str());
+    drop(server);
+    Ok(())
+}
+
+fn delivery_of(id: uuid::Uuid) -> Delivery {
+    Delivery {
+        id,
+        destination: txoutbox_stripe::DESTINATION.to_owned(),
+        payload: serde_json::json!({}),
+        headers: Default::default(),
+        downstream_key: "no-charge-has-this-key".to_owned(),
+        ordering_key: None,
+        attempt: 1,
+        created_at: chrono::Utc::now(),
+    }
+}
+
+#[tokio::test]
+async fn the_hook_fails_when_no_charge_matches() -> anyhow::Result<()> {
+    let (db, _server) = common::db_and_server().await?;
+    let mut client = db.connect().await?;
+    let tx = client.transaction().await?;
+    let stranger = delivery_of(uuid::Uuid::now_v7());
+    for completion in [
+        Completion::Delivered(Receipt::new("pi_123")),
+        Completion::DeadLettered("card_declined".to_owned()),
+    ] {
+        let err = ChargeHook
+            .completed(&tx, &stranger, &completion)
+            .await
+            .expect_err("a completion for no charge is an error");
+        assert!(
+            err.to_string().contains(&stranger.id.to_string()),
+            "the error names the message: {err}"
+        );
+    }
+    Ok(())
+}

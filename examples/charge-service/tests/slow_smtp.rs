@@ -1,0 +1,122 @@
+//! The service's relay against an SMTP server slower than its lease: every call ends (times out)
+//! before the lease does, so no second call of the receipt starts while the first still runs.
+
+use std::time::{Duration, Instant};
+
+use charge_service::ServiceProcess;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+use txoutbox_test_support::fake_stripe::FakeStripe;
+use txoutbox_test_support::test_db;
+
+mod common;
+
+/// An SMTP server that takes `delay` to accept a message's DATA (then accepts it).
+async fn slow_smtp(delay: Duration) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("smtp://{}", listener.local_addr()?);
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut lines = BufReader::new(read).lines();
+                let _ = write.write_all(b"220 slow.test ESMTP\r\n").await;
+                let mut in_data = false;
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let reply: &[u8] = if in_data {
+                        if line != "." {
+                            continue;
+                        }
+                        in_data = false;
+                        tokio::time::sleep(delay).await;
+                        b"250 accepted, eventually\r\n"
+                    } else {
+                        match line.get(..4).map(str::to_ascii_uppercase).as_deref() {
+                            Some("EHLO") | Some("HELO") => b"250 slow.test\r\n",
+                            Some("DATA") => {
+                                in_data = true;
+                                b"354 go ahead\r\n"
+                            }
+                            Some("QUIT") => {
+                                let _ = write.write_all(b"221 bye\r\n").await;
+                                return;
+                            }
+                            _ => b"250 ok\r\n",
+                        }
+                    };
+                    if write.write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok((url, task))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_receipt_call_never_outlives_the_relays_lease() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let stripe = FakeStripe::start().await?;
+    // Slower than the lease (10 s), as the SMTP server that got five copies of one receipt.
+    let (smtp_url, _smtp) = slow_smtp(Duration::from_secs(12)).await?;
+    let env = vec![
+        ("DATABASE_URL".to_owned(), db.url()),
+        (
+            "STRIPE_SECRET_KEY".to_owned(),
+            stripe.secret_key().to_owned(),
+        ),
+        ("STRIPE_API_BASE".to_owned(), stripe.base_url()),
+        ("SMTP_URL".to_owned(), smtp_url),
+    ];
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_charge-service"));
+    let server = ServiceProcess::start(exe, charge_service::free_addr()?, &env, &[]).await?;
+    let client = common::client(Duration::from_secs(30), Duration::from_secs(5))?;
+    let outcome = client
+        .operation()
+        .post_json(
+            &format!("{}/charge", server.base_url()),
+            &common::charge_body("cus_slow_mail"),
+        )
+        .await?;
+    assert_eq!(outcome.status, 201);
+
+    // Wait for the receipt's first attempt to end (a timeout, or the late 250 at 12 s).
+    let pool = db.pool(2)?;
+    let started = Instant::now();
+    let first = loop {
+        let row = pool
+            .get()
+            .await?
+            .query_opt(
+                "SELECT a.outcome, extract(epoch FROM a.finished_at - a.started_at)::float8 \
+                 FROM txoutbox_attempts a JOIN txoutbox_messages m ON m.id = a.message_id \
+                 WHERE m.destination = 'email' AND a.attempt = 1 \
+                 ORDER BY a.finished_at LIMIT 1",
+                &[],
+            )
+            .await?;
+        if let Some(row) = row {
+            break (row.get::<_, String>(0), row.get::<_, f64>(1));
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(25),
+            "the receipt's first attempt never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (outcome, seconds) = first;
+    assert_eq!(outcome, "retry", "the call timed out and is retried");
+    assert!(
+        seconds < charge_service::RELAY_LEASE.as_secs_f64(),
+        "the call ended after {seconds} s, within the lease"
+    );
+    let overlapping = common::count(
+        &pool,
+        "SELECT count(*) FROM txoutbox_attempts WHERE outcome IN ('expired', 'lease_lost')",
+    )
+    .await?;
+    assert_eq!(overlapping, 0, "no lease ran out under a call");
+    drop(server);
+    Ok(())
+}

@@ -1,0 +1,932 @@
+//! The relay under hostile inputs and badly timed faults: poisoned outcomes, a Retry-After of
+//! ten trillion seconds, a completion the database refuses, a shutdown while completions cannot be
+//! written or while a claim is running, a sink slower than its lease, rows behind a dead ordering
+//! head, at-most-once by default policy, failing and slow completion hooks.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Client;
+use txoutbox::{
+    enqueue, Completion, CompletionHook, Delivery, DeliveryError, DestinationPolicy, OutboxMessage,
+    Receipt, RelayConfig, RetryPolicy, Semantics, Sink,
+};
+use txoutbox_test_support::relay::{
+    quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay,
+};
+use txoutbox_test_support::{test_db, wait_for_count};
+
+type TestResult = anyhow::Result<()>;
+
+async fn count(client: &Client, sql: &str) -> anyhow::Result<i64> {
+    Ok(client.query_one(sql, &[]).await?.get(0))
+}
+
+/// Enqueues one message per (destination, downstream key), in one transaction.
+async fn enqueue_rows(client: &mut Client, rows: &[(&str, String)]) -> anyhow::Result<()> {
+    let tx = client.transaction().await?;
+    let messages = rows
+        .iter()
+        .map(|(destination, key)| {
+            OutboxMessage::new(destination, &serde_json::json!({ "key": key }))
+                .map(|m| m.with_downstream_key(key.clone()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    enqueue(&tx, &messages).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+fn keys(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// Answers every call with the same error (and records the calls).
+#[derive(Clone)]
+struct Failing(RecordingSink, DeliveryError);
+
+#[async_trait::async_trait]
+impl Sink for Failing {
+    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
+        let _ = self.0.deliver(d).await;
+        Err(self.1.clone())
+    }
+}
+
+/// How many calls each downstream key got.
+fn calls_per_key(sink: &RecordingSink) -> HashMap<String, usize> {
+    let mut calls = HashMap::new();
+    for d in sink.deliveries() {
+        *calls.entry(d.downstream_key).or_default() += 1;
+    }
+    calls
+}
+
+#[tokio::test]
+async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let mut rows = vec![("webhook", "poison".to_owned())];
+    rows.extend(keys("good", 10).into_iter().map(|k| ("email", k)));
+    enqueue_rows(&mut client, &rows).await?;
+    let poison = Failing(
+        RecordingSink::new(),
+        DeliveryError::retryable("HTTP 500: \0\0\u{1}binary\0body"),
+    );
+    let good = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("webhook", poison.clone())
+            .sink("email", good.clone())
+            .policy("webhook", quick_retry(3))
+            .build()?,
+    );
+    let failed = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
+        1,
+        Duration::from_secs(15),
+    )
+    .await?;
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        10,
+        Duration::from_secs(15),
+    )
+    .await?;
+    relay.stop().await?;
+    assert_eq!(failed, 1, "the poisoned row is dead-lettered on its own");
+    assert_eq!(delivered, 10, "every other row is delivered");
+    assert!(
+        calls_per_key(&good).values().all(|&n| n == 1),
+        "each good row was handed to its sink once: {:?}",
+        calls_per_key(&good)
+    );
+    let error: String = client
+        .query_one(
+            "SELECT last_error FROM txoutbox_messages WHERE downstream_key = 'poison'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert!(error.contains("binary"), "{error}");
+    assert!(!error.contains('\0'));
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_attempts WHERE downstream_key = 'poison'"
+        )
+        .await?,
+        3,
+        "every attempt is in the log"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_retry_after_of_ten_trillion_seconds_waits_the_policys_cap() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_rows(&mut client, &[("stripe", "later".to_owned())]).await?;
+    let sink = txoutbox_test_support::relay::ScriptedSink::new([Err(DeliveryError::retry_after(
+        "429 Too Many Requests",
+        Duration::from_secs(10_000_000_000_000),
+    ))]);
+    let mut policy = quick_retry(3);
+    policy.retry.cap = Duration::from_millis(500);
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("stripe", sink.clone())
+            .policy("stripe", policy)
+            .build()?,
+    );
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    relay.stop().await?;
+    assert_eq!(delivered, 1, "retried at the cap, then delivered");
+    assert_eq!(sink.recorder.count(), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_completion_the_database_refuses_does_not_hold_its_batch() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    // A row whose outcome text the database refuses (as it refused NUL bytes), by a trigger.
+    client
+        .batch_execute(
+            "CREATE FUNCTION refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               IF NEW.last_error LIKE '%refuse-me%' THEN \
+                 RAISE EXCEPTION 'refused' USING ERRCODE = '22023'; END IF; \
+               RETURN NEW; END $$; \
+             CREATE TRIGGER refuse BEFORE UPDATE ON txoutbox_messages \
+               FOR EACH ROW EXECUTE FUNCTION refuse_marker();",
+        )
+        .await?;
+    let mut rows = vec![("webhook", "poison".to_owned())];
+    rows.extend(keys("good", 20).into_iter().map(|k| ("email", k)));
+    enqueue_rows(&mut client, &rows).await?;
+    let poison = Failing(RecordingSink::new(), DeliveryError::retryable("refuse-me"));
+    let good = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("webhook", poison.clone())
+            .sink("email", good.clone())
+            .policy("webhook", quick_retry(2))
+            .build()?,
+    );
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        20,
+        Duration::from_secs(15),
+    )
+    .await?;
+    let failed = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
+        1,
+        Duration::from_secs(15),
+    )
+    .await?;
+    relay.stop().await?;
+    assert_eq!(delivered, 20);
+    assert!(calls_per_key(&good).values().all(|&n| n == 1));
+    assert_eq!(
+        failed, 1,
+        "the refused row is retried and dead-lettered on its own"
+    );
+    let error: String = client
+        .query_one(
+            "SELECT last_error FROM txoutbox_messages WHERE downstream_key = 'poison'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(
+        error,
+        "the failed outcome's text could not be stored (SQLSTATE 22023)"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn shutdown_returns_in_time_when_no_completion_can_be_written() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_rows(
+        &mut client,
+        &keys("wedged", 100)
+            .into_iter()
+            .map(|k| ("email", k))
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    // Every delivered completion waits for this lock: the completer is wedged.
+    let mut locker = db.connect().await?;
+    let lock = locker.transaction().await?;
+    lock.batch_execute("LOCK TABLE txoutbox_delivered IN ACCESS EXCLUSIVE MODE")
+        .await?;
+    let sink = RecordingSink::new();
+    let grace = Duration::from_millis(500);
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                concurrency: 4,
+                lease: Duration::from_secs(2),
+                shutdown_grace: grace,
+                poll_interval: Duration::from_millis(50),
+                ..RelayConfig::default()
+            })
+            .sink("email", sink.clone())
+            .build()?,
+    );
+    // Enough outcomes to fill the completer's queue behind the wedged writers.
+    assert!(sink.wait_for(20, Duration::from_secs(10)).await >= 12);
+    let asked = Instant::now();
+    let stopped = tokio::time::timeout(
+        grace + txoutbox::SHUTDOWN_FLUSH + Duration::from_secs(3),
+        relay.stop(),
+    )
+    .await;
+    let took = asked.elapsed();
+    lock.rollback().await?;
+    assert!(
+        stopped.is_ok(),
+        "the relay did not return within grace + flush (waited {took:?})"
+    );
+    stopped??;
+    // Nothing is lost: another relay delivers every row once the leases are back.
+    let second = RecordingSink::new();
+    let relay = RunningRelay::start(db.relay()?.sink("email", second.clone()).build()?);
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        100,
+        Duration::from_secs(30),
+    )
+    .await?;
+    relay.stop().await?;
+    assert_eq!(delivered, 100);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_shutdown_during_a_claim_leaves_no_row_leased() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    // Each row the claim leases takes 20 ms: a claim of 50 rows runs for a second.
+    client
+        .batch_execute(
+            "CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               IF NEW.status = 'in_flight' AND OLD.status = 'pending' THEN \
+                 PERFORM pg_sleep(0.02); END IF; \
+               RETURN NEW; END $$; \
+             CREATE TRIGGER slow BEFORE UPDATE ON txoutbox_messages \
+               FOR EACH ROW EXECUTE FUNCTION slow_claim();",
+        )
+        .await?;
+    enqueue_rows(
+        &mut client,
+        &keys("mid-claim", 50)
+            .into_iter()
+            .map(|k| ("sms", k))
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    let sink = RecordingSink::new();
+    let at_most_once = DestinationPolicy {
+        semantics: Semantics::AtMostOnce,
+        ..DestinationPolicy::default()
+    };
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                batch_size: 50,
+                lease: Duration::from_secs(2),
+                ..RelayConfig::default()
+            })
+            .sink("sms", sink.clone())
+            .policy("sms", at_most_once.clone())
+            .build()?,
+    );
+    wait_for_count(
+        &client,
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' \
+         AND query LIKE '%txoutbox_lease_token_seq%' AND pid <> pg_backend_pid()",
+        1,
+        Duration::from_secs(5),
+    )
+    .await?;
+    relay.stop().await?;
+    // Whatever the claim committed on the server has had time to land.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'"
+        )
+        .await?,
+        0,
+        "no row is left leased by the relay that stopped"
+    );
+    assert_eq!(sink.count(), 0, "the sink was never called");
+    // A second relay, after every lease the first could have held has expired, finds no
+    // at-most-once row to give up on: none was ever sent.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("sms", sink.clone())
+            .policy("sms", at_most_once)
+            .build()?,
+    );
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        50,
+        Duration::from_secs(20),
+    )
+    .await?;
+    relay.stop().await?;
+    assert_eq!(delivered, 50);
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'unknown'"
+        )
+        .await?,
+        0,
+        "unknown only where a call was started"
+    );
+    assert_eq!(sink.count(), 50);
+    Ok(())
+}
+
+/// Sleeps on the first call of each row (past the lease), answers at once after; records how many
+/// calls of one row ran at the same time, and when each call began and ended (a call cut off by
+/// the relay ends when its future is dropped).
+#[derive(Clone, Default)]
+struct SlowFirstCall {
+    running: Arc<Mutex<HashMap<String, usize>>>,
+    most_at_once: Arc<AtomicUsize>,
+    calls: Arc<Mutex<Vec<Call>>>,
+    first: Duration,
+}
+
+/// One call: the row's key, when it began, when it ended.
+type Call = (String, Instant, Option<Instant>);
+
+struct CallGuard(SlowFirstCall, String, usize);
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.0.running.lock() {
+            *running.entry(self.1.clone()).or_default() -= 1;
+        }
+        if let Ok(mut calls) = self.0.calls.lock() {
+            calls[self.2].2 = Some(Instant::now());
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for SlowFirstCall {
+    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
+        let key = d.downstream_key.clone();
+        let now = self
+            .running
+            .lock()
+            .map(|mut r| {
+                let n = r.entry(key.clone()).or_default();
+                *n += 1;
+                *n
+            })
+            .unwrap_or(0);
+        self.most_at_once.fetch_max(now, Ordering::Relaxed);
+        let index = self
+            .calls
+            .lock()
+            .map(|mut c| {
+                c.push((key.clone(), Instant::now(), None));
+                c.len() - 1
+            })
+            .unwrap_or(0);
+        let _guard = CallGuard(self.clone(), key, index);
+        if d.attempt == 1 {
+            tokio::time::sleep(self.first).await;
+        }
+        Ok(Receipt::new("ok"))
+    }
+}
+
+#[tokio::test]
+async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_rows(&mut client, &[("webhook", "slow".to_owned())]).await?;
+    let sink = SlowFirstCall {
+        first: Duration::from_secs(3),
+        ..SlowFirstCall::default()
+    };
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                lease: Duration::from_secs(1),
+                poll_interval: Duration::from_millis(20),
+                reclaim_interval: Duration::from_millis(50),
+                ..RelayConfig::default()
+            })
+            .sink("webhook", sink.clone())
+            .policy("webhook", quick_retry(5))
+            .build()?,
+    );
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    // Past the end of the first call, had it not been cut off.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    relay.stop().await?;
+    assert_eq!(delivered, 1);
+    assert_eq!(
+        sink.most_at_once.load(Ordering::Relaxed),
+        1,
+        "never two calls of one row at once"
+    );
+    let log: Vec<(String, Option<String>)> = client
+        .query(
+            "SELECT outcome, error FROM txoutbox_attempts ORDER BY attempt, finished_at",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert_eq!(log[0].0, "retry");
+    assert!(
+        log[0]
+            .1
+            .as_deref()
+            .is_some_and(|e| e.contains("did not answer within")),
+        "{log:?}"
+    );
+    assert_eq!(log[1].0, "delivered");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cut_off_head_ends_before_the_next_row_of_its_key_starts() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let tx = client.transaction().await?;
+    let messages = (0..2)
+        .map(|i| {
+            OutboxMessage::new("webhook", &serde_json::json!({ "i": i })).map(|m| {
+                m.with_downstream_key(format!("ordered-{i}"))
+                    .with_ordering_key("account-7")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    enqueue(&tx, &messages).await?;
+    tx.commit().await?;
+    let sink = SlowFirstCall {
+        first: Duration::from_secs(4),
+        ..SlowFirstCall::default()
+    };
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                lease: Duration::from_secs(1),
+                poll_interval: Duration::from_millis(20),
+                reclaim_interval: Duration::from_millis(50),
+                ..RelayConfig::default()
+            })
+            .sink("webhook", sink.clone())
+            .policy("webhook", quick_retry(5))
+            .build()?,
+    );
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        2,
+        Duration::from_secs(15),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    relay.stop().await?;
+    assert_eq!(delivered, 2);
+    let calls = sink.calls.lock().map(|c| c.clone()).unwrap_or_default();
+    let head_ends: Vec<Instant> = calls
+        .iter()
+        .filter(|(k, _, _)| k == "ordered-0")
+        .map(|(_, _, end)| end.unwrap_or_else(Instant::now))
+        .collect();
+    let next_start = calls
+        .iter()
+        .find(|(k, _, _)| k == "ordered-1")
+        .map(|(_, start, _)| *start);
+    let next_start = next_start.ok_or_else(|| anyhow::anyhow!("ordered-1 was never called"))?;
+    assert!(
+        head_ends.iter().all(|end| *end <= next_start),
+        "every call of the head ended before the next row of its key began"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    // A dead-lettered head with 20 000 rows behind it, all due before the other traffic.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+                 ordering_key, status, next_attempt_at) \
+             VALUES (gen_random_uuid(), 'events', '{}', 'head', 'stuck', 'failed', \
+                 now() - interval '2 hours'); \
+             INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+                 ordering_key, next_attempt_at) \
+             SELECT gen_random_uuid(), 'events', '{}', 'behind-' || i, 'stuck', \
+                 now() - interval '1 hour' FROM generate_series(1, 20000) AS i; \
+             ANALYZE txoutbox_messages;",
+        )
+        .await?;
+    enqueue_rows(
+        &mut client,
+        &keys("other", 2000)
+            .into_iter()
+            .map(|k| ("email", k))
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    let read = "SELECT idx_tup_read FROM pg_stat_user_indexes \
+                WHERE indexrelname = 'txoutbox_messages_due'";
+    client
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await?;
+    let before = count(&client, read).await?;
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                batch_size: 50,
+                concurrency: 50,
+                ..RelayConfig::default()
+            })
+            .sink("email", sink.clone())
+            .sink("events", RecordingSink::new())
+            .build()?,
+    );
+    assert_eq!(sink.wait_for(2000, Duration::from_secs(60)).await, 2000);
+    relay.stop().await?;
+    // The relay's backends report their statistics as they exit.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    client
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await?;
+    let read = count(&client, read).await? - before;
+    eprintln!("the claims read {read} entries of the due index");
+    // 40 claims of 50: rescanning the 20 000 waiting rows on each would read 800 000 entries.
+    assert!(
+        read < 100_000,
+        "the claims read {read} index entries for 2 000 rows"
+    );
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_messages WHERE downstream_key LIKE 'behind-%' \
+             AND status = 'pending'"
+        )
+        .await?,
+        20_000,
+        "the rows behind the dead head still wait"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_default_policy_at_most_once_applies_to_every_destination() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_rows(&mut client, &[("sms", "amo-default".to_owned())]).await?;
+    let at_most_once = DestinationPolicy {
+        semantics: Semantics::AtMostOnce,
+        ..DestinationPolicy::default()
+    };
+    let first_sink = HangAfter::new(RecordingSink::new());
+    let delivered = first_sink.delivered.clone();
+    let builder = db.relay()?;
+    let policy = at_most_once.clone();
+    let first = CrashableRelay::start(move || {
+        Ok(builder
+            .config(RelayConfig {
+                lease: Duration::from_millis(500),
+                ..RelayConfig::default()
+            })
+            .sink("sms", first_sink)
+            .default_policy(policy)
+            .build()?)
+    })?;
+    tokio::time::timeout(Duration::from_secs(10), delivered.notified()).await?;
+    first.kill();
+    let second_sink = RecordingSink::new();
+    let second = RunningRelay::start(
+        db.relay()?
+            .sink("sms", second_sink.clone())
+            .default_policy(at_most_once)
+            .build()?,
+    );
+    let unknown = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE status = 'unknown'",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    second.stop().await?;
+    assert_eq!(unknown, 1);
+    assert_eq!(second_sink.count(), 0, "never redelivered blindly");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_at_most_once_call_without_an_answer_is_unknown_and_not_repeated() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue_rows(
+        &mut client,
+        &[
+            ("sms", "no-answer".to_owned()),
+            ("push", "retried".to_owned()),
+        ],
+    )
+    .await?;
+    let sms = Failing(
+        RecordingSink::new(),
+        DeliveryError::indeterminate("timed out after sending"),
+    );
+    let push = txoutbox_test_support::relay::ScriptedSink::new([Err(
+        DeliveryError::indeterminate("timed out after sending"),
+    )]);
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("sms", sms.clone())
+            .sink("push", push.clone())
+            .policy(
+                "sms",
+                DestinationPolicy {
+                    semantics: Semantics::AtMostOnce,
+                    ..quick_retry(5)
+                },
+            )
+            .policy("push", quick_retry(5))
+            .build()?,
+    );
+    let unknown = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE status = 'unknown'",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.stop().await?;
+    assert_eq!(unknown, 1);
+    assert_eq!(sms.0.count(), 1, "an at-most-once call is made once");
+    assert_eq!(delivered, 1, "an at-least-once one is retried with its key");
+    assert_eq!(push.recorder.count(), 2);
+    Ok(())
+}
+
+#[test]
+fn a_sink_whose_timeout_does_not_fit_in_the_lease_is_refused() -> TestResult {
+    struct Slow;
+    #[async_trait::async_trait]
+    impl Sink for Slow {
+        async fn deliver(&self, _: &Delivery) -> Result<Receipt, DeliveryError> {
+            Ok(Receipt::none())
+        }
+        fn timeout(&self) -> Option<Duration> {
+            Some(Duration::from_secs(20))
+        }
+    }
+    let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
+    let refused = txoutbox::Relay::builder(pg.clone())
+        .config(RelayConfig {
+            lease: Duration::from_secs(10),
+            ..RelayConfig::default()
+        })
+        .sink("email", Slow)
+        .build();
+    let Err(txoutbox::Error::Config(line)) = refused else {
+        anyhow::bail!("a 10 s lease with a 20 s sink was accepted");
+    };
+    assert!(
+        line.starts_with("lease: 10s") && line.contains("\"email\"") && !line.contains('\n'),
+        "{line}"
+    );
+    assert!(txoutbox::Relay::builder(pg.clone())
+        .sink("email", Slow)
+        .build()
+        .is_ok());
+    let capped = txoutbox::Relay::builder(pg)
+        .policy(
+            "email",
+            DestinationPolicy {
+                retry: RetryPolicy {
+                    base: Duration::from_secs(60),
+                    cap: Duration::from_secs(1),
+                    max_attempts: 3,
+                },
+                ..DestinationPolicy::default()
+            },
+        )
+        .build();
+    assert!(
+        matches!(&capped, Err(txoutbox::Error::Config(line)) if line.contains("below the base")),
+        "{:?}",
+        capped.err()
+    );
+    Ok(())
+}
+
+/// Marks a charge succeeded; fails while `fail` is set, or waits for `gate` when given.
+struct MarkCharge {
+    fail: Arc<std::sync::atomic::AtomicBool>,
+    entered: Arc<tokio::sync::Notify>,
+    gate: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+#[async_trait::async_trait]
+impl CompletionHook for MarkCharge {
+    async fn completed(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        delivery: &Delivery,
+        completion: &Completion,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.entered.notify_one();
+        if let Some(gate) = &self.gate {
+            let _ = gate.acquire().await?;
+        }
+        if self.fail.load(Ordering::Relaxed) {
+            return Err("the charges table is locked".into());
+        }
+        if let Completion::Delivered(_) = completion {
+            tx.execute(
+                "UPDATE charges SET status = 'succeeded' WHERE key = $1",
+                &[&delivery.downstream_key],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_failing_hook_keeps_the_attempt_and_its_receipt_in_the_log() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    client
+        .batch_execute(
+            "CREATE TABLE charges (key text PRIMARY KEY, status text NOT NULL); \
+             INSERT INTO charges VALUES ('hooked', 'pending')",
+        )
+        .await?;
+    enqueue_rows(&mut client, &[("stripe", "hooked".to_owned())]).await?;
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("stripe", sink.clone())
+            .policy("stripe", quick_retry(5))
+            .hook(
+                "stripe",
+                MarkCharge {
+                    fail: fail.clone(),
+                    entered: entered.clone(),
+                    gate: None,
+                },
+            )
+            .build()?,
+    );
+    wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_attempts",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    fail.store(false, Ordering::Relaxed);
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    relay.stop().await?;
+    assert_eq!(delivered, 1);
+    let row = client
+        .query_one(
+            "SELECT outcome, receipt, error FROM txoutbox_attempts ORDER BY finished_at LIMIT 1",
+            &[],
+        )
+        .await?;
+    let first: (String, Option<String>, Option<String>) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(first.0, "retry");
+    assert_eq!(
+        first.1.as_deref(),
+        Some("ok:hooked"),
+        "the downstream's receipt is kept"
+    );
+    assert!(first
+        .2
+        .as_deref()
+        .is_some_and(|e| e.contains("the completion hook failed")
+            && e.contains("the charges table is locked")));
+    let status: String = client
+        .query_one("SELECT status FROM charges", &[])
+        .await?
+        .get(0);
+    assert_eq!(status, "succeeded");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_slow_hook_does_not_hold_other_completions() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    client
+        .batch_execute(
+            "CREATE TABLE charges (key text PRIMARY KEY, status text NOT NULL); \
+             INSERT INTO charges VALUES ('slow-hook', 'pending')",
+        )
+        .await?;
+    enqueue_rows(&mut client, &[("stripe", "slow-hook".to_owned())]).await?;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("stripe", RecordingSink::new())
+            .sink("email", RecordingSink::new())
+            .hook(
+                "stripe",
+                MarkCharge {
+                    fail: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+                    entered: entered.clone(),
+                    gate: Some(gate.clone()),
+                },
+            )
+            .build()?,
+    );
+    tokio::time::timeout(Duration::from_secs(10), entered.notified()).await?;
+    enqueue_rows(
+        &mut client,
+        &keys("meanwhile", 20)
+            .into_iter()
+            .map(|k| ("email", k))
+            .collect::<Vec<_>>(),
+    )
+    .await?;
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered WHERE destination = 'email'",
+        20,
+        Duration::from_secs(10),
+    )
+    .await?;
+    gate.add_permits(1);
+    let charged = wait_for_count(
+        &client,
+        "SELECT count(*) FROM charges WHERE status = 'succeeded'",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    relay.stop().await?;
+    assert_eq!(delivered, 20, "completed while the hook was still running");
+    assert_eq!(charged, 1);
+    Ok(())
+}
