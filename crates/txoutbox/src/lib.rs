@@ -9,7 +9,7 @@
 //!
 //! # async fn handler(client: &mut tokio_postgres::Client, header: &str, body: &[u8])
 //! #     -> Result<StoredResponse, txoutbox::Error> {
-//! let key = IdempotencyKey::parse(header)?;                    // 400 when malformed
+//! let key = IdempotencyKey::from_header(header)?;              // 400 when malformed
 //! let scope = Scope::new("charges")?;                           // 24 h window by default
 //! let fingerprint = Fingerprint::new("POST", "/charge", body);
 //! let tx = client.transaction().await?;
@@ -60,7 +60,8 @@ pub use error::{Error, Result};
 pub use executor::{Params, TxExecutor};
 pub use fingerprint::Fingerprint;
 pub use idempotency::{
-    begin, Begin, Claim, Scope, StoredResponse, DEFAULT_LOCK_TIMEOUT, DEFAULT_WINDOW,
+    begin, Begin, Claim, Scope, StoredResponse, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIN_KEY_LEN,
+    DEFAULT_WINDOW, MAX_LOCK_TIMEOUT, MAX_WINDOW, MIN_WINDOW,
 };
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use migrate::{embedded_migrations, migrate, HISTORY_TABLE};
