@@ -476,7 +476,9 @@ async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueu
     )
     .await?;
 
-    let html = dash.page("/keys?scope=charges&key=req-42-0000000000").await?;
+    let html = dash
+        .page("/keys?scope=charges&key=req-42-0000000000")
+        .await?;
     for expected in [
         "completed",
         "201",
@@ -494,7 +496,9 @@ async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueu
         !html.contains("alice@example.com"),
         "redacted in the stored response"
     );
-    let api = dash.api("/api/keys?scope=charges&key=req-42-0000000000").await?;
+    let api = dash
+        .api("/api/keys?scope=charges&key=req-42-0000000000")
+        .await?;
     assert_eq!(api["state"], "completed");
     assert_eq!(ids_in(&api["messages"]).len(), 2, "{api}");
     assert!(!api.to_string().contains("alice@example.com"));
@@ -503,7 +507,9 @@ async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueu
 
     // Without effect names the claim's transaction time alone finds them.
     let bare = Dashboard::start(&db, DashboardConfig::default()).await?;
-    let api = bare.api("/api/keys?scope=charges&key=req-42-0000000000").await?;
+    let api = bare
+        .api("/api/keys?scope=charges&key=req-42-0000000000")
+        .await?;
     let mut found = ids_in(&api["messages"]);
     found.sort();
     let mut want = vec![receipt_id.to_string(), charge_id.to_string()];

@@ -170,6 +170,15 @@ fn header<'a>(seen: &'a Seen, name: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// A sink whose calls fit in [`short_lease`] (the relay refuses one whose timeout does not).
+fn short_timeout(url: &str) -> anyhow::Result<WebhookSink> {
+    let config = WebhookConfig {
+        timeout: Duration::from_millis(500),
+        ..WebhookConfig::default()
+    };
+    Ok(WebhookSink::with_config(url, secret(), config)?)
+}
+
 fn short_lease() -> RelayConfig {
     RelayConfig {
         lease: Duration::from_secs(1),
@@ -266,10 +275,7 @@ async fn a_redelivery_after_a_relay_crash_keeps_the_same_webhook_id() -> TestRes
     enqueue_event(&mut client, "evt-3", None).await?;
 
     let delivered = Arc::new(Notify::new());
-    let crashing = HangAfter::with_signal(
-        WebhookSink::new(&receiver.url, secret())?,
-        delivered.clone(),
-    );
+    let crashing = HangAfter::with_signal(short_timeout(&receiver.url)?, delivered.clone());
     let first = RunningRelay::start(
         db.relay()?
             .config(short_lease())
@@ -282,7 +288,7 @@ async fn a_redelivery_after_a_relay_crash_keeps_the_same_webhook_id() -> TestRes
     let second = RunningRelay::start(
         db.relay()?
             .config(short_lease())
-            .sink(DESTINATION, WebhookSink::new(&receiver.url, secret())?)
+            .sink(DESTINATION, short_timeout(&receiver.url)?)
             .build()?,
     );
     let seen = receiver.wait_for(2).await;
