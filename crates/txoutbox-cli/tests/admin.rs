@@ -1057,6 +1057,220 @@ async fn stats_counts_by_status_and_destination_with_the_failure_rate() -> TestR
 }
 
 // ---------------------------------------------------------------------------------------------
+// discard
+
+/// Waits until `id` was parked by a claim (it waits behind the head of its ordering key).
+async fn wait_parked(client: &Client, id: Uuid) -> TestResult {
+    wait_until(
+        client,
+        &format!(
+            "SELECT count(*) FROM txoutbox_messages WHERE id = '{id}' AND status = 'pending' \
+             AND next_attempt_at > now() + interval '10 seconds'"
+        ),
+        1,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_behind_it(
+) -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let head = enqueue(&mut client, "pay", "k-head", Some("order-7")).await?;
+    let next = enqueue(&mut client, "pay", "k-next", Some("order-7")).await?;
+    let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
+    let relay = RunningRelay::start(db.relay()?.sink("pay", sink.clone()).build()?);
+    wait_until(
+        &client,
+        &format!(
+            "SELECT count(*) FROM txoutbox_messages WHERE id = '{head}' AND status = 'failed'"
+        ),
+        1,
+    )
+    .await?;
+    wait_parked(&client, next).await?;
+
+    let started = std::time::Instant::now();
+    let out = ok(
+        &db,
+        &["discard", &head.to_string(), "--reason", "refunded by hand"],
+    )
+    .await?;
+    assert!(out.starts_with("discarded 1 message"), "{out}");
+    wait_until(
+        &client,
+        &format!("SELECT count(*) FROM txoutbox_delivered WHERE id = '{next}'"),
+        1,
+    )
+    .await?;
+    let waited = started.elapsed();
+    relay.stop().await?;
+    assert!(
+        waited < Duration::from_secs(3),
+        "the row behind the discarded head waited {waited:?}"
+    );
+    let keys: Vec<String> = sink
+        .recorder
+        .deliveries()
+        .iter()
+        .map(|d| d.downstream_key.clone())
+        .collect();
+    assert_eq!(
+        keys,
+        ["k-head", "k-next"],
+        "the head is not delivered again"
+    );
+    assert_eq!(status_of(&client, head).await?, "gone");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_discard_is_shown_with_its_reason_listed_and_counted() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "pay", "k-1", None).await?;
+    dead_letter(&db, &client, "pay", 1).await?;
+    ok(
+        &db,
+        &[
+            "discard",
+            &id.to_string(),
+            "--reason",
+            "duplicate order, customer informed",
+        ],
+    )
+    .await?;
+
+    let shown: Value = serde_json::from_str(&ok(&db, &["show", &id.to_string(), "--json"]).await?)?;
+    assert_eq!(shown["status"], "discarded");
+    assert!(shown["discarded_at"].is_string(), "{shown}");
+    assert_eq!(shown["last_error"], "422 rejected by the downstream");
+    let last = shown["history"].as_array().and_then(|h| h.last()).cloned();
+    let last = last.unwrap_or(Value::Null);
+    assert_eq!(last["outcome"], "discarded");
+    assert_eq!(last["relay"], "operator");
+    assert_eq!(last["attempt"], 0);
+    assert_eq!(last["error"], "duplicate order, customer informed");
+    let text = ok(&db, &["show", &id.to_string()]).await?;
+    assert!(
+        text.contains("duplicate order, customer informed"),
+        "{text}"
+    );
+
+    assert_eq!(
+        listed(&db, &["--status", "discarded"]).await?,
+        sorted(&[id])
+    );
+    assert!(listed(&db, &["--status", "failed"]).await?.is_empty());
+
+    let stats: Value = serde_json::from_str(&ok(&db, &["stats", "--json"]).await?)?;
+    assert_eq!(stats["total"]["discarded"], 1);
+    assert_eq!(stats["total"]["failed"], 0);
+    let table = ok(&db, &["stats"]).await?;
+    assert!(
+        table.lines().next().unwrap_or("").contains("DISCARDED"),
+        "{table}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn discard_refuses_pending_rows_and_needs_a_reason_changing_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let pending = enqueue(&mut client, "pay", "k-1", None).await?;
+    let out = txoutbox(&db, &["discard", &pending.to_string(), "--reason", "x"]).await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("pending"), "{err}");
+    let out = txoutbox(&db, &["discard", &pending.to_string()]).await?;
+    assert_eq!(out.status.code(), Some(2), "--reason is required");
+    let out = txoutbox(&db, &["discard", &pending.to_string(), "--reason", "  "]).await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("reason"), "{err}");
+    assert_eq!(status_of(&client, pending).await?, "pending");
+    Ok(())
+}
+
+#[tokio::test]
+async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    for i in 0..11 {
+        enqueue(&mut client, "pay", &format!("k-{i}"), None).await?;
+    }
+    dead_letter(&db, &client, "pay", 11).await?;
+    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
+
+    let out = txoutbox(
+        &db,
+        &["discard", "--destination", "pay", "--reason", "test data"],
+    )
+    .await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("--yes"), "{err}");
+    let dry = ok(
+        &db,
+        &[
+            "discard",
+            "--destination",
+            "pay",
+            "--reason",
+            "test data",
+            "--dry-run",
+        ],
+    )
+    .await?;
+    assert!(dry.starts_with("would discard 11 messages"), "{dry}");
+    assert_eq!(count(&client, failed).await?, 11);
+
+    ok(
+        &db,
+        &[
+            "discard",
+            "--destination",
+            "pay",
+            "--reason",
+            "test data",
+            "--yes",
+        ],
+    )
+    .await?;
+    assert_eq!(count(&client, failed).await?, 0);
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_discarded").await?,
+        11
+    );
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'discarded' \
+             AND relay = 'operator' AND error = 'test data'"
+        )
+        .await?,
+        11
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_discarded_row_is_not_replayed() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "pay", "k-1", None).await?;
+    dead_letter(&db, &client, "pay", 1).await?;
+    ok(&db, &["discard", &id.to_string(), "--reason", "not wanted"]).await?;
+    let out = txoutbox(&db, &["replay", &id.to_string()]).await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("discarded"), "{err}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
 // arguments and errors
 
 #[test]

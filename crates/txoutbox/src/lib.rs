@@ -50,11 +50,13 @@ pub mod telemetry;
 mod wake;
 
 pub use admin::{
-    list_messages, purge, purge_with_progress, replay, replay_downstream_key, replay_with_progress,
-    show_message, stats, AdminError, AttemptRecord, DestinationStats, FailureRate, MessageDetail,
+    discard, list_messages, purge, purge_with_progress, replay, replay_downstream_key,
+    replay_with_progress, show_message, stats, AdminError, AttemptRecord, DestinationStats,
+    DiscardOptions, DiscardReport, DiscardedMessage, FailureRate, ListCursor, MessageDetail,
     MessageFilter, MessageStatus, MessageSummary, OutboxStats, PurgeOptions, PurgeReport,
-    ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage, SkippedMessage, StatusCounts,
-    TimeBound, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION, FAILURE_RATE_WINDOW,
+    ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage, Retention, SkippedMessage,
+    StatusCounts, TimeBound, DEFAULT_FAILED_RETENTION, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION,
+    EXACT_DELIVERED_COUNT_MAX, FAILURE_RATE_WINDOW,
 };
 pub use error::{Error, Result};
 pub use executor::{Params, TxExecutor};
