@@ -76,5 +76,5 @@ pub use relay::{
     Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
 };
 pub use sink::{error_chain, Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink};
-pub use telemetry::{describe_metrics, Traceparent};
+pub use telemetry::{describe_metrics, register_destinations, register_scopes, Traceparent};
 pub use wake::{RelayWaker, HINT_SPACING};
