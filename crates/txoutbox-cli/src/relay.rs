@@ -151,6 +151,7 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         .default_policy(DestinationPolicy {
             retry: retry.clone(),
             semantics: Semantics::AtLeastOnce,
+            ..Default::default()
         });
     for destination in &args.at_most_once {
         builder = builder.policy(
@@ -158,6 +159,7 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
             DestinationPolicy {
                 retry: retry.clone(),
                 semantics: Semantics::AtMostOnce,
+                ..Default::default()
             },
         );
     }
