@@ -42,6 +42,7 @@ mod idempotency;
 mod key;
 mod migrate;
 mod outbox;
+mod pg;
 mod prune;
 mod relay;
 mod sink;
@@ -68,6 +69,7 @@ pub use outbox::{
     derive_downstream_key, enqueue, notify_in_transaction, Enqueued, OutboxMessage,
     DOWNSTREAM_KEY_NAMESPACE,
 };
+pub use pg::{MakeTls, PgConfig, PgConnection, PgStream, SslMode, TlsConnector, TlsError};
 pub use prune::{prune_expired_keys, DEFAULT_PRUNE_BATCH};
 pub use relay::{
     reclaim_expired, DestinationPolicy, Relay, RelayBuilder, RelayConfig, RelayReport, RetryPolicy,

@@ -11,7 +11,8 @@
 //! [`Cluster::private`] of their own.
 //!
 //! [`smtp::SmtpServer`] runs a real SMTP server (Debian's aiosmtpd) for the email tests;
-//! [`prometheus::sample`] reads one series of a metrics scrape.
+//! [`prometheus::sample`] reads one series of a metrics scrape; [`tls::TestCa`] makes the
+//! certificates of a TLS cluster ([`ClusterOptions::tls`]).
 
 mod cluster;
 mod database;
@@ -19,6 +20,7 @@ pub mod fake_stripe;
 pub mod prometheus;
 pub mod relay;
 pub mod smtp;
+pub mod tls;
 mod wait;
 
 pub use cluster::{Cluster, ClusterOptions};
