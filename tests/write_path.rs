@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::{AsyncMessage, Client, IsolationLevel, NoTls};
 use txoutbox::{
     begin, enqueue, Begin, Error, Fingerprint, IdempotencyKey, KeyError, OutboxMessage, RelayWaker,
     Scope, StoredResponse,
@@ -13,8 +13,9 @@ use txoutbox_test_support::{test_db, Cluster, ClusterOptions, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
+/// A test key: `s`, padded with `-` to the 16 characters a scope requires by default.
 fn key(s: &str) -> IdempotencyKey {
-    IdempotencyKey::parse(s).expect("test keys are valid")
+    IdempotencyKey::parse(&format!("{s:-<16}")).expect("test keys are valid")
 }
 
 fn charge_fp(amount: i64) -> Fingerprint {
@@ -60,7 +61,22 @@ async fn charge(
     k: &IdempotencyKey,
     fp: &Fingerprint,
 ) -> Result<StoredResponse, Error> {
-    let tx = client.transaction().await?;
+    charge_at(client, None, scope, k, fp).await
+}
+
+/// [`charge`] in a transaction of the given isolation level (the session's default for `None`).
+async fn charge_at(
+    client: &mut Client,
+    isolation: Option<IsolationLevel>,
+    scope: &Scope,
+    k: &IdempotencyKey,
+    fp: &Fingerprint,
+) -> Result<StoredResponse, Error> {
+    let mut builder = client.build_transaction();
+    if let Some(level) = isolation {
+        builder = builder.isolation_level(level);
+    }
+    let tx = builder.start().await?;
     match begin(&tx, scope, k, fp).await? {
         Begin::New(mut claim) => {
             let row = tx
@@ -134,7 +150,7 @@ async fn same_key_with_other_request_is_a_mismatch() -> TestResult {
 async fn key_held_by_a_concurrent_request_is_in_flight_then_replayed() -> TestResult {
     let (db, mut first) = db_with_orders().await?;
     let mut second = db.connect().await?;
-    let scope = Scope::new("charges")?.with_lock_timeout(Duration::from_millis(200));
+    let scope = Scope::new("charges")?.with_lock_timeout(Duration::from_millis(200))?;
     let k = key("k-inflight");
     let tx1 = first.transaction().await?;
     let Begin::New(claim) = begin(&tx1, &scope, &k, &charge_fp(1)).await? else {
@@ -233,7 +249,7 @@ async fn dropped_connection_before_commit_leaves_nothing() -> TestResult {
 #[tokio::test]
 async fn fifty_concurrent_duplicates_make_one_effect() -> TestResult {
     let (db, observer) = db_with_orders().await?;
-    let scope = Arc::new(Scope::new("charges")?.with_lock_timeout(Duration::from_secs(5)));
+    let scope = Arc::new(Scope::new("charges")?.with_lock_timeout(Duration::from_secs(5))?);
     let k = key("k-concurrent");
     let barrier = Arc::new(tokio::sync::Barrier::new(50));
     let mut tasks = Vec::new();
@@ -265,6 +281,88 @@ async fn fifty_concurrent_duplicates_make_one_effect() -> TestResult {
     Ok(())
 }
 
+/// 50 requests with one key at once, each in a transaction of `level`: one does the work, every
+/// other gets the stored answer or a 409 (never a 500 for a serialization failure), and a retry
+/// of a 409 gets the stored answer.
+async fn fifty_concurrent_duplicates_at(level: IsolationLevel) -> TestResult {
+    let (db, observer) = db_with_orders().await?;
+    let scope = Arc::new(Scope::new("charges")?.with_lock_timeout(Duration::from_secs(5))?);
+    let k = key("k-isolation");
+    let barrier = Arc::new(tokio::sync::Barrier::new(50));
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let mut client = db.connect().await?;
+        let (scope, k, barrier) = (scope.clone(), k.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            charge_at(&mut client, Some(level), &scope, &k, &charge_fp(7)).await
+        }));
+    }
+    let mut answers = Vec::new();
+    for task in tasks {
+        match task.await? {
+            Ok(answer) => answers.push(answer.status),
+            Err(e) => {
+                assert_eq!(e.http_status(), 409, "{level:?}: {e}");
+                answers.push(409);
+            }
+        }
+    }
+    assert!(
+        answers.contains(&201),
+        "{level:?}: one request did the work"
+    );
+    assert!(
+        answers.iter().all(|s| *s == 201 || *s == 409),
+        "{level:?}: every answer is the stored 201 or a 409, got {answers:?}"
+    );
+    assert_eq!(count(&observer, "orders").await?, 1, "{level:?}");
+    assert_eq!(count(&observer, "txoutbox_messages").await?, 2, "{level:?}");
+    let mut client = db.connect().await?;
+    let retry = charge_at(&mut client, Some(level), &scope, &k, &charge_fp(7)).await?;
+    assert_eq!(retry.status, 201, "a retry after a 409 is a replay");
+    assert_eq!(count(&observer, "orders").await?, 1, "{level:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn fifty_concurrent_duplicates_in_serializable_transactions_make_one_effect() -> TestResult {
+    fifty_concurrent_duplicates_at(IsolationLevel::Serializable).await
+}
+
+#[tokio::test]
+async fn fifty_concurrent_duplicates_in_repeatable_read_transactions_make_one_effect() -> TestResult
+{
+    fifty_concurrent_duplicates_at(IsolationLevel::RepeatableRead).await
+}
+
+#[tokio::test]
+async fn a_serialization_failure_at_commit_is_a_409_conflict() -> TestResult {
+    let (db, _observer) = db_with_orders().await?;
+    let (mut a, mut b) = (db.connect().await?, db.connect().await?);
+    let level = IsolationLevel::Serializable;
+    let ta = a.build_transaction().isolation_level(level).start().await?;
+    let tb = b.build_transaction().isolation_level(level).start().await?;
+    // Write skew: each reads what the other writes.
+    for tx in [&ta, &tb] {
+        tx.query_one("SELECT count(*) FROM orders", &[]).await?;
+    }
+    for tx in [&ta, &tb] {
+        tx.execute("INSERT INTO orders (note) VALUES ('x')", &[])
+            .await?;
+    }
+    ta.commit().await?;
+    let err = Error::from(
+        tb.commit()
+            .await
+            .expect_err("SSI refuses the second commit"),
+    );
+    assert!(matches!(err, Error::Conflict(_)), "{err:?}");
+    assert_eq!(err.http_status(), 409);
+    assert!(!err.is_unavailable());
+    Ok(())
+}
+
 #[tokio::test]
 async fn same_key_under_two_scopes_is_two_keys() -> TestResult {
     let (_db, mut client) = db_with_orders().await?;
@@ -280,7 +378,7 @@ async fn same_key_under_two_scopes_is_two_keys() -> TestResult {
 #[tokio::test]
 async fn expired_key_is_pruned_and_then_new() -> TestResult {
     let (_db, mut client) = db_with_orders().await?;
-    let short = Scope::new("short")?.with_window(Duration::from_millis(300));
+    let short = Scope::new("short")?.with_window(Duration::from_millis(300))?;
     let long = Scope::new("long")?;
     let k = key("k-expiry");
     charge(&mut client, &short, &k, &charge_fp(1)).await?;
@@ -306,7 +404,7 @@ async fn expired_key_is_pruned_and_then_new() -> TestResult {
 #[tokio::test]
 async fn expired_key_not_yet_pruned_is_new() -> TestResult {
     let (_db, mut client) = db_with_orders().await?;
-    let short = Scope::new("short")?.with_window(Duration::from_millis(200));
+    let short = Scope::new("short")?.with_window(Duration::from_millis(200))?;
     let k = key("k-expired");
     charge(&mut client, &short, &k, &charge_fp(1)).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -319,7 +417,7 @@ async fn expired_key_not_yet_pruned_is_new() -> TestResult {
 #[tokio::test]
 async fn pruning_runs_in_bounded_batches() -> TestResult {
     let (_db, mut client) = db_with_orders().await?;
-    let short = Scope::new("short")?.with_window(Duration::from_millis(100));
+    let short = Scope::new("short")?.with_window(Duration::from_millis(100))?;
     for i in 0..25 {
         charge(&mut client, &short, &key(&format!("k-{i}")), &charge_fp(1)).await?;
     }
@@ -389,7 +487,7 @@ async fn effects_carry_the_downstream_keys_their_claim_tells() -> TestResult {
 #[tokio::test]
 async fn a_key_reused_after_its_window_gets_new_downstream_keys() -> TestResult {
     let (_db, mut client) = db_with_orders().await?;
-    let short = Scope::new("charges")?.with_window(Duration::from_millis(300));
+    let short = Scope::new("charges")?.with_window(Duration::from_millis(300))?;
     let k = key("k-reused");
     let (old_stripe, old_receipt) = charge_telling_keys(&mut client, &short, &k).await?;
     // The old charge was declined and dead-lettered; its row stays for the operator.
@@ -416,7 +514,7 @@ async fn a_key_reused_after_its_window_gets_new_downstream_keys() -> TestResult 
 #[tokio::test]
 async fn a_key_pruned_then_reused_gets_new_downstream_keys() -> TestResult {
     let (_db, mut client) = db_with_orders().await?;
-    let short = Scope::new("charges")?.with_window(Duration::from_millis(300));
+    let short = Scope::new("charges")?.with_window(Duration::from_millis(300))?;
     let k = key("k-pruned");
     let (old_stripe, _) = charge_telling_keys(&mut client, &short, &k).await?;
     tokio::time::sleep(Duration::from_millis(400)).await;

@@ -23,7 +23,12 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 /// An idempotent request: its key, its fingerprint and its body, read once.
 ///
 /// Extracting it consumes the body (use [`Idempotent::body`] or [`Idempotent::json`]). It rejects
-/// with 400 a request other than GET/HEAD without a key, and any request with a malformed key.
+/// with 400 a request other than GET/HEAD without a key, any request with a malformed key, and
+/// one with two `Idempotency-Key` fields (or a list in one). The key is read as
+/// [`IdempotencyKey::from_header`] says: `"8e03978e-…"` (an RFC 8941 sf-string, as the
+/// draft defines the header) and `8e03978e-…` (bare) are the same key. A key shorter than the
+/// scope accepts ([`Scope::with_min_key_len`], 16 by default) is refused with 400 by
+/// [`Idempotent::begin`].
 #[derive(Debug, Clone)]
 pub struct Idempotent {
     key: Option<IdempotencyKey>,
@@ -78,43 +83,33 @@ impl<S: Send + Sync> FromRequest<S> for Idempotent {
 fn body_problem(rejection: &BytesRejection) -> Problem {
     let status = rejection.status();
     if status == StatusCode::PAYLOAD_TOO_LARGE {
-        return Problem::new(
-            status,
-            "urn:txoutbox:body-too-large",
-            "Request body too large",
-            rejection.body_text(),
-        );
+        return Problem::body_too_large(rejection.body_text());
     }
-    Problem::new(
-        status,
-        "urn:txoutbox:invalid-body",
-        "Invalid request body",
-        rejection.body_text(),
-    )
+    let mut problem = Problem::invalid_body(rejection.body_text());
+    problem.status = status;
+    problem
 }
 
+/// The request's key: one `Idempotency-Key` field holding one sf-string (or bare key).
 fn key_from(headers: &HeaderMap, method: &Method) -> Result<Option<IdempotencyKey>, Problem> {
-    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+    let mut fields = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(value) = fields.next() else {
         return if method == Method::GET || method == Method::HEAD {
             Ok(None)
         } else {
             Err(Problem::missing_key())
         };
     };
-    let malformed = |detail: String| {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "urn:txoutbox:malformed-idempotency-key",
-            "Malformed Idempotency-Key",
-            detail,
-        )
-    };
+    // The draft: a client MUST NOT send more than one; which one would be the key is a guess.
+    if fields.next().is_some() {
+        return Err(Problem::multiple_keys());
+    }
     let text = value
         .to_str()
-        .map_err(|_| malformed("the key must be visible ASCII".into()))?;
-    IdempotencyKey::parse(text)
+        .map_err(|_| Problem::malformed_key("the key must be visible ASCII"))?;
+    IdempotencyKey::from_header(text)
         .map(Some)
-        .map_err(|e| malformed(e.to_string()))
+        .map_err(|e| Problem::from(&e))
 }
 
 impl Idempotent {
@@ -171,10 +166,8 @@ impl Idempotent {
     ) -> Result<Prepared, Problem> {
         let (parts, body) = response.into_response().into_parts();
         let body = axum::body::to_bytes(body, usize::MAX).await.map_err(|e| {
-            Problem::new(
+            Problem::blank(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "about:blank",
-                "Internal server error",
                 format!("the handler's response body could not be read: {e}"),
             )
         })?;

@@ -24,8 +24,11 @@
 //! ```
 //!
 //! The rules, as the core states them ([`txoutbox::begin`]):
-//! - a method other than GET/HEAD without an `Idempotency-Key` is answered 400, as is a
-//!   malformed key; GET and HEAD need none;
+//! - the key is an RFC 8941 sf-string, `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`
+//!   (draft-ietf-httpapi-idempotency-key-header); the bare spelling is the same key;
+//! - a method other than GET/HEAD without an `Idempotency-Key` is answered 400, as are a
+//!   malformed key, two keys, and a key shorter than the scope's minimum (16 characters by
+//!   default); GET and HEAD need none;
 //! - a retry with the same key and the same request (method, path, canonical JSON body) gets the
 //!   stored answer, marked `Idempotent-Replayed: true`; another request under a used key gets 422;
 //!   a key held by a request still running gets 409 with `Retry-After`;
@@ -33,7 +36,8 @@
 //!   a 5xx or an error rolls everything back, so a retry runs the request again;
 //! - Postgres unreachable is 503 with `Retry-After`: nothing was decided, nothing is assumed.
 //!
-//! Every error is an RFC 9457 problem document ([`Problem`], `application/problem+json`).
+//! Every error is an RFC 9457 problem document ([`Problem`], `application/problem+json`) whose
+//! `type` resolves to its documentation ([`set_problem_base`]; by default the README).
 //!
 //! Layout: `extract` holds the [`Idempotent`] extractor and the begin/complete steps; `problem`
 //! holds [`Problem`], the error answer; `prometheus` (feature `prometheus`) a recorder sized for
@@ -47,4 +51,6 @@ pub mod prometheus;
 pub use extract::{
     Idempotent, Prepared, Started, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, TRACEPARENT,
 };
-pub use problem::{Problem, PROBLEM_JSON};
+pub use problem::{
+    problem_type, set_problem_base, status_title, Problem, DEFAULT_PROBLEM_BASE, PROBLEM_JSON,
+};

@@ -1,5 +1,7 @@
 //! RFC 9457 problem details: the one shape every error of the integration answers with.
 
+use std::sync::OnceLock;
+
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
@@ -11,7 +13,8 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 pub struct Problem {
     /// HTTP status.
     pub status: StatusCode,
-    /// A URI naming the kind of problem (`about:blank` or a tag such as `urn:txoutbox:...`).
+    /// The `type`: a URI naming the kind of problem, which resolves to its documentation
+    /// ([`problem_type`]), or `about:blank` for a problem that says no more than its status.
     pub kind: String,
     /// A short, fixed summary of the kind.
     pub title: String,
@@ -21,8 +24,64 @@ pub struct Problem {
     pub retry_after: Option<u64>,
 }
 
+/// Where the `type` URIs of txoutbox's own problems point by default: the README's section on
+/// each problem (`…/README.md#problem-mismatch`), in the repository named by `Cargo.toml`.
+pub const DEFAULT_PROBLEM_BASE: &str =
+    concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/README.md#");
+
+static PROBLEM_BASE: OnceLock<String> = OnceLock::new();
+
+/// Points the `type` of txoutbox's problem documents at your own documentation: each `type` is
+/// `base` followed by the problem's name (`problem-mismatch`, `problem-in-flight`, …; the
+/// README lists them). Call it once at start, before serving; without it, the types point into
+/// txoutbox's README ([`DEFAULT_PROBLEM_BASE`]).
+///
+/// Fails with [`txoutbox::Error::Config`] for a base that is not an absolute URI
+/// (`scheme:...`), or when a different base was set already.
+pub fn set_problem_base(base: impl Into<String>) -> txoutbox::Result<()> {
+    let base = base.into();
+    let scheme = base.split_once(':').map(|(scheme, _)| scheme);
+    let absolute = scheme.is_some_and(|s| {
+        s.starts_with(|c: char| c.is_ascii_alphabetic())
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    });
+    if !absolute || base.chars().any(|c| !c.is_ascii_graphic()) {
+        return Err(txoutbox::Error::Config(format!(
+            "problem type base {base:?} is not an absolute URI (https://...)"
+        )));
+    }
+    let stored = PROBLEM_BASE.get_or_init(|| base.clone());
+    if *stored != base {
+        return Err(txoutbox::Error::Config(format!(
+            "problem type base is already {stored:?}; it is set once, at start"
+        )));
+    }
+    Ok(())
+}
+
+/// The `type` URI of txoutbox's problem named `name`.
+pub fn problem_type(name: &str) -> String {
+    let base = PROBLEM_BASE
+        .get()
+        .map_or(DEFAULT_PROBLEM_BASE, String::as_str);
+    format!("{base}{name}")
+}
+
+/// The reason phrase RFC 9110 §15 gives `status` (the `title` of an `about:blank` problem,
+/// RFC 9457 §4.2.1): "Content Too Large" for 413 and "Unprocessable Content" for 422, where
+/// older RFCs (and the `http` crate) say "Payload Too Large" and "Unprocessable Entity".
+pub fn status_title(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        413 => "Content Too Large",
+        416 => "Range Not Satisfiable",
+        422 => "Unprocessable Content",
+        _ => status.canonical_reason().unwrap_or("Unknown Status"),
+    }
+}
+
 impl Problem {
-    /// A problem with `status`, a type tag, a title and a detail.
+    /// A problem with `status`, a type URI, a title and a detail.
     pub fn new(
         status: StatusCode,
         kind: impl Into<String>,
@@ -38,6 +97,12 @@ impl Problem {
         }
     }
 
+    /// A problem of type `about:blank`: no more meaning than its status, whose RFC 9110 reason
+    /// phrase is its title.
+    pub fn blank(status: StatusCode, detail: impl Into<String>) -> Self {
+        Self::new(status, "about:blank", status_title(status), detail)
+    }
+
     /// Adds `Retry-After: seconds`.
     pub fn with_retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds);
@@ -48,9 +113,39 @@ impl Problem {
     pub fn missing_key() -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
-            "urn:txoutbox:missing-idempotency-key",
+            problem_type("problem-missing-key"),
             "Idempotency-Key required",
-            "send an Idempotency-Key header (a UUID, the same one on every retry of this operation)",
+            "send an Idempotency-Key header (a UUID as an sf-string, \"8e03978e-40d5-43e8-bc93-6894a57f9324\", the same one on every retry of this operation)",
+        )
+    }
+
+    /// 400: the `Idempotency-Key` header is not a usable key.
+    pub fn malformed_key(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            problem_type("problem-malformed-key"),
+            "Malformed Idempotency-Key",
+            detail,
+        )
+    }
+
+    /// 400: the request carries two `Idempotency-Key` fields, or a list of keys in one.
+    pub fn multiple_keys() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            problem_type("problem-multiple-keys"),
+            "More than one Idempotency-Key",
+            "send exactly one Idempotency-Key field with one key",
+        )
+    }
+
+    /// 400: the key is shorter than the scope accepts (too easy to guess or to collide).
+    pub fn key_too_short(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            problem_type("problem-key-too-short"),
+            "Idempotency-Key too short",
+            detail,
         )
     }
 
@@ -58,7 +153,7 @@ impl Problem {
     pub fn mismatch() -> Self {
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "urn:txoutbox:idempotency-key-reused",
+            problem_type("problem-mismatch"),
             "Idempotency-Key reused",
             "this key was already used for a different request; use a new key for a new operation",
         )
@@ -68,19 +163,51 @@ impl Problem {
     pub fn in_flight() -> Self {
         Self::new(
             StatusCode::CONFLICT,
-            "urn:txoutbox:request-in-progress",
+            problem_type("problem-in-flight"),
             "Request in progress",
             "a request with this Idempotency-Key is still being processed; retry shortly with the same key",
         )
         .with_retry_after(1)
     }
 
+    /// 409: the transaction lost a race with a concurrent one (serialization failure, deadlock)
+    /// and was rolled back.
+    pub fn conflict() -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            problem_type("problem-conflict"),
+            "Concurrent request conflict",
+            "the request conflicted with a concurrent one and was rolled back; retry shortly with the same key",
+        )
+        .with_retry_after(1)
+    }
+
+    /// 413: the request body is over the size limit.
+    pub fn body_too_large(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            problem_type("problem-body-too-large"),
+            "Request body too large",
+            detail,
+        )
+    }
+
+    /// 400: the request body could not be read or parsed.
+    pub fn invalid_body(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            problem_type("problem-invalid-body"),
+            "Invalid request body",
+            detail,
+        )
+    }
+
     /// 503: the store could not be reached; nothing was decided.
     pub fn unavailable(detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "urn:txoutbox:store-unavailable",
-            "Service unavailable",
+            problem_type("problem-unavailable"),
+            "Store unavailable",
             detail,
         )
         .with_retry_after(1)
@@ -114,6 +241,19 @@ impl std::error::Error for Problem {}
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let mut response = (self.status, self.to_json().to_string()).into_response();
+        // hyper writes the `http` crate's phrases ("Unprocessable Entity"); RFC 9110 renamed
+        // these.
+        let renamed: Option<&'static [u8]> = match self.status.as_u16() {
+            413 => Some(b"Content Too Large"),
+            416 => Some(b"Range Not Satisfiable"),
+            422 => Some(b"Unprocessable Content"),
+            _ => None,
+        };
+        if let Some(phrase) = renamed {
+            response
+                .extensions_mut()
+                .insert(hyper::ext::ReasonPhrase::from_static(phrase));
+        }
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Some(seconds) = self.retry_after {
@@ -128,19 +268,33 @@ impl From<txoutbox::Error> for Problem {
         if err.is_unavailable() {
             return Problem::unavailable(format!("the database is unreachable: {err}"));
         }
+        match &err {
+            txoutbox::Error::Key(key) => return key.into(),
+            txoutbox::Error::Conflict(_) => return Problem::conflict(),
+            _ => {}
+        }
         let status =
             StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {
             // The detail of a database error is for the log, not for the client.
             tracing::error!(error = %err, "request failed");
-            return Problem::new(
+            return Problem::blank(
                 status,
-                "about:blank",
-                "Internal server error",
                 "the request failed and was rolled back; it is safe to retry with the same key",
             );
         }
-        Problem::new(status, "about:blank", "Bad request", err.to_string())
+        Problem::blank(status, err.to_string())
+    }
+}
+
+impl From<&txoutbox::KeyError> for Problem {
+    fn from(err: &txoutbox::KeyError) -> Self {
+        match err {
+            txoutbox::KeyError::Missing => Problem::missing_key(),
+            txoutbox::KeyError::Multiple => Problem::multiple_keys(),
+            txoutbox::KeyError::TooShort { .. } => Problem::key_too_short(err.to_string()),
+            _ => Problem::malformed_key(err.to_string()),
+        }
     }
 }
 
@@ -158,11 +312,45 @@ impl From<deadpool_postgres::PoolError> for Problem {
 
 impl From<serde_json::Error> for Problem {
     fn from(err: serde_json::Error) -> Self {
-        Problem::new(
-            StatusCode::BAD_REQUEST,
-            "urn:txoutbox:invalid-body",
-            "Invalid request body",
-            err.to_string(),
-        )
+        Problem::invalid_body(err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_serialization_failure_is_a_409_conflict_with_retry_after() {
+        let problem = Problem::from(txoutbox::Error::Conflict(
+            "could not serialize access due to concurrent update".into(),
+        ));
+        assert_eq!(problem.status, StatusCode::CONFLICT);
+        assert_eq!(problem.kind, problem_type("problem-conflict"));
+        assert_eq!(problem.retry_after, Some(1));
+        // The server's message is for the log, not for the client.
+        assert!(!problem.detail.contains("serialize"));
+    }
+
+    #[test]
+    fn a_short_key_is_its_own_400_problem() {
+        let problem = Problem::from(txoutbox::Error::Key(txoutbox::KeyError::TooShort {
+            len: 8,
+            min: 16,
+        }));
+        assert_eq!(problem.status, StatusCode::BAD_REQUEST);
+        assert_eq!(problem.kind, problem_type("problem-key-too-short"));
+        assert!(problem.detail.contains("16"), "{}", problem.detail);
+    }
+
+    #[test]
+    fn the_default_base_points_into_the_repository_readme() {
+        assert_eq!(
+            problem_type("problem-mismatch"),
+            format!(
+                "{}/blob/main/README.md#problem-mismatch",
+                env!("CARGO_PKG_REPOSITORY")
+            )
+        );
     }
 }

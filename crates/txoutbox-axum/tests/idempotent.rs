@@ -8,19 +8,27 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use tokio_postgres::IsolationLevel;
 use txoutbox::Scope;
-use txoutbox_axum::{Idempotent, Problem, Started};
+use txoutbox_axum::{problem_type, Idempotent, Problem, Started, DEFAULT_PROBLEM_BASE};
 use txoutbox_test_support::{test_db, TestDb};
 
 #[derive(Clone)]
 struct App {
     pool: deadpool_postgres::Pool,
     scope: Scope,
+    /// The handlers' transactions' isolation level (Postgres's default, READ COMMITTED, when
+    /// `None`).
+    isolation: Option<IsolationLevel>,
 }
 
 async fn create_order(State(app): State<App>, request: Idempotent) -> Result<Response, Problem> {
     let mut conn = app.pool.get().await?;
-    let tx = conn.transaction().await?;
+    let mut builder = conn.build_transaction();
+    if let Some(level) = app.isolation {
+        builder = builder.isolation_level(level);
+    }
+    let tx = builder.start().await?;
     let mut claim = match request.begin(&tx, &app.scope).await? {
         Started::New(claim) => claim,
         Started::Answered(answer) => return Ok(answer),
@@ -106,12 +114,34 @@ struct Server {
 async fn serve(pool: deadpool_postgres::Pool, db: Option<TestDb>) -> anyhow::Result<Server> {
     let app = App {
         pool: pool.clone(),
-        scope: Scope::new("orders")?.with_lock_timeout(Duration::from_millis(200)),
+        scope: Scope::new("orders")?.with_lock_timeout(Duration::from_millis(200))?,
+        isolation: None,
+    };
+    let serializable = App {
+        pool: pool.clone(),
+        scope: Scope::new("orders")?.with_lock_timeout(Duration::from_secs(5))?,
+        isolation: Some(IsolationLevel::Serializable),
+    };
+    // A service whose clients send short keys of their own (ticket numbers) lowers the minimum.
+    let tickets = App {
+        pool: pool.clone(),
+        scope: Scope::new("tickets")?.with_min_key_len(4)?,
+        isolation: None,
     };
     let router = Router::new()
         .route("/orders", post(create_order).get(count))
         .route("/digests", post(send_digest))
-        .with_state(app);
+        .with_state(app)
+        .merge(
+            Router::new()
+                .route("/tickets", post(create_order))
+                .with_state(tickets),
+        )
+        .merge(
+            Router::new()
+                .route("/serializable-orders", post(create_order))
+                .with_state(serializable),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -203,7 +233,10 @@ async fn retry_with_same_key_replays_status_headers_and_body() -> anyhow::Result
 async fn the_request_traceparent_is_stored_with_its_effects() -> anyhow::Result<()> {
     let s = server().await?;
     let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-    for (key, header) in [("traced", traceparent), ("garbled", "00-not-a-trace")] {
+    for (key, header) in [
+        ("traced-request-0001", traceparent),
+        ("garbled-request-0001", "00-not-a-trace"),
+    ] {
         let response = s
             .http
             .post(format!("{}/orders", s.base))
@@ -249,9 +282,278 @@ async fn malformed_key_is_400_problem() -> anyhow::Result<()> {
     assert_eq!(response.status(), 400);
     assert_eq!(
         problem(response).await?["type"],
-        "urn:txoutbox:malformed-idempotency-key"
+        problem_type("problem-malformed-key")
     );
     Ok(())
+}
+
+#[tokio::test]
+async fn the_quoted_and_the_bare_spelling_of_a_key_make_one_effect() -> anyhow::Result<()> {
+    let s = server().await?;
+    let key = key();
+    // The draft's form: an RFC 8941 sf-string.
+    let quoted = s
+        .post(Some(&format!("\"{key}\"")), &json!({"quantity": 2}))
+        .await?;
+    assert_eq!(quoted.status(), 201);
+    let bare = s.post(Some(&key), &json!({"quantity": 2})).await?;
+    assert_eq!(bare.status(), 201);
+    assert_eq!(bare.headers()["idempotent-replayed"], "true");
+    let quoted_again = s
+        .post(Some(&format!("  \"{key}\"  ")), &json!({"quantity": 2}))
+        .await?;
+    assert_eq!(quoted_again.headers()["idempotent-replayed"], "true");
+    assert_eq!(s.orders().await?, 1);
+    assert_eq!(s.outbox_rows().await?, 1);
+    let conn = s.pool.get().await?;
+    let stored: String = conn
+        .query_one("SELECT key FROM txoutbox_idempotency_keys", &[])
+        .await?
+        .get(0);
+    assert_eq!(stored, key, "the quotes are not part of the key");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_escaped_sf_string_is_unescaped_into_one_key() -> anyhow::Result<()> {
+    let s = server().await?;
+    let first = s
+        .post(Some(r#""order\"42\\2026-12-03""#), &json!({"quantity": 1}))
+        .await?;
+    assert_eq!(first.status(), 201);
+    let bare = s
+        .post(Some(r#"order"42\2026-12-03"#), &json!({"quantity": 1}))
+        .await?;
+    assert_eq!(bare.headers()["idempotent-replayed"], "true");
+    // `\n` is no sf-string escape.
+    let refused = s
+        .post(Some(r#""order\n42-2026-12-03""#), &json!({"quantity": 1}))
+        .await?;
+    assert_eq!(refused.status(), 400);
+    assert_eq!(
+        problem(refused).await?["type"],
+        problem_type("problem-malformed-key")
+    );
+    assert_eq!(s.orders().await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_idempotency_key_fields_are_a_400_problem() -> anyhow::Result<()> {
+    let s = server().await?;
+    let (a, b) = (key(), key());
+    for (first, second) in [(a.clone(), b.clone()), (a.clone(), a.clone())] {
+        let response = s
+            .http
+            .post(format!("{}/orders", s.base))
+            .header("Idempotency-Key", format!("\"{first}\""))
+            .header("Idempotency-Key", format!("\"{second}\""))
+            .json(&json!({"quantity": 1}))
+            .send()
+            .await?;
+        assert_eq!(response.status(), 400);
+        let body = problem(response).await?;
+        assert_eq!(body["type"], problem_type("problem-multiple-keys"));
+        assert_eq!(body["title"], "More than one Idempotency-Key");
+    }
+    // One field holding a list is two keys as well.
+    let list = s
+        .post(Some(&format!("\"{a}\", \"{b}\"")), &json!({"quantity": 1}))
+        .await?;
+    assert_eq!(list.status(), 400);
+    assert_eq!(
+        problem(list).await?["type"],
+        problem_type("problem-multiple-keys")
+    );
+    assert_eq!(s.orders().await?, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_key_shorter_than_16_characters_is_a_400_problem() -> anyhow::Result<()> {
+    let s = server().await?;
+    let response = s
+        .post(Some("\"order-42\""), &json!({"quantity": 1}))
+        .await?;
+    assert_eq!(response.status(), 400);
+    let body = problem(response).await?;
+    assert_eq!(body["type"], problem_type("problem-key-too-short"));
+    assert_eq!(body["title"], "Idempotency-Key too short");
+    assert_eq!(s.orders().await?, 0);
+    // Sixteen characters are enough.
+    let sixteen = s
+        .post(Some("\"order-0000000042\""), &json!({"quantity": 1}))
+        .await?;
+    assert_eq!(sixteen.status(), 201);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_scope_that_lowers_the_minimum_accepts_short_keys() -> anyhow::Result<()> {
+    let s = server().await?;
+    let post = |key: &'static str| {
+        s.http
+            .post(format!("{}/tickets", s.base))
+            .header("Idempotency-Key", key)
+            .json(&json!({"quantity": 1}))
+            .send()
+    };
+    assert_eq!(post("\"T-42\"").await?.status(), 201);
+    assert_eq!(post("T-42").await?.headers()["idempotent-replayed"], "true");
+    assert_eq!(post("T-4").await?.status(), 400);
+    assert_eq!(s.orders().await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn concurrent_duplicates_in_serializable_handlers_are_replays_or_409_never_500(
+) -> anyhow::Result<()> {
+    let s = server().await?;
+    let key = format!("\"{}\"", key());
+    let requests = (0..20).map(|_| {
+        s.http
+            .post(format!("{}/serializable-orders", s.base))
+            .header("Idempotency-Key", &key)
+            .json(&json!({"quantity": 1}))
+            .send()
+    });
+    let mut statuses = Vec::new();
+    for response in futures::future::join_all(requests).await {
+        let response = response?;
+        let status = response.status().as_u16();
+        if status == 409 {
+            assert_eq!(response.headers()["retry-after"], "1");
+            problem(response).await?;
+        }
+        statuses.push(status);
+    }
+    assert!(
+        statuses.iter().all(|s| *s == 201 || *s == 409),
+        "only the stored answer or 409: {statuses:?}"
+    );
+    assert_eq!(s.orders().await?, 1);
+    Ok(())
+}
+
+/// The content type, `type` and `title` of one problem answer.
+async fn problem_kind(response: reqwest::Response) -> anyhow::Result<(u16, String, String)> {
+    let status = response.status().as_u16();
+    let body = problem(response).await?;
+    assert_eq!(body["status"], status);
+    Ok((
+        status,
+        body["type"].as_str().unwrap_or_default().to_owned(),
+        body["title"].as_str().unwrap_or_default().to_owned(),
+    ))
+}
+
+#[tokio::test]
+async fn every_problem_has_its_content_type_documented_type_and_title() -> anyhow::Result<()> {
+    let s = server().await?;
+    let used = key();
+    s.post(Some(&used), &json!({"quantity": 1})).await?;
+    let busy = key();
+    let slow = json!({"quantity": 1, "slow": true});
+    let (_, in_flight) = tokio::join!(s.post(Some(&busy), &slow), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        s.post(Some(&busy), &slow).await
+    });
+    let too_large = s
+        .http
+        .post(format!("{}/orders", s.base))
+        .header("Idempotency-Key", format!("\"{}\"", key()))
+        .header("content-type", "application/json")
+        .body(vec![b' '; 3 * 1024 * 1024])
+        .send()
+        .await?;
+    let not_json = s
+        .http
+        .post(format!("{}/orders", s.base))
+        .header("Idempotency-Key", format!("\"{}\"", key()))
+        .body("{not json")
+        .send()
+        .await?;
+    let seen = [
+        problem_kind(s.post(None, &json!({})).await?).await?,
+        problem_kind(
+            s.post(Some("\"unterminated-0000000000"), &json!({}))
+                .await?,
+        )
+        .await?,
+        problem_kind(s.post(Some("short-key"), &json!({})).await?).await?,
+        problem_kind(s.post(Some(&used), &json!({"quantity": 9})).await?).await?,
+        problem_kind(in_flight?).await?,
+        problem_kind(too_large).await?,
+        problem_kind(not_json).await?,
+    ];
+    let expected = [
+        (400, "problem-missing-key", "Idempotency-Key required"),
+        (400, "problem-malformed-key", "Malformed Idempotency-Key"),
+        (400, "problem-key-too-short", "Idempotency-Key too short"),
+        (422, "problem-mismatch", "Idempotency-Key reused"),
+        (409, "problem-in-flight", "Request in progress"),
+        (413, "problem-body-too-large", "Request body too large"),
+        (400, "problem-invalid-body", "Invalid request body"),
+    ];
+    for ((status, kind, title), (want_status, want_kind, want_title)) in seen.iter().zip(expected) {
+        assert_eq!(*status, want_status, "{kind}");
+        assert_eq!(*kind, problem_type(want_kind));
+        assert!(
+            kind.starts_with(DEFAULT_PROBLEM_BASE) && kind.contains("/README.md#problem-"),
+            "{kind} points into the README"
+        );
+        assert_eq!(title, want_title, "{kind}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_about_blank_problem_is_titled_with_the_rfc_9110_status_phrase() -> anyhow::Result<()> {
+    let cases = [
+        (StatusCode::UNPROCESSABLE_ENTITY, "Unprocessable Content"),
+        (StatusCode::PAYLOAD_TOO_LARGE, "Content Too Large"),
+        (StatusCode::NOT_FOUND, "Not Found"),
+        (StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
+    ];
+    for (status, phrase) in cases {
+        let router = Router::new().route(
+            "/",
+            post(move || async move { Problem::blank(status, "detail") }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let response = reqwest::Client::new().post(&base).send().await?;
+        assert_eq!(response.status(), status);
+        let body = problem(response).await?;
+        assert_eq!(body["type"], "about:blank");
+        assert_eq!(body["title"], phrase);
+        // The status line says it too, as curl shows it.
+        assert_eq!(
+            status_line(&base).await?,
+            format!("HTTP/1.1 {} {phrase}", status.as_u16())
+        );
+    }
+    Ok(())
+}
+
+/// The first line of the answer to a bare `POST /` at `base`, read off the socket.
+async fn status_line(base: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://");
+    let mut socket = tokio::net::TcpStream::connect(addr).await?;
+    socket
+        .write_all(
+            b"POST / HTTP/1.1\r\nhost: test\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .await?;
+    let mut answer = Vec::new();
+    socket.read_to_end(&mut answer).await?;
+    let answer = String::from_utf8_lossy(&answer);
+    Ok(answer.lines().next().unwrap_or_default().to_owned())
 }
 
 #[tokio::test]
@@ -354,7 +656,10 @@ async fn unreachable_postgres_is_503_with_retry_after() -> anyhow::Result<()> {
     let response = s.post(Some(&key()), &json!({"quantity": 1})).await?;
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()["retry-after"], "1");
-    assert_eq!(problem(response).await?["status"], 503);
+    let body = problem(response).await?;
+    assert_eq!(body["status"], 503);
+    assert_eq!(body["type"], problem_type("problem-unavailable"));
+    assert_eq!(body["title"], "Store unavailable");
     Ok(())
 }
 
@@ -362,7 +667,7 @@ async fn unreachable_postgres_is_503_with_retry_after() -> anyhow::Result<()> {
 async fn an_effect_already_in_the_outbox_is_reported_as_skipped() -> anyhow::Result<()> {
     let server = server().await?;
     let mut answers = Vec::new();
-    for key in ["digest-request-1", "digest-request-2"] {
+    for key in ["digest-request-0001", "digest-request-0002"] {
         let answer = server
             .http
             .post(format!("{}/digests", server.base))

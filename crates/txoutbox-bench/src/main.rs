@@ -1,9 +1,12 @@
 //! `txoutbox-bench`: throughput of txoutbox's paths against raw-SQL baselines measured in the same
 //! run, on the same database. Reads `DATABASE_URL`; without it, starts a throwaway cluster with
-//! production durability (fsync on).
+//! production durability (fsync on). `soak` starts a private cluster of its own.
 
+mod dashboard;
 mod relay;
 mod write;
+
+use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -27,18 +30,103 @@ enum Command {
     Relay(relay::DrainArgs),
     /// Commit → sink latency at a steady offered load.
     Latency(relay::LatencyArgs),
+    /// Dashboard pages and API answers, p50/p99 each, over a large outbox.
+    Dashboard(dashboard::Args),
+    /// Fault-injection soak: relay processes, Postgres and a scripted downstream under faults
+    /// drawn from a seed; checks the delivery invariants at the end (exit 1 on a violation).
+    Soak(SoakArgs),
+}
+
+/// Options of `txoutbox-bench soak`.
+#[derive(Debug, clap::Args)]
+struct SoakArgs {
+    /// The fault plan's seed (default: a random one, printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Minutes of faults (adds to --seconds).
+    #[arg(long, default_value_t = 0)]
+    minutes: u64,
+    /// Seconds of faults (default 60 when --minutes is not given).
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Rows enqueued over the run.
+    #[arg(long, default_value_t = 1000)]
+    rows: usize,
+    /// Relay processes.
+    #[arg(long, default_value_t = 3)]
+    relays: usize,
+    /// The relays' lease (the webhook sink's 10 s timeout must fit in it, with a margin).
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    lease: std::time::Duration,
+    /// Attempts before a row is dead-lettered.
+    #[arg(long, default_value_t = 6)]
+    max_attempts: u32,
+    /// How long the backlog may take to settle once the faults end.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    settle: std::time::Duration,
+    /// The `txoutbox` binary (default: the one next to this binary).
+    #[arg(long, env = "TXOUTBOX_BIN")]
+    txoutbox_bin: Option<std::path::PathBuf>,
+    /// Violations printed per invariant (the table counts them all).
+    #[arg(long, default_value_t = 20)]
+    show: usize,
+    /// Where the relays' logs go (default: a new directory under the temp dir).
+    #[arg(long)]
+    log_dir: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
-async fn main() -> Result<()> {
+async fn main() -> Result<ExitCode> {
     let cli = Cli::parse();
+    if let Command::Soak(args) = &cli.command {
+        return soak(args).await;
+    }
     let (_cluster, admin) = server()?;
     let db = TestDb::create_on(&admin).await?;
     match cli.command {
-        Command::Write(args) => write::run(&db, &args).await,
-        Command::Relay(args) => relay::run_drain(&db, &args).await,
-        Command::Latency(args) => relay::run_latency(&db, &args).await,
+        Command::Write(args) => write::run(&db, &args).await?,
+        Command::Relay(args) => relay::run_drain(&db, &args).await?,
+        Command::Latency(args) => relay::run_latency(&db, &args).await?,
+        Command::Dashboard(args) => dashboard::run(&db, &args).await?,
+        Command::Soak(_) => {}
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the soak; exit status 1 when an invariant was violated.
+async fn soak(args: &SoakArgs) -> Result<ExitCode> {
+    use txoutbox_bench::soak;
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let bin = match &args.txoutbox_bin {
+        Some(bin) => bin.clone(),
+        None => std::env::current_exe()?.with_file_name("txoutbox"),
+    };
+    let mut options = soak::SoakOptions::new(seed, bin);
+    let seconds = args
+        .seconds
+        .unwrap_or(if args.minutes == 0 { 60 } else { 0 });
+    options.chaos = std::time::Duration::from_secs(args.minutes * 60 + seconds);
+    options.rows = args.rows;
+    options.relays = args.relays;
+    options.lease = args.lease;
+    options.max_attempts = args.max_attempts;
+    options.settle = args.settle;
+    options.log_dir = args.log_dir.clone();
+    let report = soak::run(&options).await?;
+    print!("{}", report.violation_lines(args.show));
+    for note in &report.notes {
+        println!("note: {note}");
+    }
+    print!("{}", report.table());
+    println!("relay logs: {}", report.log_dir.display());
+    if report.violations.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "soak: {} invariant violations (seed {seed})",
+        report.violations.len()
+    );
+    Ok(ExitCode::FAILURE)
 }
 
 /// The server to measure on: `DATABASE_URL`'s, or a throwaway cluster kept for this run.

@@ -163,6 +163,7 @@ impl FilterArgs {
             downstream_key: self.key.clone(),
             ordering_key: self.ordering_key.clone(),
             limit,
+            ..MessageFilter::default()
         }
     }
 }

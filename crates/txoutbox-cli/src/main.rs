@@ -2,6 +2,7 @@
 //! operator's tools. Thin: it parses arguments and calls the core library.
 
 mod admin;
+mod dashboard;
 #[cfg(feature = "otel")]
 mod otel;
 mod relay;
@@ -32,6 +33,10 @@ enum Command {
     Migrate,
     /// Deliver outbox rows to their sinks until SIGINT/SIGTERM (many relays may run at once).
     Relay(relay::RelayArgs),
+    /// Serve the operator dashboard (pages and JSON API) until SIGINT/SIGTERM.
+    ///
+    /// Example: txoutbox dashboard --addr 0.0.0.0:9470 --user alice:s3cret:operator
+    Dashboard(dashboard::DashboardArgs),
     #[command(flatten)]
     Admin(admin::AdminCommand),
 }
@@ -98,6 +103,7 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Relay(args) => relay::run(&url, args).await,
+        Command::Dashboard(args) => dashboard::run(&url, args).await,
         Command::Admin(command) => admin::run(&url, command).await,
     }
 }

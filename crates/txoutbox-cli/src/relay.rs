@@ -114,6 +114,7 @@ fn parse_pair(text: &str) -> Result<(String, String), String> {
 
 /// Runs the relay until SIGINT or SIGTERM.
 pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
+    let signalled = shutdown_signal()?;
     let pg = txoutbox::PgConfig::parse(url).context("DATABASE_URL")?;
     // Installed before anything records, so the first deliveries are counted too.
     let prometheus = match args.observability.metrics_addr {
@@ -219,7 +220,7 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
     // One signal stops both the relay and the metrics server.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        shutdown_signal().await;
+        signalled.await;
         let _ = stop_tx.send(true);
     });
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -360,26 +361,26 @@ fn webhook_secret(
         .map_err(|e| anyhow::anyhow!("the webhook secret of {destination}: {e}"))
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+/// Installs the SIGINT and SIGTERM handlers at once, so a signal that arrives while the relay is
+/// still starting stops it gracefully instead of killing it; the future resolves on the first.
+pub(crate) fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
+        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
+        })
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }
 

@@ -380,7 +380,7 @@ async fn a_traceparent_given_at_enqueue_reaches_the_webhook_receiver() -> anyhow
     let request_trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let mut client = db.connect().await?;
     let tx = client.transaction().await?;
-    let key = IdempotencyKey::parse("req-1")?;
+    let key = IdempotencyKey::parse("request-0000000001")?;
     let Begin::New(mut claim) = txoutbox::begin(
         &tx,
         &Scope::new("orders")?,
@@ -558,8 +558,8 @@ async fn the_write_path_counts_enqueues_replays_mismatches_and_conflicts() -> an
     // under its own destination.
     enqueue_all(&db, vec![message("hooks", "w-2")?, message("mail", "m-1")?]).await?;
 
-    let scope = Scope::new("orders")?.with_lock_timeout(Duration::from_millis(100));
-    let key = IdempotencyKey::parse("req-7")?;
+    let scope = Scope::new("orders")?.with_lock_timeout(Duration::from_millis(100))?;
+    let key = IdempotencyKey::parse("request-0000000007")?;
     let body = Fingerprint::new("POST", "/orders", b"{}");
     let mut client = db.connect().await?;
     let tx = client.transaction().await?;
@@ -652,7 +652,7 @@ async fn a_scope_with_a_metric_label_is_counted_under_the_label() -> anyhow::Res
     // Two tenants' scopes, one label: each key is sent twice, the second time a replay.
     for tenant in ["tenant:1", "tenant:2"] {
         let scope = Scope::new(format!("{tenant}:charges"))?.with_metric_label("charges");
-        let key = IdempotencyKey::parse("req-1")?;
+        let key = IdempotencyKey::parse("request-0000000001")?;
         for _ in 0..2 {
             let tx = client.transaction().await?;
             if let Begin::New(claim) = txoutbox::begin(&tx, &scope, &key, &fingerprint).await? {
@@ -888,7 +888,7 @@ async fn with_otel_the_current_span_is_the_context_stored_at_enqueue() -> anyhow
         let Begin::New(mut claim) = txoutbox::begin(
             &tx,
             &Scope::new("orders")?,
-            &IdempotencyKey::parse("req-otel")?,
+            &IdempotencyKey::parse("request-otel-000001")?,
             &Fingerprint::new("POST", "/orders", b"{}"),
         )
         .await?

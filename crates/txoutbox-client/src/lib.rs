@@ -42,8 +42,23 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use rand::Rng;
 
-/// The header the key travels in.
+/// The header the key travels in, as a Structured Field String (RFC 8941), the form
+/// draft-ietf-httpapi-idempotency-key-header defines: `Idempotency-Key: "0190f5e2-…"`.
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+/// `key` as an RFC 8941 sf-string: quoted, with `"` and `\` escaped.
+pub fn sf_string(key: &str) -> String {
+    let mut out = String::with_capacity(key.len() + 2);
+    out.push('"');
+    for c in key.chars() {
+        if matches!(c, '"' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
 
 /// When and how long to retry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,7 +271,7 @@ impl Operation<'_> {
             .client
             .http
             .request(method, url)
-            .header(IDEMPOTENCY_KEY, &self.key)
+            .header(IDEMPOTENCY_KEY, sf_string(&self.key))
             .header(http::header::CONTENT_TYPE, "application/json")
             .timeout(timeout)
             .body(body)

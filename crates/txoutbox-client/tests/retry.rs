@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use txoutbox_client::{ClientError, IdempotentClient, RetryPolicy};
+use txoutbox_client::{sf_string, ClientError, IdempotentClient, RetryPolicy};
 
 /// The keys of every request seen, and the answers to give the first ones.
 #[derive(Clone, Default)]
@@ -79,7 +79,26 @@ async fn retries_5xx_and_409_with_the_same_key_until_an_answer() -> anyhow::Resu
     assert_eq!(outcome.attempts, 4);
     let keys = script.keys.lock().expect("lock").clone();
     assert_eq!(keys.len(), 4);
-    assert!(keys.iter().all(|k| k == &outcome.key && !k.is_empty()));
+    assert!(keys.iter().all(|k| k == &sf_string(&outcome.key)));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_key_travels_as_an_sf_string_with_quote_and_backslash_escaped() -> anyhow::Result<()> {
+    let script = Script::default();
+    let url = serve(script.clone()).await?;
+    let client = IdempotentClient::new(quick())?;
+    let uuid = "8e03978e-40d5-43e8-bc93-6894a57f9324";
+    client.operation_with_key(uuid).post_json(&url, &1).await?;
+    client
+        .operation_with_key(r#"order"42\a"#)
+        .post_json(&url, &1)
+        .await?;
+    let keys = script.keys.lock().expect("lock").clone();
+    assert_eq!(
+        keys,
+        [format!("\"{uuid}\""), r#""order\"42\\a""#.to_owned()]
+    );
     Ok(())
 }
 
@@ -95,7 +114,8 @@ async fn a_timed_out_attempt_is_retried_with_the_same_key() -> anyhow::Result<()
     assert_eq!(outcome.status, StatusCode::CREATED);
     assert_eq!(outcome.attempts, 2);
     let keys = script.keys.lock().expect("lock").clone();
-    assert_eq!(keys, vec![outcome.key.clone(), outcome.key.clone()]);
+    let sent = sf_string(&outcome.key);
+    assert_eq!(keys, vec![sent.clone(), sent]);
     Ok(())
 }
 
@@ -139,7 +159,7 @@ async fn dropped_connections_are_retried_with_the_same_key() -> anyhow::Result<(
     assert_eq!(outcome.attempts, 3);
     let keys = seen.lock().expect("lock").clone();
     assert_eq!(keys.len(), 3);
-    assert!(keys.iter().all(|k| k == &outcome.key));
+    assert!(keys.iter().all(|k| k == &sf_string(&outcome.key)));
     Ok(())
 }
 

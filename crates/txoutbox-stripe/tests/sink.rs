@@ -267,7 +267,15 @@ async fn stripe_429_is_retried_after_its_retry_after_then_delivered() -> TestRes
         "order-6-charge",
     )
     .await?;
-    let relay = relay_with(&db, sink(&fake)?, 5)?;
+    // Retry-After is honoured up to the policy's cap: give this one room for Stripe's second.
+    let mut retry_after_policy = policy(5);
+    retry_after_policy.retry.cap = Duration::from_secs(5);
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink(DESTINATION, sink(&fake)?)
+            .policy(DESTINATION, retry_after_policy)
+            .build()?,
+    );
 
     let (_, attempts) = delivered(&client, "order-6-charge").await?;
     relay.stop().await?;

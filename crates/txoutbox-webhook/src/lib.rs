@@ -27,8 +27,9 @@
 //! Layout: `message` holds [`Webhook`], the payload a service enqueues, and the body it
 //! becomes; `signature` holds [`WebhookSecret`] (`whsec_` form or raw bytes), [`sign`] and
 //! [`verify`]; `sink` holds [`WebhookSink`] and [`WebhookConfig`]: the POST, its timeouts, and
-//! the classification of the answer (2xx delivered; 408, 429, 5xx, timeouts and connection
-//! errors retried, honouring `Retry-After`; other statuses permanent).
+//! the classification of the answer (2xx delivered; 408, 429, 5xx and connections that could
+//! not be made retried, honouring `Retry-After`; a timeout or a connection lost once the request
+//! was sent indeterminate; other statuses permanent; error bodies cut to a cleaned excerpt).
 //!
 //! [Standard Webhooks]: https://www.standardwebhooks.com
 

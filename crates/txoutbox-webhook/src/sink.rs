@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use txoutbox::{Delivery, DeliveryError, Receipt, Sink};
+use txoutbox::{parse_retry_after, Delivery, DeliveryError, Receipt, Sink};
 
 use crate::message::Webhook;
 use crate::signature::{
@@ -12,8 +12,11 @@ use crate::signature::{
 
 /// Trace-context headers forwarded from the outbox row to the receiver when present.
 const FORWARDED: [&str; 2] = ["traceparent", "tracestate"];
-/// How much of an error response's body goes into the attempt log.
-const SNIPPET_BYTES: usize = 512;
+/// How much of an error response's body is read and goes into the attempt log. The rest is
+/// never read: a receiver may answer megabytes, or a body without end.
+const EXCERPT_BYTES: usize = 512;
+/// How much of the receipt header's value is kept.
+const RECEIPT_HEADER_CHARS: usize = 200;
 
 /// The sink's knobs; see [`WebhookConfig::default`].
 #[derive(Debug, Clone)]
@@ -66,9 +69,13 @@ pub enum WebhookError {
 /// `Idempotency-Key`.
 ///
 /// Outcomes: 2xx delivers (the receipt is `HTTP <status>` and the receipt header, if any); 408,
-/// 429, 5xx, timeouts and connection errors retry, after the response's `Retry-After` (seconds
-/// or an HTTP date) when it has one; 3xx (redirects are not followed, as the spec recommends)
-/// and other 4xx are permanent, with the status and the start of the body.
+/// 429 and 5xx retry, after the response's `Retry-After` (seconds or an HTTP date) when it has
+/// one; a connection that could not be made (refused, DNS, TLS handshake) retries, since the
+/// request surely never left; a timeout or a connection lost after the request was sent is
+/// [`DeliveryError::Indeterminate`] (the receiver may have acted on it: the relay retries it for
+/// an at-least-once destination, and leaves it `unknown` for an at-most-once one); 3xx
+/// (redirects are not followed, as the spec recommends) and other 4xx are permanent. Error
+/// messages carry the status and a cleaned excerpt of the body's first bytes.
 #[derive(Debug, Clone)]
 pub struct WebhookSink {
     client: reqwest::Client,
@@ -164,7 +171,10 @@ impl WebhookSink {
             .as_deref()
             .and_then(|name| Some((name, response.headers().get(name)?.to_str().ok()?)));
         match id {
-            Some((name, value)) => Receipt::new(format!("HTTP {status}; {name}: {value}")),
+            Some((name, value)) => {
+                let value: String = value.chars().take(RECEIPT_HEADER_CHARS).collect();
+                Receipt::new(format!("HTTP {status}; {name}: {value}"))
+            }
             None => Receipt::new(format!("HTTP {status}")),
         }
     }
@@ -207,27 +217,52 @@ impl Sink for WebhookSink {
             .get(http::header::LOCATION)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let snippet = snippet(response).await;
-        Err(classify_status(status, retry_after, location, &snippet))
+        let excerpt = read_excerpt(response).await;
+        Err(classify_status(status, retry_after, location, &excerpt))
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.config.timeout)
     }
 }
 
-/// Reads the start of an error response's body, for the attempt log.
-async fn snippet(mut response: reqwest::Response) -> String {
-    let mut bytes = Vec::new();
-    // Stop at the limit: an error page may be large, and only its start is logged.
-    while bytes.len() < SNIPPET_BYTES {
+/// Reads at most [`EXCERPT_BYTES`] (and one byte more, to know whether the body goes on) of an
+/// error response's body, and makes text of it for the attempt log. The connection is dropped
+/// with the rest of the body unread.
+async fn read_excerpt(mut response: reqwest::Response) -> String {
+    let declared = response.content_length();
+    let mut bytes = Vec::with_capacity(EXCERPT_BYTES + 1);
+    while bytes.len() <= EXCERPT_BYTES {
         match response.chunk().await {
-            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
+            Ok(Some(chunk)) => {
+                let room = EXCERPT_BYTES + 1 - bytes.len();
+                bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
             Ok(None) | Err(_) => break,
         }
     }
-    let text = String::from_utf8_lossy(&bytes);
-    let mut end = text.len().min(SNIPPET_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
+    let more = bytes.len() > EXCERPT_BYTES;
+    bytes.truncate(EXCERPT_BYTES);
+    excerpt(&bytes, more, declared)
+}
+
+/// A downstream's bytes as one line of text: invalid UTF-8 and control characters (NUL
+/// included) become U+FFFD, line breaks and tabs spaces; a cut body says how long it was.
+fn excerpt(bytes: &[u8], more: bool, declared: Option<u64>) -> String {
+    let text: String = String::from_utf8_lossy(bytes)
+        .chars()
+        .map(|c| match c {
+            '\n' | '\r' | '\t' => ' ',
+            c if c.is_control() => char::REPLACEMENT_CHARACTER,
+            c => c,
+        })
+        .collect();
+    let text = text.trim();
+    match (more, declared) {
+        (false, _) => text.to_owned(),
+        (true, Some(total)) => format!("{text}... ({total} bytes)"),
+        (true, None) => format!("{text}... (more than {EXCERPT_BYTES} bytes)"),
     }
-    text[..end].trim().to_owned()
 }
 
 /// Maps a non-2xx status to what the relay should do.
@@ -257,27 +292,21 @@ fn classify_status(
     }
 }
 
-/// A request that got no response: timeouts and connection failures retry (the receiver
-/// deduplicates on `webhook-id` if the request did arrive); a request that could not be built
-/// cannot succeed later.
+/// A request that got no response. A connection that could not be made (refused, DNS, the TLS
+/// handshake, the connect timeout) retries: nothing was sent. Anything later (the timeout, a
+/// connection reset or closed before the answer) is indeterminate: the receiver may have acted
+/// on the request. A request that could not be built cannot succeed later.
 fn classify_transport(e: &reqwest::Error) -> DeliveryError {
-    let message = format!("webhook request failed: {}", txoutbox::error_chain(e));
+    let cause = txoutbox::error_chain(e);
     if e.is_builder() {
-        DeliveryError::permanent(message)
+        DeliveryError::permanent(format!("webhook request not sent: {cause}"))
+    } else if e.is_connect() {
+        DeliveryError::retryable(format!("webhook request not sent, no connection: {cause}"))
     } else {
-        DeliveryError::retryable(message)
+        DeliveryError::indeterminate(format!(
+            "webhook request sent, but no answer (the receiver may have acted on it): {cause}"
+        ))
     }
-}
-
-/// `Retry-After` is either delay-seconds or an HTTP date (RFC 9110 §10.2.3). A date in the past
-/// means "now".
-pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
-    let value = value.trim();
-    if let Ok(seconds) = value.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
-    }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 fn parse_url(url: &str) -> Result<reqwest::Url, String> {
@@ -352,23 +381,35 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_parses_seconds_and_http_dates() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // 2015-10-21 07:28:00 GMT
-        assert_eq!(parse_retry_after("1", now), Some(Duration::from_secs(1)));
+    fn an_excerpt_is_one_line_of_text_without_control_characters() {
+        let body = b"bad\0gateway\xff\xfe\r\nline two\x1b[31m";
+        let text = excerpt(body, false, None);
         assert_eq!(
-            parse_retry_after(" 120 ", now),
-            Some(Duration::from_secs(120))
+            text,
+            "bad\u{fffd}gateway\u{fffd}\u{fffd}  line two\u{fffd}[31m"
         );
         assert_eq!(
-            parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now),
-            Some(Duration::from_secs(30))
+            excerpt(b"abc", true, Some(10_485_760)),
+            "abc... (10485760 bytes)"
         );
         assert_eq!(
-            parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now),
-            Some(Duration::ZERO)
+            excerpt(b"abc", true, None),
+            format!("abc... (more than {EXCERPT_BYTES} bytes)")
         );
-        assert_eq!(parse_retry_after("soon", now), None);
-        assert_eq!(parse_retry_after("-5", now), None);
+    }
+
+    #[test]
+    fn the_sink_reports_its_configured_timeout() {
+        let secret = WebhookSecret::from_bytes(b"k".to_vec()).expect("secret");
+        let config = WebhookConfig {
+            timeout: Duration::from_millis(2500),
+            ..WebhookConfig::default()
+        };
+        let sink = WebhookSink::with_config("http://127.0.0.1:9/hooks", secret.clone(), config)
+            .expect("sink");
+        assert_eq!(sink.timeout(), Some(Duration::from_millis(2500)));
+        let sink = WebhookSink::new("http://127.0.0.1:9/hooks", secret).expect("sink");
+        assert_eq!(sink.timeout(), Some(WebhookConfig::default().timeout));
     }
 
     #[test]

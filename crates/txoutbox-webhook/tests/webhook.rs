@@ -11,7 +11,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Notify;
 use tokio_postgres::Client;
-use txoutbox::RelayConfig;
+use txoutbox::{RelayConfig, Sink};
+use txoutbox_test_support::raw_http::{closed_port, response, Behaviour, RawHttpServer};
 use txoutbox_test_support::relay::{HangAfter, RunningRelay};
 use txoutbox_test_support::{test_db, wait_for_count};
 use txoutbox_webhook::{verify, Webhook, WebhookConfig, WebhookSecret, WebhookSink};
@@ -169,6 +170,15 @@ fn header<'a>(seen: &'a Seen, name: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// A sink whose calls fit in [`short_lease`] (the relay refuses one whose timeout does not).
+fn short_timeout(url: &str) -> anyhow::Result<WebhookSink> {
+    let config = WebhookConfig {
+        timeout: Duration::from_millis(500),
+        ..WebhookConfig::default()
+    };
+    Ok(WebhookSink::with_config(url, secret(), config)?)
+}
+
 fn short_lease() -> RelayConfig {
     RelayConfig {
         lease: Duration::from_secs(1),
@@ -265,10 +275,7 @@ async fn a_redelivery_after_a_relay_crash_keeps_the_same_webhook_id() -> TestRes
     enqueue_event(&mut client, "evt-3", None).await?;
 
     let delivered = Arc::new(Notify::new());
-    let crashing = HangAfter::with_signal(
-        WebhookSink::new(&receiver.url, secret())?,
-        delivered.clone(),
-    );
+    let crashing = HangAfter::with_signal(short_timeout(&receiver.url)?, delivered.clone());
     let first = RunningRelay::start(
         db.relay()?
             .config(short_lease())
@@ -281,7 +288,7 @@ async fn a_redelivery_after_a_relay_crash_keeps_the_same_webhook_id() -> TestRes
     let second = RunningRelay::start(
         db.relay()?
             .config(short_lease())
-            .sink(DESTINATION, WebhookSink::new(&receiver.url, secret())?)
+            .sink(DESTINATION, short_timeout(&receiver.url)?)
             .build()?,
     );
     let seen = receiver.wait_for(2).await;
@@ -352,5 +359,152 @@ async fn a_receiver_slower_than_the_timeout_is_retried() -> TestResult {
         .await?
         .get(0);
     assert!(error.contains("timed out"), "{error}");
+    Ok(())
+}
+
+/// One delivery of an event, as the relay would hand it to the sink.
+fn delivery(key: &str) -> anyhow::Result<txoutbox::Delivery> {
+    let event = Webhook::new("order.paid", serde_json::json!({ "order": 42 }));
+    Ok(txoutbox::Delivery {
+        id: uuid::Uuid::now_v7(),
+        destination: DESTINATION.to_owned(),
+        payload: serde_json::to_value(&event)?,
+        headers: Default::default(),
+        downstream_key: key.to_owned(),
+        ordering_key: None,
+        attempt: 1,
+        created_at: chrono::Utc::now(),
+    })
+}
+
+/// The sink's answer to one delivery against `url`, with a short timeout.
+async fn deliver_to(url: &str, timeout: Duration) -> anyhow::Result<txoutbox::DeliveryError> {
+    let config = WebhookConfig {
+        timeout,
+        ..WebhookConfig::default()
+    };
+    let sink = WebhookSink::with_config(url, secret(), config)?;
+    match sink.deliver(&delivery("evt-hostile")?).await {
+        Ok(receipt) => anyhow::bail!("delivered: {receipt:?}"),
+        Err(e) => Ok(e),
+    }
+}
+
+fn assert_clean_text(message: &str) {
+    assert!(!message.contains('\0'), "a NUL byte: {message:?}");
+    assert!(
+        !message.chars().any(char::is_control),
+        "a control character: {message:?}"
+    );
+    assert!(
+        message.len() <= 2048,
+        "{} bytes of error text",
+        message.len()
+    );
+}
+
+#[tokio::test]
+async fn an_error_body_with_nul_bytes_and_invalid_utf8_becomes_clean_bounded_text() -> TestResult {
+    let mut body = b"upstream\0failed \xff\xfe\xc3(".to_vec();
+    body.extend(std::iter::repeat_n(0u8, 4096));
+    let server = RawHttpServer::start(Behaviour::Answer(response(500, &[], &body))).await?;
+
+    let e = deliver_to(&server.url("/hooks"), Duration::from_secs(5)).await?;
+    assert!(
+        matches!(e, txoutbox::DeliveryError::Retryable { .. }),
+        "{e:?}"
+    );
+    let message = e.to_string();
+    assert_clean_text(&message);
+    assert!(message.contains("500"), "{message}");
+    assert!(message.contains("upstream"), "{message}");
+    assert!(
+        message.ends_with(&format!("({} bytes)", body.len())),
+        "{message}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_endless_error_body_is_not_read_to_its_end() -> TestResult {
+    // 10 MB announced, and the server writes for as long as the client reads.
+    let head = b"HTTP/1.1 503 Unavailable\r\ncontent-length: 10485760\r\n\r\n".to_vec();
+    let chunk = vec![0u8; 64 * 1024];
+    let server = RawHttpServer::start(Behaviour::Endless { head, chunk }).await?;
+
+    let started = Instant::now();
+    let e = deliver_to(&server.url("/hooks"), Duration::from_secs(10)).await?;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "read for {:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(e, txoutbox::DeliveryError::Retryable { .. }),
+        "{e:?}"
+    );
+    let message = e.to_string();
+    assert_clean_text(&message);
+    assert!(message.ends_with("(10485760 bytes)"), "{message}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_huge_or_garbage_retry_after_is_capped_or_ignored() -> TestResult {
+    let cap = WebhookConfig::default().max_retry_after;
+    for (value, expected) in [
+        ("10000000000000", Some(cap)),
+        ("99999999999999999999999999", Some(cap)),
+        ("-5", None),
+        ("soon", None),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", Some(Duration::ZERO)),
+    ] {
+        let answer = response(429, &[("retry-after", value)], b"");
+        let server = RawHttpServer::start(Behaviour::Answer(answer)).await?;
+        let e = deliver_to(&server.url("/hooks"), Duration::from_secs(5)).await?;
+        match e {
+            txoutbox::DeliveryError::Retryable { retry_after, .. } => {
+                assert_eq!(retry_after, expected, "Retry-After: {value}")
+            }
+            other => panic!("Retry-After: {value}: {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_receiver_that_reads_the_request_and_never_answers_is_indeterminate() -> TestResult {
+    let server = RawHttpServer::start(Behaviour::Silent).await?;
+    let e = deliver_to(&server.url("/hooks"), Duration::from_millis(500)).await?;
+    assert_eq!(server.requests_read(), 1, "the request did arrive");
+    assert!(
+        matches!(e, txoutbox::DeliveryError::Indeterminate { .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("timed out"), "{e}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_receiver_that_drops_the_connection_after_the_request_is_indeterminate() -> TestResult {
+    let server = RawHttpServer::start(Behaviour::Drop).await?;
+    let e = deliver_to(&server.url("/hooks"), Duration::from_secs(5)).await?;
+    assert_eq!(server.requests_read(), 1, "the request did arrive");
+    assert!(
+        matches!(e, txoutbox::DeliveryError::Indeterminate { .. }),
+        "{e:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_port_with_nothing_listening_is_retryable() -> TestResult {
+    let port = closed_port().await?;
+    let url = format!("http://127.0.0.1:{port}/hooks");
+    let e = deliver_to(&url, Duration::from_secs(5)).await?;
+    assert!(
+        matches!(e, txoutbox::DeliveryError::Retryable { .. }),
+        "{e:?}"
+    );
     Ok(())
 }

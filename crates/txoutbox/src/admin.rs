@@ -137,8 +137,47 @@ pub struct MessageFilter {
     pub downstream_key: Option<String>,
     /// Only messages of this ordering key.
     pub ordering_key: Option<String>,
+    /// Only hot messages whose last error contains this text (ignoring case).
+    pub error_contains: Option<String>,
+    /// Only hot messages whose last error, normalised, is this text: a group of
+    /// [`failure_groups`] ([`FailureGroup::error`]; `""` for rows without an error).
+    pub error_class: Option<String>,
+    /// Only messages listed after this one in [`list_messages`]' order (newest first): the next
+    /// page of a keyset pagination, stable while rows are inserted.
+    pub before: Option<ListCursor>,
     /// At most this many messages (`None`: all).
     pub limit: Option<u64>,
+}
+
+/// A place in [`list_messages`]' order (`created_at`, then `seq`, both descending): the page
+/// after it starts with the next older message. [`MessageSummary::cursor`] gives a row's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListCursor {
+    /// The enqueue time of the last message seen.
+    pub created_at: DateTime<Utc>,
+    /// Its `seq`.
+    pub seq: i64,
+}
+
+impl fmt::Display for ListCursor {
+    /// `{created_at in microseconds since the epoch}.{seq}`, the form [`FromStr`] reads.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.created_at.timestamp_micros(), self.seq)
+    }
+}
+
+impl FromStr for ListCursor {
+    type Err = AdminError;
+
+    fn from_str(s: &str) -> Result<Self, AdminError> {
+        let invalid = || AdminError::Invalid(format!("{s:?} is not a list cursor"));
+        let (micros, seq) = s.split_once('.').ok_or_else(invalid)?;
+        let micros: i64 = micros.parse().map_err(|_| invalid())?;
+        Ok(ListCursor {
+            created_at: DateTime::from_timestamp_micros(micros).ok_or_else(invalid)?,
+            seq: seq.parse().map_err(|_| invalid())?,
+        })
+    }
 }
 
 /// A message as [`list_messages`] shows it (no payload: see [`show_message`]).
@@ -170,6 +209,17 @@ pub struct MessageSummary {
     pub lease_owner: Option<String>,
     /// When that lease ends.
     pub lease_expires_at: Option<DateTime<Utc>>,
+}
+
+impl MessageSummary {
+    /// Where this row is in [`list_messages`]' order: pass it as [`MessageFilter::before`] to
+    /// list the rows after it.
+    pub fn cursor(&self) -> ListCursor {
+        ListCursor {
+            created_at: self.created_at,
+            seq: self.seq,
+        }
+    }
 }
 
 /// Everything about one message: [`show_message`].
@@ -236,6 +286,8 @@ pub struct ReplayOptions {
     pub max_rows: Option<u64>,
     /// Rows per transaction of a replay by filter (default 500).
     pub batch_size: usize,
+    /// Who asked for the replay (a dashboard user, say), named in each row's attempt-log note.
+    pub operator: Option<String>,
 }
 
 impl Default for ReplayOptions {
@@ -246,6 +298,7 @@ impl Default for ReplayOptions {
             dry_run: false,
             max_rows: None,
             batch_size: DEFAULT_REPLAY_BATCH,
+            operator: None,
         }
     }
 }
@@ -508,20 +561,7 @@ pub async fn list_messages(
     let status = filter.status.map(MessageStatus::as_str);
     let p = FilterParams::new(filter)?;
     let rows = client
-        .query_typed(
-            sql::LIST,
-            &[
-                (&status, Type::TEXT),
-                (&p.destination, Type::TEXT),
-                (&p.since_at, Type::TIMESTAMPTZ),
-                (&p.since_ago, Type::FLOAT8),
-                (&p.until_at, Type::TIMESTAMPTZ),
-                (&p.until_ago, Type::FLOAT8),
-                (&p.downstream_key, Type::TEXT),
-                (&p.ordering_key, Type::TEXT),
-                (&p.limit, Type::INT8),
-            ],
-        )
+        .query_typed(sql::LIST, &p.bind((&status, Type::TEXT)))
         .await?;
     rows.iter().map(summary_from_row).collect()
 }
@@ -604,20 +644,7 @@ pub async fn replay_with_progress(
             let names: Vec<&str> = allowed.iter().map(|s| s.as_str()).collect();
             let p = FilterParams::new(filter)?;
             let ids: Vec<Uuid> = client
-                .query_typed(
-                    sql::REPLAY_SELECT,
-                    &[
-                        (&names, Type::TEXT_ARRAY),
-                        (&p.destination, Type::TEXT),
-                        (&p.since_at, Type::TIMESTAMPTZ),
-                        (&p.since_ago, Type::FLOAT8),
-                        (&p.until_at, Type::TIMESTAMPTZ),
-                        (&p.until_ago, Type::FLOAT8),
-                        (&p.downstream_key, Type::TEXT),
-                        (&p.ordering_key, Type::TEXT),
-                        (&p.limit, Type::INT8),
-                    ],
-                )
+                .query_typed(sql::REPLAY_SELECT, &p.bind((&names, Type::TEXT_ARRAY)))
                 .await?
                 .iter()
                 .map(|r| r.try_get(0))
@@ -760,6 +787,178 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
     })
 }
 
+/// Failed rows of one destination whose errors are the same once normalised: [`failure_groups`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailureGroup {
+    /// The destination.
+    pub destination: String,
+    /// The normalised error text (UUIDs as `<uuid>`, digits as `<n>`; `""` without an error):
+    /// the [`MessageFilter::error_class`] that selects the group.
+    pub error: String,
+    /// One of the group's original texts.
+    pub example: Option<String>,
+    /// Rows in the group.
+    pub count: u64,
+    /// The earliest failure (a row's last attempt).
+    pub first_seen: DateTime<Utc>,
+    /// The latest failure.
+    pub last_seen: DateTime<Utc>,
+}
+
+/// Failed rows grouped by destination and normalised error text, the largest groups first, at
+/// most `limit` groups.
+pub async fn failure_groups(
+    client: &impl GenericClient,
+    limit: u64,
+) -> Result<Vec<FailureGroup>, AdminError> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    client
+        .query_typed(sql::FAILURE_GROUPS, &[(&limit, Type::INT8)])
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(FailureGroup {
+                destination: r.try_get(0)?,
+                error: r.try_get(1)?,
+                count: r.try_get::<_, i64>(2)? as u64,
+                first_seen: r.try_get(3)?,
+                last_seen: r.try_get(4)?,
+                example: r.try_get(5)?,
+            })
+        })
+        .collect()
+}
+
+/// One minute of the outbox's recent life: [`activity`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MinuteActivity {
+    /// The minute's start.
+    pub minute: DateTime<Utc>,
+    /// Rows delivered in it.
+    pub delivered: u64,
+    /// Relay attempts that failed in it (`retry`, `failed`, `expired`, `unknown`).
+    pub failed: u64,
+    /// Delivery latency (enqueue to delivery) of its deliveries, median, in seconds.
+    pub latency_p50: Option<f64>,
+    /// The same at the 99th percentile.
+    pub latency_p99: Option<f64>,
+}
+
+/// The last `minutes` minutes (this one included), oldest first, one entry each.
+pub async fn activity(
+    client: &impl GenericClient,
+    minutes: u32,
+) -> Result<Vec<MinuteActivity>, AdminError> {
+    let minutes = i32::try_from(minutes.clamp(1, 24 * 60)).unwrap_or(60);
+    client
+        .query_typed(sql::ACTIVITY, &[(&minutes, Type::INT4)])
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(MinuteActivity {
+                minute: r.try_get(0)?,
+                delivered: r.try_get::<_, i64>(1)? as u64,
+                failed: r.try_get::<_, i64>(2)? as u64,
+                latency_p50: r.try_get(3)?,
+                latency_p99: r.try_get(4)?,
+            })
+        })
+        .collect()
+}
+
+/// One idempotency key as stored: [`lookup_key`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IdempotencyRecord {
+    /// The key's scope.
+    pub scope: String,
+    /// The client's key.
+    pub key: String,
+    /// The request fingerprint, hex.
+    pub fingerprint: String,
+    /// `in_flight` or `completed`.
+    pub state: String,
+    /// The stored response's status (completed keys).
+    pub response_status: Option<u16>,
+    /// Its headers, in order.
+    pub response_headers: Vec<(String, String)>,
+    /// Its body bytes.
+    pub response_body: Option<Vec<u8>>,
+    /// When the request claimed the key.
+    pub claimed_at: DateTime<Utc>,
+    /// When its window ends.
+    pub expires_at: DateTime<Utc>,
+    /// True when the window has passed (the key is new again for the next request).
+    pub expired: bool,
+}
+
+/// A key and what its request enqueued: [`lookup_key`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KeyLookup {
+    /// The key row.
+    pub record: IdempotencyRecord,
+    /// The messages the request enqueued, oldest first, in whichever state they are now.
+    pub messages: Vec<MessageSummary>,
+}
+
+/// Looks up (scope, key) and the messages its request enqueued: those written by the claim's
+/// transaction (same `created_at`, the transaction's time; a message of another transaction that
+/// started in the same microsecond would be listed too) and those whose downstream key is the one
+/// the claim derives for one of `effects` ([`crate::Claim::downstream_key`]). `None` when no such
+/// key is stored (never used, or pruned).
+pub async fn lookup_key(
+    client: &impl GenericClient,
+    scope: &str,
+    key: &str,
+    effects: &[String],
+) -> Result<Option<KeyLookup>, AdminError> {
+    let Some(row) = client
+        .query_typed_opt(sql::KEY, &[(&scope, Type::TEXT), (&key, Type::TEXT)])
+        .await?
+    else {
+        return Ok(None);
+    };
+    let headers: Option<serde_json::Value> = row.try_get(5)?;
+    let status: Option<i16> = row.try_get(4)?;
+    let fingerprint: Vec<u8> = row.try_get(2)?;
+    let record = IdempotencyRecord {
+        scope: row.try_get(0)?,
+        key: row.try_get(1)?,
+        fingerprint: fingerprint.iter().map(|b| format!("{b:02x}")).collect(),
+        state: row.try_get(3)?,
+        response_status: status.and_then(|s| u16::try_from(s).ok()),
+        response_headers: headers
+            .and_then(|h| serde_json::from_value(h).ok())
+            .unwrap_or_default(),
+        response_body: row.try_get(6)?,
+        claimed_at: row.try_get(7)?,
+        expires_at: row.try_get(8)?,
+        expired: row.try_get(10)?,
+    };
+    let claimed_micros: i64 = row.try_get(9)?;
+    let derived: Vec<String> = match crate::IdempotencyKey::parse(key) {
+        Ok(parsed) => effects
+            .iter()
+            .map(|effect| {
+                crate::outbox::derive_claim_downstream_key(scope, &parsed, claimed_micros, effect)
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let messages = client
+        .query_typed(
+            sql::KEY_MESSAGES,
+            &[
+                (&record.claimed_at, Type::TIMESTAMPTZ),
+                (&derived, Type::TEXT_ARRAY),
+            ],
+        )
+        .await?
+        .iter()
+        .map(summary_from_row)
+        .collect::<Result<_, _>>()?;
+    Ok(Some(KeyLookup { record, messages }))
+}
+
 fn destination_entry(
     map: &mut BTreeMap<String, DestinationStats>,
     destination: String,
@@ -783,9 +982,34 @@ struct FilterParams {
     downstream_key: Option<String>,
     ordering_key: Option<String>,
     limit: Option<i64>,
+    error_contains: Option<String>,
+    error_class: Option<String>,
+    before_at: Option<DateTime<Utc>>,
+    before_seq: Option<i64>,
 }
 
+type Param<'a> = (&'a (dyn tokio_postgres::types::ToSql + Sync), Type);
+
 impl FilterParams {
+    /// The statement's parameters: `first` as $1, then the filter's ($2..$13).
+    fn bind<'a>(&'a self, first: Param<'a>) -> [Param<'a>; 13] {
+        [
+            first,
+            (&self.destination, Type::TEXT),
+            (&self.since_at, Type::TIMESTAMPTZ),
+            (&self.since_ago, Type::FLOAT8),
+            (&self.until_at, Type::TIMESTAMPTZ),
+            (&self.until_ago, Type::FLOAT8),
+            (&self.downstream_key, Type::TEXT),
+            (&self.ordering_key, Type::TEXT),
+            (&self.limit, Type::INT8),
+            (&self.error_contains, Type::TEXT),
+            (&self.error_class, Type::TEXT),
+            (&self.before_at, Type::TIMESTAMPTZ),
+            (&self.before_seq, Type::INT8),
+        ]
+    }
+
     fn new(filter: &MessageFilter) -> Result<Self, AdminError> {
         let split = |bound: Option<TimeBound>| match bound {
             None => (None, None),
@@ -809,6 +1033,10 @@ impl FilterParams {
             downstream_key: filter.downstream_key.clone(),
             ordering_key: filter.ordering_key.clone(),
             limit,
+            error_contains: filter.error_contains.clone(),
+            error_class: filter.error_class.clone(),
+            before_at: filter.before.map(|c| c.created_at),
+            before_seq: filter.before.map(|c| c.seq),
         })
     }
 }
@@ -1061,16 +1289,17 @@ async fn replay_batch(
         } else {
             c.downstream_key.clone()
         };
+        let by = match &options.operator {
+            Some(name) => format!("operator {name}"),
+            None => "an operator".to_owned(),
+        };
         notes.push(if options.new_key {
             format!(
-                "replayed from {} by an operator; new downstream key {key} replaces {}",
+                "replayed from {} by {by}; new downstream key {key} replaces {}",
                 c.status, c.downstream_key
             )
         } else {
-            format!(
-                "replayed from {} by an operator; downstream key kept",
-                c.status
-            )
+            format!("replayed from {} by {by}; downstream key kept", c.status)
         });
         if c.status == MessageStatus::Delivered {
             back_ids.push(c.id);

@@ -9,6 +9,12 @@ pub enum Error {
     /// `503 Service Unavailable` with `Retry-After`, never treat the key as new.
     #[error("the outbox store is unavailable: {0}")]
     StoreUnavailable(String),
+    /// The transaction lost a race with a concurrent one: a serialization failure (40001,
+    /// REPEATABLE READ or SERIALIZABLE) or a deadlock (40P01). Nothing it wrote is kept: roll
+    /// back and answer `409 Conflict` with `Retry-After`; the retry replays the winner's answer
+    /// or runs again.
+    #[error("the transaction conflicted with a concurrent one and must be retried: {0}")]
+    Conflict(String),
     /// Postgres answered with an error (a constraint, a missing migration, a bug).
     #[error("database error: {}", db_message(.0))]
     Database(#[source] tokio_postgres::Error),
@@ -40,6 +46,7 @@ impl Error {
         match self {
             Error::StoreUnavailable(_) => 503,
             Error::Key(_) | Error::Invalid(_) | Error::Payload(_) => 400,
+            Error::Conflict(_) => 409,
             Error::Database(_) | Error::Migration(_) | Error::Config(_) => 500,
         }
     }
@@ -47,9 +54,15 @@ impl Error {
 
 /// Errors without a server answer (I/O, closed connection, timeouts), connection exceptions
 /// (SQLSTATE class 08) and a server shutting down or starting (57P01..57P03) mean the store is
-/// unreachable; any other server answer is a database error.
+/// unreachable; a serialization failure (40001) or a deadlock (40P01) is a [`Error::Conflict`];
+/// any other server answer is a database error.
 impl From<tokio_postgres::Error> for Error {
     fn from(err: tokio_postgres::Error) -> Self {
+        if let Some(db) = err.as_db_error() {
+            if matches!(db.code().code(), "40001" | "40P01") {
+                return Error::Conflict(db.message().to_owned());
+            }
+        }
         let unavailable = err.is_closed()
             || match err.as_db_error() {
                 None => true,

@@ -12,13 +12,14 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
+use crate::key::MAX_KEY_LEN;
 use crate::outbox::{
     check_name, derive_claim_downstream_key, key_for, lock_ordering_keys, Enqueued, MessageColumns,
 };
 use crate::telemetry::{
     IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS, TRACEPARENT,
 };
-use crate::{sql, Error, Fingerprint, IdempotencyKey, OutboxMessage, Result, TxExecutor};
+use crate::{sql, Error, Fingerprint, IdempotencyKey, KeyError, OutboxMessage, Result, TxExecutor};
 
 /// The default key window: a retry within 24 hours of the first request is deduplicated.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
@@ -26,17 +27,35 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
 /// How long a request waits for a concurrent request holding the same key before answering 409.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The shortest window accepted: a shorter one would expire a key before its request commits.
+pub const MIN_WINDOW: Duration = Duration::from_millis(1);
+
+/// The longest window accepted (100 years): `now() + window` must stay a valid Postgres
+/// timestamp, and no retry comes later than that.
+pub const MAX_WINDOW: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// The longest lock timeout accepted: a request waits this long for a concurrent holder of its
+/// key while holding an HTTP connection and a database connection.
+pub const MAX_LOCK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The shortest key [`begin`] accepts by default, in characters. A client's key is the only thing
+/// that tells its retries from other clients' requests; a short one can be guessed or collide
+/// (draft-ietf-httpapi-idempotency-key-header, Security Considerations). A UUID has 36.
+pub const DEFAULT_MIN_KEY_LEN: usize = 16;
+
 /// A key namespace (tenant, account, route) with its own window.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
     name: String,
     window: Duration,
     lock_timeout: Duration,
+    min_key_len: usize,
     metric_label: Option<&'static str>,
 }
 
 impl Scope {
-    /// A scope with the default window (24 h) and lock timeout (2 s).
+    /// A scope with the default window (24 h), lock timeout (2 s) and shortest key (16
+    /// characters).
     ///
     /// Fails for an empty name, one over 255 bytes, or one with control characters.
     pub fn new(name: impl Into<String>) -> Result<Self> {
@@ -46,20 +65,56 @@ impl Scope {
             name,
             window: DEFAULT_WINDOW,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            min_key_len: DEFAULT_MIN_KEY_LEN,
             metric_label: None,
         })
     }
 
     /// How long a key is remembered. A batch client that retries tomorrow needs a week.
-    pub fn with_window(mut self, window: Duration) -> Self {
+    ///
+    /// Fails with [`Error::Config`] for a window shorter than [`MIN_WINDOW`] (zero would forget
+    /// every key at once) or longer than [`MAX_WINDOW`] (100 years).
+    pub fn with_window(mut self, window: Duration) -> Result<Self> {
+        if window < MIN_WINDOW || window > MAX_WINDOW {
+            return Err(Error::Config(format!(
+                "scope {:?}: window {window:?} is outside {MIN_WINDOW:?}..={} days",
+                self.name,
+                MAX_WINDOW.as_secs() / 86_400
+            )));
+        }
         self.window = window;
-        self
+        Ok(self)
     }
 
     /// How long to wait for a concurrent holder of the same key (then [`Begin::InFlight`]).
-    pub fn with_lock_timeout(mut self, timeout: Duration) -> Self {
+    ///
+    /// Fails with [`Error::Config`] for zero (Postgres reads a `lock_timeout` of 0 as "wait
+    /// forever") or more than [`MAX_LOCK_TIMEOUT`] (60 s).
+    pub fn with_lock_timeout(mut self, timeout: Duration) -> Result<Self> {
+        if timeout < Duration::from_millis(1) || timeout > MAX_LOCK_TIMEOUT {
+            return Err(Error::Config(format!(
+                "scope {:?}: lock timeout {timeout:?} is outside 1ms..={MAX_LOCK_TIMEOUT:?}",
+                self.name
+            )));
+        }
         self.lock_timeout = timeout;
-        self
+        Ok(self)
+    }
+
+    /// The shortest key [`begin`] accepts in this scope ([`DEFAULT_MIN_KEY_LEN`] by default); a
+    /// shorter one is refused with [`KeyError::TooShort`] (400). Lower it for clients that send
+    /// short keys of their own design (order numbers); 1 accepts any key.
+    ///
+    /// Fails with [`Error::Config`] outside `1..=`[`MAX_KEY_LEN`].
+    pub fn with_min_key_len(mut self, min: usize) -> Result<Self> {
+        if !(1..=MAX_KEY_LEN).contains(&min) {
+            return Err(Error::Config(format!(
+                "scope {:?}: shortest key length {min} is outside 1..={MAX_KEY_LEN}",
+                self.name
+            )));
+        }
+        self.min_key_len = min;
+        Ok(self)
     }
 
     /// The `scope` label of this scope's idempotency metrics (replays, mismatches, conflicts),
@@ -79,6 +134,28 @@ impl Scope {
     /// The scope's key window.
     pub fn window(&self) -> Duration {
         self.window
+    }
+
+    /// How long a request waits for a concurrent holder of its key.
+    pub fn lock_timeout(&self) -> Duration {
+        self.lock_timeout
+    }
+
+    /// The shortest key accepted in this scope, in characters.
+    pub fn min_key_len(&self) -> usize {
+        self.min_key_len
+    }
+
+    /// Refuses a key shorter than the scope's [`Scope::min_key_len`].
+    pub fn check_key(&self, key: &IdempotencyKey) -> Result<(), KeyError> {
+        let len = key.as_str().len();
+        if len < self.min_key_len {
+            return Err(KeyError::TooShort {
+                len,
+                min: self.min_key_len,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -101,10 +178,12 @@ pub enum Begin {
     New(Claim),
     /// The key was completed by an earlier request with the same fingerprint: answer this.
     Replay(StoredResponse),
-    /// The key was used for a different request (422 Unprocessable Entity).
+    /// The key was used for a different request (422 Unprocessable Content).
     Mismatch,
-    /// Another request holds the key right now (409 Conflict). The transaction is aborted:
-    /// roll it back.
+    /// Another request holds the key right now, or (REPEATABLE READ, SERIALIZABLE) a concurrent
+    /// request with the key committed after this transaction's snapshot was taken (409
+    /// Conflict). The transaction is aborted: roll it back; a retry after `Retry-After` gets
+    /// the stored answer.
     InFlight,
 }
 
@@ -137,12 +216,22 @@ fn enqueue_context() -> Option<crate::Traceparent> {
 /// The key row is inserted in the transaction, so a concurrent request with the same key waits on
 /// its row lock (up to the scope's lock timeout) instead of racing a read. Nothing is visible to
 /// others until the caller commits; a rollback or a dropped connection leaves nothing.
+///
+/// Any isolation level works. Under REPEATABLE READ or SERIALIZABLE a key committed by a
+/// concurrent request after this transaction's snapshot cannot be read here: Postgres refuses
+/// the claim with a serialization failure (40001), which is answered [`Begin::InFlight`], as is a
+/// deadlock (40P01) on the key. A serialization failure later in the transaction (the caller's
+/// own statements, [`Claim::complete`], the commit) is [`Error::Conflict`], also a 409.
+///
+/// A key shorter than the scope's [`Scope::min_key_len`] is refused with
+/// [`KeyError::TooShort`] before anything is written.
 pub async fn begin(
     tx: &impl TxExecutor,
     scope: &Scope,
     key: &IdempotencyKey,
     fingerprint: &Fingerprint,
 ) -> Result<Begin> {
+    scope.check_key(key)?;
     let timeout = format!("{}ms", scope.lock_timeout.as_millis().max(1));
     let window = scope.window.as_secs_f64();
     let fp: &[u8] = fingerprint.as_bytes();
@@ -165,7 +254,11 @@ pub async fn begin(
             Some(row) => Some(row.try_get::<_, i64>(1)?),
             None => None,
         },
-        Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+        Err(e)
+            if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
+                || e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE)
+                || e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) =>
+        {
             count(IDEMPOTENCY_CONFLICTS, scope);
             return Ok(Begin::InFlight);
         }
@@ -350,5 +443,89 @@ impl Claim {
         let destinations: Option<Vec<String>> = row.try_get(1)?;
         crate::outbox::count_enqueued(&destinations.unwrap_or_default());
         Ok(Enqueued::new(&rows.ids, &written.unwrap_or_default()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_error(result: Result<Scope>) -> String {
+        match result {
+            Err(Error::Config(line)) => line,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_zero_window_is_refused_naming_the_setting() -> Result<()> {
+        let line = config_error(Scope::new("charges")?.with_window(Duration::ZERO));
+        assert!(
+            line.contains("window") && line.contains("charges"),
+            "{line}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_window_past_100_years_is_refused() -> Result<()> {
+        let scope = Scope::new("charges")?;
+        let line = config_error(
+            scope
+                .clone()
+                .with_window(MAX_WINDOW + Duration::from_secs(1)),
+        );
+        assert!(line.contains("window"), "{line}");
+        // Far enough that `now() + window` would overflow a Postgres timestamp.
+        config_error(scope.clone().with_window(Duration::from_secs(u64::MAX)));
+        assert_eq!(scope.with_window(MAX_WINDOW)?.window(), MAX_WINDOW);
+        Ok(())
+    }
+
+    #[test]
+    fn a_window_of_a_week_is_accepted() -> Result<()> {
+        let week = Duration::from_secs(7 * 86_400);
+        let scope = Scope::new("batch")?.with_window(week)?;
+        assert_eq!(scope.window(), week);
+        Ok(())
+    }
+
+    #[test]
+    fn a_zero_lock_timeout_is_refused_naming_the_setting() -> Result<()> {
+        // Postgres reads lock_timeout = 0 as "wait forever".
+        let line = config_error(Scope::new("charges")?.with_lock_timeout(Duration::ZERO));
+        assert!(line.contains("lock timeout"), "{line}");
+        Ok(())
+    }
+
+    #[test]
+    fn an_absurd_lock_timeout_is_refused() -> Result<()> {
+        let scope = Scope::new("charges")?;
+        config_error(scope.clone().with_lock_timeout(Duration::from_secs(3600)));
+        config_error(
+            scope
+                .clone()
+                .with_lock_timeout(Duration::from_secs(u64::MAX)),
+        );
+        let ok = scope.with_lock_timeout(MAX_LOCK_TIMEOUT)?;
+        assert_eq!(ok.lock_timeout(), MAX_LOCK_TIMEOUT);
+        Ok(())
+    }
+
+    #[test]
+    fn the_shortest_key_defaults_to_16_and_can_be_lowered() -> Result<()> {
+        let scope = Scope::new("charges")?;
+        assert_eq!(scope.min_key_len(), DEFAULT_MIN_KEY_LEN);
+        let short = IdempotencyKey::parse("order-42")?;
+        assert_eq!(
+            scope.check_key(&short),
+            Err(KeyError::TooShort { len: 8, min: 16 })
+        );
+        let lowered = scope.clone().with_min_key_len(8)?;
+        assert_eq!(lowered.check_key(&short), Ok(()));
+        let line = config_error(scope.clone().with_min_key_len(0));
+        assert!(line.contains("shortest key"), "{line}");
+        config_error(scope.with_min_key_len(MAX_KEY_LEN + 1));
+        Ok(())
     }
 }

@@ -9,7 +9,7 @@
 //!
 //! # async fn handler(client: &mut tokio_postgres::Client, header: &str, body: &[u8])
 //! #     -> Result<StoredResponse, txoutbox::Error> {
-//! let key = IdempotencyKey::parse(header)?;                    // 400 when malformed
+//! let key = IdempotencyKey::from_header(header)?;              // 400 when malformed
 //! let scope = Scope::new("charges")?;                           // 24 h window by default
 //! let fingerprint = Fingerprint::new("POST", "/charge", body);
 //! let tx = client.transaction().await?;
@@ -51,17 +51,20 @@ pub mod telemetry;
 mod wake;
 
 pub use admin::{
-    list_messages, purge, purge_with_progress, replay, replay_downstream_key, replay_with_progress,
-    show_message, stats, AdminError, AttemptRecord, DestinationStats, FailureRate, MessageDetail,
-    MessageFilter, MessageStatus, MessageSummary, OutboxStats, PurgeOptions, PurgeReport,
-    ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage, SkippedMessage, StatusCounts,
-    TimeBound, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION, FAILURE_RATE_WINDOW,
+    activity, failure_groups, list_messages, lookup_key, purge, purge_with_progress, replay,
+    replay_downstream_key, replay_with_progress, show_message, stats, AdminError, AttemptRecord,
+    DestinationStats, FailureGroup, FailureRate, IdempotencyRecord, KeyLookup, ListCursor,
+    MessageDetail, MessageFilter, MessageStatus, MessageSummary, MinuteActivity, OutboxStats,
+    PurgeOptions, PurgeReport, ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage,
+    SkippedMessage, StatusCounts, TimeBound, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION,
+    FAILURE_RATE_WINDOW,
 };
 pub use error::{Error, Result};
 pub use executor::{Params, TxExecutor};
 pub use fingerprint::Fingerprint;
 pub use idempotency::{
-    begin, Begin, Claim, Scope, StoredResponse, DEFAULT_LOCK_TIMEOUT, DEFAULT_WINDOW,
+    begin, Begin, Claim, Scope, StoredResponse, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIN_KEY_LEN,
+    DEFAULT_WINDOW, MAX_LOCK_TIMEOUT, MAX_WINDOW, MIN_WINDOW,
 };
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use migrate::{embedded_migrations, migrate, HISTORY_TABLE};
@@ -75,6 +78,9 @@ pub use relay::{
     reclaim_expired, DestinationPolicy, Relay, RelayBuilder, RelayConfig, RelayReport, RetryPolicy,
     Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
 };
-pub use sink::{error_chain, Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink};
+pub use sink::{
+    error_chain, parse_retry_after, Completion, CompletionHook, Delivery, DeliveryError, Receipt,
+    Sink,
+};
 pub use telemetry::{describe_metrics, Traceparent};
 pub use wake::{RelayWaker, HINT_SPACING};

@@ -183,6 +183,25 @@ pub trait CompletionHook: Send + Sync + 'static {
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
 }
 
+/// Reads an HTTP `Retry-After` value (RFC 9110 §10.2.3): delay-seconds (`"120"`) or an HTTP date
+/// (`"Wed, 21 Oct 2015 07:28:00 GMT"`), measured from `now`. A date in the past is zero. Anything
+/// else (empty, negative, fractional, a sign, garbage) is `None`: the relay's own backoff then
+/// applies. A number of seconds too large for a `Duration` saturates rather than overflowing;
+/// the relay caps every delay at its retry policy's cap in any case.
+pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    if value.bytes().all(|b| b.is_ascii_digit()) {
+        // `1*DIGIT` only: `u64::from_str` would also take a leading `+`.
+        let seconds = value.parse::<u64>().unwrap_or(u64::MAX);
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +217,83 @@ mod tests {
             "connection refused",
         ));
         assert_eq!(error_chain(&e), "error sending request: connection refused");
+    }
+
+    fn http_date_now() -> std::time::SystemTime {
+        // Wed, 21 Oct 2015 07:28:00 GMT
+        std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480)
+    }
+
+    #[test]
+    fn retry_after_reads_delay_seconds() {
+        let now = http_date_now();
+        assert_eq!(parse_retry_after("0", now), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("1", now), Some(Duration::from_secs(1)));
+        assert_eq!(
+            parse_retry_after(" 120 ", now),
+            Some(Duration::from_secs(120))
+        );
+    }
+
+    #[test]
+    fn retry_after_reads_http_dates_and_a_past_date_is_now() {
+        let now = http_date_now();
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn a_huge_retry_after_saturates_instead_of_overflowing() {
+        let now = http_date_now();
+        assert_eq!(
+            parse_retry_after("10000000000000", now),
+            Some(Duration::from_secs(10_000_000_000_000))
+        );
+        let max = Some(Duration::from_secs(u64::MAX));
+        assert_eq!(parse_retry_after("18446744073709551615", now), max);
+        assert_eq!(parse_retry_after("18446744073709551616", now), max);
+        assert_eq!(parse_retry_after(&"9".repeat(400), now), max);
+        assert_eq!(
+            parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now).map(|d| d > Duration::ZERO),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn a_hostile_retry_after_is_ignored() {
+        let now = http_date_now();
+        for bad in [
+            "",
+            "   ",
+            "-5",
+            "-0",
+            "+5",
+            "1.5",
+            "1e3",
+            "0x10",
+            "soon",
+            "5 s",
+            "1,000",
+            "NaN",
+            "inf",
+            "\0",
+            "Wed, 21 Oct 2015 25:61:00 GMT",
+            "Wed, 32 Oct 2015 07:28:00 GMT",
+            "Wed, 21 Oct 2015 07:28:00 PST",
+            "٣",
+            "1\u{0}",
+        ] {
+            assert_eq!(parse_retry_after(bad, now), None, "{bad:?}");
+        }
     }
 }

@@ -137,6 +137,9 @@ pub async fn run_demo() -> anyhow::Result<()> {
     };
 
     let addr = free_addr()?;
+    let password = uuid::Uuid::new_v4().simple().to_string();
+    env.push(("DASHBOARD_USERS".into(), format!("ops:{password}:operator")));
+    println!("Dashboard: http://{addr}/outbox (user ops, password {password}) while the demo runs");
     println!("\n1. The service starts with CRASH_AT=after_commit: it will die after committing the charge, before answering.");
     let mut crash_env = env.clone();
     crash_env.push(("CRASH_AT".into(), "after_commit".into()));

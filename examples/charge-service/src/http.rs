@@ -246,10 +246,8 @@ async fn create_charge(State(app): State<App>, request: Idempotent) -> Result<Re
 async fn show_charge(State(app): State<App>, Path(id): Path<Uuid>) -> Result<Response, Problem> {
     let conn = app.inner.pool.get().await?;
     let Some(row) = conn.query_opt(queries::CHARGE, &[&id]).await? else {
-        return Err(Problem::new(
+        return Err(Problem::blank(
             StatusCode::NOT_FOUND,
-            "about:blank",
-            "Not found",
             format!("no charge {id}"),
         ));
     };
@@ -346,13 +344,7 @@ async fn reserve(
                 }
                 None => problem_response(
                     StatusCode::NOT_FOUND,
-                    Problem::new(
-                        StatusCode::NOT_FOUND,
-                        "about:blank",
-                        "Not found",
-                        format!("no item {item_id}"),
-                    )
-                    .to_json(),
+                    Problem::blank(StatusCode::NOT_FOUND, format!("no item {item_id}")).to_json(),
                 ),
             }
         }

@@ -53,10 +53,13 @@ pub struct Settings {
     /// Serve `GET /metrics` from this recorder (installed by `main`): the write path's counters
     /// (enqueued rows, replays, mismatches, conflicts) and the in-process relay's.
     pub metrics: Option<txoutbox_axum::prometheus::PrometheusHandle>,
+    /// The operator dashboard's users (`DASHBOARD_USERS`, comma-separated NAME:PASSWORD:ROLE):
+    /// with any, the dashboard is mounted under `/outbox`; without, it is not served.
+    pub dashboard_users: Vec<txoutbox_dashboard::User>,
 }
 
 impl Settings {
-    /// `DATABASE_URL` (required), `BIND`, `CRASH_AT`; the relay on. Stripe and mail settings are
+    /// `DATABASE_URL` (required), `BIND`, `CRASH_AT`, `DASHBOARD_USERS`; the relay on. Stripe and mail settings are
     /// read by their sinks when the relay starts.
     pub fn from_env() -> anyhow::Result<Self> {
         let database_url = std::env::var("DATABASE_URL").context("DATABASE_URL is not set")?;
@@ -68,12 +71,20 @@ impl Settings {
             Some(point) => Some(point.parse()?),
             None => None,
         };
+        let dashboard_users = std::env::var("DASHBOARD_USERS")
+            .unwrap_or_default()
+            .split(',')
+            .filter(|u| !u.trim().is_empty())
+            .map(|u| txoutbox_dashboard::User::parse(u.trim()))
+            .collect::<Result<_, _>>()
+            .context("DASHBOARD_USERS")?;
         Ok(Self {
             database_url,
             bind: bind.parse().with_context(|| format!("BIND={bind}"))?,
             relay: true,
             crash_at,
             metrics: None,
+            dashboard_users,
         })
     }
 }
@@ -162,6 +173,23 @@ pub fn relay(pg: &txoutbox::PgConfig) -> anyhow::Result<txoutbox::Relay> {
         .build()?)
 }
 
+/// The operator dashboard for this service's outbox, for `users`: the customer's email is never
+/// shown, and `/keys` finds a charge request's PaymentIntent and receipt by their effect names.
+pub fn dashboard(
+    pool: deadpool_postgres::Pool,
+    users: Vec<txoutbox_dashboard::User>,
+) -> axum::Router {
+    txoutbox_dashboard::router(
+        pool,
+        txoutbox_dashboard::DashboardConfig {
+            users,
+            redact: vec!["email".into()],
+            effects: vec!["payment_intent".into(), "receipt".into()],
+            ..txoutbox_dashboard::DashboardConfig::default()
+        },
+    )
+}
+
 /// Migrates, then serves HTTP (and runs the relay unless `settings.relay` is off) until
 /// `shutdown` resolves.
 pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
@@ -188,6 +216,9 @@ pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> an
         }))
     });
     let mut routes = router(app);
+    if !settings.dashboard_users.is_empty() {
+        routes = routes.nest("/outbox", dashboard(pool.clone(), settings.dashboard_users));
+    }
     if let Some(handle) = settings.metrics {
         routes = routes.route("/metrics", txoutbox_axum::prometheus::route(handle));
     }

@@ -232,5 +232,14 @@ async fn double_click_reload_and_resubmit_make_one_charge() -> anyhow::Result<()
         .await?,
         1
     );
+    // The page sends the key as an sf-string; the quotes are not part of the key.
+    assert_eq!(
+        common::count(
+            &server.pool,
+            "SELECT count(*) FROM txoutbox_idempotency_keys WHERE key NOT LIKE '%\"%'"
+        )
+        .await?,
+        1
+    );
     Ok(())
 }

@@ -112,7 +112,11 @@ async fn a_body_over_the_limit_is_a_413_problem_document() -> anyhow::Result<()>
     assert_eq!(answer.headers()["content-type"], "application/problem+json");
     let problem: Value = answer.json().await?;
     assert_eq!(problem["status"], 413);
-    assert_eq!(problem["type"], "urn:txoutbox:body-too-large");
+    assert_eq!(
+        problem["type"],
+        txoutbox_axum::problem_type("problem-body-too-large")
+    );
+    assert_eq!(problem["title"], "Request body too large");
     Ok(())
 }
 

@@ -11,13 +11,15 @@
 //! [`Cluster::private`] of their own.
 //!
 //! [`smtp::SmtpServer`] runs a real SMTP server (Debian's aiosmtpd) for the email tests;
-//! [`prometheus::sample`] reads one series of a metrics scrape; [`tls::TestCa`] makes the
-//! certificates of a TLS cluster ([`ClusterOptions::tls`]).
+//! [`prometheus::sample`] reads one series of a metrics scrape; [`raw_http::RawHttpServer`] is a
+//! hostile HTTP peer (binary or endless bodies, silence, dropped connections) for the sinks' tests;
+//! [`tls::TestCa`] makes the certificates of a TLS cluster ([`ClusterOptions::tls`]).
 
 mod cluster;
 mod database;
 pub mod fake_stripe;
 pub mod prometheus;
+pub mod raw_http;
 pub mod relay;
 pub mod smtp;
 pub mod tls;

@@ -2,39 +2,76 @@
 //! `unknown`) are in `txoutbox_messages`; `delivered` rows in `txoutbox_delivered`, where the
 //! relay's completion statement moved them.
 //!
-//! A filter binds the same seven parameters everywhere ($2..$8: destination, since (timestamp,
-//! seconds ago), until (timestamp, seconds ago), downstream key, ordering key), so one macro holds
-//! its text. Times are compared with `created_at` (enqueue time); relative bounds use the
+//! A filter binds the same parameters everywhere ($2..$8: destination, since (timestamp, seconds
+//! ago), until (timestamp, seconds ago), downstream key, ordering key; $10, $11: error text
+//! contained, normalised error text; $12, $13: the keyset cursor, (created_at, seq) before which
+//! a page starts), so one macro holds its text. Times are compared with `created_at` (enqueue time); relative bounds use the
 //! database's clock, the one that wrote `created_at`.
 
-/// The WHERE conditions of a message filter, over a table aliased `t`.
+/// A failure's text with what varies between two failures of one cause replaced: UUIDs by
+/// `<uuid>`, then runs of digits by `<n>` (ids, amounts, timestamps, ports), cut to 300
+/// characters. Failures with the same normalised text form one group of `failures`.
+macro_rules! normalised_error {
+    ($text:literal) => {
+        concat!(
+            "left(regexp_replace(regexp_replace(",
+            $text,
+            ", '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', \
+             '<uuid>', 'g'), '[0-9]+', '<n>', 'g'), 300)"
+        )
+    };
+}
+
+/// The WHERE conditions of a message filter, over a table aliased `t`: `hot` for
+/// `txoutbox_messages`, `delivered` for `txoutbox_delivered` (which keeps no error text, so a
+/// filter on the error selects none of its rows).
 macro_rules! filter {
-    () => {
+    (hot) => {
+        concat!(
+            filter!(common),
+            " AND ($10::text IS NULL OR strpos(lower(t.last_error), lower($10)) > 0) \
+             AND ($11::text IS NULL OR COALESCE(",
+            normalised_error!("t.last_error"),
+            ", '') = $11)"
+        )
+    };
+    (delivered) => {
+        concat!(
+            filter!(common),
+            " AND $10::text IS NULL AND $11::text IS NULL"
+        )
+    };
+    (common) => {
         "($2::text IS NULL OR t.destination = $2) \
          AND ($3::timestamptz IS NULL OR t.created_at >= $3) \
          AND ($4::float8 IS NULL OR t.created_at >= now() - make_interval(secs => $4)) \
          AND ($5::timestamptz IS NULL OR t.created_at < $5) \
          AND ($6::float8 IS NULL OR t.created_at < now() - make_interval(secs => $6)) \
          AND ($7::text IS NULL OR t.downstream_key = $7) \
-         AND ($8::text IS NULL OR t.ordering_key = $8)"
+         AND ($8::text IS NULL OR t.ordering_key = $8) \
+         AND ($12::timestamptz IS NULL OR (t.created_at, t.seq) < ($12, $13::int8))"
     };
 }
 
 /// Lists messages of status $1 (NULL: any, `delivered` included) matching the filter, newest
-/// first, at most $9 (NULL: all).
+/// first (keyset order: (created_at, seq) descending), at most $9 (NULL: all). Each table is
+/// ordered and limited on its own before the merge: a branch with conditions is not merged in
+/// order otherwise, so an index on (created_at, seq) could not serve a page.
 pub const LIST: &str = concat!(
-    "SELECT * FROM ( \
+    "SELECT * FROM (( \
      SELECT t.id, t.seq, t.destination, t.status, t.downstream_key, t.ordering_key, t.attempts, \
          t.created_at, t.next_attempt_at, NULL::timestamptz AS delivered_at, t.last_error, \
          t.lease_owner, t.lease_expires_at \
      FROM txoutbox_messages t WHERE ($1::text IS NULL OR t.status = $1) AND ",
-    filter!(),
-    " UNION ALL \
+    filter!(hot),
+    " ORDER BY t.created_at DESC, t.seq DESC LIMIT $9) \
+     UNION ALL ( \
      SELECT t.id, t.seq, t.destination, 'delivered', t.downstream_key, t.ordering_key, \
          t.attempts, t.created_at, NULL, t.delivered_at, NULL, NULL, NULL \
      FROM txoutbox_delivered t WHERE ($1::text IS NULL OR $1 = 'delivered') AND ",
-    filter!(),
-    ") r ORDER BY created_at DESC, seq DESC LIMIT $9"
+    filter!(delivered),
+    " ORDER BY t.created_at DESC, t.seq DESC LIMIT $9)) r \
+     ORDER BY created_at DESC, seq DESC LIMIT $9"
 );
 
 /// One message, from whichever table holds it.
@@ -60,11 +97,11 @@ pub const REPLAY_SELECT: &str = concat!(
     "SELECT id FROM ( \
      SELECT t.id, 0 AS place, t.seq FROM txoutbox_messages t \
      WHERE t.status = ANY($1::text[]) AND ",
-    filter!(),
+    filter!(hot),
     " UNION ALL \
      SELECT t.id, 1, t.seq FROM txoutbox_delivered t \
      WHERE 'delivered' = ANY($1::text[]) AND ",
-    filter!(),
+    filter!(delivered),
     ") s ORDER BY place, seq LIMIT $9"
 );
 
@@ -184,3 +221,60 @@ pub const STATS_ATTEMPTS: &str = "SELECT COALESCE(m.destination, d.destination, 
      WHERE a.finished_at > now() - make_interval(secs => $1) \
        AND a.outcome IN ('delivered', 'retry', 'failed', 'expired', 'unknown') \
      GROUP BY 1";
+
+/// Failed rows grouped by destination and normalised error text: count, first and last failure
+/// (the row's last attempt; its enqueue time when it has none), one original text; the largest
+/// groups first, at most $1.
+pub const FAILURE_GROUPS: &str = concat!(
+    "SELECT destination, class, count(*), min(failed_at), max(failed_at), min(last_error) \
+     FROM ( \
+     SELECT t.destination, t.last_error, COALESCE(",
+    normalised_error!("t.last_error"),
+    ", '') AS class, \
+         COALESCE((SELECT max(a.finished_at) FROM txoutbox_attempts a \
+             WHERE a.message_id = t.id), t.created_at) AS failed_at \
+     FROM txoutbox_messages t WHERE t.status = 'failed') g \
+     GROUP BY destination, class ORDER BY count(*) DESC, destination, class LIMIT $1"
+);
+
+/// The last $1 minutes (this one included), minute by minute: rows delivered, failing relay
+/// attempts (`retry`, `failed`, `expired`, `unknown`), and the delivery latency (delivered_at -
+/// created_at, seconds) at the 50th and 99th percentiles of the minute's deliveries.
+pub const ACTIVITY: &str = "WITH minutes AS ( \
+     SELECT generate_series(date_trunc('minute', now()) - make_interval(mins => $1 - 1), \
+         date_trunc('minute', now()), interval '1 minute') AS minute), \
+ d AS ( \
+     SELECT date_trunc('minute', delivered_at) AS minute, count(*) AS n, \
+         percentile_cont(0.5) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM delivered_at - created_at)) AS p50, \
+         percentile_cont(0.99) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM delivered_at - created_at)) AS p99 \
+     FROM txoutbox_delivered \
+     WHERE delivered_at >= date_trunc('minute', now()) - make_interval(mins => $1 - 1) \
+     GROUP BY 1), \
+ f AS ( \
+     SELECT date_trunc('minute', finished_at) AS minute, count(*) AS n FROM txoutbox_attempts \
+     WHERE finished_at >= date_trunc('minute', now()) - make_interval(mins => $1 - 1) \
+       AND outcome IN ('retry', 'failed', 'expired', 'unknown') \
+     GROUP BY 1) \
+ SELECT minutes.minute, COALESCE(d.n, 0), COALESCE(f.n, 0), d.p50::float8, d.p99::float8 \
+ FROM minutes LEFT JOIN d USING (minute) LEFT JOIN f USING (minute) ORDER BY minutes.minute";
+
+/// One idempotency key ($1 scope, $2 key), with its claim time in microseconds since the epoch
+/// (what its effects' downstream keys derive from) and whether its window has passed.
+pub const KEY: &str = "SELECT scope, key, fingerprint, state, response_status, \
+         response_headers, response_body, created_at, expires_at, \
+         (extract(epoch FROM created_at) * 1000000)::int8, expires_at <= now() \
+     FROM txoutbox_idempotency_keys WHERE scope = $1 AND key = $2";
+
+/// The messages a request enqueued, from whichever table holds them: those whose downstream key
+/// is one derived from the claim ($2), and those written by the claim's transaction (their
+/// `created_at`, the transaction's time, equals the key's, $1). Oldest first.
+pub const KEY_MESSAGES: &str = "SELECT * FROM ( \
+     SELECT t.id, t.seq, t.destination, t.status, t.downstream_key, t.ordering_key, t.attempts, \
+         t.created_at, t.next_attempt_at, NULL::timestamptz AS delivered_at, t.last_error, \
+         t.lease_owner, t.lease_expires_at \
+     FROM txoutbox_messages t WHERE t.created_at = $1 OR t.downstream_key = ANY($2::text[]) \
+     UNION ALL \
+     SELECT t.id, t.seq, t.destination, 'delivered', t.downstream_key, t.ordering_key, \
+         t.attempts, t.created_at, NULL, t.delivered_at, NULL, NULL, NULL \
+     FROM txoutbox_delivered t WHERE t.created_at = $1 OR t.downstream_key = ANY($2::text[]) \
+     ) r ORDER BY created_at, seq";

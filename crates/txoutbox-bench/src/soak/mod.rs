@@ -1,0 +1,552 @@
+//! The fault-injection soak: real `txoutbox relay` processes against a private Postgres and a
+//! scripted webhook downstream, with faults drawn from a seed ([`plan`]); at the end, with every
+//! relay stopped, the invariants are checked ([`check`]) and a table is printed.
+//!
+//! The run: start a cluster and migrate a database; copy the attempt log and the delivered
+//! history into tables of the soak's own by trigger (so `txoutbox purge` hides nothing from the
+//! checker); start the downstream and the relays; enqueue the rows with `txoutbox::enqueue` over
+//! the first 70 % of the chaos window while the timed events happen; let the backlog settle
+//! (bounded); SIGTERM every relay; check.
+
+pub mod check;
+pub mod downstream;
+pub mod plan;
+pub mod relays;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use txoutbox::OutboxMessage;
+use txoutbox_test_support::{Cluster, ClusterOptions, TestDb};
+
+use check::{Attempt, Figures, Final, HotRow, Violation, INVARIANTS};
+use downstream::Downstream;
+use plan::{EventKind, Plan, AT_LEAST_ONCE, AT_MOST_ONCE};
+use relays::{Fleet, RelaySpec};
+
+/// The soak's knobs.
+#[derive(Debug, Clone)]
+pub struct SoakOptions {
+    /// The seed of the fault plan.
+    pub seed: u64,
+    /// How long faults are injected (rows arrive over its first 70 %).
+    pub chaos: Duration,
+    /// Rows enqueued.
+    pub rows: usize,
+    /// Relay processes.
+    pub relays: usize,
+    /// The relays' lease (default 15 s: the webhook sink's 10 s timeout must fit, with a margin).
+    pub lease: Duration,
+    /// The relays' shutdown grace.
+    pub grace: Duration,
+    /// Attempts before a row is dead-lettered.
+    pub max_attempts: u32,
+    /// How long the backlog may take to settle once the chaos ends.
+    pub settle: Duration,
+    /// The `txoutbox` binary.
+    pub txoutbox_bin: PathBuf,
+    /// Where the relays' logs go (default: a new directory under the system's temp dir).
+    pub log_dir: Option<PathBuf>,
+}
+
+impl SoakOptions {
+    /// Defaults for `seed` and the `txoutbox` binary at `bin`.
+    pub fn new(seed: u64, bin: PathBuf) -> Self {
+        Self {
+            seed,
+            chaos: Duration::from_secs(60),
+            rows: 1000,
+            relays: 3,
+            lease: Duration::from_secs(15),
+            grace: Duration::from_secs(3),
+            max_attempts: 6,
+            settle: Duration::from_secs(120),
+            txoutbox_bin: bin,
+            log_dir: None,
+        }
+    }
+}
+
+/// What a soak found.
+#[derive(Debug)]
+pub struct SoakReport {
+    /// The seed.
+    pub seed: u64,
+    /// The plan's digest.
+    pub digest: u64,
+    /// Rows enqueued.
+    pub rows: usize,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// Final states, calls.
+    pub figures: Figures,
+    /// Every broken invariant.
+    pub violations: Vec<Violation>,
+    /// Operator commands that failed, unexpected requests: context, not verdicts.
+    pub notes: Vec<String>,
+    /// The relays' logs.
+    pub log_dir: PathBuf,
+    /// Wall time of the run.
+    pub took: Duration,
+}
+
+impl SoakReport {
+    /// The violations, one a line, at most `per_invariant` of each invariant (then a count of
+    /// the rest).
+    pub fn violation_lines(&self, per_invariant: usize) -> String {
+        let mut t = String::new();
+        for (name, _) in INVARIANTS {
+            let of: Vec<&Violation> = self
+                .violations
+                .iter()
+                .filter(|v| v.invariant == name)
+                .collect();
+            for v in of.iter().take(per_invariant) {
+                let _ = writeln!(t, "violation {v}");
+            }
+            if of.len() > per_invariant {
+                let _ = writeln!(
+                    t,
+                    "violation [{name}]: … and {} more",
+                    of.len() - per_invariant
+                );
+            }
+        }
+        t
+    }
+
+    /// The table printed at the end of a run.
+    pub fn table(&self) -> String {
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "txoutbox soak: seed {}, plan {:016x}, {:.0} s",
+            self.seed,
+            self.digest,
+            self.took.as_secs_f64()
+        );
+        let _ = writeln!(t, "rows                      {:>8}", self.rows);
+        for (state, n) in &self.figures.states {
+            let _ = writeln!(t, "  {state:<38} {n:>6}");
+        }
+        let _ = writeln!(
+            t,
+            "faults injected           {:>8}",
+            self.faults.values().sum::<u64>()
+        );
+        for (kind, n) in &self.faults {
+            let _ = writeln!(t, "  {kind:<38} {n:>6}");
+        }
+        let _ = writeln!(t, "downstream calls          {:>8}", self.figures.calls);
+        let _ = writeln!(
+            t,
+            "calls per row             max {}, p99 {}",
+            self.figures.max_calls, self.figures.p99_calls
+        );
+        let _ = writeln!(
+            t,
+            "invariant violations      {:>8}   (0 expected)",
+            self.violations.len()
+        );
+        for (name, what) in INVARIANTS {
+            let n = self
+                .violations
+                .iter()
+                .filter(|v| v.invariant == name)
+                .count();
+            let _ = writeln!(t, "  {n:>5}  {name:<19} {what}");
+        }
+        t
+    }
+}
+
+/// Runs the soak and checks it; violations are in the report, not an error. Errors are for a
+/// soak that could not run (no Postgres binaries, a relay that cannot start).
+pub async fn run(options: &SoakOptions) -> Result<SoakReport> {
+    let began = Instant::now();
+    anyhow::ensure!(
+        options.txoutbox_bin.is_file(),
+        "no txoutbox binary at {} (build it: cargo build -p txoutbox-cli, with --release for a \
+         release soak; or pass --txoutbox-bin)",
+        options.txoutbox_bin.display()
+    );
+    let plan = Plan::draw(options.seed, options.rows, options.relays, options.chaos);
+    println!("soak: seed {} ({plan})", options.seed);
+    let log_dir = match &options.log_dir {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!(
+            "txoutbox-soak-{}-{}",
+            options.seed,
+            std::process::id()
+        )),
+    };
+    std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
+    println!("soak: relay logs in {}", log_dir.display());
+
+    let cluster = tokio::task::spawn_blocking(|| {
+        Cluster::private(&ClusterOptions {
+            fast: true,
+            max_connections: 100,
+            ..ClusterOptions::default()
+        })
+    })
+    .await??;
+    let cluster = Arc::new(cluster);
+    let db = TestDb::create_on(&cluster.admin()).await?;
+    db.connect()
+        .await?
+        .batch_execute(AUDIT)
+        .await
+        .context("installing the audit triggers")?;
+
+    let epoch = Instant::now();
+    let downstream = Downstream::start(epoch, options.lease, &plan.rows).await?;
+    let spec = RelaySpec {
+        bin: options.txoutbox_bin.clone(),
+        database_url: db.url(),
+        args: relay_args(options, &downstream),
+        log_dir: log_dir.clone(),
+        grace: options.grace,
+    };
+    let mut fleet = Fleet::start(spec, options.relays.max(1))?;
+    let mut faults: BTreeMap<String, u64> = BTreeMap::new();
+    let mut notes = Vec::new();
+
+    let enqueuer = tokio::spawn(enqueue_all(db.url(), plan.clone(), epoch));
+    // The timed events, in order; relays that died unasked are noticed and replaced meanwhile.
+    for event in &plan.events {
+        while epoch.elapsed() < event.at {
+            fleet.check()?;
+            let left = event.at.saturating_sub(epoch.elapsed());
+            tokio::time::sleep(left.min(Duration::from_millis(250))).await;
+        }
+        let done = match event.kind {
+            EventKind::Sigterm(i) => fleet.sigterm(i % fleet.len()).await.map(|_| true)?,
+            EventKind::Sigkill(i) => fleet.sigkill(i % fleet.len()).await.map(|_| true)?,
+            EventKind::PostgresRestart => {
+                let c = cluster.clone();
+                match tokio::task::spawn_blocking(move || c.restart()).await? {
+                    Ok(()) => true,
+                    Err(e) => {
+                        // Without a server the run cannot go on: try to start it again.
+                        notes.push(format!("Postgres restart failed: {e:#}"));
+                        let c = cluster.clone();
+                        tokio::task::spawn_blocking(move || c.start()).await??;
+                        false
+                    }
+                }
+            }
+            EventKind::Storm(length) => {
+                downstream.storm(length);
+                true
+            }
+            EventKind::Replay => {
+                replay(&fleet, &db, &downstream, &mut notes).await;
+                true
+            }
+            EventKind::Purge => {
+                let args = ["purge", "--retention", "2s", "--batch", "50"].map(str::to_owned);
+                let (ok, out) = fleet.admin(&args).await?;
+                if !ok {
+                    notes.push(format!("txoutbox purge failed: {}", out.trim()));
+                }
+                true
+            }
+        };
+        if done {
+            *faults.entry(event.kind.name().to_owned()).or_default() += 1;
+        }
+    }
+    while epoch.elapsed() < plan.chaos {
+        fleet.check()?;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    enqueuer.await??;
+
+    // Settle: the faults scripted per row go on, the timed ones have ended.
+    let deadline = Instant::now() + options.settle;
+    let observer = db.connect().await?;
+    loop {
+        fleet.check()?;
+        let left: i64 = observer.query_one(UNSETTLED, &[]).await?.get(0);
+        if left == 0 || Instant::now() >= deadline {
+            if left > 0 {
+                println!("soak: {left} rows had not settled by the deadline");
+            }
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    fleet.stop_all().await;
+
+    let state = read_final(&observer).await?;
+    let calls = downstream.calls();
+    for (kind, n) in downstream.faults() {
+        *faults.entry(kind.to_owned()).or_default() += n;
+    }
+    if downstream.strays() > 0 {
+        notes.push(format!(
+            "{} requests named no row of the plan",
+            downstream.strays()
+        ));
+    }
+    let (violations, figures) = check::check(
+        &plan,
+        options.max_attempts,
+        options.grace,
+        &calls,
+        &state,
+        &fleet.exits,
+        &fleet.killed,
+    );
+    drop(observer);
+    drop(db);
+    drop(cluster);
+    Ok(SoakReport {
+        seed: options.seed,
+        digest: plan.digest(),
+        rows: plan.rows.len(),
+        faults,
+        figures,
+        violations,
+        notes,
+        log_dir,
+        took: began.elapsed(),
+    })
+}
+
+fn relay_args(options: &SoakOptions, downstream: &Downstream) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--webhook",
+        &format!("{AT_LEAST_ONCE}={}", downstream.url("alo")),
+        "--webhook",
+        &format!("{AT_MOST_ONCE}={}", downstream.url("amo")),
+        "--webhook-secret",
+        "whsec_c29hay1zZWNyZXQ=",
+        "--at-most-once",
+        AT_MOST_ONCE,
+        "--batch-size",
+        "20",
+        "--concurrency",
+        "16",
+        "--poll-interval",
+        "200ms",
+        "--retry-base",
+        "100ms",
+        "--retry-cap",
+        "2s",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    args.extend([
+        "--lease".to_owned(),
+        format!("{}ms", options.lease.as_millis()),
+        "--shutdown-grace".to_owned(),
+        format!("{}ms", options.grace.as_millis()),
+        "--max-attempts".to_owned(),
+        options.max_attempts.to_string(),
+    ]);
+    args
+}
+
+/// Enqueues every row at its time, a few rows per transaction, in the plan's order (so the rows
+/// of an ordering key commit in their order). A transaction that fails (Postgres restarting) is
+/// tried again: enqueue deduplicates on the downstream key, so a commit whose answer was lost
+/// is not doubled.
+async fn enqueue_all(url: String, plan: Plan, epoch: Instant) -> Result<()> {
+    let mut rows: Vec<&plan::RowPlan> = plan.rows.iter().collect();
+    rows.sort_by_key(|r| (r.enqueue_at, r.ordering.as_ref().map(|(_, p)| *p), r.index));
+    let info = txoutbox_test_support::ConnInfo::parse(&url)?;
+    let pool = info.pool(2)?;
+    let mut next = 0;
+    while next < rows.len() {
+        let due = rows[next].enqueue_at;
+        if let Some(wait) = due.checked_sub(epoch.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        let mut batch = Vec::new();
+        while next < rows.len() && rows[next].enqueue_at <= epoch.elapsed() && batch.len() < 5 {
+            let row = rows[next];
+            let payload = serde_json::json!({
+                "event_type": "soak.row",
+                "data": {"row": row.index, "ordering_key": row.ordering.as_ref().map(|(k, _)| k)},
+            });
+            let mut message = OutboxMessage::new(row.destination, &payload)?
+                .with_downstream_key(plan::downstream_key(row.index));
+            if let Some((key, _)) = &row.ordering {
+                message = message.with_ordering_key(key.clone());
+            }
+            batch.push(message);
+            next += 1;
+        }
+        let mut tries = 0;
+        loop {
+            match enqueue_batch(&pool, &batch).await {
+                Ok(()) => break,
+                Err(e) if tries < 300 => {
+                    tries += 1;
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e).context("enqueueing (Postgres did not come back)"),
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn enqueue_batch(pool: &deadpool_postgres::Pool, batch: &[OutboxMessage]) -> Result<()> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    txoutbox::enqueue(&tx, batch).await?;
+    txoutbox::notify_in_transaction(&tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The operator's replay, beside the relays: failed at-least-once rows by filter (the
+/// downstream deduplicates), and unknown at-most-once rows by id, only those whose effect did
+/// not happen (what an operator checks before replaying one).
+async fn replay(fleet: &Fleet, db: &TestDb, downstream: &Downstream, notes: &mut Vec<String>) {
+    let args = [
+        "replay",
+        "--status",
+        "failed",
+        "--destination",
+        AT_LEAST_ONCE,
+        "--yes",
+    ]
+    .map(str::to_owned);
+    match fleet.admin(&args).await {
+        Ok((true, _)) => {}
+        Ok((false, out)) => notes.push(format!("txoutbox replay (failed) failed: {}", out.trim())),
+        Err(e) => notes.push(format!("txoutbox replay (failed) did not run: {e:#}")),
+    }
+    let unknown = async {
+        let client = db.connect().await?;
+        let rows = client
+            .query(
+                "SELECT id, downstream_key FROM txoutbox_messages WHERE status = 'unknown'",
+                &[],
+            )
+            .await?;
+        anyhow::Ok(
+            rows.iter()
+                .filter_map(|r| {
+                    let id: uuid::Uuid = r.get(0);
+                    let key: String = r.get(1);
+                    let row = row_of(&key)?;
+                    (!downstream.applied(row)).then_some(id.to_string())
+                })
+                .take(50)
+                .collect::<Vec<_>>(),
+        )
+    }
+    .await;
+    match unknown {
+        Ok(ids) if !ids.is_empty() => {
+            let mut args = vec!["replay".to_owned()];
+            args.extend(ids);
+            args.push("--yes".to_owned());
+            match fleet.admin(&args).await {
+                Ok((true, _)) => {}
+                Ok((false, out)) => {
+                    notes.push(format!("txoutbox replay (unknown) failed: {}", out.trim()))
+                }
+                Err(e) => notes.push(format!("txoutbox replay (unknown) did not run: {e:#}")),
+            }
+        }
+        Ok(_) => {}
+        Err(e) => notes.push(format!("listing unknown rows failed: {e:#}")),
+    }
+}
+
+fn row_of(downstream_key: &str) -> Option<usize> {
+    downstream_key.strip_prefix("soak-")?.parse().ok()
+}
+
+/// Copies of the attempt log and the delivered history that `txoutbox purge` does not touch.
+const AUDIT: &str = "\
+CREATE TABLE soak_attempts (LIKE txoutbox_attempts);
+CREATE TABLE soak_delivered (id uuid NOT NULL, downstream_key text NOT NULL);
+CREATE FUNCTION soak_copy_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO soak_attempts VALUES (NEW.*); RETURN NULL; END $$;
+CREATE FUNCTION soak_copy_delivered() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO soak_delivered VALUES (NEW.id, NEW.downstream_key); RETURN NULL; END $$;
+CREATE TRIGGER soak_copy_attempt AFTER INSERT ON txoutbox_attempts
+    FOR EACH ROW EXECUTE FUNCTION soak_copy_attempt();
+CREATE TRIGGER soak_copy_delivered AFTER INSERT ON txoutbox_delivered
+    FOR EACH ROW EXECUTE FUNCTION soak_copy_delivered();";
+
+/// Rows that still have somewhere to go: in flight, or pending and not behind a dead-lettered
+/// (or unknown) earlier row of their ordering key.
+const UNSETTLED: &str = "SELECT count(*) FROM txoutbox_messages m \
+     WHERE m.status = 'in_flight' OR (m.status = 'pending' AND NOT EXISTS ( \
+         SELECT 1 FROM txoutbox_messages p WHERE p.ordering_key = m.ordering_key \
+         AND p.seq < m.seq AND p.status IN ('failed', 'unknown')))";
+
+async fn read_final(client: &tokio_postgres::Client) -> Result<Final> {
+    let mut state = Final::default();
+    for r in client
+        .query(
+            "SELECT id, downstream_key, status, last_error, lease_owner, attempts, \
+             EXTRACT(EPOCH FROM next_attempt_at - now())::float8 FROM txoutbox_messages",
+            &[],
+        )
+        .await?
+    {
+        let key: String = r.get(1);
+        if let Some(row) = row_of(&key) {
+            state.hot.insert(
+                row,
+                HotRow {
+                    id: r.get(0),
+                    status: r.get(2),
+                    last_error: r.get(3),
+                    lease_owner: r.get(4),
+                    attempts: r.get(5),
+                    due_in: r.get(6),
+                },
+            );
+        }
+    }
+    for r in client
+        .query(
+            "SELECT id, downstream_key FROM soak_delivered UNION \
+             SELECT id, downstream_key FROM txoutbox_delivered",
+            &[],
+        )
+        .await?
+    {
+        let key: String = r.get(1);
+        if let Some(row) = row_of(&key) {
+            state.delivered.insert(row, r.get(0));
+        }
+    }
+    let ids: HashMap<uuid::Uuid, usize> = state
+        .hot
+        .iter()
+        .map(|(row, h)| (h.id, *row))
+        .chain(state.delivered.iter().map(|(row, id)| (*id, *row)))
+        .collect();
+    for r in client
+        .query(
+            "SELECT message_id, relay, outcome FROM soak_attempts ORDER BY finished_at",
+            &[],
+        )
+        .await?
+    {
+        let id: uuid::Uuid = r.get(0);
+        if let Some(row) = ids.get(&id) {
+            state.attempts.entry(*row).or_default().push(Attempt {
+                relay: r.get(1),
+                outcome: r.get(2),
+            });
+        }
+    }
+    Ok(state)
+}

@@ -1,0 +1,75 @@
+//! `txoutbox dashboard`: serves the operator dashboard (`txoutbox-dashboard`) until SIGINT or
+//! SIGTERM. Thin: reads the flags, builds the pool, calls the crate.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use txoutbox_dashboard::{DashboardConfig, User};
+
+/// Flags of `txoutbox dashboard`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    txoutbox dashboard                                  # http://127.0.0.1:9470, no sign-in, loopback only\n  \
+    txoutbox dashboard --addr 0.0.0.0:9470 --user alice:s3cret:operator --user bob:sha256:<hex>:viewer\n  \
+    txoutbox dashboard --redact email,card --trace-url 'https://tempo.example/trace/{trace_id}'")]
+pub struct DashboardArgs {
+    /// Where to listen. Without --user, only a loopback address is used (the port is kept).
+    #[arg(long, env = "TXOUTBOX_DASHBOARD_ADDR", default_value = txoutbox_dashboard::DEFAULT_ADDR)]
+    addr: SocketAddr,
+    /// A user, NAME:PASSWORD:ROLE (role viewer or operator; PASSWORD may be sha256:<hex> of the
+    /// password). Repeatable; comma-separated in the environment variable.
+    #[arg(long = "user", env = "TXOUTBOX_DASHBOARD_USERS", value_delimiter = ',', hide_env_values = true, value_parser = parse_user)]
+    users: Vec<User>,
+    /// Payload fields never shown (at any depth), comma-separated: --redact email,card.
+    #[arg(long, env = "TXOUTBOX_DASHBOARD_REDACT", value_delimiter = ',')]
+    redact: Vec<String>,
+    /// A link for trace ids; {trace_id} is replaced.
+    #[arg(long, env = "TXOUTBOX_DASHBOARD_TRACE_URL")]
+    trace_url: Option<String>,
+    /// Effect names the services enqueue under, comma-separated: /keys finds a request's
+    /// messages by the keys derived for them.
+    #[arg(long = "effect", value_delimiter = ',')]
+    effects: Vec<String>,
+    /// Database connections of the dashboard.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    pool_size: u16,
+}
+
+fn parse_user(spec: &str) -> Result<User, String> {
+    User::parse(spec).map_err(|e| e.to_string())
+}
+
+/// Serves the dashboard until SIGINT or SIGTERM.
+pub async fn run(url: &str, args: DashboardArgs) -> Result<()> {
+    let pg = txoutbox::PgConfig::parse(url).context("DATABASE_URL")?;
+    let manager = pg.manager(deadpool_postgres::ManagerConfig {
+        recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+    });
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(usize::from(args.pool_size))
+        .build()
+        .context("cannot build the connection pool")?;
+    let (addr, notice) = txoutbox_dashboard::listen_addr(args.addr, !args.users.is_empty());
+    if let Some(notice) = notice {
+        eprintln!("warning: {notice}");
+    }
+    let router = txoutbox_dashboard::router(
+        pool,
+        DashboardConfig {
+            users: args.users,
+            redact: args.redact,
+            trace_url: args.trace_url,
+            effects: args.effects,
+            ..DashboardConfig::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    println!("dashboard on http://{}", listener.local_addr()?);
+    axum::serve(listener, router)
+        .with_graceful_shutdown(crate::relay::shutdown_signal()?)
+        .await
+        .context("the dashboard server failed")
+}

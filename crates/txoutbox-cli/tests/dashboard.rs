@@ -1,0 +1,119 @@
+//! `txoutbox dashboard`, run as a user runs it: the binary serving real HTTP.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+use txoutbox_test_support::{test_db, TestDb};
+
+/// The running command; killed when dropped.
+struct Served {
+    child: Child,
+    addr: String,
+    stderr: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `txoutbox dashboard ARGS` and waits for the address it prints.
+fn serve(db: &TestDb, args: &[&str]) -> anyhow::Result<Served> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_txoutbox"))
+        .arg("dashboard")
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .env_remove("TXOUTBOX_DASHBOARD_USERS")
+        .env_remove("TXOUTBOX_DASHBOARD_ADDR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let addr = line
+        .trim()
+        .strip_prefix("dashboard on http://")
+        .map(str::to_owned);
+    let mut stderr = String::new();
+    let Some(addr) = addr else {
+        if let Some(mut err) = child.stderr.take() {
+            err.read_to_string(&mut stderr)?;
+        }
+        anyhow::bail!("no address printed: {line:?} {stderr}");
+    };
+    // The warning (if any) is written before the address.
+    if let Some(err) = child.stderr.take() {
+        let mut first = String::new();
+        let mut reader = BufReader::new(err);
+        if args.iter().all(|a| !a.starts_with("--user")) {
+            reader.read_line(&mut first)?;
+        }
+        stderr = first;
+    }
+    Ok(Served {
+        child,
+        addr,
+        stderr,
+    })
+}
+
+/// `GET path` over plain HTTP/1.1: the status line and the whole answer.
+fn get(addr: &str, path: &str, authorization: Option<&str>) -> anyhow::Result<String> {
+    let mut stream = TcpStream::connect(addr)?;
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+#[tokio::test]
+async fn dashboard_without_users_listens_on_loopback_only_and_says_so() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let served = serve(&db, &["--addr", "0.0.0.0:0"])?;
+    assert!(served.addr.starts_with("127.0.0.1:"), "{}", served.addr);
+    assert!(served.stderr.contains("loopback only"), "{}", served.stderr);
+    let answer = get(&served.addr, "/api/stats", None)?;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"total\""), "{answer}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn dashboard_with_users_asks_for_credentials() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let served = serve(
+        &db,
+        &["--addr", "127.0.0.1:0", "--user", "alice:pw:operator"],
+    )?;
+    let answer = get(&served.addr, "/", None)?;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    // alice:pw
+    let answer = get(&served.addr, "/", Some("Basic YWxpY2U6cHc="))?;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("<h1>Overview</h1>"), "{answer}");
+    Ok(())
+}
+
+#[test]
+fn a_malformed_user_is_a_usage_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_txoutbox"))
+        .args(["dashboard", "--user", "alice:pw:admin"])
+        .env("DATABASE_URL", "postgres://localhost/none")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a role"));
+}

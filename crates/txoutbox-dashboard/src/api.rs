@@ -1,0 +1,254 @@
+//! The JSON API beside the pages, for scripts: the same data and the same actions, the same
+//! users and roles, redacted the same way.
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Extension;
+use serde::{Deserialize, Serialize};
+use txoutbox::{MessageStatus, ReplayOptions, ReplaySelection};
+use uuid::Uuid;
+
+use crate::auth::Principal;
+use crate::pages::{redacted_detail, shown_body};
+use crate::query::{page, pairs, storable, FilterFields};
+use crate::redact::{is_redacted, REDACTED};
+use crate::{json, Failure, Shared};
+
+#[derive(Serialize)]
+struct Problem {
+    error: String,
+}
+
+fn answer<T: Serialize>(result: Result<T, Failure>) -> Response {
+    match result {
+        Ok(value) => json(StatusCode::OK, &value),
+        Err(failure) => json(
+            failure.status(),
+            &Problem {
+                error: failure.to_string(),
+            },
+        ),
+    }
+}
+
+/// `GET /api/stats`: counts by destination and state, oldest pending age, the last hour's
+/// failure rate and its minutes.
+pub(crate) async fn stats(State(app): State<Shared>) -> Response {
+    #[derive(Serialize)]
+    struct Stats {
+        #[serde(flatten)]
+        stats: txoutbox::OutboxStats,
+        last_hour_by_minute: Vec<txoutbox::MinuteActivity>,
+    }
+    answer(
+        async {
+            let client = app.client().await?;
+            Ok(Stats {
+                stats: txoutbox::stats(&**client).await?,
+                last_hour_by_minute: txoutbox::activity(&**client, 60).await?,
+            })
+        }
+        .await,
+    )
+}
+
+/// `GET /api/messages?status=failed&destination=…&limit=…&before=…`: the `/messages` filter;
+/// newest first. The next page is `before=` the last row's `cursor`.
+pub(crate) async fn messages(State(app): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    #[derive(Serialize)]
+    struct Row {
+        #[serde(flatten)]
+        message: txoutbox::MessageSummary,
+        cursor: String,
+    }
+    answer(
+        async {
+            let pairs = pairs(query.unwrap_or_default().as_bytes());
+            let mut filter = FilterFields::from_pairs(&pairs).filter()?;
+            let (cursor, limit) = page(&pairs, app.config.page_size, 1000)?;
+            filter.before = cursor;
+            filter.limit = Some(limit);
+            let client = app.client().await?;
+            let rows = txoutbox::list_messages(&**client, &filter).await?;
+            Ok(rows
+                .into_iter()
+                .map(|m| Row {
+                    cursor: m.cursor().to_string(),
+                    message: m,
+                })
+                .collect::<Vec<_>>())
+        }
+        .await,
+    )
+}
+
+fn parse_id(id: &str) -> Result<Uuid, Failure> {
+    Uuid::parse_str(id).map_err(|_| Failure::NotFound)
+}
+
+/// `GET /api/messages/{id}`: payload (redacted), headers, attempts.
+pub(crate) async fn message(State(app): State<Shared>, Path(id): Path<String>) -> Response {
+    answer(
+        async {
+            let id = parse_id(&id)?;
+            let client = app.client().await?;
+            Ok(redacted_detail(
+                &app.config.redact,
+                txoutbox::show_message(&**client, id).await?,
+            ))
+        }
+        .await,
+    )
+}
+
+/// How to replay, as the API takes it (every field optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct ReplayBody {
+    new_key: bool,
+    include_delivered: bool,
+    dry_run: bool,
+    /// Refuse (409, nothing changed) when more rows than this match.
+    max_rows: Option<u64>,
+    /// Replay these ids (all or none) instead of a filter.
+    ids: Option<Vec<Uuid>>,
+    filter: Option<FilterBody>,
+}
+
+/// The `/messages` filter as JSON.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct FilterBody {
+    status: Option<String>,
+    destination: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    downstream_key: Option<String>,
+    ordering_key: Option<String>,
+    error: Option<String>,
+    error_class: Option<String>,
+}
+
+fn body(bytes: &Bytes) -> Result<ReplayBody, Failure> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(ReplayBody::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| Failure::BadRequest(format!("bad JSON body: {e}")))
+}
+
+fn options(body: &ReplayBody, who: &Principal) -> ReplayOptions {
+    ReplayOptions {
+        new_key: body.new_key,
+        include_delivered: body.include_delivered,
+        dry_run: body.dry_run,
+        max_rows: body.max_rows,
+        operator: Some(who.name.clone()),
+        ..ReplayOptions::default()
+    }
+}
+
+/// `POST /api/messages/{id}/replay` with an optional body `{"new_key": true}`.
+pub(crate) async fn replay_one(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Response {
+    answer(
+        async {
+            let id = parse_id(&id)?;
+            let body = body(&bytes)?;
+            let mut client = app.client().await?;
+            Ok(txoutbox::replay(
+                &mut client,
+                &ReplaySelection::Ids(vec![id]),
+                &options(&body, &who),
+            )
+            .await?)
+        }
+        .await,
+    )
+}
+
+/// `POST /api/replay` with `{"filter": {...}, "dry_run": true}` or `{"ids": [...]}`.
+pub(crate) async fn replay(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    bytes: Bytes,
+) -> Response {
+    answer(
+        async {
+            let body = body(&bytes)?;
+            let selection = match (&body.ids, &body.filter) {
+                (Some(_), Some(_)) => {
+                    return Err(Failure::BadRequest("give ids or a filter, not both".into()))
+                }
+                (Some(ids), None) => ReplaySelection::Ids(ids.clone()),
+                (None, filter) => {
+                    let f = filter.as_ref();
+                    let get =
+                        |pick: fn(&FilterBody) -> &Option<String>| f.and_then(|f| pick(f).clone());
+                    let fields = FilterFields {
+                        status: get(|f| &f.status),
+                        destination: get(|f| &f.destination),
+                        since: get(|f| &f.since),
+                        until: get(|f| &f.until),
+                        key: get(|f| &f.downstream_key),
+                        ordering_key: get(|f| &f.ordering_key),
+                        error: get(|f| &f.error),
+                        error_class: get(|f| &f.error_class),
+                    };
+                    if let Some(status) = &fields.status {
+                        status.parse::<MessageStatus>()?;
+                    }
+                    ReplaySelection::Filter(fields.filter()?)
+                }
+            };
+            let mut client = app.client().await?;
+            Ok(txoutbox::replay(&mut client, &selection, &options(&body, &who)).await?)
+        }
+        .await,
+    )
+}
+
+/// `GET /api/keys?scope=…&key=…`: the key row and the messages its request enqueued.
+pub(crate) async fn key(State(app): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    answer(
+        async {
+            let pairs = pairs(query.unwrap_or_default().as_bytes());
+            let get = |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+                    .ok_or_else(|| Failure::BadRequest(format!("{name}= is required")))
+            };
+            let (scope, key) = (get("scope")?, get("key")?);
+            storable("scope", &scope)?;
+            storable("key", &key)?;
+            let client = app.client().await?;
+            let found = txoutbox::lookup_key(&**client, &scope, &key, &app.config.effects)
+                .await?
+                .ok_or(Failure::NotFound)?;
+            let mut record = found.record;
+            for (name, value) in record.response_headers.iter_mut() {
+                if is_redacted(&app.config.redact, name) {
+                    *value = REDACTED.into();
+                }
+            }
+            let body = record
+                .response_body
+                .take()
+                .map(|b| shown_body(&app.config.redact, &b));
+            let mut value =
+                serde_json::to_value(&record).map_err(|e| Failure::BadRequest(e.to_string()))?;
+            value["response_body"] = body.into();
+            value["messages"] = serde_json::to_value(&found.messages)
+                .map_err(|e| Failure::BadRequest(e.to_string()))?;
+            Ok(value)
+        }
+        .await,
+    )
+}

@@ -1,0 +1,195 @@
+//! The operator dashboard: server-rendered pages and a JSON API to see, search and repair the
+//! outbox, as an [`axum::Router`] a service mounts under any prefix, or the `txoutbox dashboard`
+//! command serves on its own.
+//!
+//! ```no_run
+//! use txoutbox_dashboard::{DashboardConfig, Role, User};
+//!
+//! # fn app(pool: deadpool_postgres::Pool) -> Result<axum::Router, txoutbox_dashboard::UserError> {
+//! let config = DashboardConfig {
+//!     users: vec![User::parse("alice:s3cret:operator")?, User::parse("bob:sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08:viewer")?],
+//!     redact: vec!["email".into(), "card".into()],
+//!     ..DashboardConfig::default()
+//! };
+//! let app = axum::Router::new().nest("/outbox", txoutbox_dashboard::router(pool, config));
+//! # Ok(app)
+//! # }
+//! ```
+//!
+//! Every action goes through the core's admin functions ([`txoutbox::replay`] and friends), the
+//! same the `txoutbox` command calls, and is recorded in the attempt log with the user's name.
+//!
+//! Layout: `auth` checks users, roles and cross-site requests and sets the security headers;
+//! `query` reads a page's filter from its query string; `redact` hides configured payload
+//! fields; `pages` renders the HTML (with `chart`'s inline SVG); `api` answers JSON; the CSS and
+//! the live-refresh script are in `assets/`, embedded.
+
+mod api;
+mod auth;
+mod chart;
+mod pages;
+mod query;
+mod redact;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+pub use auth::{Role, User, UserError};
+
+/// How many rows a list page shows by default.
+pub const DEFAULT_PAGE_SIZE: u64 = 50;
+
+/// The address `txoutbox dashboard` listens on by default.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:9470";
+
+/// What the dashboard shows and who may use it.
+#[derive(Debug, Clone)]
+pub struct DashboardConfig {
+    /// Who may sign in (HTTP Basic). Empty: no sign-in, everyone is an operator; serve it on
+    /// loopback only ([`listen_addr`]) or behind the service's own access control.
+    pub users: Vec<User>,
+    /// Payload (and header, stored-response) field names whose values never reach the browser,
+    /// at any depth, compared without case.
+    pub redact: Vec<String>,
+    /// A link for a message's trace id: `{trace_id}` is replaced (e.g.
+    /// `https://tempo.example/trace/{trace_id}`).
+    pub trace_url: Option<String>,
+    /// Effect names the services enqueue under ([`txoutbox::Claim::enqueue`]): `/keys` finds a
+    /// request's messages by the downstream keys derived for them, besides those its transaction
+    /// wrote.
+    pub effects: Vec<String>,
+    /// Rows per list page (default 50, at most 500).
+    pub page_size: u64,
+}
+
+impl Default for DashboardConfig {
+    fn default() -> Self {
+        Self {
+            users: Vec::new(),
+            redact: Vec::new(),
+            trace_url: None,
+            effects: Vec::new(),
+            page_size: DEFAULT_PAGE_SIZE,
+        }
+    }
+}
+
+/// The shared state of every handler.
+struct App {
+    pool: deadpool_postgres::Pool,
+    config: DashboardConfig,
+}
+
+type Shared = Arc<App>;
+
+/// The dashboard: pages at `/`, `/messages`, `/messages/{id}`, `/failures`, `/keys`, the JSON API
+/// under `/api`, assets under `/assets`. Links work under whatever prefix it is nested at.
+pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router {
+    let mut config = config;
+    config.page_size = config.page_size.clamp(1, 500);
+    let app = Arc::new(App { pool, config });
+    Router::new()
+        .route("/", get(pages::overview))
+        .route("/messages", get(pages::messages))
+        .route("/messages/{id}", get(pages::message))
+        .route("/messages/{id}/replay", post(pages::replay_one))
+        .route("/replay", post(pages::replay_selected))
+        .route("/replay/filter", post(pages::replay_filter))
+        .route("/failures", get(pages::failures))
+        .route("/keys", get(pages::keys))
+        .route("/api/stats", get(api::stats))
+        .route("/api/messages", get(api::messages))
+        .route("/api/messages/{id}", get(api::message))
+        .route("/api/messages/{id}/replay", post(api::replay_one))
+        .route("/api/replay", post(api::replay))
+        .route("/api/keys", get(api::key))
+        .route("/assets/dashboard.css", get(pages::css))
+        .route("/assets/live.js", get(pages::script))
+        .fallback(pages::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            auth::guard,
+        ))
+        .with_state(app)
+}
+
+/// Where `txoutbox dashboard` may listen: `requested` when users are configured or it is a
+/// loopback address; else the loopback address with the same port, and a notice saying why.
+pub fn listen_addr(requested: SocketAddr, has_users: bool) -> (SocketAddr, Option<String>) {
+    if has_users {
+        return (requested, None);
+    }
+    if requested.ip().is_loopback() {
+        return (
+            requested,
+            Some(format!(
+                "no users configured (--user): the dashboard is open to anyone on this machine; \
+                 listening on {requested} (loopback only)"
+            )),
+        );
+    }
+    let loopback = SocketAddr::from(([127, 0, 0, 1], requested.port()));
+    (
+        loopback,
+        Some(format!(
+            "no users configured (--user): listening on {loopback} (loopback only) instead of \
+             {requested}; add --user NAME:PASSWORD:ROLE to serve other machines"
+        )),
+    )
+}
+
+/// Why a page or an API call failed.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Admin(#[from] txoutbox::AdminError),
+    #[error("the database is unavailable: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("not found")]
+    NotFound,
+}
+
+impl Failure {
+    fn status(&self) -> StatusCode {
+        use txoutbox::AdminError as A;
+        match self {
+            Failure::Admin(A::NotFound(_)) | Failure::NotFound => StatusCode::NOT_FOUND,
+            Failure::Admin(
+                A::Leased { .. }
+                | A::NotReplayable { .. }
+                | A::KeyConflict { .. }
+                | A::TooMany { .. },
+            ) => StatusCode::CONFLICT,
+            Failure::Admin(A::Invalid(_)) | Failure::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Failure::Admin(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
+            Failure::Pool(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Failure::Admin(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl App {
+    async fn client(&self) -> Result<deadpool_postgres::Object, Failure> {
+        Ok(self.pool.get().await?)
+    }
+}
+
+/// A JSON answer.
+fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => (
+            status,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}

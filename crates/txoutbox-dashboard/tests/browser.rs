@@ -1,0 +1,448 @@
+//! The dashboard in a real headless Chromium (Debian's chromium + chromium-driver, over the W3C
+//! WebDriver protocol): the pages render (screenshots in `target/tmp/`), a click on "replay"
+//! with a relay running delivers the row and the page shows it, an open page follows a row's
+//! state by its live refresh, a viewer sees
+//! no action and its forged POST is refused, a cross-site form is refused, a redacted field is
+//! not in the page.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::{json, Value};
+use tokio_postgres::Client;
+use txoutbox::{DeliveryError, OutboxMessage};
+use txoutbox_dashboard::{DashboardConfig, User};
+use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
+use txoutbox_test_support::test_db;
+use uuid::Uuid;
+
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn http() -> anyhow::Result<reqwest::Client> {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    Ok(reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?)
+}
+
+struct Driver {
+    http: reqwest::Client,
+    base: String,
+    _process: tokio::process::Child,
+    _profiles: Vec<tempfile::TempDir>,
+}
+
+impl Driver {
+    async fn start() -> anyhow::Result<Self> {
+        let port = free_port()?;
+        let process = tokio::process::Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                anyhow::anyhow!("chromedriver (apt-get install chromium chromium-driver): {e}")
+            })?;
+        let driver = Self {
+            http: http()?,
+            base: format!("http://127.0.0.1:{port}"),
+            _process: process,
+            _profiles: Vec::new(),
+        };
+        let started = Instant::now();
+        while driver
+            .http
+            .get(format!("{}/status", driver.base))
+            .send()
+            .await
+            .is_err()
+        {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(20),
+                "chromedriver did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(driver)
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let answer: Value = request.send().await?.json().await?;
+        anyhow::ensure!(
+            answer["value"]["error"].is_null(),
+            "webdriver {path}: {answer}"
+        );
+        Ok(answer["value"].clone())
+    }
+
+    async fn session(&mut self) -> anyhow::Result<Session<'_>> {
+        let profile = tempfile::tempdir()?;
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--window-size=1100,760",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([format!("--user-data-dir={}", profile.path().display())])
+        .collect::<Vec<_>>();
+        self._profiles.push(profile);
+        let session = self
+            .call(
+                reqwest::Method::POST,
+                "/session",
+                Some(json!({"capabilities": {"alwaysMatch": {
+                    "browserName": "chrome",
+                    "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args},
+                }}})),
+            )
+            .await?;
+        Ok(Session {
+            driver: self,
+            id: session["sessionId"].as_str().unwrap_or_default().to_owned(),
+        })
+    }
+}
+
+struct Session<'d> {
+    driver: &'d Driver,
+    id: String,
+}
+
+impl Session<'_> {
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.driver
+            .call(
+                reqwest::Method::POST,
+                &format!("/session/{}{path}", self.id),
+                Some(body),
+            )
+            .await
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.driver
+            .call(
+                reqwest::Method::GET,
+                &format!("/session/{}{path}", self.id),
+                None,
+            )
+            .await
+    }
+
+    async fn open(&self, url: &str) -> anyhow::Result<()> {
+        self.post("/url", json!({ "url": url })).await?;
+        Ok(())
+    }
+
+    async fn text(&self, css: &str) -> anyhow::Result<String> {
+        let found = self
+            .post("/element", json!({"using": "css selector", "value": css}))
+            .await?;
+        let id = found[ELEMENT].as_str().unwrap_or_default().to_owned();
+        Ok(self
+            .get(&format!("/element/{id}/text"))
+            .await?
+            .as_str()
+            .unwrap_or_default()
+            .to_owned())
+    }
+
+    async fn click(&self, css: &str) -> anyhow::Result<()> {
+        let found = self
+            .post("/element", json!({"using": "css selector", "value": css}))
+            .await?;
+        let id = found[ELEMENT].as_str().unwrap_or_default().to_owned();
+        self.post(&format!("/element/{id}/click"), json!({}))
+            .await?;
+        Ok(())
+    }
+
+    async fn script(&self, script: &str) -> anyhow::Result<Value> {
+        self.post("/execute/sync", json!({"script": script, "args": []}))
+            .await
+    }
+
+    async fn async_script(&self, script: &str) -> anyhow::Result<Value> {
+        self.post("/execute/async", json!({"script": script, "args": []}))
+            .await
+    }
+
+    async fn source(&self) -> anyhow::Result<String> {
+        Ok(self
+            .get("/source")
+            .await?
+            .as_str()
+            .unwrap_or_default()
+            .to_owned())
+    }
+
+    async fn screenshot(&self, name: &str) -> anyhow::Result<()> {
+        let png = self.get("/screenshot").await?;
+        let png =
+            base64::engine::general_purpose::STANDARD.decode(png.as_str().unwrap_or_default())?;
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+        std::fs::write(&path, png)?;
+        println!("screenshot: {}", path.display());
+        Ok(())
+    }
+
+    async fn close(self) {
+        let _ = self
+            .driver
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/session/{}", self.id),
+                None,
+            )
+            .await;
+    }
+}
+
+async fn enqueue(client: &mut Client, destination: &str, payload: &Value) -> anyhow::Result<Uuid> {
+    let message =
+        OutboxMessage::new(destination, payload)?.with_downstream_key(Uuid::now_v7().to_string());
+    let id = message.id();
+    let tx = client.transaction().await?;
+    txoutbox::enqueue(&tx, &[message]).await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+async fn wait_count(client: &Client, sql: &str, want: i64) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let n: i64 = client.query_one(sql, &[]).await?.get(0);
+        if n == want {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(20),
+            "{sql}: {n}, not {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (up to 20 s, without navigating) until `css` shows `wanted`.
+async fn wait_for_text(session: &Session<'_>, css: &str, wanted: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let text = session.text(css).await?;
+        if text.contains(wanted) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(20),
+            "{css} still shows {text:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_other_sites_out(
+) -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    // Some history: delivered receipts, dead-lettered charges, a pending webhook.
+    for i in 0..6 {
+        enqueue(
+            &mut client,
+            "email",
+            &json!({"email": format!("customer{i}@example.com"), "template": "receipt"}),
+        )
+        .await?;
+    }
+    let relay = RunningRelay::start(db.relay()?.sink("email", RecordingSink::new()).build()?);
+    wait_count(&client, "SELECT count(*) FROM txoutbox_delivered", 6).await?;
+    relay.stop().await?;
+    let mut charges = Vec::new();
+    for amount in [1200, 4500, 990] {
+        charges.push(
+            enqueue(
+                &mut client,
+                "stripe",
+                &json!({"amount": amount, "currency": "eur"}),
+            )
+            .await?,
+        );
+    }
+    let declining = ScriptedSink::new((0..3).map(|i| {
+        Err(DeliveryError::permanent(format!(
+            "402 card_declined for charge {i}"
+        )))
+    }));
+    let relay = RunningRelay::start(db.relay()?.sink("stripe", declining).build()?);
+    wait_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
+        3,
+    )
+    .await?;
+    relay.stop().await?;
+    enqueue(&mut client, "webhook:orders", &json!({"order": 7})).await?;
+    let email_row: Uuid = client
+        .query_one("SELECT id FROM txoutbox_delivered LIMIT 1", &[])
+        .await?
+        .get(0);
+
+    // The relay that delivers what gets replayed.
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(db.relay()?.sink("stripe", sink.clone()).build()?);
+
+    let app = axum::Router::new().nest(
+        "/outbox",
+        txoutbox_dashboard::router(
+            db.pool(4)?,
+            DashboardConfig {
+                users: vec![
+                    User::parse("alice:op-secret:operator")?,
+                    User::parse("victor:view-secret:viewer")?,
+                ],
+                redact: vec!["email".into()],
+                ..DashboardConfig::default()
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let plain = format!("http://127.0.0.1:{port}/outbox");
+    let as_alice = format!("http://alice:op-secret@127.0.0.1:{port}/outbox");
+    let as_victor = format!("http://victor:view-secret@127.0.0.1:{port}/outbox");
+
+    let mut driver = Driver::start().await?;
+    let alice = driver.session().await?;
+
+    // The pages render.
+    alice.open(&as_alice).await?;
+    assert_eq!(alice.text("h1").await?, "Overview");
+    assert!(alice.text("#backlog").await?.contains("stripe"));
+    alice.screenshot("dashboard-overview.png").await?;
+    alice.open(&format!("{plain}/messages")).await?;
+    assert!(alice
+        .text("table.messages")
+        .await?
+        .contains("402 card_declined"));
+    alice.screenshot("dashboard-messages.png").await?;
+    alice.open(&format!("{plain}/failures")).await?;
+    assert!(alice
+        .text("table.groups")
+        .await?
+        .contains("<n> card_declined for charge <n>"));
+    alice.screenshot("dashboard-failures.png").await?;
+
+    // An open list shows the rows enqueued since, by its live refresh.
+    alice
+        .open(&format!("{plain}/messages?destination=late"))
+        .await?;
+    assert!(alice.text("#results").await?.contains("No message matches"));
+    let late = enqueue(&mut client, "late", &json!({})).await?;
+    wait_for_text(&alice, "#results", &late.to_string()).await?;
+
+    // A redacted field is not in the page.
+    alice.open(&format!("{plain}/messages/{email_row}")).await?;
+    let source = alice.source().await?;
+    assert!(
+        source.contains("[redacted]") && !source.contains("@example.com"),
+        "{source}"
+    );
+
+    // Replay a failed row from its page: the relay delivers it and the page shows it.
+    let charge = charges[0];
+    alice.open(&format!("{plain}/messages/{charge}")).await?;
+    assert!(alice.text("#summary").await?.contains("failed"));
+    alice.screenshot("dashboard-message.png").await?;
+    alice.click("form.actions button:not([name])").await?;
+    assert_eq!(sink.wait_for(1, Duration::from_secs(20)).await, 1);
+    wait_for_text(&alice, "#summary", "delivered").await?;
+    assert!(alice.text("#attempts").await?.contains("by operator alice"));
+
+    // A page left open follows the row: replayed by a script meanwhile, it shows the delivery
+    // after its next live refresh, without a reload.
+    let watched = charges[2];
+    alice.open(&format!("{plain}/messages/{watched}")).await?;
+    assert!(alice.text("#summary").await?.contains("failed"));
+    let replayed = http()?
+        .post(format!("{plain}/api/messages/{watched}/replay"))
+        .basic_auth("alice", Some("op-secret"))
+        .send()
+        .await?;
+    assert!(replayed.status().is_success());
+    assert_eq!(sink.wait_for(2, Duration::from_secs(20)).await, 2);
+    wait_for_text(&alice, "#summary", "delivered").await?;
+    relay.stop().await?;
+
+    // A form on another site cannot act, even with the operator signed in.
+    let other = charges[1];
+    let forged = format!(
+        "data:text/html,<form method=post action='{plain}/messages/{other}/replay'>\
+         <button id=go>win a prize</button></form>"
+    );
+    alice.open(&forged).await?;
+    alice.click("#go").await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let refused = alice.source().await?;
+    assert!(refused.contains("cross-site request refused"), "{refused}");
+    alice.close().await;
+
+    // A viewer reads, sees no action, and a forged same-site POST is refused.
+    let victor = driver.session().await?;
+    victor
+        .open(&format!("{as_victor}/messages/{other}"))
+        .await?;
+    assert!(victor.text("#summary").await?.contains("failed"));
+    let forms = victor
+        .script("return document.querySelectorAll('form[method=post], button').length")
+        .await?;
+    assert_eq!(forms, json!(0), "no action for a viewer");
+    let status = victor
+        .async_script(&format!(
+            "const done = arguments[arguments.length - 1]; \
+             fetch('{plain}/messages/{other}/replay', {{method: 'POST'}}).then(r => done(r.status));"
+        ))
+        .await?;
+    assert_eq!(status, json!(403));
+    victor.close().await;
+
+    let states: Vec<String> = client
+        .query(
+            "SELECT status FROM txoutbox_messages WHERE id = ANY($1)",
+            &[&vec![charges[1]]],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(states, vec!["failed"], "refused actions changed nothing");
+    Ok(())
+}

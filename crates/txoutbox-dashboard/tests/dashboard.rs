@@ -1,0 +1,927 @@
+//! The dashboard over real HTTP: the router nested under `/outbox` of a server on loopback,
+//! against a database of each test's own.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use tokio_postgres::Client;
+use txoutbox::{
+    Begin, DeliveryError, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse,
+};
+use txoutbox_dashboard::{DashboardConfig, User};
+use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
+use txoutbox_test_support::{test_db, TestDb};
+use uuid::Uuid;
+
+type TestResult = anyhow::Result<()>;
+
+/// The dashboard served on loopback, nested under `/outbox`.
+struct Dashboard {
+    base: String,
+    http: reqwest::Client,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+impl Dashboard {
+    async fn start(db: &TestDb, config: DashboardConfig) -> anyhow::Result<Self> {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let app =
+            axum::Router::new().nest("/outbox", txoutbox_dashboard::router(db.pool(4)?, config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self {
+            base: format!("http://{addr}/outbox"),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
+            _server: server,
+        })
+    }
+
+    fn request(
+        &self,
+        method: Method,
+        path: &str,
+        user: Option<(&str, &str)>,
+    ) -> reqwest::RequestBuilder {
+        let req = self.http.request(method, format!("{}{path}", self.base));
+        match user {
+            Some((name, password)) => req.basic_auth(name, Some(password)),
+            None => req,
+        }
+    }
+
+    /// GET as `user`: (status, body).
+    async fn get_as(
+        &self,
+        path: &str,
+        user: Option<(&str, &str)>,
+    ) -> anyhow::Result<(StatusCode, String)> {
+        let res = self.request(Method::GET, path, user).send().await?;
+        Ok((res.status(), res.text().await?))
+    }
+
+    /// GET that must answer 200; the body.
+    async fn page(&self, path: &str) -> anyhow::Result<String> {
+        let (status, body) = self.get_as(path, None).await?;
+        anyhow::ensure!(status == StatusCode::OK, "GET {path}: {status}: {body}");
+        Ok(body)
+    }
+
+    async fn api(&self, path: &str) -> anyhow::Result<Value> {
+        Ok(serde_json::from_str(&self.page(path).await?)?)
+    }
+
+    /// POST a form as `user`: (status, body).
+    async fn post_form(
+        &self,
+        path: &str,
+        form: &[(&str, &str)],
+        user: Option<(&str, &str)>,
+    ) -> anyhow::Result<(StatusCode, String)> {
+        let body = form_body(form);
+        let res = self
+            .request(Method::POST, path, user)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("sec-fetch-site", "same-origin")
+            .body(body)
+            .send()
+            .await?;
+        Ok((res.status(), res.text().await?))
+    }
+}
+
+fn form_body(form: &[(&str, &str)]) -> String {
+    form.iter()
+        .map(|(k, v)| format!("{k}={}", v.replace(' ', "+")))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn users() -> anyhow::Result<DashboardConfig> {
+    Ok(DashboardConfig {
+        users: vec![
+            User::parse("alice:op-secret:operator")?,
+            User::parse("victor:view-secret:viewer")?,
+        ],
+        ..DashboardConfig::default()
+    })
+}
+
+const ALICE: Option<(&str, &str)> = Some(("alice", "op-secret"));
+const VICTOR: Option<(&str, &str)> = Some(("victor", "view-secret"));
+
+/// Enqueues one message (committed); its id.
+async fn enqueue(
+    client: &mut Client,
+    destination: &str,
+    key: &str,
+    ordering: Option<&str>,
+    payload: Value,
+) -> anyhow::Result<Uuid> {
+    let mut message = OutboxMessage::new(destination, &payload)?.with_downstream_key(key);
+    if let Some(ordering) = ordering {
+        message = message.with_ordering_key(ordering);
+    }
+    let id = message.id();
+    let tx = client.transaction().await?;
+    txoutbox::enqueue(&tx, &[message]).await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+/// Puts a row where a relay's permanent failure would: failed, with its error and attempt.
+async fn fail(client: &Client, id: Uuid, error: &str) -> TestResult {
+    client
+        .execute(
+            "UPDATE txoutbox_messages SET status = 'failed', attempts = 1, last_error = $2 \
+             WHERE id = $1",
+            &[&id, &error],
+        )
+        .await?;
+    client
+        .execute(
+            "INSERT INTO txoutbox_attempts (message_id, attempt, downstream_key, relay, outcome, \
+                 error, started_at) \
+             SELECT id, 1, downstream_key, 'relay-1', 'failed', $2, now() \
+             FROM txoutbox_messages WHERE id = $1",
+            &[&id, &error],
+        )
+        .await?;
+    Ok(())
+}
+
+async fn status_of(client: &Client, id: Uuid) -> anyhow::Result<String> {
+    let row = client
+        .query_opt(
+            "SELECT status FROM txoutbox_messages WHERE id = $1 \
+             UNION ALL SELECT 'delivered' FROM txoutbox_delivered WHERE id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)).unwrap_or_else(|| "gone".into()))
+}
+
+fn ids_in(rows: &Value) -> Vec<String> {
+    rows.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| r["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------
+// pages
+
+#[tokio::test]
+async fn overview_counts_rows_by_destination_and_state() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    enqueue(&mut client, "email", "e-2", None, json!({})).await?;
+    let failed = enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    fail(&client, failed, "card declined").await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+
+    let html = dash.page("").await?;
+    assert!(
+        html.contains(r#"destination=email&amp;status=pending">2</a>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"destination=stripe&amp;status=failed">1</a>"#),
+        "{html}"
+    );
+    assert!(html.contains("Top failing destinations"));
+    assert!(
+        html.contains(r#"href="/outbox/messages?status=failed&amp;destination=stripe">stripe</a>"#),
+        "{html}"
+    );
+    assert!(html.contains("<svg"), "charts are inline SVG");
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "email", "e-1", None, json!({"to": "x"})).await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    for path in [
+        "",
+        "/messages",
+        &format!("/messages/{id}"),
+        "/failures",
+        "/keys",
+        "/assets/dashboard.css",
+        "/assets/live.js",
+    ] {
+        let (status, body) = dash.get_as(path, None).await?;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+        if path.is_empty() || !path.starts_with("/assets") {
+            assert!(
+                body.contains(r#"href="/outbox/assets/dashboard.css""#),
+                "{path}"
+            );
+        }
+    }
+    let (status, _) = dash.get_as("/messages/not-an-id", None).await?;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = dash
+        .get_as(&format!("/messages/{}", Uuid::now_v7()), None)
+        .await?;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    Ok(())
+}
+
+#[tokio::test]
+async fn message_filters_narrow_the_list() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let email = enqueue(&mut client, "email", "e-1", Some("order-7"), json!({})).await?;
+    let stripe = enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    let declined = enqueue(&mut client, "stripe", "s-2", None, json!({})).await?;
+    fail(&client, stripe, "500 upstream timeout").await?;
+    fail(&client, declined, "402 card declined").await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+
+    let shows = |html: &str, id: Uuid| html.contains(&format!("/outbox/messages/{id}\""));
+    let all = dash.page("/messages").await?;
+    assert!(
+        [email, stripe, declined].iter().all(|id| shows(&all, *id)),
+        "{all}"
+    );
+    let cases: [(&str, Vec<Uuid>); 6] = [
+        ("status=failed", vec![stripe, declined]),
+        ("status=pending", vec![email]),
+        ("destination=email", vec![email]),
+        ("error=CARD+DECLINED", vec![declined]),
+        ("key=s-1", vec![stripe]),
+        ("ordering_key=order-7", vec![email]),
+    ];
+    for (query, want) in cases {
+        let html = dash.page(&format!("/messages?{query}")).await?;
+        for id in [email, stripe, declined] {
+            assert_eq!(shows(&html, id), want.contains(&id), "{query}: {id}");
+        }
+    }
+    let html = dash
+        .page("/messages?since=1h&until=2099-01-01T00:00:00Z")
+        .await?;
+    assert!(shows(&html, email));
+    let html = dash.page("/messages?until=1h").await?;
+    assert!(!shows(&html, email), "enqueued less than an hour ago");
+    let (status, _) = dash.get_as("/messages?since=yesterday", None).await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    Ok(())
+}
+
+#[tokio::test]
+async fn pagination_is_stable_while_rows_are_inserted() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let mut first = Vec::new();
+    for i in 0..7 {
+        first.push(
+            enqueue(&mut client, "email", &format!("old-{i}"), None, json!({}))
+                .await?
+                .to_string(),
+        );
+    }
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+
+    let mut seen = Vec::new();
+    let mut path = "/api/messages?limit=3".to_owned();
+    for _ in 0..10 {
+        let rows = dash.api(&path).await?;
+        let ids = ids_in(&rows);
+        // New rows arrive between pages: none of them shows up on a later page.
+        enqueue(
+            &mut client,
+            "email",
+            &format!("new-{}", seen.len()),
+            None,
+            json!({}),
+        )
+        .await?;
+        seen.extend(ids.clone());
+        let Some(cursor) = rows
+            .as_array()
+            .and_then(|a| a.last())
+            .and_then(|r| r["cursor"].as_str())
+        else {
+            break;
+        };
+        if ids.len() < 3 {
+            break;
+        }
+        path = format!("/api/messages?limit=3&before={cursor}");
+    }
+    first.reverse();
+    assert_eq!(seen, first, "every row once, newest first");
+
+    // The HTML list pages the same way: its "Older" link carries the cursor.
+    let html = dash.page("/messages?limit=3").await?;
+    assert!(
+        html.contains(r#"rel="next" href="/outbox/messages?before="#),
+        "{html}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn message_page_shows_payload_headers_keys_trace_link_and_attempts() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let message = OutboxMessage::new("stripe", &json!({"amount": 1200, "currency": "eur"}))?
+        .with_downstream_key("pay-1")
+        .with_ordering_key("cust-9")
+        .with_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")?;
+    let id = message.id();
+    let tx = client.transaction().await?;
+    txoutbox::enqueue(&tx, &[message]).await?;
+    tx.commit().await?;
+    fail(&client, id, "402 card declined").await?;
+    let dash = Dashboard::start(
+        &db,
+        DashboardConfig {
+            trace_url: Some("https://traces.example/trace/{trace_id}".into()),
+            ..DashboardConfig::default()
+        },
+    )
+    .await?;
+
+    let html = dash.page(&format!("/messages/{id}")).await?;
+    for expected in [
+        "<details open><summary>{2 fields}</summary>",
+        "amount: </span><code>1200</code>",
+        "pay-1",
+        "cust-9",
+        r#"href="https://traces.example/trace/4bf92f3577b34da6a3ce929d0e0e4736""#,
+        "traceparent",
+        "relay-1",
+        "402 card declined",
+        "Replay with a new key",
+    ] {
+        assert!(html.contains(expected), "{expected}: {html}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn failures_are_grouped_by_destination_and_normalised_error() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let a = enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    let b = enqueue(&mut client, "stripe", "s-2", None, json!({})).await?;
+    let c = enqueue(&mut client, "stripe", "s-3", None, json!({})).await?;
+    let d = enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    fail(
+        &client,
+        a,
+        "card 4242 declined for charge 0191e7a2-1c3b-7d40-8e5f-0a1b2c3d4e5f",
+    )
+    .await?;
+    fail(
+        &client,
+        b,
+        "card 1111 declined for charge 0191e7a2-aaaa-7d40-8e5f-0a1b2c3d4e5f",
+    )
+    .await?;
+    fail(&client, c, "500 internal error").await?;
+    fail(
+        &client,
+        d,
+        "card 4242 declined for charge 0191e7a2-1c3b-7d40-8e5f-0a1b2c3d4e5f",
+    )
+    .await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+
+    let html = dash.page("/failures").await?;
+    let group = "card &lt;n&gt; declined for charge &lt;uuid&gt;";
+    assert_eq!(
+        html.matches(&format!(r#"<td class="error">{group}"#))
+            .count(),
+        2,
+        "one group per destination: {html}"
+    );
+    assert!(
+        html.contains(r#"error_class=card+%3Cn%3E+declined+for+charge+%3Cuuid%3E">2</a>"#),
+        "{html}"
+    );
+    assert!(html.contains("&lt;n&gt; internal error"));
+    assert!(html.contains("Replay this group"));
+
+    // The group's link lists exactly its rows.
+    let list = dash
+        .page("/messages?status=failed&destination=stripe&error_class=card+%3Cn%3E+declined+for+charge+%3Cuuid%3E")
+        .await?;
+    for (id, listed) in [(a, true), (b, true), (c, false), (d, false)] {
+        assert_eq!(
+            list.contains(&format!("/outbox/messages/{id}\"")),
+            listed,
+            "{id}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueued() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let scope = Scope::new("charges")?;
+    let key = IdempotencyKey::parse("req-42-0000000000")?;
+    let tx = client.transaction().await?;
+    let Begin::New(mut claim) = txoutbox::begin(
+        &tx,
+        &scope,
+        &key,
+        &Fingerprint::new("POST", "/charge", b"{}"),
+    )
+    .await?
+    else {
+        anyhow::bail!("a new key");
+    };
+    let receipt = OutboxMessage::new("email", &json!({"email": "alice@example.com"}))?;
+    let charge = OutboxMessage::new("stripe", &json!({"amount": 5}))?;
+    let (receipt_id, charge_id) = (receipt.id(), charge.id());
+    claim
+        .enqueue("receipt", receipt)?
+        .enqueue("charge", charge)?;
+    let response = StoredResponse {
+        status: 201,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: br#"{"charge":"ch_1","email":"alice@example.com"}"#.to_vec(),
+    };
+    claim.complete(&tx, &response).await?;
+    tx.commit().await?;
+    let other = enqueue(&mut client, "email", "unrelated", None, json!({})).await?;
+    let dash = Dashboard::start(
+        &db,
+        DashboardConfig {
+            redact: vec!["email".into()],
+            effects: vec!["receipt".into(), "charge".into()],
+            ..DashboardConfig::default()
+        },
+    )
+    .await?;
+
+    let html = dash
+        .page("/keys?scope=charges&key=req-42-0000000000")
+        .await?;
+    for expected in [
+        "completed",
+        "201",
+        "ch_1",
+        &receipt_id.to_string(),
+        &charge_id.to_string(),
+    ] {
+        assert!(html.contains(expected), "{expected}: {html}");
+    }
+    assert!(
+        !html.contains(&other.to_string()),
+        "another request's message"
+    );
+    assert!(
+        !html.contains("alice@example.com"),
+        "redacted in the stored response"
+    );
+    let api = dash
+        .api("/api/keys?scope=charges&key=req-42-0000000000")
+        .await?;
+    assert_eq!(api["state"], "completed");
+    assert_eq!(ids_in(&api["messages"]).len(), 2, "{api}");
+    assert!(!api.to_string().contains("alice@example.com"));
+    let html = dash.page("/keys?scope=charges&key=never-sent").await?;
+    assert!(html.contains("No key"));
+
+    // Without effect names the claim's transaction time alone finds them.
+    let bare = Dashboard::start(&db, DashboardConfig::default()).await?;
+    let api = bare
+        .api("/api/keys?scope=charges&key=req-42-0000000000")
+        .await?;
+    let mut found = ids_in(&api["messages"]);
+    found.sort();
+    let mut want = vec![receipt_id.to_string(), charge_id.to_string()];
+    want.sort();
+    assert_eq!(found, want, "{api}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// the API
+
+#[tokio::test]
+async fn api_messages_answers_the_documented_json_shape() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    fail(&client, id, "402 card declined").await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+
+    let rows = dash
+        .api("/api/messages?status=failed&destination=stripe&limit=10")
+        .await?;
+    let rows = rows.as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let row = &rows[0];
+    assert_eq!(row["id"], id.to_string());
+    assert_eq!(row["destination"], "stripe");
+    assert_eq!(row["status"], "failed");
+    assert_eq!(row["attempts"], 1);
+    assert_eq!(row["last_error"], "402 card declined");
+    assert_eq!(row["downstream_key"], "s-1");
+
+    let stats = dash.api("/api/stats").await?;
+    assert_eq!(stats["total"]["failed"], 1);
+    assert_eq!(stats["total"]["pending"], 1);
+    assert_eq!(
+        stats["last_hour_by_minute"].as_array().map(Vec::len),
+        Some(60)
+    );
+    let detail = dash.api(&format!("/api/messages/{id}")).await?;
+    assert_eq!(detail["history"][0]["outcome"], "failed");
+
+    let res = dash
+        .request(Method::GET, "/api/messages?status=dead", None)
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let problem: Value = res.json().await?;
+    assert!(problem["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("dead")));
+    Ok(())
+}
+
+#[tokio::test]
+async fn replay_through_the_api_with_a_relay_running_is_delivered_and_logged_with_the_user(
+) -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "stripe", "s-1", None, json!({"amount": 5})).await?;
+    // A real relay dead-letters it.
+    let declining = ScriptedSink::new([Err(DeliveryError::permanent("402 card declined"))]);
+    let relay = RunningRelay::start(db.relay()?.sink("stripe", declining).build()?);
+    let start = std::time::Instant::now();
+    while status_of(&client, id).await? != "failed" {
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(10),
+            "not dead-lettered"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    relay.stop().await?;
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(db.relay()?.sink("stripe", sink.clone()).build()?);
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let res = dash
+        .request(Method::POST, &format!("/api/messages/{id}/replay"), ALICE)
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let report: Value = res.json().await?;
+    assert_eq!(report["replayed"][0]["downstream_key"], "s-1");
+    assert_eq!(sink.wait_for(1, Duration::from_secs(10)).await, 1);
+    let start = std::time::Instant::now();
+    while status_of(&client, id).await? != "delivered" {
+        anyhow::ensure!(start.elapsed() < Duration::from_secs(10), "not delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    relay.stop().await?;
+    assert_eq!(sink.deliveries()[0].downstream_key, "s-1", "the same key");
+    let detail = dash
+        .request(Method::GET, &format!("/api/messages/{id}"), ALICE)
+        .send()
+        .await?;
+    let detail: Value = detail.json().await?;
+    assert_eq!(detail["status"], "delivered");
+    let notes: Vec<&str> = detail["history"]
+        .as_array()
+        .map(|h| h.iter().filter_map(|a| a["error"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        notes.iter().any(|n| n.contains("by operator alice")),
+        "{notes:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn replay_of_everything_a_filter_matches_shows_a_dry_run_count_then_replays_on_confirmation(
+) -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let mut stripe = Vec::new();
+    for i in 0..3 {
+        let id = enqueue(&mut client, "stripe", &format!("s-{i}"), None, json!({})).await?;
+        fail(&client, id, "402 card declined").await?;
+        stripe.push(id);
+    }
+    let email = enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    fail(&client, email, "550 no such user").await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let filter = [("status", "failed"), ("destination", "stripe")];
+    let (status, html) = dash.post_form("/replay/filter", &filter, ALICE).await?;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(
+        html.contains("<strong>3</strong> message(s) match"),
+        "{html}"
+    );
+    assert!(html.contains(r#"name="confirm" value="3""#));
+    for id in &stripe {
+        assert_eq!(
+            status_of(&client, *id).await?,
+            "failed",
+            "a dry run changes nothing"
+        );
+    }
+
+    let mut confirmed = filter.to_vec();
+    confirmed.push(("confirm", "3"));
+    let (status, html) = dash.post_form("/replay/filter", &confirmed, ALICE).await?;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("Replayed <strong>3</strong>"), "{html}");
+    for id in &stripe {
+        assert_eq!(status_of(&client, *id).await?, "pending");
+    }
+    assert_eq!(
+        status_of(&client, email).await?,
+        "failed",
+        "outside the filter"
+    );
+
+    // The API's dry run counts the same way.
+    let res = dash
+        .request(Method::POST, "/api/replay", ALICE)
+        .json(&json!({"filter": {"status": "failed"}, "dry_run": true}))
+        .send()
+        .await?;
+    let report: Value = res.json().await?;
+    assert_eq!(report["dry_run"], true);
+    assert_eq!(ids_in(&report["replayed"]), vec![email.to_string()]);
+    assert_eq!(status_of(&client, email).await?, "failed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_selection_is_replayed_from_the_list_form() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let a = enqueue(&mut client, "stripe", "s-a", None, json!({})).await?;
+    let b = enqueue(&mut client, "stripe", "s-b", None, json!({})).await?;
+    let c = enqueue(&mut client, "stripe", "s-c", None, json!({})).await?;
+    for id in [a, b, c] {
+        fail(&client, id, "402 card declined").await?;
+    }
+    let dash = Dashboard::start(&db, users()?).await?;
+    let (a_s, b_s) = (a.to_string(), b.to_string());
+    let (status, html) = dash
+        .post_form(
+            "/replay",
+            &[("ids", &a_s), ("ids", &b_s), ("new_key", "1")],
+            ALICE,
+        )
+        .await?;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert_eq!(status_of(&client, a).await?, "pending");
+    assert_eq!(status_of(&client, b).await?, "pending");
+    assert_eq!(status_of(&client, c).await?, "failed");
+    let key: String = client
+        .query_one(
+            "SELECT downstream_key FROM txoutbox_messages WHERE id = $1",
+            &[&a],
+        )
+        .await?
+        .get(0);
+    assert_eq!(
+        key,
+        txoutbox::replay_downstream_key(a, "s-a"),
+        "a new key was asked for"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn hostile_query_values_are_answered_400_not_500() -> TestResult {
+    let db = test_db().await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    for path in [
+        "/messages?destination=a%00b",
+        "/messages?error=%00",
+        "/messages?before=99999999999999999999.1",
+        "/messages?before=1.x",
+        "/messages?limit=-5",
+        "/messages?status=dead",
+        "/messages?until=10000000000y",
+        "/keys?scope=charges&key=k%00",
+        "/api/messages?key=%00",
+        "/api/keys?scope=%00&key=k",
+    ] {
+        let (status, body) = dash.get_as(path, None).await?;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+    }
+    let res = dash
+        .request(Method::POST, "/api/replay", None)
+        .body("{not json")
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let res = dash
+        .request(Method::POST, "/api/replay", None)
+        .json(&json!({"filter": {"destination": "a\u{0}"}}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// security
+
+#[tokio::test]
+async fn without_credentials_every_answer_is_401_with_a_basic_challenge() -> TestResult {
+    let db = test_db().await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+    for path in ["", "/messages", "/api/stats", "/assets/dashboard.css"] {
+        let res = dash.request(Method::GET, path, None).send().await?;
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED, "{path}");
+        let challenge = res
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok());
+        assert!(challenge.is_some_and(|c| c.starts_with("Basic ")), "{path}");
+    }
+    let (status, _) = dash.get_as("", Some(("alice", "wrong"))).await?;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = dash.get_as("", ALICE).await?;
+    assert_eq!(status, StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_viewer_reads_sees_no_action_and_a_forged_action_is_403() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    fail(&client, id, "402 card declined").await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    for path in [
+        "/messages".to_owned(),
+        format!("/messages/{id}"),
+        "/failures".to_owned(),
+    ] {
+        let (status, html) = dash.get_as(&path, VICTOR).await?;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            !html.contains("<button type=\"submit\">Replay"),
+            "{path}: {html}"
+        );
+        assert!(!html.contains("method=\"post\""), "{path}: no action form");
+        let (_, html) = dash.get_as(&path, ALICE).await?;
+        assert!(
+            html.contains("method=\"post\""),
+            "{path}: an operator has actions"
+        );
+    }
+    let id_s = id.to_string();
+    let (status, _) = dash
+        .post_form(&format!("/messages/{id}/replay"), &[], VICTOR)
+        .await?;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = dash.post_form("/replay", &[("ids", &id_s)], VICTOR).await?;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let res = dash
+        .request(Method::POST, "/api/replay", VICTOR)
+        .json(&json!({"ids": [id]}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
+    assert_eq!(status_of(&client, id).await?, "failed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cross_site_post_is_refused_and_changes_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    fail(&client, id, "402 card declined").await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+    let path = format!("/messages/{id}/replay");
+
+    let forged = dash
+        .request(Method::POST, &path, ALICE)
+        .header("origin", "https://evil.example")
+        .send()
+        .await?;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let forged = dash
+        .request(Method::POST, "/api/replay", ALICE)
+        .header("sec-fetch-site", "cross-site")
+        .json(&json!({"ids": [id]}))
+        .send()
+        .await?;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    assert_eq!(status_of(&client, id).await?, "failed");
+    let res = dash.request(Method::GET, &path, ALICE).send().await?;
+    assert_eq!(
+        res.status(),
+        StatusCode::METHOD_NOT_ALLOWED,
+        "actions are POST only"
+    );
+
+    // The dashboard's own page (same origin) may.
+    let own = dash
+        .request(Method::POST, &path, ALICE)
+        .header("origin", dash.base.trim_end_matches("/outbox"))
+        .send()
+        .await?;
+    assert_eq!(own.status(), StatusCode::SEE_OTHER);
+    assert_eq!(status_of(&client, id).await?, "pending");
+    Ok(())
+}
+
+#[tokio::test]
+async fn redacted_fields_never_reach_the_browser() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let payload = json!({
+        "email": "alice@example.com",
+        "order": {"items": [{"card": {"number": "4242424242424242"}, "sku": "tea"}]},
+        "customer": {"Email": "bob@example.com"},
+    });
+    let message = OutboxMessage::new("email", &payload)?
+        .with_downstream_key("e-1")
+        .with_header("card", "4000056655665556");
+    let id = message.id();
+    let tx = client.transaction().await?;
+    txoutbox::enqueue(&tx, &[message]).await?;
+    tx.commit().await?;
+    let dash = Dashboard::start(
+        &db,
+        DashboardConfig {
+            redact: vec!["email".into(), "card".into()],
+            ..DashboardConfig::default()
+        },
+    )
+    .await?;
+
+    let html = dash.page(&format!("/messages/{id}")).await?;
+    let api = dash.page(&format!("/api/messages/{id}")).await?;
+    for body in [&html, &api] {
+        for secret in [
+            "alice@example.com",
+            "4242424242424242",
+            "bob@example.com",
+            "4000056655665556",
+        ] {
+            assert!(!body.contains(secret), "{secret} leaked: {body}");
+        }
+        assert!(body.contains("[redacted]"));
+        assert!(body.contains("tea"), "other fields stay");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_answer_carries_the_security_headers() -> TestResult {
+    let db = test_db().await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+    for (path, user) in [("", ALICE), ("/api/stats", ALICE), ("", None)] {
+        let res = dash.request(Method::GET, path, user).send().await?;
+        let header = |name: &str| {
+            res.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let csp = header("content-security-policy");
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+        assert!(
+            csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+            "{csp}"
+        );
+        assert_eq!(header("x-content-type-options"), "nosniff");
+        assert_eq!(header("cache-control"), "no-store");
+    }
+    let html = dash.get_as("", ALICE).await?.1;
+    assert!(!html.contains("<script>"), "no inline script");
+    assert!(!html.contains("style="), "no inline style");
+    Ok(())
+}
