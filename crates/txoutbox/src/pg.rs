@@ -54,8 +54,8 @@ impl SslMode {
             // libpq's `allow` (plain first, TLS if refused) has no equivalent in tokio-postgres.
             other => {
                 return Err(Error::Config(format!(
-                    "sslmode: {other:?} is not one of disable, prefer, require, verify-ca, verify-full"
-                )))
+                "sslmode: {other:?} is not one of disable, prefer, require, verify-ca, verify-full"
+            )))
             }
         })
     }
@@ -100,6 +100,7 @@ pub struct PgConfig {
     config: Config,
     mode: SslMode,
     root_cert: Option<PathBuf>,
+    client_cert: Option<(PathBuf, PathBuf)>,
     tls: MakeTls,
 }
 
@@ -132,9 +133,15 @@ impl TlsParams {
             "sslkey" => &mut self.key,
             // On by default in libpq, and what rustls does for host names anyway.
             "sslsni" => return Ok(true),
-            "sslpassword" | "sslcrl" | "sslcrldir" | "sslcompression" | "sslcertmode"
-            | "sslnegotiation" | "ssl_min_protocol_version" | "ssl_max_protocol_version"
-            | "requiressl" | "sslkeylogfile" => {
+            "sslpassword"
+            | "sslcrl"
+            | "sslcrldir"
+            | "sslcompression"
+            | "sslcertmode"
+            | "ssl_min_protocol_version"
+            | "ssl_max_protocol_version"
+            | "requiressl"
+            | "sslkeylogfile" => {
                 return Err(Error::Config(format!(
                     "{key}: not supported (TLS settings: sslmode, sslrootcert, sslcert, sslkey)"
                 )))
@@ -162,7 +169,7 @@ impl PgConfig {
         let rest = strip_tls_params(text.trim(), &mut tls)?;
         let mut config: Config = rest
             .parse()
-            .map_err(|e| Error::Config(format!("connection string: {e}")))?;
+            .map_err(|e| Error::Config(format!("connection string: {}", with_causes(&e))))?;
         apply_env(&mut config, &mut tls, &env)?;
         let mode = match &tls.mode {
             Some(mode) => SslMode::parse(mode)?,
@@ -219,7 +226,21 @@ impl PgConfig {
             _ => root_cert.as_deref(),
         };
         let tls_config = client_config(verify, root, client_auth.as_ref())?;
+        // libpq checks the certificate of a `hostaddr` given without `host` against the
+        // address; tokio-postgres names the server for TLS by `host` only.
+        if config.get_hosts().is_empty() {
+            for addr in config.get_hostaddrs().to_vec() {
+                config.host(addr.to_string());
+            }
+        }
+        // Postgres has no TLS over Unix sockets, and libpq ignores sslmode there.
+        let unix_only = !config.get_hosts().is_empty()
+            && config
+                .get_hosts()
+                .iter()
+                .all(|h| !matches!(h, tokio_postgres::config::Host::Tcp(_)));
         config.ssl_mode(match mode {
+            _ if unix_only => tokio_postgres::config::SslMode::Disable,
             SslMode::Disable => tokio_postgres::config::SslMode::Disable,
             SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
             _ => tokio_postgres::config::SslMode::Require,
@@ -229,6 +250,7 @@ impl PgConfig {
             mode,
             tls: MakeTls::new(tls_config, mode, root.map(Path::to_path_buf)),
             root_cert,
+            client_cert: client_auth,
         })
     }
 
@@ -251,6 +273,13 @@ impl PgConfig {
     /// The CA file the server's certificate is checked against, if any.
     pub fn root_cert(&self) -> Option<&Path> {
         self.root_cert.as_deref()
+    }
+
+    /// The client certificate and its key (`sslcert`, `sslkey`) presented to the server, if any.
+    pub fn client_cert(&self) -> Option<(&Path, &Path)> {
+        self.client_cert
+            .as_ref()
+            .map(|(cert, key)| (cert.as_path(), key.as_path()))
     }
 
     /// The TLS connector, for `tokio_postgres::Config::connect` and pools of one's own.
@@ -295,6 +324,7 @@ impl From<Config> for PgConfig {
             config,
             mode,
             root_cert: None,
+            client_cert: None,
             tls,
         }
     }
@@ -339,9 +369,10 @@ fn client_config(
         (Verify::None, _) | (_, None) => Arc::new(AcceptAny(provider.clone())),
         (verify, Some(root)) => {
             let roots = read_roots(root)?;
-            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                .build()
-                .map_err(|e| Error::Config(format!("sslrootcert: {}: {e}", root.display())))?;
+            let webpki =
+                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .build()
+                    .map_err(|e| Error::Config(format!("sslrootcert: {}: {e}", root.display())))?;
             if verify == Verify::Full {
                 webpki
             } else {
@@ -410,7 +441,10 @@ fn strip_tls_params(text: &str, tls: &mut TlsParams) -> Result<String> {
     let mut kept = Vec::new();
     for (key, value) in key_values(text)? {
         if !tls.take(&key, value.clone())? {
-            kept.push(format!("{key}='{}'", value.replace('\\', "\\\\").replace('\'', "\\'")));
+            kept.push(format!(
+                "{key}='{}'",
+                value.replace('\\', "\\\\").replace('\'', "\\'")
+            ));
         }
     }
     Ok(kept.join(" "))
@@ -764,7 +798,11 @@ impl TlsContext {
                 CertificateError::NotValidForNameContext { presented, .. } => format!(
                     "TLS: the server's certificate is not issued for {host:?} but for {} \
                      (sslmode={} checks the host name)",
-                    presented.join(", "),
+                    presented
+                        .iter()
+                        .map(|name| bare_name(name))
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     self.mode
                 ),
                 CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
@@ -773,11 +811,23 @@ impl TlsContext {
                 CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
                     "TLS: the server's certificate is not valid yet".to_owned()
                 }
-                other => format!("TLS: the server's certificate is refused: {other:?}"),
+                other => format!("TLS: the server's certificate is refused: {other}"),
             },
             Some(other) => format!("TLS: the handshake with {host} failed: {other}"),
             None => format!("TLS: the handshake with {host} failed: {err}"),
         }
+    }
+}
+
+/// `db.example` of webpki's `DnsName("db.example")`, `10.0.0.1` of `IpAddress(10.0.0.1)`.
+fn bare_name(presented: &str) -> &str {
+    let inner = presented
+        .strip_prefix("DnsName(")
+        .or_else(|| presented.strip_prefix("IpAddress("))
+        .and_then(|rest| rest.strip_suffix(')'));
+    match inner {
+        Some(inner) => inner.trim_matches('"'),
+        None => presented,
     }
 }
 
@@ -793,36 +843,62 @@ impl fmt::Display for TlsError {
 
 impl std::error::Error for TlsError {}
 
-/// One line for a connection failure without a server answer: a TLS failure says what was
-/// wrong, without tokio-postgres's "error performing TLS handshake" in front.
+/// One line for a connection failure without a server answer: what tokio-postgres says and its
+/// causes (its own text stops at "error connecting to server"); a TLS failure says what was wrong,
+/// without "error performing TLS handshake" in front.
 pub(crate) fn describe(err: &tokio_postgres::Error) -> String {
     let mut source = std::error::Error::source(err);
     while let Some(cause) = source {
         if let Some(tls) = cause.downcast_ref::<TlsError>() {
             return tls.0.clone();
         }
+        if cause.to_string() == "server does not support TLS" {
+            return "TLS: the server does not accept TLS connections, and the sslmode \
+                    (require, verify-ca or verify-full) refuses to connect without it"
+                .to_owned();
+        }
         source = cause.source();
     }
-    let text = err.to_string();
-    if text.ends_with("server does not support TLS") {
-        return "TLS: the server does not accept TLS connections, and the sslmode \
-                (require, verify-ca or verify-full) refuses to connect without it"
-            .to_owned();
+    with_causes(err)
+}
+
+/// `err: its cause: the cause's cause`, in one line (tokio-postgres's own text leaves causes out).
+fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !cause_text.is_empty() && !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
     }
-    text
+    text.replace('\n', " ")
 }
 
 #[cfg(test)]
 mod tests {
+    use tokio_postgres::config::Host;
+
     use super::*;
 
     fn parse(text: &str) -> Result<PgConfig> {
         PgConfig::parse_with_env(text, |_| None)
     }
 
+    /// The message of the `Error::Config` that parsing `text` fails with.
+    fn config_error(text: &str) -> String {
+        match parse(text) {
+            Err(Error::Config(message)) => message,
+            other => panic!("{text}: expected Error::Config, got {other:?}"),
+        }
+    }
+
     #[test]
     fn url_keeps_tls_parameters_tokio_postgres_refuses() -> Result<()> {
-        let pg = parse("postgres://app:pw@db.example:6543/shop?sslmode=require&application_name=x")?;
+        let pg =
+            parse("postgres://app:pw@db.example:6543/shop?sslmode=require&application_name=x")?;
         assert_eq!(pg.ssl_mode(), SslMode::Require);
         assert_eq!(pg.config().get_dbname(), Some("shop"));
         assert_eq!(pg.config().get_application_name(), Some("x"));
@@ -835,7 +911,8 @@ mod tests {
 
     #[test]
     fn key_value_form_with_quotes_survives_stripping() -> Result<()> {
-        let pg = parse(r"host=localhost user=app password='it\'s x' sslmode = disable dbname=a\ b")?;
+        let pg =
+            parse(r"host=localhost user=app password='it\'s x' sslmode = disable dbname=a\ b")?;
         assert_eq!(pg.ssl_mode(), SslMode::Disable);
         assert_eq!(pg.config().get_password(), Some(&b"it's x"[..]));
         assert_eq!(pg.config().get_dbname(), Some("a b"));
@@ -844,28 +921,108 @@ mod tests {
 
     #[test]
     fn default_is_prefer_like_libpq() -> Result<()> {
-        assert_eq!(parse("host=localhost")?.ssl_mode(), SslMode::Prefer);
+        let pg = parse("host=localhost")?;
+        assert_eq!(pg.ssl_mode(), SslMode::Prefer);
+        assert_eq!(
+            pg.config().get_ssl_mode(),
+            tokio_postgres::config::SslMode::Prefer
+        );
         Ok(())
     }
 
     #[test]
-    fn verify_full_without_a_ca_is_refused_naming_sslrootcert() {
-        let err = parse("host=localhost sslmode=verify-full").err().map(|e| e.to_string());
+    fn unknown_sslmode_is_a_config_error_naming_sslmode() {
+        let message = config_error("host=x sslmode=allow");
         assert!(
-            err.as_deref().is_some_and(|e| e.contains("sslrootcert")),
-            "{err:?}"
+            message.starts_with("sslmode: \"allow\" is not one of"),
+            "{message}"
+        );
+        let message = config_error("postgres://x/db?sslmode=verify_full");
+        assert!(message.starts_with("sslmode: \"verify_full\""), "{message}");
+    }
+
+    #[test]
+    fn verify_full_without_a_ca_is_a_config_error_naming_sslrootcert() {
+        for text in [
+            "host=localhost sslmode=verify-full",
+            "postgres://localhost/db?sslmode=verify-ca",
+        ] {
+            let message = config_error(text);
+            assert!(
+                message.starts_with("sslrootcert: sslmode=verify-"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn sslcert_without_sslkey_and_the_reverse_are_config_errors() {
+        let message = config_error("host=x sslcert=/etc/client.pem");
+        assert!(message.starts_with("sslkey: sslcert is set"), "{message}");
+        let message = config_error("host=x sslkey=/etc/client.key");
+        assert!(message.starts_with("sslcert: sslkey is set"), "{message}");
+    }
+
+    #[test]
+    fn missing_files_are_config_errors_naming_the_setting_and_the_path() {
+        let message = config_error(
+            "postgres://localhost/db?sslmode=verify-ca&sslrootcert=%2Fnowhere%2Fca.pem",
+        );
+        assert!(
+            message.starts_with("sslrootcert: cannot read /nowhere/ca.pem"),
+            "{message}"
+        );
+        let message = config_error("host=x sslcert=/nowhere/c.pem sslkey=/nowhere/c.key");
+        assert!(
+            message.starts_with("sslcert: cannot read /nowhere/c.pem"),
+            "{message}"
         );
     }
 
     #[test]
-    fn missing_ca_file_is_refused_at_parse() {
-        let err = parse("postgres://localhost/db?sslmode=verify-ca&sslrootcert=%2Fnowhere%2Fca.pem")
-            .err()
-            .map(|e| e.to_string());
-        assert!(
-            err.as_deref()
-                .is_some_and(|e| e.contains("sslrootcert: cannot read /nowhere/ca.pem")),
-            "{err:?}"
+    fn a_ca_file_without_a_certificate_is_a_config_error() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("ca.pem");
+        std::fs::write(&path, "not a certificate\n")?;
+        let message = config_error(&format!(
+            "host=x sslmode=verify-full sslrootcert='{}'",
+            path.display()
+        ));
+        assert_eq!(
+            message,
+            format!("sslrootcert: {} holds no PEM certificate", path.display())
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn unsupported_tls_settings_are_refused_by_name() {
+        for (text, setting) in [
+            ("host=x sslcrl=/x", "sslcrl"),
+            ("host=x sslpassword=p", "sslpassword"),
+            (
+                "postgres://x/db?ssl_min_protocol_version=TLSv1.3",
+                "ssl_min_protocol_version",
+            ),
+        ] {
+            let message = config_error(text);
+            assert!(
+                message.starts_with(&format!("{setting}: not supported")),
+                "{message}"
+            );
+        }
+        let message = config_error("host=x sslmode=verify-full sslrootcert=system");
+        assert!(message.starts_with("sslrootcert: \"system\""), "{message}");
+    }
+
+    #[test]
+    fn malformed_strings_are_config_errors() {
+        assert!(config_error("host=x user='open").contains("unterminated"));
+        assert!(config_error("host x").contains("expected ="));
+        assert!(config_error("postgres://x/db?sslrootcert=%zz").contains("percent-escape"));
+        assert_eq!(
+            config_error("postgres://x/db?bogus=1"),
+            "connection string: invalid connection string: unknown option `bogus`"
         );
     }
 
@@ -881,16 +1038,75 @@ mod tests {
         assert_eq!(pg.ssl_mode(), SslMode::Require);
         assert_eq!(pg.config().get_user(), Some("u"));
         assert_eq!(pg.config().get_dbname(), Some("x"));
-        assert!(matches!(
-            pg.config().get_hosts(),
-            [tokio_postgres::config::Host::Tcp(h)] if h == "db1"
-        ));
+        assert!(matches!(pg.config().get_hosts(), [Host::Tcp(h)] if h == "db1"));
         Ok(())
     }
 
     #[test]
-    fn unknown_sslmode_is_refused() {
-        assert!(parse("host=x sslmode=allow").is_err());
-        assert!(parse("host=x sslcrl=/x").is_err());
+    fn the_string_wins_over_the_environment() -> Result<()> {
+        let pg = PgConfig::parse_with_env("host=a sslmode=disable", |name| match name {
+            "PGSSLMODE" => Some("verify-full".into()),
+            "PGHOST" => Some("b".into()),
+            _ => None,
+        })?;
+        assert_eq!(pg.ssl_mode(), SslMode::Disable);
+        assert!(matches!(pg.config().get_hosts(), [Host::Tcp(h)] if h == "a"));
+        Ok(())
+    }
+
+    #[test]
+    fn an_unknown_sslmode_in_the_environment_names_sslmode() {
+        let err = PgConfig::parse_with_env("host=x", |name| {
+            (name == "PGSSLMODE").then(|| "on".to_owned())
+        });
+        assert!(
+            matches!(&err, Err(Error::Config(m)) if m.starts_with("sslmode: \"on\"")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_hostaddr_without_host_names_the_server_for_tls() -> Result<()> {
+        let pg = parse("hostaddr=127.0.0.1 sslmode=require")?;
+        assert!(matches!(pg.config().get_hosts(), [Host::Tcp(h)] if h == "127.0.0.1"));
+        Ok(())
+    }
+
+    #[test]
+    fn unix_sockets_ignore_sslmode_as_libpq_does() -> Result<()> {
+        let pg = parse("host=/var/run/postgresql sslmode=require")?;
+        assert_eq!(pg.ssl_mode(), SslMode::Require);
+        assert_eq!(
+            pg.config().get_ssl_mode(),
+            tokio_postgres::config::SslMode::Disable
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn sslnegotiation_is_passed_to_tokio_postgres() -> Result<()> {
+        let pg = parse("host=x sslmode=require sslnegotiation=direct")?;
+        assert_eq!(
+            pg.config().get_ssl_negotiation(),
+            tokio_postgres::config::SslNegotiation::Direct
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_tokio_postgres_config_keeps_its_sslmode() {
+        let mut config = Config::new();
+        config
+            .host("x")
+            .ssl_mode(tokio_postgres::config::SslMode::Require);
+        assert_eq!(PgConfig::from(config).ssl_mode(), SslMode::Require);
+        assert_eq!(PgConfig::from(Config::new()).ssl_mode(), SslMode::Prefer);
+    }
+
+    #[test]
+    fn presented_names_are_shown_bare() {
+        assert_eq!(bare_name("DnsName(\"db.example\")"), "db.example");
+        assert_eq!(bare_name("IpAddress(10.0.0.1)"), "10.0.0.1");
+        assert_eq!(bare_name("something else"), "something else");
     }
 }

@@ -27,7 +27,7 @@ pub(crate) async fn listen(
             result = session => {
                 connected.store(false, Ordering::Relaxed);
                 if let Err(e) = result {
-                    tracing::warn!(error = %e, "relay listener disconnected; polling until it is back");
+                    tracing::warn!(error = %crate::pg::describe(&e), "relay listener disconnected; polling until it is back");
                 }
             }
         }
