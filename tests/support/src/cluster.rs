@@ -23,6 +23,9 @@ pub struct ClusterOptions {
     /// Serve TLS (`ssl=on`) with this certificate (see [`TestCa`](crate::tls::TestCa)); plain
     /// connections are still accepted.
     pub tls: Option<ServerCert>,
+    /// With `tls`: the PEM certificate of a CA whose client certificates TCP connections must
+    /// present (`hostssl ... clientcert=verify-ca`); plain TCP connections are then refused.
+    pub client_ca: Option<String>,
 }
 
 impl Default for ClusterOptions {
@@ -31,6 +34,7 @@ impl Default for ClusterOptions {
             fast: true,
             max_connections: 300,
             tls: None,
+            client_ca: None,
         }
     }
 }
@@ -128,6 +132,17 @@ impl Cluster {
                 cert.display(),
                 key.display()
             ));
+            if let Some(client_ca) = &options.client_ca {
+                let ca = self.dir.join("client-ca.crt");
+                fs::write(&ca, client_ca)?;
+                fs::write(
+                    self.dir.join("data").join("pg_hba.conf"),
+                    "local all all trust\n\
+                     hostssl all all 127.0.0.1/32 trust clientcert=verify-ca\n\
+                     hostssl all all ::1/128 trust clientcert=verify-ca\n",
+                )?;
+                settings.push_str(&format!(" -c ssl_ca_file={}", ca.display()));
+            }
         }
         fs::write(self.dir.join("options"), &settings)?;
         self.pg_ctl_start()

@@ -34,12 +34,16 @@ impl ConnInfo {
         }
     }
 
-    /// Parses a `postgres://` URL or a key=value string (its `sslmode` and `sslrootcert` kept).
+    /// Parses a `postgres://` URL or a key=value string (its TLS settings kept).
     pub fn parse(url: &str) -> Result<Self> {
         let pg = PgConfig::parse(url).context("parsing DATABASE_URL")?;
         let mut tls = vec![("sslmode".to_owned(), pg.ssl_mode().to_string())];
         if let Some(root) = pg.root_cert() {
             tls.push(("sslrootcert".to_owned(), root.display().to_string()));
+        }
+        if let Some((cert, key)) = pg.client_cert() {
+            tls.push(("sslcert".to_owned(), cert.display().to_string()));
+            tls.push(("sslkey".to_owned(), key.display().to_string()));
         }
         let config = pg.config();
         let host = match config.get_hosts().first() {
@@ -109,7 +113,10 @@ impl ConnInfo {
             s.push_str(&format!(" password={p}"));
         }
         for (key, value) in &self.tls {
-            s.push_str(&format!(" {key}='{}'", value.replace('\\', "\\\\").replace('\'', "\\'")));
+            s.push_str(&format!(
+                " {key}='{}'",
+                value.replace('\\', "\\\\").replace('\'', "\\'")
+            ));
         }
         s
     }
