@@ -32,7 +32,8 @@
 //! Layout: [`key`](IdempotencyKey) and [`Fingerprint`] validate the request; `idempotency`
 //! ([`begin`], [`Claim`]) claims keys and stores responses; `outbox` ([`OutboxMessage`],
 //! [`enqueue`]) writes rows; [`migrate`] applies the schema; [`prune_expired_keys`] trims the key
-//! table; [`RelayWaker`] hints the relays after commit.
+//! table; [`RelayWaker`] hints the relays after commit; `pg` ([`PgConfig`]) reads a connection
+//! string as libpq does and opens its connections with TLS (rustls) as its `sslmode` says.
 
 mod admin;
 mod error;
