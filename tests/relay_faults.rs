@@ -1,7 +1,8 @@
 //! The relay under hostile inputs and badly timed faults: poisoned outcomes, a Retry-After of
 //! ten trillion seconds, a completion the database refuses, a shutdown while completions cannot be
 //! written or while a claim is running, a sink slower than its lease, rows behind a dead ordering
-//! head, at-most-once by default policy, failing and slow completion hooks.
+//! head, at-most-once by default policy, failing and slow completion hooks, a role whose
+//! statement_timeout is shorter than a claim.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -935,5 +936,55 @@ async fn a_slow_hook_does_not_hold_other_completions() -> TestResult {
     relay.stop().await?;
     assert_eq!(delivered, 20, "completed while the hook was still running");
     assert_eq!(charged, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let rows: Vec<_> = keys("row", 3_000)
+        .into_iter()
+        .map(|k| ("email", k))
+        .collect();
+    enqueue_rows(&mut client, &rows).await?;
+    // Every new session of this role in this database: 1 ms, less than claiming 500 rows takes.
+    client
+        .batch_execute(&format!(
+            "ALTER ROLE CURRENT_USER IN DATABASE \"{}\" SET statement_timeout = '1ms'",
+            db.info().dbname()
+        ))
+        .await?;
+    let probe = db.connect().await?;
+    let role_timeout: String = probe.query_one("SHOW statement_timeout", &[]).await?.get(0);
+    assert_eq!(
+        role_timeout, "1ms",
+        "the role's setting reaches a plain session"
+    );
+    drop(probe);
+
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                batch_size: 500,
+                ..RelayConfig::default()
+            })
+            .sink("email", sink.clone())
+            .build()?,
+    );
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        3_000,
+        Duration::from_secs(30),
+    )
+    .await?;
+    relay.stop().await?;
+    assert_eq!(
+        delivered, 3_000,
+        "the relay claims and completes under its own timeout"
+    );
+    assert_eq!(sink.deliveries().len(), 3_000);
     Ok(())
 }

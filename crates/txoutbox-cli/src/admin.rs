@@ -1,6 +1,7 @@
-//! The operator's commands: `list`, `show`, `replay`, `purge` and `stats`. Each turns its flags
-//! into the core library's types, calls `txoutbox::{list_messages, show_message, replay, purge,
-//! stats}` and formats the answer: an aligned table for people, `--json` for scripts.
+//! The operator's commands: `list`, `show`, `replay`, `discard`, `purge` and `stats`. Each turns
+//! its flags into the core library's types, calls `txoutbox::{list_messages, show_message, replay,
+//! discard, purge, stats}` and formats the answer: an aligned table for people, `--json` for
+//! scripts.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -10,21 +11,37 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use txoutbox::{
-    AdminError, MessageFilter, MessageStatus, MessageSummary, PurgeOptions, ReplayOptions,
-    ReplayReport, ReplaySelection, TimeBound,
+    AdminError, DiscardOptions, DiscardReport, ListCursor, MessageFilter, MessageStatus,
+    MessageSummary, PurgeOptions, ReplayOptions, ReplayReport, ReplaySelection, Retention,
+    TimeBound,
 };
 use uuid::Uuid;
 
 const LIST_HELP: &str = "\
 Times (--since, --until) are a duration ago (30m, 2h, 7d) or an RFC 3339 time, compared with
-the enqueue time. Delivered rows come from the delivered history (kept for the retention).
+the enqueue time. Delivered rows come from the delivered history (kept for the retention),
+discarded ones from the discarded history. After a full page, the command prints on stderr the
+--before cursor of the next page (keyset pagination: every page costs the same).
 
 Examples:
   txoutbox list --status failed
   txoutbox list --destination email --since 2h
   txoutbox list --since 2026-01-31T00:00:00Z --until 2026-02-01T00:00:00Z --limit 500
   txoutbox list --key 5f0c9a4e-0d7e-5b1e-9d7a-1c2b3d4e5f60
-  txoutbox list --ordering-key order-42 --json | jq .status";
+  txoutbox list --ordering-key order-42 --json | jq .status
+  txoutbox list --status delivered --limit 100 --before 2026-01-31T12:00:00.123456Z/4711";
+
+const DISCARD_HELP: &str = "\
+A discarded row is closed without delivery: it leaves the outbox for the discarded history, its
+attempt log records the discard with your --reason, and the next row of its ordering key is
+delivered at once (a dead-lettered head no longer blocks its key). Only failed and unknown rows
+are discarded; by filter, failed rows unless --status unknown. Discarding more than
+--max-without-confirm rows needs --yes.
+
+Examples:
+  txoutbox discard 0190f5b2-7c4e-7a1d-9b3e-2f1a0c9d8e7f --reason 'customer refunded by hand'
+  txoutbox discard --destination stripe --since 1h --reason 'card test data' --dry-run
+  txoutbox discard --status unknown --destination sms --reason 'sent, checked with the carrier' --yes";
 
 const SHOW_HELP: &str = "\
 Examples:
@@ -50,15 +67,22 @@ const PURGE_HELP: &str = "\
 Deletes in batches, each its own transaction, skipping rows others hold: safe while relays run.
 Idempotency keys are deleted only once their own window has passed, never by --retention.
 
+Retention is per state: delivered rows 7 days, failed, unknown and discarded rows 90 days by
+default (a failed or unknown row's age counts from its last attempt); attempt-log rows go with
+their message. A single duration (--retention 30d) sets the delivered rows' retention.
+
 Examples:
   txoutbox purge --dry-run
   txoutbox purge
+  txoutbox purge --retention delivered=7d,failed=90d,discarded=30d
   txoutbox purge --retention 30d --batch 5000
   txoutbox purge --retention 1d --skip-keys";
 
 const STATS_HELP: &str = "\
 The failure rate counts the last hour's relay attempts (retry, failed, expired and unknown
-outcomes against delivered ones).
+outcomes against delivered ones). Above 10 000 delivered rows the delivered counts are the
+planner's estimate (as of the last ANALYZE), shown as ~N (estimate): counting would scan the
+history.
 
 Examples:
   txoutbox stats
@@ -76,7 +100,10 @@ pub enum AdminCommand {
     /// Put failed (or unknown, or delivered) messages back to pending, by id or by filter.
     #[command(after_help = REPLAY_HELP)]
     Replay(ReplayArgs),
-    /// Delete delivered rows past the retention, their attempt log, and expired idempotency keys.
+    /// Close failed (or unknown) messages without delivery, by id or by filter, with a reason.
+    #[command(after_help = DISCARD_HELP)]
+    Discard(DiscardArgs),
+    /// Delete rows past their state's retention, their attempt log, and expired idempotency keys.
     #[command(after_help = PURGE_HELP)]
     Purge(PurgeArgs),
     /// Counts by status and destination, oldest pending age, failure rate of the last hour.
@@ -98,6 +125,8 @@ pub enum StatusArg {
     Failed,
     /// At-most-once attempt whose outcome was lost.
     Unknown,
+    /// Closed by an operator without delivery.
+    Discarded,
 }
 
 impl From<StatusArg> for MessageStatus {
@@ -108,6 +137,7 @@ impl From<StatusArg> for MessageStatus {
             StatusArg::Delivered => MessageStatus::Delivered,
             StatusArg::Failed => MessageStatus::Failed,
             StatusArg::Unknown => MessageStatus::Unknown,
+            StatusArg::Discarded => MessageStatus::Discarded,
         }
     }
 }
@@ -133,7 +163,25 @@ impl From<ReplayStatusArg> for MessageStatus {
     }
 }
 
-/// The filters `list` and `replay` share.
+/// The states a discard by filter can select.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DiscardStatusArg {
+    /// Dead-lettered rows (the default).
+    Failed,
+    /// At-most-once rows whose outcome was lost.
+    Unknown,
+}
+
+impl From<DiscardStatusArg> for MessageStatus {
+    fn from(status: DiscardStatusArg) -> Self {
+        match status {
+            DiscardStatusArg::Failed => MessageStatus::Failed,
+            DiscardStatusArg::Unknown => MessageStatus::Unknown,
+        }
+    }
+}
+
+/// The filters `list`, `replay` and `discard` share.
 #[derive(Debug, Args)]
 pub struct FilterArgs {
     /// Only messages to this destination (the sink's name).
@@ -179,6 +227,9 @@ pub struct ListArgs {
     /// At most this many messages.
     #[arg(long, default_value_t = 50)]
     limit: u64,
+    /// The next page: rows listed after this cursor (printed on stderr after a full page).
+    #[arg(long, value_name = "CURSOR", value_parser = parse_cursor)]
+    before: Option<ListCursor>,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
@@ -228,12 +279,44 @@ pub struct ReplayArgs {
     max_without_confirm: u64,
 }
 
+/// Options of `txoutbox discard`.
+#[derive(Debug, Args)]
+pub struct DiscardArgs {
+    /// Message ids; without ids, the filters select the rows.
+    #[arg(
+        value_name = "ID",
+        conflicts_with_all = ["status", "destination", "since", "until", "key", "ordering_key", "limit"]
+    )]
+    ids: Vec<Uuid>,
+    /// Why the rows are closed without delivery (kept in their attempt log).
+    #[arg(long, required = true)]
+    reason: String,
+    /// Which rows a discard by filter takes: failed (default) or unknown.
+    #[arg(long, value_enum)]
+    status: Option<DiscardStatusArg>,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Discard at most this many rows of the filter's selection (oldest first).
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Change nothing; print what would be discarded.
+    #[arg(long)]
+    dry_run: bool,
+    /// Confirm a discard of more than --max-without-confirm rows.
+    #[arg(long, short = 'y')]
+    yes: bool,
+    /// The most rows discarded without --yes.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    max_without_confirm: u64,
+}
+
 /// Options of `txoutbox purge`.
 #[derive(Debug, Args)]
 pub struct PurgeArgs {
-    /// Delete delivered rows (and their attempt log) older than this.
-    #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
-    retention: Duration,
+    /// How long rows are kept, by state: delivered=7d,failed=90d,unknown=90d,discarded=90d (the
+    /// defaults; name only those you change). A single duration sets the delivered rows'.
+    #[arg(long, value_name = "STATE=DURATION,...", default_value = "delivered=7d", value_parser = parse_retention)]
+    retention: Retention,
     /// Delete idempotency keys only once their own window has passed (the default).
     #[arg(long, conflicts_with = "skip_keys")]
     key_window_expired_only: bool,
@@ -262,10 +345,17 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
     let mut out = String::new();
     match command {
         AdminCommand::List(args) => {
-            let filter = args
+            let mut filter = args
                 .filter
                 .filter(args.status.map(Into::into), Some(args.limit));
+            filter.before = args.before;
             let rows = txoutbox::list_messages(&client, &filter).await?;
+            if let Some(last) = rows.last().filter(|_| rows.len() as u64 == args.limit) {
+                eprintln!(
+                    "more rows may follow: add --before {} for the next page",
+                    last.cursor()
+                );
+            }
             if args.json {
                 for row in &rows {
                     out.push_str(&serde_json::to_string(row)?);
@@ -313,6 +403,26 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
             };
             replay_text(&mut out, &report);
         }
+        AdminCommand::Discard(args) => {
+            let selection = if args.ids.is_empty() {
+                ReplaySelection::Filter(args.filter.filter(args.status.map(Into::into), args.limit))
+            } else {
+                ReplaySelection::Ids(args.ids.clone())
+            };
+            let options = DiscardOptions {
+                dry_run: args.dry_run,
+                max_rows: (!args.yes && !args.dry_run).then_some(args.max_without_confirm),
+                ..DiscardOptions::new(args.reason)
+            };
+            let report = match txoutbox::discard(&mut client, &selection, &options).await {
+                Err(AdminError::TooMany { count, max }) => bail!(
+                    "{count} messages would be discarded, more than {max}: run again with --yes \
+                     to confirm (--dry-run lists them)"
+                ),
+                other => other?,
+            };
+            discard_text(&mut out, &report);
+        }
         AdminCommand::Purge(args) => {
             let options = PurgeOptions {
                 retention: args.retention,
@@ -333,9 +443,12 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
                 "deleted"
             };
             out.push_str(&format!(
-                "{verb} {} delivered rows (delivered before {}), {} attempt-log rows, {} expired idempotency keys\n",
+                "{verb} {} delivered rows (delivered before {}), {} failed, {} unknown and {} discarded rows, {} attempt-log rows, {} expired idempotency keys\n",
                 report.delivered,
                 time(&report.cutoff),
+                report.failed,
+                report.unknown,
+                report.discarded,
                 report.attempts,
                 report.expired_keys
             ));
@@ -378,6 +491,43 @@ fn parse_time_bound(value: &str) -> Result<TimeBound, String> {
                  (2026-01-31T12:00:00Z)"
             )
         })
+}
+
+/// `--before`: a list cursor, as printed after a full page.
+fn parse_cursor(value: &str) -> Result<ListCursor, String> {
+    value.parse().map_err(|e: AdminError| e.to_string())
+}
+
+/// `--retention`: `STATE=DURATION` pairs separated by commas (delivered, failed, unknown,
+/// discarded; unnamed states keep their defaults), or one duration for delivered rows.
+fn parse_retention(value: &str) -> Result<Retention, String> {
+    let mut retention = Retention::default();
+    if !value.contains('=') {
+        retention.delivered = humantime::parse_duration(value.trim())
+            .map_err(|e| format!("{value:?} is not a duration (7d, 12h): {e}"))?;
+        return Ok(retention);
+    }
+    for part in value.split(',') {
+        let (state, duration) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?} is not STATE=DURATION (delivered=7d, failed=90d)"))?;
+        let duration = humantime::parse_duration(duration.trim())
+            .map_err(|e| format!("{duration:?} is not a duration (7d, 12h): {e}"))?;
+        let slot = match state.trim() {
+            "delivered" => &mut retention.delivered,
+            "failed" => &mut retention.failed,
+            "unknown" => &mut retention.unknown,
+            "discarded" => &mut retention.discarded,
+            other => {
+                return Err(format!(
+                    "{other:?} is not a state with a retention (delivered, failed, unknown, \
+                     discarded)"
+                ))
+            }
+        };
+        *slot = duration;
+    }
+    Ok(retention)
 }
 
 /// A progress bar for long runs, drawn only when stdout is a terminal (never into a pipe).
@@ -531,6 +681,9 @@ fn show_text(out: &mut String, detail: &txoutbox::MessageDetail) -> Result<()> {
     if let Some(at) = &m.delivered_at {
         fields.push(("delivered", time(at)));
     }
+    if let Some(at) = &m.discarded_at {
+        fields.push(("discarded", time(at)));
+    }
     if let Some(receipt) = &detail.receipt {
         fields.push(("receipt", receipt.clone()));
     }
@@ -629,6 +782,55 @@ fn replay_text(out: &mut String, report: &ReplayReport) {
     }
 }
 
+fn discard_text(out: &mut String, report: &DiscardReport) {
+    let n = report.discarded.len();
+    if n == 0 {
+        out.push_str("nothing to discard\n");
+    } else {
+        let verb = if report.dry_run {
+            "would discard"
+        } else {
+            "discarded"
+        };
+        out.push_str(&format!(
+            "{verb} {n} message{}\n",
+            if n == 1 { "" } else { "s" }
+        ));
+        let rows: Vec<Vec<String>> = report
+            .discarded
+            .iter()
+            .map(|d| {
+                vec![
+                    d.id.to_string(),
+                    d.from.to_string(),
+                    d.destination.clone(),
+                    dash(d.ordering_key.as_deref()),
+                ]
+            })
+            .collect();
+        table(out, &["ID", "FROM", "DESTINATION", "ORDERING KEY"], &rows);
+    }
+    for skipped in &report.skipped {
+        out.push_str(&format!("skipped {}: {}\n", skipped.id, skipped.reason));
+    }
+}
+
+/// A delivered count as `stats` prints it: `~10 000 000 (estimate)` when it is one.
+fn delivered_cell(n: u64, estimated: bool) -> String {
+    if !estimated {
+        return n.to_string();
+    }
+    let digits = n.to_string();
+    let mut grouped = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(' ');
+        }
+        grouped.push(c);
+    }
+    format!("~{grouped} (estimate)")
+}
+
 fn stats_table(out: &mut String, stats: &txoutbox::OutboxStats) {
     let rate = |r: &txoutbox::FailureRate| match r.rate {
         Some(rate) => format!("{:.1}% ({}/{})", rate * 100.0, r.failures, r.attempts),
@@ -636,7 +838,14 @@ fn stats_table(out: &mut String, stats: &txoutbox::OutboxStats) {
     };
     let mut rows: Vec<Vec<String>> = Vec::new();
     let counts = |c: &txoutbox::StatusCounts| {
-        [c.pending, c.in_flight, c.failed, c.unknown, c.delivered].map(|n| n.to_string())
+        [
+            c.pending.to_string(),
+            c.in_flight.to_string(),
+            c.failed.to_string(),
+            c.unknown.to_string(),
+            delivered_cell(c.delivered, stats.delivered_estimated),
+            c.discarded.to_string(),
+        ]
     };
     for d in &stats.destinations {
         let mut row = vec![d.destination.clone()];
@@ -664,6 +873,7 @@ fn stats_table(out: &mut String, stats: &txoutbox::OutboxStats) {
             "FAILED",
             "UNKNOWN",
             "DELIVERED",
+            "DISCARDED",
             "OLDEST PENDING",
             "FAILURES (1H)",
         ],

@@ -1006,6 +1006,145 @@ async fn purge_dry_run_counts_and_deletes_nothing() -> TestResult {
     Ok(())
 }
 
+/// Ages a failed, unknown or discarded row: enqueued, attempted and discarded `days` ago.
+async fn age_row(client: &Client, id: Uuid, days: i32) -> TestResult {
+    let ago = format!("now() - make_interval(days => {days})");
+    client
+        .batch_execute(&format!(
+            "UPDATE txoutbox_messages SET created_at = {ago} WHERE id = '{id}'; \
+             UPDATE txoutbox_discarded SET created_at = {ago}, discarded_at = {ago} \
+                 WHERE id = '{id}'; \
+             UPDATE txoutbox_attempts SET started_at = {ago}, finished_at = {ago} \
+                 WHERE message_id = '{id}'"
+        ))
+        .await?;
+    Ok(())
+}
+
+async fn discarded_rows(client: &Client, ids: &[Uuid]) -> anyhow::Result<i64> {
+    Ok(client
+        .query_one(
+            "SELECT count(*) FROM txoutbox_discarded WHERE id = ANY($1)",
+            &[&ids],
+        )
+        .await?
+        .get(0))
+}
+
+async fn attempt_rows(client: &Client, id: Uuid) -> anyhow::Result<i64> {
+    Ok(client
+        .query_one(
+            "SELECT count(*) FROM txoutbox_attempts WHERE message_id = $1",
+            &[&id],
+        )
+        .await?
+        .get(0))
+}
+
+#[tokio::test]
+async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let delivered = enqueue(&mut client, "email", "d-10", None).await?;
+    deliver(&db, &client, "email").await?;
+    client
+        .execute(
+            "UPDATE txoutbox_delivered SET delivered_at = now() - interval '10 days'",
+            &[],
+        )
+        .await?;
+    let old_failed = enqueue(&mut client, "pay", "f-100", None).await?;
+    let young_failed = enqueue(&mut client, "pay", "f-10", None).await?;
+    let old_discarded = enqueue(&mut client, "pay", "x-100", None).await?;
+    let young_discarded = enqueue(&mut client, "pay", "x-10", None).await?;
+    dead_letter(&db, &client, "pay", 4).await?;
+    for id in [old_discarded, young_discarded] {
+        ok(&db, &["discard", &id.to_string(), "--reason", "test"]).await?;
+    }
+    age_row(&client, old_failed, 100).await?;
+    age_row(&client, young_failed, 10).await?;
+    age_row(&client, old_discarded, 100).await?;
+    age_row(&client, young_discarded, 10).await?;
+
+    let dry = ok(&db, &["purge", "--dry-run"]).await?;
+    assert!(
+        dry.contains("would delete 1 delivered rows")
+            && dry.contains("1 failed, 0 unknown and 1 discarded rows"),
+        "{dry}"
+    );
+    assert_eq!(status_of(&client, old_failed).await?, "failed");
+    let out = ok(&db, &["purge"]).await?;
+    assert!(
+        out.contains("1 failed, 0 unknown and 1 discarded rows"),
+        "{out}"
+    );
+    assert_eq!(status_of(&client, delivered).await?, "gone");
+    assert_eq!(status_of(&client, old_failed).await?, "gone");
+    assert_eq!(
+        attempt_rows(&client, old_failed).await?,
+        0,
+        "its log goes with it"
+    );
+    assert_eq!(status_of(&client, young_failed).await?, "failed");
+    assert_eq!(attempt_rows(&client, young_failed).await?, 1);
+    assert_eq!(discarded_rows(&client, &[old_discarded]).await?, 0);
+    assert_eq!(attempt_rows(&client, old_discarded).await?, 0);
+    assert_eq!(discarded_rows(&client, &[young_discarded]).await?, 1);
+    assert_eq!(attempt_rows(&client, young_discarded).await?, 2);
+
+    // One duration is the delivered rows' retention, as before: failed rows keep their 90 days.
+    ok(&db, &["purge", "--retention", "1d"]).await?;
+    assert_eq!(status_of(&client, young_failed).await?, "failed");
+    ok(
+        &db,
+        &[
+            "purge",
+            "--retention",
+            "delivered=7d,failed=5d,discarded=5d",
+        ],
+    )
+    .await?;
+    assert_eq!(status_of(&client, young_failed).await?, "gone");
+    assert_eq!(discarded_rows(&client, &[young_discarded]).await?, 0);
+
+    let out = txoutbox(&db, &["purge", "--retention", "pending=1d"]).await?;
+    assert_eq!(out.status.code(), Some(2), "pending rows have no retention");
+    Ok(())
+}
+
+#[tokio::test]
+async fn purging_a_failed_head_lets_the_row_behind_it_be_claimed_at_once() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let head = enqueue(&mut client, "pay", "k-head", Some("order-9")).await?;
+    let next = enqueue(&mut client, "pay", "k-next", Some("order-9")).await?;
+    let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
+    let relay = RunningRelay::start(db.relay()?.sink("pay", sink).build()?);
+    wait_until(
+        &client,
+        &format!(
+            "SELECT count(*) FROM txoutbox_messages WHERE id = '{head}' AND status = 'failed'"
+        ),
+        1,
+    )
+    .await?;
+    wait_parked(&client, next).await?;
+    age_row(&client, head, 100).await?;
+
+    let started = std::time::Instant::now();
+    ok(&db, &["purge"]).await?;
+    wait_until(
+        &client,
+        &format!("SELECT count(*) FROM txoutbox_delivered WHERE id = '{next}'"),
+        1,
+    )
+    .await?;
+    let waited = started.elapsed();
+    relay.stop().await?;
+    assert!(waited < Duration::from_secs(3), "waited {waited:?}");
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // stats
 
@@ -1055,6 +1194,337 @@ async fn stats_counts_by_status_and_destination_with_the_failure_rate() -> TestR
     assert!(lines[0].starts_with("DESTINATION"), "{table}");
     assert!(lines.iter().any(|l| l.starts_with("TOTAL")), "{table}");
     assert!(table.contains("33.3% (1/3)"), "{table}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// discard
+
+/// Waits until `id` was parked by a claim (it waits behind the head of its ordering key).
+async fn wait_parked(client: &Client, id: Uuid) -> TestResult {
+    wait_until(
+        client,
+        &format!(
+            "SELECT count(*) FROM txoutbox_messages WHERE id = '{id}' AND status = 'pending' \
+             AND next_attempt_at > now() + interval '10 seconds'"
+        ),
+        1,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_behind_it(
+) -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let head = enqueue(&mut client, "pay", "k-head", Some("order-7")).await?;
+    let next = enqueue(&mut client, "pay", "k-next", Some("order-7")).await?;
+    let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
+    let relay = RunningRelay::start(db.relay()?.sink("pay", sink.clone()).build()?);
+    wait_until(
+        &client,
+        &format!(
+            "SELECT count(*) FROM txoutbox_messages WHERE id = '{head}' AND status = 'failed'"
+        ),
+        1,
+    )
+    .await?;
+    wait_parked(&client, next).await?;
+
+    let started = std::time::Instant::now();
+    let out = ok(
+        &db,
+        &["discard", &head.to_string(), "--reason", "refunded by hand"],
+    )
+    .await?;
+    assert!(out.starts_with("discarded 1 message"), "{out}");
+    wait_until(
+        &client,
+        &format!("SELECT count(*) FROM txoutbox_delivered WHERE id = '{next}'"),
+        1,
+    )
+    .await?;
+    let waited = started.elapsed();
+    relay.stop().await?;
+    assert!(
+        waited < Duration::from_secs(3),
+        "the row behind the discarded head waited {waited:?}"
+    );
+    let keys: Vec<String> = sink
+        .recorder
+        .deliveries()
+        .iter()
+        .map(|d| d.downstream_key.clone())
+        .collect();
+    assert_eq!(
+        keys,
+        ["k-head", "k-next"],
+        "the head is not delivered again"
+    );
+    assert_eq!(status_of(&client, head).await?, "gone");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_discard_is_shown_with_its_reason_listed_and_counted() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "pay", "k-1", None).await?;
+    dead_letter(&db, &client, "pay", 1).await?;
+    ok(
+        &db,
+        &[
+            "discard",
+            &id.to_string(),
+            "--reason",
+            "duplicate order, customer informed",
+        ],
+    )
+    .await?;
+
+    let shown: Value = serde_json::from_str(&ok(&db, &["show", &id.to_string(), "--json"]).await?)?;
+    assert_eq!(shown["status"], "discarded");
+    assert!(shown["discarded_at"].is_string(), "{shown}");
+    assert_eq!(shown["last_error"], "422 rejected by the downstream");
+    let last = shown["history"].as_array().and_then(|h| h.last()).cloned();
+    let last = last.unwrap_or(Value::Null);
+    assert_eq!(last["outcome"], "discarded");
+    assert_eq!(last["relay"], "operator");
+    assert_eq!(last["attempt"], 0);
+    assert_eq!(last["error"], "duplicate order, customer informed");
+    let text = ok(&db, &["show", &id.to_string()]).await?;
+    assert!(
+        text.contains("duplicate order, customer informed"),
+        "{text}"
+    );
+
+    assert_eq!(
+        listed(&db, &["--status", "discarded"]).await?,
+        sorted(&[id])
+    );
+    assert!(listed(&db, &["--status", "failed"]).await?.is_empty());
+
+    let stats: Value = serde_json::from_str(&ok(&db, &["stats", "--json"]).await?)?;
+    assert_eq!(stats["total"]["discarded"], 1);
+    assert_eq!(stats["total"]["failed"], 0);
+    let table = ok(&db, &["stats"]).await?;
+    assert!(
+        table.lines().next().unwrap_or("").contains("DISCARDED"),
+        "{table}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn discard_refuses_pending_rows_and_needs_a_reason_changing_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let pending = enqueue(&mut client, "pay", "k-1", None).await?;
+    let out = txoutbox(&db, &["discard", &pending.to_string(), "--reason", "x"]).await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("pending"), "{err}");
+    let out = txoutbox(&db, &["discard", &pending.to_string()]).await?;
+    assert_eq!(out.status.code(), Some(2), "--reason is required");
+    let out = txoutbox(&db, &["discard", &pending.to_string(), "--reason", "  "]).await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("reason"), "{err}");
+    assert_eq!(status_of(&client, pending).await?, "pending");
+    Ok(())
+}
+
+#[tokio::test]
+async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    for i in 0..11 {
+        enqueue(&mut client, "pay", &format!("k-{i}"), None).await?;
+    }
+    dead_letter(&db, &client, "pay", 11).await?;
+    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
+
+    let out = txoutbox(
+        &db,
+        &["discard", "--destination", "pay", "--reason", "test data"],
+    )
+    .await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("--yes"), "{err}");
+    let dry = ok(
+        &db,
+        &[
+            "discard",
+            "--destination",
+            "pay",
+            "--reason",
+            "test data",
+            "--dry-run",
+        ],
+    )
+    .await?;
+    assert!(dry.starts_with("would discard 11 messages"), "{dry}");
+    assert_eq!(count(&client, failed).await?, 11);
+
+    ok(
+        &db,
+        &[
+            "discard",
+            "--destination",
+            "pay",
+            "--reason",
+            "test data",
+            "--yes",
+        ],
+    )
+    .await?;
+    assert_eq!(count(&client, failed).await?, 0);
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_discarded").await?,
+        11
+    );
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'discarded' \
+             AND relay = 'operator' AND error = 'test data'"
+        )
+        .await?,
+        11
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_discarded_row_is_not_replayed() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = enqueue(&mut client, "pay", "k-1", None).await?;
+    dead_letter(&db, &client, "pay", 1).await?;
+    ok(&db, &["discard", &id.to_string(), "--reason", "not wanted"]).await?;
+    let out = txoutbox(&db, &["replay", &id.to_string()]).await?;
+    let (code, err) = one_line_error(&out);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("discarded"), "{err}");
+    Ok(())
+}
+
+/// A connection whose statements' plans come back as notices (auto_explain, every statement).
+async fn explaining_client(
+    db: &TestDb,
+) -> anyhow::Result<(Client, tokio::sync::mpsc::UnboundedReceiver<String>)> {
+    let (client, mut connection) =
+        tokio_postgres::connect(&db.url(), tokio_postgres::NoTls).await?;
+    let (plans, received) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notice(notice) = message {
+                let _ = plans.send(notice.message().to_owned());
+            }
+        }
+    });
+    client
+        .batch_execute(
+            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; \
+             SET auto_explain.log_level = notice; SET client_min_messages = notice",
+        )
+        .await?;
+    Ok((client, received))
+}
+
+#[tokio::test]
+async fn stats_and_list_of_delivered_rows_read_no_more_than_an_index_page_of_a_large_history(
+) -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, \
+                 downstream_key, attempts, created_at, delivered_at) \
+             SELECT gen_random_uuid(), g, (ARRAY['email', 'stripe', 'webhook'])[1 + g % 3], \
+                 '{}', '{}', 'k-' || g, 1, now() - make_interval(secs => 300000 - g), \
+                 now() - make_interval(secs => 300000 - g) \
+             FROM generate_series(1, 200000) g",
+        )
+        .await?;
+    client
+        .batch_execute("VACUUM ANALYZE txoutbox_delivered")
+        .await?;
+    enqueue(&mut client, "email", "pending-1", None).await?;
+    let (explained, mut plans) = explaining_client(&db).await?;
+
+    let stats = txoutbox::stats(&explained).await?;
+    assert!(stats.delivered_estimated);
+    let total = stats.total.delivered as f64;
+    assert!((180_000.0..220_000.0).contains(&total), "estimate {total}");
+    let email = stats.destinations.iter().find(|d| d.destination == "email");
+    let email = email.map(|d| d.counts.delivered as f64).unwrap_or(0.0);
+    assert!(
+        (50_000.0..85_000.0).contains(&email),
+        "email estimate {email}"
+    );
+    assert_eq!(stats.total.pending, 1);
+
+    let filter = txoutbox::MessageFilter {
+        status: Some(txoutbox::MessageStatus::Delivered),
+        limit: Some(50),
+        ..txoutbox::MessageFilter::default()
+    };
+    let page = txoutbox::list_messages(&explained, &filter).await?;
+    assert_eq!(page.len(), 50);
+    assert_eq!(page[0].seq, 200_000, "newest first");
+    let next = txoutbox::list_messages(
+        &explained,
+        &txoutbox::MessageFilter {
+            before: page.last().map(|m| m.cursor()),
+            ..filter
+        },
+    )
+    .await?;
+    assert_eq!(next.first().map(|m| m.seq), Some(199_950), "the page after");
+
+    drop(explained);
+    let mut all = Vec::new();
+    while let Some(plan) = plans.recv().await {
+        all.push(plan);
+    }
+    let reading: Vec<&String> = all
+        .iter()
+        .filter(|p| p.contains("on txoutbox_delivered"))
+        .collect();
+    assert!(
+        reading.len() >= 3,
+        "the plans of stats and two list pages: {all:#?}"
+    );
+    for plan in reading {
+        assert!(!plan.contains("Seq Scan on txoutbox_delivered"), "{plan}");
+        assert!(
+            !plan.contains("Bitmap Heap Scan on txoutbox_delivered"),
+            "{plan}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn stats_prints_a_large_delivered_history_as_a_marked_estimate() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, \
+                 downstream_key, attempts, created_at) \
+             SELECT gen_random_uuid(), g, 'email', '{}', '{}', 'k-' || g, 1, now() \
+             FROM generate_series(1, 20000) g; \
+             ANALYZE txoutbox_delivered",
+        )
+        .await?;
+    let table = ok(&db, &["stats"]).await?;
+    assert!(table.contains("~20 000 (estimate)"), "{table}");
+    let stats: Value = serde_json::from_str(&ok(&db, &["stats", "--json"]).await?)?;
+    assert_eq!(stats["delivered_estimated"], true);
     Ok(())
 }
 

@@ -273,8 +273,8 @@ async fn metrics_count_deliveries_retries_and_dead_letters_by_destination() -> a
             &scrape,
             r#"txoutbox_delivery_retries_total{destination="hooks"}"#
         ),
-        None,
-        "hooks never failed"
+        Some(0.0),
+        "hooks never failed: at 0 from start"
     );
     assert_eq!(
         sample(
@@ -305,6 +305,68 @@ async fn metrics_count_deliveries_retries_and_dead_letters_by_destination() -> a
     assert!(scrape.contains("# TYPE txoutbox_delivery_latency_seconds histogram"));
     assert_eq!(receiver.seen().len(), 4, "two hooks, and flaky twice");
     assert_eq!(relay.terminate()?, Some(0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_relay_series_exists_at_zero_before_any_delivery() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let (receiver, addr) = Receiver::start(&[]).await?;
+    let relay = RelayProcess::start(&db.url(), &webhook_args(addr, &["hooks", "mail"])).await?;
+    let (_, scrape) = relay
+        .wait_for("/metrics", Duration::from_secs(30), |_, body| {
+            sample(body, "txoutbox_leases_reclaimed_total").is_some()
+        })
+        .await?;
+    let mut series = vec![
+        "txoutbox_leases_reclaimed_total".to_owned(),
+        "txoutbox_pending_messages".to_owned(),
+        "txoutbox_oldest_pending_age_seconds".to_owned(),
+    ];
+    for d in ["hooks", "mail"] {
+        for name in [
+            "txoutbox_messages_enqueued_total",
+            "txoutbox_messages_delivered_total",
+            "txoutbox_delivery_retries_total",
+            "txoutbox_messages_dead_lettered_total",
+            "txoutbox_delivery_latency_seconds_count",
+            "txoutbox_delivery_latency_seconds_sum",
+        ] {
+            series.push(format!(r#"{name}{{destination="{d}"}}"#));
+        }
+        for outcome in ["delivered", "retry", "failed", "unknown"] {
+            series.push(format!(
+                r#"txoutbox_attempt_duration_seconds_count{{destination="{d}",outcome="{outcome}"}}"#
+            ));
+        }
+    }
+    for name in &series {
+        assert_eq!(sample(&scrape, name), Some(0.0), "{name} in {scrape}");
+    }
+    assert!(receiver.seen().is_empty(), "nothing was delivered");
+    assert_eq!(relay.terminate()?, Some(0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_idempotency_counters_of_declared_scopes_exist_at_zero() -> anyhow::Result<()> {
+    let recorder = thread_recorder()?;
+    let _recording = metrics::set_default_local_recorder(&recorder);
+    let charges = Scope::new("tenant:1:charges")?.with_metric_label("charges");
+    let refunds = Scope::new("refunds")?;
+    txoutbox::register_scopes([&charges, &refunds]);
+    let scrape = recorder.handle().render();
+    for scope in ["charges", "refunds"] {
+        for name in [
+            "txoutbox_idempotency_replays_total",
+            "txoutbox_idempotency_mismatches_total",
+            "txoutbox_idempotency_conflicts_total",
+        ] {
+            let series = format!(r#"{name}{{scope="{scope}"}}"#);
+            assert_eq!(sample(&scrape, &series), Some(0.0), "{series} in {scrape}");
+        }
+    }
+    assert!(!scrape.contains("tenant:"), "{scrape}");
     Ok(())
 }
 

@@ -1,9 +1,22 @@
-//! The operator's tools: list, show, replay, purge and stats. The `txoutbox` command is a thin
+//! The operator's tools: list, show, replay, discard, purge and stats. The `txoutbox` command is a thin
 //! shell over these functions, so a service (an admin endpoint, a scheduled purge) runs the same
 //! code.
 //!
 //! States are the relay's: `pending`, `in_flight`, `failed` and `unknown` rows live in
-//! `txoutbox_messages`; `delivered` rows were moved to `txoutbox_delivered` by the relay.
+//! `txoutbox_messages`; `delivered` rows were moved to `txoutbox_delivered` by the relay,
+//! `discarded` ones to `txoutbox_discarded` by an operator's [`discard`].
+//!
+//! # Discard rules
+//!
+//! - A discarded row is closed without delivery: it leaves the hot table for
+//!   `txoutbox_discarded`, with an attempt-log row (attempt 0, relay `operator`, outcome
+//!   `discarded`, the operator's reason as its text). The next row of its ordering key is due at
+//!   once: a dead-lettered head no longer blocks its key.
+//! - Only `failed` and `unknown` rows are discarded. By ids, anything else refuses the whole
+//!   discard and nothing changes (as for a replay); by filter, the statuses are the filter's when
+//!   it is `failed` or `unknown`, else `failed`.
+//! - A discarded row is not replayed (the effect can be enqueued again: its (destination, key)
+//!   is free once the row left the hot table).
 //!
 //! # Replay rules
 //!
@@ -44,6 +57,14 @@ use crate::{Error, DOWNSTREAM_KEY_NAMESPACE};
 /// How long delivered rows are kept by default: 7 days.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
+/// How long failed, unknown and discarded rows are kept by default: 90 days (an operator decides
+/// about them, or decided, and may need to look back).
+pub const DEFAULT_FAILED_RETENTION: Duration = Duration::from_secs(90 * 24 * 60 * 60);
+
+/// Up to this many delivered rows, [`stats`] counts them exactly (reading at most this many index
+/// entries); above, it reports the planner's estimate, marked as such.
+pub const EXACT_DELIVERED_COUNT_MAX: i64 = 10_000;
+
 /// How many rows a replay by filter changes per transaction by default.
 pub const DEFAULT_REPLAY_BATCH: usize = 500;
 
@@ -65,16 +86,19 @@ pub enum MessageStatus {
     Unknown,
     /// Delivered (kept in `txoutbox_delivered` until the retention passes).
     Delivered,
+    /// Closed by an operator without delivery (kept in `txoutbox_discarded`).
+    Discarded,
 }
 
 impl MessageStatus {
     /// Every status, in the order of a message's life.
-    pub const ALL: [MessageStatus; 5] = [
+    pub const ALL: [MessageStatus; 6] = [
         MessageStatus::Pending,
         MessageStatus::InFlight,
         MessageStatus::Failed,
         MessageStatus::Unknown,
         MessageStatus::Delivered,
+        MessageStatus::Discarded,
     ];
 
     /// The column value (`in_flight`, not `in-flight`).
@@ -85,6 +109,7 @@ impl MessageStatus {
             MessageStatus::Failed => "failed",
             MessageStatus::Unknown => "unknown",
             MessageStatus::Delivered => "delivered",
+            MessageStatus::Discarded => "discarded",
         }
     }
 }
@@ -106,8 +131,10 @@ impl FromStr for MessageStatus {
             "failed" => Ok(MessageStatus::Failed),
             "unknown" => Ok(MessageStatus::Unknown),
             "delivered" => Ok(MessageStatus::Delivered),
+            "discarded" => Ok(MessageStatus::Discarded),
             other => Err(AdminError::Invalid(format!(
-                "{other:?} is not a status (pending, in_flight, failed, unknown, delivered)"
+                "{other:?} is not a status (pending, in_flight, failed, unknown, delivered, \
+                 discarded)"
             ))),
         }
     }
@@ -209,6 +236,8 @@ pub struct MessageSummary {
     pub lease_owner: Option<String>,
     /// When that lease ends.
     pub lease_expires_at: Option<DateTime<Utc>>,
+    /// When an operator discarded it (discarded rows only).
+    pub discarded_at: Option<DateTime<Utc>>,
 }
 
 impl MessageSummary {
@@ -249,10 +278,10 @@ pub struct AttemptRecord {
     pub relay: String,
     /// The fencing token of the claim the attempt ran under.
     pub lease_token: Option<i64>,
-    /// `delivered`, `retry`, `failed`, `expired`, `unknown`, `lease_lost`, `released` or
-    /// `replayed`.
+    /// `delivered`, `retry`, `failed`, `expired`, `unknown`, `lease_lost`, `released`,
+    /// `replayed` or `discarded`.
     pub outcome: String,
-    /// The error text (for a replay: what the operator changed).
+    /// The error text (for a replay: what the operator changed; for a discard: the reason).
     pub error: Option<String>,
     /// The downstream's receipt of a delivered attempt.
     pub receipt: Option<String>,
@@ -262,7 +291,7 @@ pub struct AttemptRecord {
     pub finished_at: DateTime<Utc>,
 }
 
-/// What a replay acts on.
+/// What a replay or a discard acts on.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReplaySelection {
     /// These messages, all or none (see the module's replay rules).
@@ -338,11 +367,88 @@ pub struct ReplayReport {
     pub skipped: Vec<SkippedMessage>,
 }
 
+/// How long rows are kept, by state. A row's age is its delivery or discard time; for a failed
+/// or unknown row (still in the hot table), its last attempt-log entry's (else its enqueue time).
+/// Attempt-log rows go with their message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Delivered rows (default 7 days).
+    pub delivered: Duration,
+    /// Failed (dead-lettered) rows (default 90 days).
+    pub failed: Duration,
+    /// Unknown rows (default 90 days).
+    pub unknown: Duration,
+    /// Discarded rows (default 90 days).
+    pub discarded: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            delivered: DEFAULT_RETENTION,
+            failed: DEFAULT_FAILED_RETENTION,
+            unknown: DEFAULT_FAILED_RETENTION,
+            discarded: DEFAULT_FAILED_RETENTION,
+        }
+    }
+}
+
+/// How to discard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscardOptions {
+    /// Why the rows are closed without delivery: kept in the attempt log (outcome `discarded`)
+    /// and on the discarded row. Must not be blank.
+    pub reason: String,
+    /// Change nothing; report what would be discarded.
+    pub dry_run: bool,
+    /// Refuse with [`AdminError::TooMany`], changing nothing, when more rows than this are
+    /// selected (`None`: no bound).
+    pub max_rows: Option<u64>,
+    /// Rows per transaction of a discard by filter (default 500).
+    pub batch_size: usize,
+}
+
+impl DiscardOptions {
+    /// Options for a discard with this reason (no dry run, no bound, batches of 500).
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            dry_run: false,
+            max_rows: None,
+            batch_size: DEFAULT_REPLAY_BATCH,
+        }
+    }
+}
+
+/// A message closed without delivery (or that would be, in a dry run).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DiscardedMessage {
+    /// The message id.
+    pub id: Uuid,
+    /// Its destination.
+    pub destination: String,
+    /// Its status before the discard (`failed` or `unknown`).
+    pub from: MessageStatus,
+    /// Its ordering key: the next row of this key is due at once.
+    pub ordering_key: Option<String>,
+}
+
+/// What a discard did (or, in a dry run, would do).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct DiscardReport {
+    /// True when nothing was changed.
+    pub dry_run: bool,
+    /// The rows discarded, in selection order.
+    pub discarded: Vec<DiscardedMessage>,
+    /// The rows a discard by filter left alone, with the reason.
+    pub skipped: Vec<SkippedMessage>,
+}
+
 /// How to purge.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PurgeOptions {
-    /// Delivered rows older than this are deleted (default 7 days).
-    pub retention: Duration,
+    /// How long rows are kept, by state (7 days delivered, 90 days the others).
+    pub retention: Retention,
     /// Rows per batch, each batch its own transaction (default 1000).
     pub batch: i64,
     /// Also delete idempotency keys whose own window has passed (default true). Keys are never
@@ -355,7 +461,7 @@ pub struct PurgeOptions {
 impl Default for PurgeOptions {
     fn default() -> Self {
         Self {
-            retention: DEFAULT_RETENTION,
+            retention: Retention::default(),
             batch: crate::DEFAULT_PRUNE_BATCH,
             expired_keys: true,
             dry_run: false,
@@ -372,6 +478,12 @@ pub struct PurgeReport {
     pub cutoff: DateTime<Utc>,
     /// Delivered rows deleted.
     pub delivered: u64,
+    /// Failed rows deleted (idle since before their retention).
+    pub failed: u64,
+    /// Unknown rows deleted.
+    pub unknown: u64,
+    /// Discarded rows deleted.
+    pub discarded: u64,
     /// Attempt-log rows deleted (of the purged rows, and older orphans).
     pub attempts: u64,
     /// Expired idempotency keys deleted.
@@ -389,8 +501,10 @@ pub struct StatusCounts {
     pub failed: u64,
     /// Outcome lost (at-most-once).
     pub unknown: u64,
-    /// Delivered and not yet purged.
+    /// Delivered and not yet purged (an estimate when [`OutboxStats::delivered_estimated`]).
     pub delivered: u64,
+    /// Discarded by an operator and not yet purged.
+    pub discarded: u64,
 }
 
 impl StatusCounts {
@@ -401,6 +515,7 @@ impl StatusCounts {
             MessageStatus::Failed => self.failed += n,
             MessageStatus::Unknown => self.unknown += n,
             MessageStatus::Delivered => self.delivered += n,
+            MessageStatus::Discarded => self.discarded += n,
         }
     }
 
@@ -412,6 +527,7 @@ impl StatusCounts {
             MessageStatus::Failed => self.failed,
             MessageStatus::Unknown => self.unknown,
             MessageStatus::Delivered => self.delivered,
+            MessageStatus::Discarded => self.discarded,
         }
     }
 }
@@ -465,6 +581,10 @@ pub struct OutboxStats {
     pub oldest_pending_age: Option<Duration>,
     /// The failure rate of all attempts over the last hour.
     pub last_hour: FailureRate,
+    /// True when the delivered counts are the planner's estimate (`pg_class.reltuples` and
+    /// `pg_stats`, as of the last ANALYZE), not a count: the history holds more than
+    /// [`EXACT_DELIVERED_COUNT_MAX`] rows, and counting them would scan it.
+    pub delivered_estimated: bool,
 }
 
 /// Why an operator's action was refused or failed.
@@ -553,7 +673,9 @@ pub fn replay_downstream_key(id: Uuid, current: &str) -> String {
     .to_string()
 }
 
-/// Lists the messages `filter` selects, hot and delivered alike, newest first.
+/// Lists the messages `filter` selects, hot, delivered and discarded alike, newest first; from
+/// [`MessageFilter::before`] on when it is set (the next page: the last row's
+/// [`MessageSummary::cursor`]).
 pub async fn list_messages(
     client: &impl GenericClient,
     filter: &MessageFilter,
@@ -575,7 +697,7 @@ pub async fn show_message(
         .query_typed_opt(sql::SHOW, &[(&id, Type::UUID)])
         .await?
         .ok_or(AdminError::NotFound(id))?;
-    let headers: serde_json::Value = row.try_get(14)?;
+    let headers: serde_json::Value = row.try_get(15)?;
     let history = client
         .query_typed(sql::HISTORY, &[(&id, Type::UUID)])
         .await?
@@ -596,9 +718,9 @@ pub async fn show_message(
         .collect::<Result<Vec<_>, AdminError>>()?;
     Ok(MessageDetail {
         message: summary_from_row(&row)?,
-        payload: row.try_get(13)?,
+        payload: row.try_get(14)?,
         headers: serde_json::from_value(headers).unwrap_or_default(),
-        receipt: row.try_get(15)?,
+        receipt: row.try_get(16)?,
         history,
     })
 }
@@ -666,9 +788,191 @@ pub async fn replay_with_progress(
     Ok(report)
 }
 
-/// Deletes delivered rows older than the retention with their attempt-log rows, attempt-log rows
-/// of messages already gone, and (by default) expired idempotency keys, in bounded batches that
-/// each commit on their own, so no long lock is held and relays are never waited for.
+/// Closes failed or unknown messages without delivery (see the module's discard rules). `client`
+/// runs the discard's own transactions.
+pub async fn discard(
+    client: &mut Client,
+    selection: &ReplaySelection,
+    options: &DiscardOptions,
+) -> Result<DiscardReport, AdminError> {
+    let reason = options.reason.trim();
+    if reason.is_empty() {
+        return Err(AdminError::Invalid(
+            "a discard needs a reason (--reason): it is what the next operator reads".into(),
+        ));
+    }
+    if reason.contains('\0') {
+        return Err(AdminError::Invalid(
+            "the reason holds a NUL character, which Postgres text cannot store".into(),
+        ));
+    }
+    let mut report = DiscardReport {
+        dry_run: options.dry_run,
+        ..DiscardReport::default()
+    };
+    match selection {
+        ReplaySelection::Ids(ids) => {
+            let mut seen = HashSet::new();
+            let ids: Vec<Uuid> = ids.iter().copied().filter(|id| seen.insert(*id)).collect();
+            check_max(ids.len() as u64, options.max_rows)?;
+            let allowed = [MessageStatus::Failed, MessageStatus::Unknown];
+            let tx = client.transaction().await?;
+            let batch = discard_batch(&tx, &ids, &allowed, true, reason, options).await?;
+            commit_unless(tx, options.dry_run || batch.discarded.is_empty()).await?;
+            report.discarded = batch.discarded;
+        }
+        ReplaySelection::Filter(filter) => {
+            let allowed = match filter.status {
+                None | Some(MessageStatus::Failed) => vec![MessageStatus::Failed],
+                Some(MessageStatus::Unknown) => vec![MessageStatus::Unknown],
+                Some(status) => {
+                    return Err(AdminError::Invalid(format!(
+                        "{status} rows are not discarded: only failed and unknown rows are"
+                    )))
+                }
+            };
+            let names: Vec<&str> = allowed.iter().map(|s| s.as_str()).collect();
+            let p = FilterParams::new(filter)?;
+            let ids: Vec<Uuid> = client
+                .query_typed(sql::DISCARD_SELECT, &p.bind((&names, Type::TEXT_ARRAY)))
+                .await?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
+            check_max(ids.len() as u64, options.max_rows)?;
+            for chunk in ids.chunks(options.batch_size.max(1)) {
+                let tx = client.transaction().await?;
+                let batch = discard_batch(&tx, chunk, &allowed, false, reason, options).await?;
+                commit_unless(tx, options.dry_run || batch.discarded.is_empty()).await?;
+                report.discarded.extend(batch.discarded);
+                report.skipped.extend(batch.skipped);
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// What one discard transaction did.
+struct DiscardBatch {
+    discarded: Vec<DiscardedMessage>,
+    skipped: Vec<SkippedMessage>,
+}
+
+/// Locks and checks `ids`, then (unless a dry run) discards them. `strict` (a discard by ids)
+/// turns every refusal into the error of the whole discard; otherwise refused rows are skipped.
+async fn discard_batch(
+    tx: &Transaction<'_>,
+    ids: &[Uuid],
+    allowed: &[MessageStatus],
+    strict: bool,
+    reason: &str,
+    options: &DiscardOptions,
+) -> Result<DiscardBatch, AdminError> {
+    let mut batch = DiscardBatch {
+        discarded: Vec::new(),
+        skipped: Vec::new(),
+    };
+    if ids.is_empty() {
+        return Ok(batch);
+    }
+    tx.query_typed(sql::LOCK_TIMEOUT, &[]).await?;
+    let hot = if options.dry_run {
+        sql::READ_HOT
+    } else {
+        sql::LOCK_HOT
+    };
+    let ids_vec = ids.to_vec();
+    let mut found: HashMap<Uuid, Candidate> = HashMap::new();
+    for row in tx.query_typed(hot, &[(&ids_vec, Type::UUID_ARRAY)]).await? {
+        let candidate = Candidate {
+            id: row.try_get(0)?,
+            status: row.try_get::<_, String>(1)?.parse()?,
+            destination: row.try_get(2)?,
+            downstream_key: row.try_get(3)?,
+            ordering_key: row.try_get(4)?,
+            lease_owner: row.try_get(5)?,
+            lease_expires_at: row.try_get(6)?,
+            leased: row.try_get(7)?,
+        };
+        found.insert(candidate.id, candidate);
+    }
+    for id in ids {
+        let Some(c) = found.remove(id) else {
+            if strict {
+                return Err(match not_found(tx, *id).await? {
+                    AdminError::NotReplayable { id, status, .. } => AdminError::NotReplayable {
+                        id,
+                        status,
+                        reason: "it was discarded already".into(),
+                    },
+                    other => other,
+                });
+            }
+            batch.skipped.push(SkippedMessage {
+                id: *id,
+                reason: "it left the outbox meanwhile".into(),
+            });
+            continue;
+        };
+        let refused = if c.status == MessageStatus::InFlight && c.leased {
+            Some(AdminError::Leased {
+                id: c.id,
+                owner: c.lease_owner.clone().unwrap_or_default(),
+                expires_at: c.lease_expires_at.unwrap_or_else(Utc::now),
+            })
+        } else if allowed.contains(&c.status) {
+            None
+        } else {
+            Some(AdminError::NotReplayable {
+                id: c.id,
+                status: c.status,
+                reason: "only failed and unknown rows are discarded (a pending or in-flight row \
+                         is still being delivered)"
+                    .into(),
+            })
+        };
+        match refused {
+            Some(refused) if strict => return Err(refused),
+            Some(refused) => batch.skipped.push(SkippedMessage {
+                id: c.id,
+                reason: refused.to_string(),
+            }),
+            None => batch.discarded.push(DiscardedMessage {
+                id: c.id,
+                destination: c.destination,
+                from: c.status,
+                ordering_key: c.ordering_key,
+            }),
+        }
+    }
+    if options.dry_run || batch.discarded.is_empty() {
+        return Ok(batch);
+    }
+    let ids: Vec<Uuid> = batch.discarded.iter().map(|d| d.id).collect();
+    tx.query_typed(
+        sql::DISCARD,
+        &[(&ids, Type::UUID_ARRAY), (&reason, Type::TEXT)],
+    )
+    .await?;
+    tx.query_typed(sql::NOTIFY, &[]).await?;
+    Ok(batch)
+}
+
+/// Commits `tx`, or rolls it back when `rollback` (a dry run, or nothing changed).
+async fn commit_unless(tx: Transaction<'_>, rollback: bool) -> Result<(), AdminError> {
+    if rollback {
+        tx.rollback().await?;
+    } else {
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
+/// Deletes rows past their state's retention ([`Retention`]: delivered, failed, unknown and
+/// discarded rows) with their attempt-log rows, attempt-log rows of messages already gone, and (by
+/// default) expired idempotency keys, in bounded batches that each commit on their own, so no long
+/// lock is held and relays are never waited for. A failed or unknown head that is purged stops
+/// blocking its ordering key: the next row is due at once.
 pub async fn purge(client: &Client, options: &PurgeOptions) -> Result<PurgeReport, AdminError> {
     purge_with_progress(client, options, |_, _| {}).await
 }
@@ -679,45 +983,92 @@ pub async fn purge_with_progress(
     options: &PurgeOptions,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<PurgeReport, AdminError> {
-    let retention = options.retention.as_secs_f64();
-    let cutoff: DateTime<Utc> = client
-        .query_typed_one(sql::PURGE_CUTOFF, &[(&retention, Type::FLOAT8)])
-        .await?
-        .try_get(0)?;
+    let cutoff_of = |retention: Duration| async move {
+        let secs = retention.as_secs_f64();
+        let at: DateTime<Utc> = client
+            .query_typed_one(sql::PURGE_CUTOFF, &[(&secs, Type::FLOAT8)])
+            .await?
+            .try_get(0)?;
+        Ok::<_, AdminError>(at)
+    };
+    let r = &options.retention;
+    let cutoff = cutoff_of(r.delivered).await?;
+    let failed_cutoff = cutoff_of(r.failed).await?;
+    let unknown_cutoff = cutoff_of(r.unknown).await?;
+    let discarded_cutoff = cutoff_of(r.discarded).await?;
     let counts = client
-        .query_typed_one(sql::PURGE_COUNTS, &[(&cutoff, Type::TIMESTAMPTZ)])
+        .query_typed_one(
+            sql::PURGE_COUNTS,
+            &[
+                (&cutoff, Type::TIMESTAMPTZ),
+                (&failed_cutoff, Type::TIMESTAMPTZ),
+                (&unknown_cutoff, Type::TIMESTAMPTZ),
+                (&discarded_cutoff, Type::TIMESTAMPTZ),
+            ],
+        )
         .await?;
     let count = |i: usize| -> Result<u64, AdminError> { Ok(counts.try_get::<_, i64>(i)? as u64) };
-    let (delivered, attempts, orphans, keys) = (count(0)?, count(1)?, count(2)?, count(3)?);
     let mut report = PurgeReport {
         dry_run: options.dry_run,
         cutoff,
-        delivered,
-        attempts: attempts + orphans,
-        expired_keys: if options.expired_keys { keys } else { 0 },
+        delivered: count(0)?,
+        failed: count(1)?,
+        unknown: count(2)?,
+        discarded: count(3)?,
+        attempts: count(4)? + count(5)?,
+        expired_keys: if options.expired_keys { count(6)? } else { 0 },
     };
     if options.dry_run {
         return Ok(report);
     }
     let batch = options.batch.max(1);
-    let total = delivered + orphans;
-    let (mut done, mut deleted, mut logs) = (0, 0, 0);
-    loop {
-        let row = client
-            .query_typed_one(
-                sql::PURGE_DELIVERED_BATCH,
-                &[(&cutoff, Type::TIMESTAMPTZ), (&batch, Type::INT8)],
-            )
-            .await?;
-        let (rows, attempts): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-        deleted += rows as u64;
-        logs += attempts as u64;
-        done += rows as u64;
-        progress(done.min(total), total);
-        if rows < batch {
-            break;
+    let total = report.delivered + report.failed + report.unknown + report.discarded + count(5)?;
+    let (mut done, mut logs) = (0u64, 0u64);
+    // Runs one batch statement until a batch comes back short; returns the rows it deleted.
+    let mut drain = async |statement: &str,
+                           params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)]|
+           -> Result<u64, AdminError> {
+        let mut deleted = 0;
+        loop {
+            let row = client.query_typed_one(statement, params).await?;
+            let (rows, attempts): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+            deleted += rows as u64;
+            logs += attempts as u64;
+            done += rows as u64;
+            progress(done.min(total), total);
+            if rows < batch {
+                return Ok(deleted);
+            }
         }
-    }
+    };
+    report.delivered = drain(
+        sql::PURGE_DELIVERED_BATCH,
+        &[(&cutoff, Type::TIMESTAMPTZ), (&batch, Type::INT8)],
+    )
+    .await?;
+    report.discarded = drain(
+        sql::PURGE_DISCARDED_BATCH,
+        &[(&discarded_cutoff, Type::TIMESTAMPTZ), (&batch, Type::INT8)],
+    )
+    .await?;
+    report.failed = drain(
+        sql::PURGE_HOT_BATCH,
+        &[
+            (&"failed", Type::TEXT),
+            (&failed_cutoff, Type::TIMESTAMPTZ),
+            (&batch, Type::INT8),
+        ],
+    )
+    .await?;
+    report.unknown = drain(
+        sql::PURGE_HOT_BATCH,
+        &[
+            (&"unknown", Type::TEXT),
+            (&unknown_cutoff, Type::TIMESTAMPTZ),
+            (&batch, Type::INT8),
+        ],
+    )
+    .await?;
     loop {
         let rows = client
             .query_typed(
@@ -733,8 +1084,10 @@ pub async fn purge_with_progress(
             break;
         }
     }
-    report.delivered = deleted;
     report.attempts = logs;
+    if report.failed + report.unknown > 0 {
+        client.query_typed(sql::NOTIFY, &[]).await?;
+    }
     report.expired_keys = if options.expired_keys {
         crate::prune_expired_keys(client, batch).await?
     } else {
@@ -744,7 +1097,9 @@ pub async fn purge_with_progress(
 }
 
 /// Counts by destination and state, the oldest pending row's age, and the failure rate of the
-/// last hour's attempts.
+/// last hour's attempts. The delivered history is never scanned: up to
+/// [`EXACT_DELIVERED_COUNT_MAX`] rows it is counted through an index, above it the planner's
+/// estimate is reported ([`OutboxStats::delivered_estimated`]).
 pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminError> {
     let mut by_destination: BTreeMap<String, DestinationStats> = BTreeMap::new();
     for row in client.query_typed(sql::STATS_COUNTS, &[]).await? {
@@ -755,6 +1110,41 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
         stats.counts.add(status, n as u64);
         if status == MessageStatus::Pending {
             stats.oldest_pending_age = age.map(|s| Duration::from_secs_f64(s.max(0.0)));
+        }
+    }
+    let bound = EXACT_DELIVERED_COUNT_MAX + 1;
+    let exact = client
+        .query_typed(sql::STATS_DELIVERED_EXACT, &[(&bound, Type::INT8)])
+        .await?;
+    let mut counted: Vec<(String, i64)> = Vec::with_capacity(exact.len());
+    for row in &exact {
+        counted.push((row.try_get(0)?, row.try_get(1)?));
+    }
+    let delivered_estimated = counted.iter().map(|(_, n)| n).sum::<i64>() >= bound;
+    let mut estimated_total = 0;
+    if delivered_estimated {
+        let row = client
+            .query_typed_one(sql::STATS_DELIVERED_ESTIMATE, &[])
+            .await?;
+        // Never analysed (-1) or analysed while smaller: at least what was just counted.
+        let tuples = row.try_get::<_, f64>(0)?.max(bound as f64);
+        let values: Option<Vec<String>> = row.try_get(1)?;
+        let freqs: Option<Vec<f64>> = row.try_get(2)?;
+        for (destination, freq) in values
+            .unwrap_or_default()
+            .into_iter()
+            .zip(freqs.unwrap_or_default())
+        {
+            destination_entry(&mut by_destination, destination)
+                .counts
+                .delivered = (freq * tuples).round() as u64;
+        }
+        estimated_total = tuples.round() as u64;
+    } else {
+        for (destination, n) in counted {
+            destination_entry(&mut by_destination, destination)
+                .counts
+                .delivered = n as u64;
         }
     }
     let window = FAILURE_RATE_WINDOW.as_secs_f64();
@@ -775,6 +1165,10 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
             total.add(status, stats.counts.get(status));
         }
     }
+    if delivered_estimated {
+        // The destinations the sample missed are in the total only.
+        total.delivered = total.delivered.max(estimated_total);
+    }
     let oldest_pending_age = by_destination
         .values()
         .filter_map(|s| s.oldest_pending_age)
@@ -784,6 +1178,7 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
         total,
         oldest_pending_age,
         last_hour: FailureRate::new(attempts, failures),
+        delivered_estimated,
     })
 }
 
@@ -1056,6 +1451,7 @@ fn summary_from_row(row: &Row) -> Result<MessageSummary, AdminError> {
         last_error: row.try_get(10)?,
         lease_owner: row.try_get(11)?,
         lease_expires_at: row.try_get(12)?,
+        discarded_at: row.try_get(13)?,
     })
 }
 
@@ -1064,30 +1460,59 @@ fn replayed_statuses(
     filter: &MessageFilter,
     options: &ReplayOptions,
 ) -> Result<Vec<MessageStatus>, AdminError> {
-    let mut statuses =
-        match filter.status {
-            None | Some(MessageStatus::Failed) => vec![MessageStatus::Failed],
-            Some(MessageStatus::Unknown) => vec![MessageStatus::Unknown],
-            Some(MessageStatus::Delivered) if options.include_delivered => vec![],
-            Some(MessageStatus::Delivered) => return Err(AdminError::Invalid(
+    let mut statuses = match filter.status {
+        None | Some(MessageStatus::Failed) => vec![MessageStatus::Failed],
+        Some(MessageStatus::Unknown) => vec![MessageStatus::Unknown],
+        Some(MessageStatus::Delivered) if options.include_delivered => vec![],
+        Some(MessageStatus::Delivered) => {
+            return Err(AdminError::Invalid(
                 "delivered rows are replayed only with include_delivered (--include-delivered): \
                  their effect is sent again"
                     .into(),
-            )),
-            Some(status @ (MessageStatus::Pending | MessageStatus::InFlight)) => {
-                return Err(AdminError::Invalid(format!(
-                    "{status} rows are not replayed: only failed, unknown and delivered rows are"
-                )))
-            }
-        };
+            ))
+        }
+        Some(
+            status @ (MessageStatus::Pending | MessageStatus::InFlight | MessageStatus::Discarded),
+        ) => {
+            return Err(AdminError::Invalid(format!(
+                "{status} rows are not replayed: only failed, unknown and delivered rows are"
+            )))
+        }
+    };
     if options.include_delivered {
         statuses.push(MessageStatus::Delivered);
     }
     Ok(statuses)
 }
 
+/// Why a discarded row is neither replayed nor discarded again.
+const DISCARDED_REASON: &str = "an operator discarded it (see its history for the reason); \
+     enqueue the effect again to send it";
+
+/// The error for an id that is in no table a replay or discard reads: [`AdminError::NotFound`],
+/// or [`AdminError::NotReplayable`] when the row was discarded.
+async fn not_found(client: &impl GenericClient, id: Uuid) -> Result<AdminError, AdminError> {
+    let discarded: bool = client
+        .query_typed_one(sql::IS_DISCARDED, &[(&id, Type::UUID)])
+        .await?
+        .try_get(0)?;
+    Ok(if discarded {
+        AdminError::NotReplayable {
+            id,
+            status: MessageStatus::Discarded,
+            reason: DISCARDED_REASON.to_owned(),
+        }
+    } else {
+        AdminError::NotFound(id)
+    })
+}
+
 fn check_bound(count: u64, options: &ReplayOptions) -> Result<(), AdminError> {
-    match options.max_rows {
+    check_max(count, options.max_rows)
+}
+
+fn check_max(count: u64, max_rows: Option<u64>) -> Result<(), AdminError> {
+    match max_rows {
         Some(max) if count > max => Err(AdminError::TooMany { count, max }),
         _ => Ok(()),
     }
@@ -1136,6 +1561,7 @@ fn refusal(candidate: &Candidate, allowed: &[MessageStatus]) -> Option<AdminErro
         MessageStatus::Failed | MessageStatus::Unknown => {
             format!("{status} rows are not selected")
         }
+        MessageStatus::Discarded => DISCARDED_REASON.to_owned(),
     };
     Some(AdminError::NotReplayable {
         id: candidate.id,
@@ -1210,7 +1636,7 @@ async fn replay_batch(
     for id in ids {
         let Some(candidate) = found.remove(id) else {
             if strict {
-                return Err(AdminError::NotFound(*id));
+                return Err(not_found(tx, *id).await?);
             }
             batch.skipped.push(SkippedMessage {
                 id: *id,

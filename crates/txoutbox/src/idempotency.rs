@@ -307,11 +307,17 @@ pub async fn begin(
 }
 
 fn count(name: &'static str, scope: &Scope) {
-    let label = match scope.metric_label {
-        Some(label) => metrics::SharedString::const_str(label),
-        None => scope.name.clone().into(),
-    };
-    metrics::counter!(name, "scope" => label).increment(1);
+    metrics::counter!(name, "scope" => scope.metric_label_value()).increment(1);
+}
+
+impl Scope {
+    /// The `scope` label of this scope's metrics.
+    pub(crate) fn metric_label_value(&self) -> metrics::SharedString {
+        match self.metric_label {
+            Some(label) => metrics::SharedString::const_str(label),
+            None => self.name.clone().into(),
+        }
+    }
 }
 
 impl Claim {

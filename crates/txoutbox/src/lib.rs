@@ -52,13 +52,14 @@ pub mod telemetry;
 mod wake;
 
 pub use admin::{
-    activity, failure_groups, list_messages, lookup_key, purge, purge_with_progress, replay,
-    replay_downstream_key, replay_with_progress, show_message, stats, AdminError, AttemptRecord,
-    DestinationStats, FailureGroup, FailureRate, IdempotencyRecord, KeyLookup, ListCursor,
-    MessageDetail, MessageFilter, MessageStatus, MessageSummary, MinuteActivity, OutboxStats,
-    PurgeOptions, PurgeReport, ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage,
-    SkippedMessage, StatusCounts, TimeBound, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION,
-    FAILURE_RATE_WINDOW,
+    activity, discard, failure_groups, list_messages, lookup_key, purge, purge_with_progress,
+    replay, replay_downstream_key, replay_with_progress, show_message, stats, AdminError,
+    AttemptRecord, DestinationStats, DiscardOptions, DiscardReport, DiscardedMessage, FailureGroup,
+    FailureRate, IdempotencyRecord, KeyLookup, ListCursor, MessageDetail, MessageFilter,
+    MessageStatus, MessageSummary, MinuteActivity, OutboxStats, PurgeOptions, PurgeReport,
+    ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage, Retention, SkippedMessage,
+    StatusCounts, TimeBound, DEFAULT_FAILED_RETENTION, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION,
+    EXACT_DELIVERED_COUNT_MAX, FAILURE_RATE_WINDOW,
 };
 pub use error::{Error, Result};
 pub use executor::{Params, TxExecutor};
@@ -83,5 +84,5 @@ pub use sink::{
     error_chain, parse_retry_after, Completion, CompletionHook, Delivery, DeliveryError, Receipt,
     Sink,
 };
-pub use telemetry::{describe_metrics, Traceparent};
+pub use telemetry::{describe_metrics, register_destinations, register_scopes, Traceparent};
 pub use wake::{RelayWaker, HINT_SPACING};

@@ -126,6 +126,55 @@ pub fn describe_metrics() {
     );
 }
 
+/// The outcomes [`ATTEMPT_DURATION`] is labelled with.
+pub const ATTEMPT_OUTCOMES: [&str; 4] = ["delivered", "retry", "failed", "unknown"];
+
+/// Makes every relay series exist from now on, at 0 until its first event, for these
+/// destinations: the counters and histograms labelled by `destination` (every attempt outcome
+/// of [`ATTEMPT_DURATION`]), [`LEASES_RECLAIMED`] and the backlog gauges. A series that is absent
+/// until its first event breaks `rate()` over its first increase and "absent" alerts; a series
+/// at 0 does not. Existing values are not touched (counters are incremented by 0).
+///
+/// [`crate::Relay::run`] calls it with the destinations of its sinks; a service that enqueues
+/// to destinations no local relay serves may call it for [`ENQUEUED`]'s sake. Call it after
+/// installing the recorder.
+pub fn register_destinations<S: AsRef<str>>(destinations: impl IntoIterator<Item = S>) {
+    use metrics::{counter, gauge, histogram};
+    for destination in destinations {
+        let destination = destination.as_ref().to_owned();
+        for name in [ENQUEUED, DELIVERED, RETRIED, DEAD_LETTERED] {
+            counter!(name, "destination" => destination.clone()).increment(0);
+        }
+        let _ = histogram!(DELIVERY_LATENCY, "destination" => destination.clone());
+        for outcome in ATTEMPT_OUTCOMES {
+            let _ = histogram!(
+                ATTEMPT_DURATION,
+                "destination" => destination.clone(),
+                "outcome" => outcome,
+            );
+        }
+    }
+    counter!(LEASES_RECLAIMED).increment(0);
+    gauge!(PENDING).increment(0.0);
+    gauge!(OLDEST_PENDING_AGE).increment(0.0);
+}
+
+/// Makes the idempotency counters ([`IDEMPOTENCY_REPLAYS`], [`IDEMPOTENCY_MISMATCHES`],
+/// [`IDEMPOTENCY_CONFLICTS`]) exist at 0 for the scopes a service declares, labelled as the
+/// write path labels them ([`crate::Scope::with_metric_label`], else the scope's name). Call it
+/// once at start, after installing the recorder, with every scope the service uses.
+pub fn register_scopes<'a>(scopes: impl IntoIterator<Item = &'a crate::Scope>) {
+    for scope in scopes {
+        for name in [
+            IDEMPOTENCY_REPLAYS,
+            IDEMPOTENCY_MISMATCHES,
+            IDEMPOTENCY_CONFLICTS,
+        ] {
+            metrics::counter!(name, "scope" => scope.metric_label_value()).increment(0);
+        }
+    }
+}
+
 /// The W3C trace-context header name.
 pub const TRACEPARENT: &str = "traceparent";
 

@@ -81,12 +81,16 @@ impl App {
         pool: deadpool_postgres::Pool,
         crash_at: Option<CrashPoint>,
     ) -> anyhow::Result<Self> {
+        let charges = Scope::new("charges")?;
+        let reservations = Scope::new("reservations")?;
+        // The idempotency counters exist at 0 from start (a no-op without a recorder).
+        txoutbox::register_scopes([&charges, &reservations]);
         Ok(Self {
             inner: Arc::new(Inner {
                 waker: RelayWaker::spawn(pool.clone()),
                 pool,
-                charges: Scope::new("charges")?,
-                reservations: Scope::new("reservations")?,
+                charges,
+                reservations,
                 crash_at,
             }),
         })

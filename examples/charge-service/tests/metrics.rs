@@ -64,6 +64,17 @@ async fn metrics_show_a_charge_its_replay_and_its_deliveries() -> anyhow::Result
         Some(1.0),
         "{scrape}"
     );
+    for series in [
+        r#"txoutbox_idempotency_conflicts_total{scope="charges"}"#,
+        r#"txoutbox_idempotency_replays_total{scope="reservations"}"#,
+        r#"txoutbox_leases_reclaimed_total"#,
+    ] {
+        assert_eq!(
+            sample(&scrape, series),
+            Some(0.0),
+            "{series} from start: {scrape}"
+        );
+    }
     assert!(
         scrape.contains("# TYPE txoutbox_delivery_latency_seconds histogram"),
         "{scrape}"

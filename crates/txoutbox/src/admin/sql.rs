@@ -53,23 +53,30 @@ macro_rules! filter {
     };
 }
 
-/// Lists messages of status $1 (NULL: any, `delivered` included) matching the filter, newest
-/// first (keyset order: (created_at, seq) descending), at most $9 (NULL: all). Each table is
-/// ordered and limited on its own before the merge: a branch with conditions is not merged in
-/// order otherwise, so an index on (created_at, seq) could not serve a page.
+/// Lists messages of status $1 (NULL: any, `delivered` and `discarded` included) matching the
+/// filter, newest first (keyset order: (created_at, seq) descending), at most $9 (NULL: all).
+/// Each table is ordered and limited on its own before the merge: a branch with conditions is not
+/// merged in order otherwise, so the (created_at, seq) index of the delivered history could not
+/// serve a page; a page costs the same however large the history is.
 pub const LIST: &str = concat!(
     "SELECT * FROM (( \
      SELECT t.id, t.seq, t.destination, t.status, t.downstream_key, t.ordering_key, t.attempts, \
          t.created_at, t.next_attempt_at, NULL::timestamptz AS delivered_at, t.last_error, \
-         t.lease_owner, t.lease_expires_at \
+         t.lease_owner, t.lease_expires_at, NULL::timestamptz AS discarded_at \
      FROM txoutbox_messages t WHERE ($1::text IS NULL OR t.status = $1) AND ",
     filter!(hot),
     " ORDER BY t.created_at DESC, t.seq DESC LIMIT $9) \
      UNION ALL ( \
      SELECT t.id, t.seq, t.destination, 'delivered', t.downstream_key, t.ordering_key, \
-         t.attempts, t.created_at, NULL, t.delivered_at, NULL, NULL, NULL \
+         t.attempts, t.created_at, NULL, t.delivered_at, NULL, NULL, NULL, NULL \
      FROM txoutbox_delivered t WHERE ($1::text IS NULL OR $1 = 'delivered') AND ",
     filter!(delivered),
+    " ORDER BY t.created_at DESC, t.seq DESC LIMIT $9) \
+     UNION ALL ( \
+     SELECT t.id, t.seq, t.destination, 'discarded', t.downstream_key, t.ordering_key, \
+         t.attempts, t.created_at, NULL, NULL, t.last_error, NULL, NULL, t.discarded_at \
+     FROM txoutbox_discarded t WHERE ($1::text IS NULL OR $1 = 'discarded') AND ",
+    filter!(hot),
     " ORDER BY t.created_at DESC, t.seq DESC LIMIT $9)) r \
      ORDER BY created_at DESC, seq DESC LIMIT $9"
 );
@@ -77,12 +84,57 @@ pub const LIST: &str = concat!(
 /// One message, from whichever table holds it.
 pub const SHOW: &str = "SELECT id, seq, destination, status, downstream_key, ordering_key, \
          attempts, created_at, next_attempt_at, NULL::timestamptz AS delivered_at, last_error, \
-         lease_owner, lease_expires_at, payload, headers, NULL::text AS receipt \
+         lease_owner, lease_expires_at, NULL::timestamptz AS discarded_at, payload, headers, \
+         NULL::text AS receipt \
      FROM txoutbox_messages WHERE id = $1 \
      UNION ALL \
      SELECT id, seq, destination, 'delivered', downstream_key, ordering_key, attempts, \
-         created_at, NULL, delivered_at, NULL, NULL, NULL, payload, headers, receipt \
-     FROM txoutbox_delivered WHERE id = $1";
+         created_at, NULL, delivered_at, NULL, NULL, NULL, NULL, payload, headers, receipt \
+     FROM txoutbox_delivered WHERE id = $1 \
+     UNION ALL \
+     SELECT id, seq, destination, 'discarded', downstream_key, ordering_key, attempts, \
+         created_at, NULL, NULL, last_error, NULL, NULL, discarded_at, payload, headers, NULL \
+     FROM txoutbox_discarded WHERE id = $1";
+
+/// True when $1 was discarded (a replay by id names it: refused with the reason).
+pub const IS_DISCARDED: &str = "SELECT EXISTS (SELECT 1 FROM txoutbox_discarded WHERE id = $1)";
+
+/// The ids a discard by filter selects: hot rows of the statuses $1 matching the filter, in
+/// insertion order, at most $9 (NULL: all). Taken without locks: each batch locks and checks its
+/// rows again.
+pub const DISCARD_SELECT: &str = concat!(
+    "SELECT t.id FROM txoutbox_messages t WHERE t.status = ANY($1::text[]) AND ",
+    filter!(hot),
+    " ORDER BY t.seq LIMIT $9"
+);
+
+/// Discards the hot rows $1 (locked and checked `failed` or `unknown` by the caller) with the
+/// operator's reason $2: moves them to `txoutbox_discarded`, logs one operator action per row
+/// (attempt 0, relay `operator`, outcome `discarded`, the reason as its text), and ends the park
+/// of the next pending row of each one's ordering key (the claim parks rows behind a head for
+/// 30 s; the head is gone, so the next row is due at once). Returns the ids discarded.
+pub const DISCARD: &str = "WITH gone AS ( \
+     DELETE FROM txoutbox_messages m WHERE m.id = ANY($1::uuid[]) \
+         AND m.status IN ('failed', 'unknown') \
+     RETURNING m.id, m.seq, m.destination, m.payload, m.headers, m.downstream_key, \
+         m.ordering_key, m.attempts, m.status, m.last_error, m.created_at), \
+ kept AS ( \
+     INSERT INTO txoutbox_discarded (id, seq, destination, payload, headers, downstream_key, \
+         ordering_key, attempts, discarded_from, last_error, reason, created_at) \
+     SELECT id, seq, destination, payload, headers, downstream_key, ordering_key, attempts, \
+         status, last_error, $2, created_at FROM gone RETURNING id), \
+ logged AS ( \
+     INSERT INTO txoutbox_attempts (message_id, attempt, downstream_key, relay, outcome, error, \
+         started_at, finished_at) \
+     SELECT id, 0, downstream_key, 'operator', 'discarded', $2, now(), now() FROM gone), \
+ unparked AS ( \
+     UPDATE txoutbox_messages m SET next_attempt_at = LEAST(m.next_attempt_at, now()) \
+     FROM (SELECT DISTINCT ON (n.ordering_key) n.id FROM txoutbox_messages n \
+             JOIN gone g ON n.ordering_key = g.ordering_key AND n.seq > g.seq \
+             WHERE n.id <> ALL($1::uuid[]) \
+             ORDER BY n.ordering_key, n.seq) nx \
+     WHERE m.id = nx.id AND m.status = 'pending') \
+ SELECT id FROM kept";
 
 /// A message's attempt log (relay attempts and operator actions), in the order they happened.
 pub const HISTORY: &str = "SELECT attempt, downstream_key, relay, lease_token, outcome, error, \
@@ -170,15 +222,30 @@ pub const NOTIFY: &str = "SELECT pg_notify('txoutbox_wake', '')";
 /// The purge's cutoff, fixed once so that every batch and the dry run agree.
 pub const PURGE_CUTOFF: &str = "SELECT now() - make_interval(secs => $1)";
 
-/// What a purge with cutoff $1 would delete: delivered rows, their attempt-log rows, attempt-log
-/// rows older than the cutoff whose message is gone, expired keys.
-pub const PURGE_COUNTS: &str = "SELECT \
+/// What a purge would delete, with the cutoffs $1 (delivered), $2 (failed), $3 (unknown), $4
+/// (discarded): the rows past their state's retention, their attempt-log rows, attempt-log rows
+/// older than the delivered cutoff whose message is gone, expired keys. A failed or unknown row's
+/// age is that of its last attempt-log entry (a replay starts it again), else its enqueue time.
+pub const PURGE_COUNTS: &str = "WITH hot AS ( \
+     SELECT m.id, m.status FROM txoutbox_messages m \
+     WHERE (m.status = 'failed' AND m.created_at < $2 AND NOT EXISTS ( \
+             SELECT 1 FROM txoutbox_attempts a WHERE a.message_id = m.id AND a.finished_at >= $2)) \
+        OR (m.status = 'unknown' AND m.created_at < $3 AND NOT EXISTS ( \
+             SELECT 1 FROM txoutbox_attempts a WHERE a.message_id = m.id AND a.finished_at >= $3))), \
+ doomed AS ( \
+     SELECT id FROM txoutbox_delivered WHERE delivered_at < $1 \
+     UNION ALL SELECT id FROM hot \
+     UNION ALL SELECT id FROM txoutbox_discarded WHERE discarded_at < $4) \
+ SELECT \
      (SELECT count(*) FROM txoutbox_delivered WHERE delivered_at < $1), \
-     (SELECT count(*) FROM txoutbox_attempts a \
-         WHERE a.message_id IN (SELECT id FROM txoutbox_delivered WHERE delivered_at < $1)), \
+     (SELECT count(*) FROM hot WHERE status = 'failed'), \
+     (SELECT count(*) FROM hot WHERE status = 'unknown'), \
+     (SELECT count(*) FROM txoutbox_discarded WHERE discarded_at < $4), \
+     (SELECT count(*) FROM txoutbox_attempts a WHERE a.message_id IN (SELECT id FROM doomed)), \
      (SELECT count(*) FROM txoutbox_attempts a WHERE a.finished_at < $1 \
          AND NOT EXISTS (SELECT 1 FROM txoutbox_messages m WHERE m.id = a.message_id) \
-         AND NOT EXISTS (SELECT 1 FROM txoutbox_delivered d WHERE d.id = a.message_id)), \
+         AND NOT EXISTS (SELECT 1 FROM txoutbox_delivered d WHERE d.id = a.message_id) \
+         AND NOT EXISTS (SELECT 1 FROM txoutbox_discarded x WHERE x.id = a.message_id)), \
      (SELECT count(*) FROM txoutbox_idempotency_keys WHERE expires_at <= now())";
 
 /// Deletes one batch ($2) of rows delivered before $1, oldest first, with their attempt-log rows,
@@ -192,32 +259,89 @@ pub const PURGE_DELIVERED_BATCH: &str = "WITH doomed AS ( \
      DELETE FROM txoutbox_attempts a USING gone WHERE a.message_id = gone.id RETURNING 1) \
  SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM logs)";
 
-/// Deletes one batch ($2) of attempt-log rows older than $1 whose message is in neither table
+/// Deletes one batch ($2) of rows discarded before $1, oldest first, with their attempt-log rows.
+pub const PURGE_DISCARDED_BATCH: &str = "WITH doomed AS ( \
+     SELECT id FROM txoutbox_discarded WHERE discarded_at < $1 \
+     ORDER BY discarded_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
+ gone AS ( \
+     DELETE FROM txoutbox_discarded d USING doomed WHERE d.id = doomed.id RETURNING d.id), \
+ logs AS ( \
+     DELETE FROM txoutbox_attempts a USING gone WHERE a.message_id = gone.id RETURNING 1) \
+ SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM logs)";
+
+/// Deletes one batch ($3) of hot rows of status $1 (`failed` or `unknown`) whose last activity is
+/// older than $2, with their attempt-log rows, and ends the park of the next pending row of each
+/// one's ordering key (the row ahead of it is gone: it is due at once). Rows a relay or an
+/// operator holds are skipped.
+pub const PURGE_HOT_BATCH: &str = "WITH doomed AS ( \
+     SELECT m.id FROM txoutbox_messages m \
+     WHERE m.status = $1 AND m.created_at < $2 AND NOT EXISTS ( \
+         SELECT 1 FROM txoutbox_attempts a WHERE a.message_id = m.id AND a.finished_at >= $2) \
+     ORDER BY m.seq LIMIT $3 FOR UPDATE SKIP LOCKED), \
+ gone AS ( \
+     DELETE FROM txoutbox_messages m USING doomed WHERE m.id = doomed.id AND m.status = $1 \
+     RETURNING m.id, m.seq, m.ordering_key), \
+ logs AS ( \
+     DELETE FROM txoutbox_attempts a USING gone WHERE a.message_id = gone.id RETURNING 1), \
+ unparked AS ( \
+     UPDATE txoutbox_messages m SET next_attempt_at = LEAST(m.next_attempt_at, now()) \
+     FROM (SELECT DISTINCT ON (n.ordering_key) n.id FROM txoutbox_messages n \
+             JOIN gone g ON n.ordering_key = g.ordering_key AND n.seq > g.seq \
+             WHERE NOT EXISTS (SELECT 1 FROM doomed x WHERE x.id = n.id) \
+             ORDER BY n.ordering_key, n.seq) nx \
+     WHERE m.id = nx.id AND m.status = 'pending') \
+ SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM logs)";
+
+/// Deletes one batch ($2) of attempt-log rows older than $1 whose message is in no table
 /// (purged before, or deleted by hand).
 pub const PURGE_ORPHAN_ATTEMPTS_BATCH: &str =
     "DELETE FROM txoutbox_attempts WHERE ctid = ANY(ARRAY( \
      SELECT a.ctid FROM txoutbox_attempts a WHERE a.finished_at < $1 \
          AND NOT EXISTS (SELECT 1 FROM txoutbox_messages m WHERE m.id = a.message_id) \
          AND NOT EXISTS (SELECT 1 FROM txoutbox_delivered d WHERE d.id = a.message_id) \
+         AND NOT EXISTS (SELECT 1 FROM txoutbox_discarded x WHERE x.id = a.message_id) \
      LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1";
 
-/// Rows by destination and status (`delivered` from the history table), with the age in seconds
-/// of each group's oldest row (used for `pending`).
+/// Hot and discarded rows by destination and status, with the age in seconds of each group's
+/// oldest row (used for `pending`). Both tables are small: the hot one by design, the discarded
+/// one by the operator's hand. The delivered history is counted by [`STATS_DELIVERED_EXACT`] or
+/// [`STATS_DELIVERED_ESTIMATE`], never by a scan.
 pub const STATS_COUNTS: &str = "SELECT destination, status, count(*), \
          EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
      FROM txoutbox_messages GROUP BY destination, status \
      UNION ALL \
-     SELECT destination, 'delivered', count(*), NULL::float8 \
-     FROM txoutbox_delivered GROUP BY destination";
+     SELECT destination, 'discarded', count(*), NULL::float8 \
+     FROM txoutbox_discarded GROUP BY destination";
+
+/// Delivered rows by destination, counted exactly but reading at most $1 entries of the index
+/// `txoutbox_delivered_key`: when the counts add up to $1, the history is larger and
+/// [`STATS_DELIVERED_ESTIMATE`] answers instead.
+pub const STATS_DELIVERED_EXACT: &str = "SELECT destination, count(*) FROM ( \
+     SELECT destination FROM txoutbox_delivered ORDER BY destination, downstream_key LIMIT $1) d \
+     GROUP BY destination";
+
+/// The planner's estimate of the delivered history: its row count (`pg_class.reltuples`, -1 when
+/// never analysed) and the most common destinations with their frequencies (`pg_stats`), as
+/// ANALYZE (autovacuum) last sampled them. Reads the catalogue only.
+pub const STATS_DELIVERED_ESTIMATE: &str = "SELECT c.reltuples::float8, \
+         s.most_common_vals::text::text[], s.most_common_freqs::float8[] \
+     FROM pg_class c \
+     LEFT JOIN pg_stats s ON s.schemaname = c.relnamespace::regnamespace::text \
+         AND s.tablename = c.relname AND s.attname = 'destination' \
+     WHERE c.oid = 'txoutbox_delivered'::regclass";
 
 /// Relay attempts that finished in the last $1 seconds, by destination: all of them, and those
 /// that failed (`retry`, `failed`, `expired`, `unknown`). Operator actions, leases given back at
 /// shutdown and outcomes that came after the lease was lost are not attempts with an outcome.
-pub const STATS_ATTEMPTS: &str = "SELECT COALESCE(m.destination, d.destination, '(purged)'), \
+/// A delivered row's destination is looked up by id (one primary-key probe per recent attempt,
+/// a subplan the planner cannot turn into a scan of the history).
+pub const STATS_ATTEMPTS: &str = "SELECT COALESCE(m.destination, x.destination, \
+         (SELECT d.destination FROM txoutbox_delivered d WHERE d.id = a.message_id), \
+         '(purged)'), \
          count(*), count(*) FILTER (WHERE a.outcome <> 'delivered') \
      FROM txoutbox_attempts a \
      LEFT JOIN txoutbox_messages m ON m.id = a.message_id \
-     LEFT JOIN txoutbox_delivered d ON d.id = a.message_id \
+     LEFT JOIN txoutbox_discarded x ON x.id = a.message_id \
      WHERE a.finished_at > now() - make_interval(secs => $1) \
        AND a.outcome IN ('delivered', 'retry', 'failed', 'expired', 'unknown') \
      GROUP BY 1";
@@ -271,10 +395,14 @@ pub const KEY: &str = "SELECT scope, key, fingerprint, state, response_status, \
 pub const KEY_MESSAGES: &str = "SELECT * FROM ( \
      SELECT t.id, t.seq, t.destination, t.status, t.downstream_key, t.ordering_key, t.attempts, \
          t.created_at, t.next_attempt_at, NULL::timestamptz AS delivered_at, t.last_error, \
-         t.lease_owner, t.lease_expires_at \
+         t.lease_owner, t.lease_expires_at, NULL::timestamptz AS discarded_at \
      FROM txoutbox_messages t WHERE t.created_at = $1 OR t.downstream_key = ANY($2::text[]) \
      UNION ALL \
      SELECT t.id, t.seq, t.destination, 'delivered', t.downstream_key, t.ordering_key, \
-         t.attempts, t.created_at, NULL, t.delivered_at, NULL, NULL, NULL \
+         t.attempts, t.created_at, NULL, t.delivered_at, NULL, NULL, NULL, NULL \
      FROM txoutbox_delivered t WHERE t.created_at = $1 OR t.downstream_key = ANY($2::text[]) \
+     UNION ALL \
+     SELECT t.id, t.seq, t.destination, 'discarded', t.downstream_key, t.ordering_key, \
+         t.attempts, t.created_at, NULL, NULL, t.last_error, NULL, NULL, t.discarded_at \
+     FROM txoutbox_discarded t WHERE t.created_at = $1 OR t.downstream_key = ANY($2::text[]) \
      ) r ORDER BY created_at, seq";

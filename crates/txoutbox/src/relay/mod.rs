@@ -274,6 +274,7 @@ impl Relay {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<RelayReport> {
         let inner = self.inner.clone();
         let config = &inner.config;
+        crate::telemetry::register_destinations(inner.sinks.keys());
         let stop = Arc::new(Notify::new());
         let mut background = maintenance::spawn(&inner, &stop);
         let (done, results) = mpsc::channel::<Finished>(config.concurrency.max(1) * 2);
