@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio_postgres::{AsyncMessage, Client, IsolationLevel, NoTls};
+use tokio_postgres::{AsyncMessage, Client, IsolationLevel};
 use txoutbox::{
     begin, enqueue, Begin, Error, Fingerprint, IdempotencyKey, KeyError, OutboxMessage, RelayWaker,
     Scope, StoredResponse,
@@ -213,7 +213,7 @@ async fn dropped_connection_before_commit_leaves_nothing() -> TestResult {
     let (db, observer) = db_with_orders().await?;
     let scope = Scope::new("charges")?;
     let k = key("k-dropped");
-    let (mut client, connection) = tokio_postgres::connect(&db.url(), NoTls).await?;
+    let (mut client, connection) = db.config()?.connect().await?;
     let driver = tokio::spawn(connection);
     let pid: i32 = client
         .query_one("SELECT pg_backend_pid()", &[])
@@ -804,7 +804,7 @@ async fn unreachable_store_is_unavailable_not_new() -> TestResult {
 #[tokio::test]
 async fn relay_waker_sends_a_hint_after_commit() -> TestResult {
     let db = test_db().await?;
-    let (listener, mut connection) = tokio_postgres::connect(&db.url(), NoTls).await?;
+    let (listener, mut connection) = db.config()?.connect().await?;
     let (sender, mut hints) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));

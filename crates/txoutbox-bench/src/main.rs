@@ -137,6 +137,7 @@ fn server() -> Result<(Option<Cluster>, ConnInfo)> {
             let cluster = Cluster::private(&ClusterOptions {
                 fast: false,
                 max_connections: 200,
+                ..ClusterOptions::default()
             })?;
             let admin = cluster.admin();
             Ok((Some(cluster), admin))

@@ -2,7 +2,6 @@
 //! SIGTERM. Thin: reads the flags, builds the pool, calls the crate.
 
 use std::net::SocketAddr;
-use std::str::FromStr;
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -43,16 +42,10 @@ fn parse_user(spec: &str) -> Result<User, String> {
 
 /// Serves the dashboard until SIGINT or SIGTERM.
 pub async fn run(url: &str, args: DashboardArgs) -> Result<()> {
-    let config = tokio_postgres::Config::from_str(url)
-        .map_err(txoutbox::Error::from)
-        .context("invalid database URL")?;
-    let manager = deadpool_postgres::Manager::from_config(
-        config,
-        tokio_postgres::NoTls,
-        deadpool_postgres::ManagerConfig {
-            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-        },
-    );
+    let pg = txoutbox::PgConfig::parse(url).context("DATABASE_URL")?;
+    let manager = pg.manager(deadpool_postgres::ManagerConfig {
+        recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+    });
     let pool = deadpool_postgres::Pool::builder(manager)
         .max_size(usize::from(args.pool_size))
         .build()

@@ -16,7 +16,8 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "txoutbox", version, about, long_about = None)]
 struct Cli {
-    /// Postgres connection string (URL or key=value form).
+    /// Postgres connection string (URL or key=value form, with libpq's sslmode, sslrootcert,
+    /// sslcert, sslkey; the PG* environment variables fill in what it leaves out).
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     database_url: Option<String>,
 
@@ -108,9 +109,10 @@ async fn run(cli: Cli) -> Result<()> {
 }
 
 async fn connect(url: &str) -> Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+    let pg = txoutbox::PgConfig::parse(url).context("DATABASE_URL")?;
+    let (client, connection) = pg
+        .connect()
         .await
-        .map_err(txoutbox::Error::from)
         .context("cannot connect to the database")?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {

@@ -194,7 +194,7 @@ fn parse_pair(text: &str) -> Result<(String, String), String> {
 /// Runs the relay until SIGINT or SIGTERM.
 pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
     let signalled = shutdown_signal()?;
-    let pg: tokio_postgres::Config = url.parse().context("parsing DATABASE_URL")?;
+    let pg = txoutbox::PgConfig::parse(url).context("DATABASE_URL")?;
     // Installed before anything records, so the first deliveries are counted too.
     let prometheus = match args.observability.metrics_addr {
         Some(_) => Some(

@@ -1415,8 +1415,7 @@ async fn a_discarded_row_is_not_replayed() -> TestResult {
 async fn explaining_client(
     db: &TestDb,
 ) -> anyhow::Result<(Client, tokio::sync::mpsc::UnboundedReceiver<String>)> {
-    let (client, mut connection) =
-        tokio_postgres::connect(&db.url(), tokio_postgres::NoTls).await?;
+    let (client, mut connection) = db.config()?.connect().await?;
     let (plans, received) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {

@@ -74,7 +74,7 @@ impl From<tokio_postgres::Error> for Error {
         if unavailable {
             Error::StoreUnavailable(match err.as_db_error() {
                 Some(db) => db.message().to_owned(),
-                None => err.to_string(),
+                None => crate::pg::describe(&err),
             })
         } else {
             Error::Database(err)

@@ -32,7 +32,8 @@
 //! Layout: [`key`](IdempotencyKey) and [`Fingerprint`] validate the request; `idempotency`
 //! ([`begin`], [`Claim`]) claims keys and stores responses; `outbox` ([`OutboxMessage`],
 //! [`enqueue`]) writes rows; [`migrate`] applies the schema; [`prune_expired_keys`] trims the key
-//! table; [`RelayWaker`] hints the relays after commit.
+//! table; [`RelayWaker`] hints the relays after commit; `pg` ([`PgConfig`]) reads a connection
+//! string as libpq does and opens its connections with TLS (rustls) as its `sslmode` says.
 
 mod admin;
 mod error;
@@ -42,6 +43,7 @@ mod idempotency;
 mod key;
 mod migrate;
 mod outbox;
+mod pg;
 mod prune;
 mod relay;
 mod sink;
@@ -73,6 +75,7 @@ pub use outbox::{
     derive_downstream_key, enqueue, notify_in_transaction, Enqueued, OutboxMessage,
     DOWNSTREAM_KEY_NAMESPACE,
 };
+pub use pg::{MakeTls, PgConfig, PgConnection, PgStream, SslMode, TlsConnector, TlsError};
 pub use prune::{prune_expired_keys, DEFAULT_PRUNE_BATCH};
 pub use relay::{
     reclaim_expired, Breaker, DestinationPolicy, FlowControl, RateLimit, Relay, RelayBuilder,

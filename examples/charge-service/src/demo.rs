@@ -219,8 +219,8 @@ pub async fn run_demo() -> anyhow::Result<()> {
         shown["status"], shown["stripe_id"]
     );
 
-    let pg: tokio_postgres::Config = database_url.parse()?;
-    let (db, connection) = pg.connect(tokio_postgres::NoTls).await?;
+    let pg = txoutbox::PgConfig::parse(&database_url)?;
+    let (db, connection) = pg.connect().await?;
     tokio::spawn(connection);
     let charges: i64 = db
         .query_one(

@@ -91,8 +91,8 @@ impl Settings {
 
 /// Applies txoutbox's migrations, then the service's own, each under an advisory lock so that
 /// instances starting at once apply them once.
-pub async fn migrate(pg: &tokio_postgres::Config) -> anyhow::Result<()> {
-    let (mut client, connection) = pg.connect(tokio_postgres::NoTls).await?;
+pub async fn migrate(pg: &txoutbox::PgConfig) -> anyhow::Result<()> {
+    let (mut client, connection) = pg.connect().await?;
     tokio::spawn(connection);
     txoutbox::migrate(&mut client).await?;
     client
@@ -111,14 +111,10 @@ pub async fn migrate(pg: &tokio_postgres::Config) -> anyhow::Result<()> {
 }
 
 /// The HTTP pool: bounded waits, so an unreachable Postgres is a quick 503 rather than a hang.
-pub fn pool(pg: &tokio_postgres::Config, size: usize) -> anyhow::Result<deadpool_postgres::Pool> {
-    let manager = deadpool_postgres::Manager::from_config(
-        pg.clone(),
-        tokio_postgres::NoTls,
-        deadpool_postgres::ManagerConfig {
-            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-        },
-    );
+pub fn pool(pg: &txoutbox::PgConfig, size: usize) -> anyhow::Result<deadpool_postgres::Pool> {
+    let manager = pg.manager(deadpool_postgres::ManagerConfig {
+        recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+    });
     Ok(deadpool_postgres::Pool::builder(manager)
         .max_size(size)
         .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -157,7 +153,7 @@ fn email_sink() -> anyhow::Result<txoutbox_email::EmailSink> {
 }
 
 /// The relay with the Stripe and email sinks (from the environment) and the charge hook.
-pub fn relay(pg: &tokio_postgres::Config) -> anyhow::Result<txoutbox::Relay> {
+pub fn relay(pg: &txoutbox::PgConfig) -> anyhow::Result<txoutbox::Relay> {
     let stripe = txoutbox_stripe::StripeSink::from_env()
         .context("the relay's Stripe sink (STRIPE_SECRET_KEY, STRIPE_API_BASE)")?
         .with_timeout(SINK_TIMEOUT);
@@ -197,10 +193,7 @@ pub fn dashboard(
 /// Migrates, then serves HTTP (and runs the relay unless `settings.relay` is off) until
 /// `shutdown` resolves.
 pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let pg: tokio_postgres::Config = settings
-        .database_url
-        .parse()
-        .context("DATABASE_URL does not parse")?;
+    let pg = txoutbox::PgConfig::parse(&settings.database_url).context("DATABASE_URL")?;
     migrate(&pg).await?;
     let pool = pool(&pg, 32)?;
     let relay = if settings.relay {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::tls::ServerCert;
 use crate::ConnInfo;
 
 /// How a cluster is set up.
@@ -19,6 +20,12 @@ pub struct ClusterOptions {
     pub fast: bool,
     /// `max_connections` of the server.
     pub max_connections: u32,
+    /// Serve TLS (`ssl=on`) with this certificate (see [`TestCa`](crate::tls::TestCa)); plain
+    /// connections are still accepted.
+    pub tls: Option<ServerCert>,
+    /// With `tls`: the PEM certificate of a CA whose client certificates TCP connections must
+    /// present (`hostssl ... clientcert=verify-ca`); plain TCP connections are then refused.
+    pub client_ca: Option<String>,
 }
 
 impl Default for ClusterOptions {
@@ -26,6 +33,8 @@ impl Default for ClusterOptions {
         Self {
             fast: true,
             max_connections: 300,
+            tls: None,
+            client_ca: None,
         }
     }
 }
@@ -109,6 +118,32 @@ impl Cluster {
         if options.fast {
             settings.push_str(" -c fsync=off -c full_page_writes=off");
         }
+        if let Some(tls) = &options.tls {
+            // Postgres refuses a key others may read: 0600, owned by the server's user (the
+            // cluster directory is given to that user before each pg_ctl).
+            use std::os::unix::fs::PermissionsExt as _;
+            let cert = self.dir.join("server.crt");
+            let key = self.dir.join("server.key");
+            fs::write(&cert, &tls.cert_pem)?;
+            fs::write(&key, &tls.key_pem)?;
+            fs::set_permissions(&key, fs::Permissions::from_mode(0o600))?;
+            settings.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                cert.display(),
+                key.display()
+            ));
+            if let Some(client_ca) = &options.client_ca {
+                let ca = self.dir.join("client-ca.crt");
+                fs::write(&ca, client_ca)?;
+                fs::write(
+                    self.dir.join("data").join("pg_hba.conf"),
+                    "local all all trust\n\
+                     hostssl all all 127.0.0.1/32 trust clientcert=verify-ca\n\
+                     hostssl all all ::1/128 trust clientcert=verify-ca\n",
+                )?;
+                settings.push_str(&format!(" -c ssl_ca_file={}", ca.display()));
+            }
+        }
         fs::write(self.dir.join("options"), &settings)?;
         self.pg_ctl_start()
     }
@@ -154,6 +189,11 @@ impl Cluster {
     /// The superuser connection to the `postgres` database.
     pub fn admin(&self) -> ConnInfo {
         ConnInfo::tcp("127.0.0.1", self.port, "postgres", None, "postgres")
+    }
+
+    /// The cluster's directory (a place for a test's certificate files too).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The loopback port the cluster listens on.

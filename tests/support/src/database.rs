@@ -4,7 +4,8 @@ use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 use tokio_postgres::config::Host;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
+use txoutbox::PgConfig;
 
 use crate::Cluster;
 
@@ -16,6 +17,8 @@ pub struct ConnInfo {
     user: String,
     password: Option<String>,
     dbname: String,
+    /// TLS parameters (`sslmode`, `sslrootcert`...), in the order given.
+    tls: Vec<(String, String)>,
 }
 
 impl ConnInfo {
@@ -27,12 +30,22 @@ impl ConnInfo {
             user: user.to_owned(),
             password: password.map(str::to_owned),
             dbname: dbname.to_owned(),
+            tls: Vec::new(),
         }
     }
 
-    /// Parses a `postgres://` URL or a key=value string.
+    /// Parses a `postgres://` URL or a key=value string (its TLS settings kept).
     pub fn parse(url: &str) -> Result<Self> {
-        let config: Config = url.parse().context("parsing DATABASE_URL")?;
+        let pg = PgConfig::parse(url).context("parsing DATABASE_URL")?;
+        let mut tls = vec![("sslmode".to_owned(), pg.ssl_mode().to_string())];
+        if let Some(root) = pg.root_cert() {
+            tls.push(("sslrootcert".to_owned(), root.display().to_string()));
+        }
+        if let Some((cert, key)) = pg.client_cert() {
+            tls.push(("sslcert".to_owned(), cert.display().to_string()));
+            tls.push(("sslkey".to_owned(), key.display().to_string()));
+        }
+        let config = pg.config();
         let host = match config.get_hosts().first() {
             Some(Host::Tcp(h)) => h.clone(),
             #[cfg(unix)]
@@ -47,7 +60,39 @@ impl ConnInfo {
                 .get_password()
                 .map(|p| String::from_utf8_lossy(p).into_owned()),
             dbname: config.get_dbname().unwrap_or("postgres").to_owned(),
+            tls,
         })
+    }
+
+    /// The same server, reached by another host name (`localhost` for a certificate's name).
+    pub fn with_host(&self, host: &str) -> Self {
+        Self {
+            host: host.to_owned(),
+            ..self.clone()
+        }
+    }
+
+    /// With a TLS parameter (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`) set to `value`.
+    pub fn with_tls(&self, key: &str, value: &str) -> Self {
+        let mut info = self.clone();
+        info.tls.retain(|(k, _)| k != key);
+        info.tls.push((key.to_owned(), value.to_owned()));
+        info
+    }
+
+    /// The host name or address.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The role.
+    pub fn user(&self) -> &str {
+        &self.user
     }
 
     /// The same server, another database.
@@ -67,6 +112,12 @@ impl ConnInfo {
         if let Some(p) = &self.password {
             s.push_str(&format!(" password={p}"));
         }
+        for (key, value) in &self.tls {
+            s.push_str(&format!(
+                " {key}='{}'",
+                value.replace('\\', "\\\\").replace('\'', "\\'")
+            ));
+        }
         s
     }
 
@@ -77,7 +128,9 @@ impl ConnInfo {
 
     /// Connects, driving the connection on a spawned task.
     pub async fn connect(&self) -> Result<Client> {
-        let (client, connection) = tokio_postgres::connect(&self.url(), NoTls)
+        let (client, connection) = self
+            .config()?
+            .connect()
             .await
             .with_context(|| format!("connecting to {}", self.url()))?;
         tokio::spawn(async move {
@@ -86,21 +139,16 @@ impl ConnInfo {
         Ok(client)
     }
 
-    /// The tokio-postgres configuration (what `Relay::builder` takes).
-    pub fn config(&self) -> Result<Config> {
-        Ok(self.url().parse()?)
+    /// The connection configuration, TLS included (what `Relay::builder` takes).
+    pub fn config(&self) -> Result<PgConfig> {
+        Ok(PgConfig::parse(&self.url())?)
     }
 
     /// A connection pool over this database.
     pub fn pool(&self, size: usize) -> Result<deadpool_postgres::Pool> {
-        let config: Config = self.url().parse()?;
-        let manager = deadpool_postgres::Manager::from_config(
-            config,
-            NoTls,
-            deadpool_postgres::ManagerConfig {
-                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-            },
-        );
+        let manager = self.config()?.manager(deadpool_postgres::ManagerConfig {
+            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+        });
         Ok(deadpool_postgres::Pool::builder(manager)
             .max_size(size)
             .build()?)
@@ -142,8 +190,8 @@ impl TestDb {
         )
     }
 
-    /// The tokio-postgres configuration of this database.
-    pub fn config(&self) -> Result<Config> {
+    /// The connection configuration of this database.
+    pub fn config(&self) -> Result<PgConfig> {
         self.info.config()
     }
 

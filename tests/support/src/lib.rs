@@ -12,7 +12,8 @@
 //!
 //! [`smtp::SmtpServer`] runs a real SMTP server (Debian's aiosmtpd) for the email tests;
 //! [`prometheus::sample`] reads one series of a metrics scrape; [`raw_http::RawHttpServer`] is a
-//! hostile HTTP peer (binary or endless bodies, silence, dropped connections) for the sinks' tests.
+//! hostile HTTP peer (binary or endless bodies, silence, dropped connections) for the sinks' tests;
+//! [`tls::TestCa`] makes the certificates of a TLS cluster ([`ClusterOptions::tls`]).
 
 mod cluster;
 mod database;
@@ -21,6 +22,7 @@ pub mod prometheus;
 pub mod raw_http;
 pub mod relay;
 pub mod smtp;
+pub mod tls;
 mod wait;
 
 pub use cluster::{Cluster, ClusterOptions};

@@ -191,6 +191,7 @@ pub async fn run(options: &SoakOptions) -> Result<SoakReport> {
         Cluster::private(&ClusterOptions {
             fast: true,
             max_connections: 100,
+            ..ClusterOptions::default()
         })
     })
     .await??;

@@ -8,13 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio_postgres::{Config, NoTls};
 use uuid::Uuid;
 
 use super::backoff::RetryPolicy;
 use super::{Inner, Relay};
 use crate::sink::{CompletionHook, Sink};
-use crate::{Error, Result};
+use crate::{Error, PgConfig, Result};
 
 /// What a destination's downstream can do with a redelivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -341,7 +340,7 @@ fn check_policy(destination: &str, policy: &DestinationPolicy) -> Result<()> {
 
 /// Builds a [`Relay`]: register sinks, policies and hooks by destination.
 pub struct RelayBuilder {
-    pub(super) pg: Config,
+    pub(super) pg: PgConfig,
     pub(super) config: RelayConfig,
     pub(super) sinks: HashMap<String, Arc<dyn Sink>>,
     pub(super) hooks: HashMap<String, Arc<dyn CompletionHook>>,
@@ -416,21 +415,17 @@ impl RelayBuilder {
         // relay sets its own statement timeout, so a role's lower one cannot stop it claiming,
         // and no statement of the relay outlives a lease.
         let mut pg = self.pg.clone();
-        let options = pg.get_options().unwrap_or("").to_owned();
+        let options = pg.config().get_options().unwrap_or("").to_owned();
         let statement_timeout = self.config.lease.max(Duration::from_secs(5)).as_millis();
-        pg.options(
+        pg.config_mut().options(
             format!(
                 "{options} -c plan_cache_mode=force_custom_plan -c statement_timeout={statement_timeout}"
             )
             .trim(),
         );
-        let manager = deadpool_postgres::Manager::from_config(
-            pg,
-            NoTls,
-            deadpool_postgres::ManagerConfig {
-                recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-            },
-        );
+        let manager = pg.manager(deadpool_postgres::ManagerConfig {
+            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+        });
         let pool = deadpool_postgres::Pool::builder(manager)
             .max_size(self.config.pool_size.max(2))
             .wait_timeout(Some(Duration::from_secs(10)))

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::Notify;
-use tokio_postgres::{AsyncMessage, Config, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use super::sql;
+use crate::PgConfig;
 
 /// Listens until `stop` is notified; `connected` says whether the LISTEN is live.
 pub(crate) async fn listen(
-    config: Config,
+    config: PgConfig,
     wake: Arc<Notify>,
     connected: Arc<AtomicBool>,
     stop: Arc<Notify>,
@@ -26,7 +27,7 @@ pub(crate) async fn listen(
             result = session => {
                 connected.store(false, Ordering::Relaxed);
                 if let Err(e) = result {
-                    tracing::warn!(error = %e, "relay listener disconnected; polling until it is back");
+                    tracing::warn!(error = %crate::pg::describe(&e), "relay listener disconnected; polling until it is back");
                 }
             }
         }
@@ -42,11 +43,11 @@ pub(crate) async fn listen(
 }
 
 async fn run_once(
-    config: &Config,
+    config: &PgConfig,
     wake: &Notify,
     connected: &AtomicBool,
 ) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+    let (client, mut connection) = config.config().connect(config.tls()).await?;
     let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
     let listen = client.batch_execute(sql::LISTEN);
     tokio::pin!(listen);

@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
-use tokio_postgres::{Config, Row};
+use tokio_postgres::Row;
 use uuid::Uuid;
 
 pub use backoff::RetryPolicy;
@@ -41,7 +41,7 @@ pub use config::{
 pub use maintenance::reclaim_expired;
 
 use crate::sink::{Completion, CompletionHook, Delivery, Sink};
-use crate::Result;
+use crate::{PgConfig, Result};
 
 /// The relay engine. `run` it in its own process (`txoutbox relay`) or inside a service.
 #[derive(Clone)]
@@ -50,7 +50,7 @@ pub struct Relay {
 }
 
 struct Inner {
-    pg: Config,
+    pg: PgConfig,
     pool: deadpool_postgres::Pool,
     config: RelayConfig,
     sinks: HashMap<String, Arc<dyn Sink>>,
@@ -251,10 +251,11 @@ impl Held {
 const CLAIM_WAIT: Duration = Duration::from_secs(2);
 
 impl Relay {
-    /// Starts building a relay over the database `pg` points to.
-    pub fn builder(pg: Config) -> RelayBuilder {
+    /// Starts building a relay over the database `pg` points to: a [`PgConfig`] (TLS as its
+    /// `sslmode` says) or a `tokio_postgres::Config` (its `sslmode`, without certificate checks).
+    pub fn builder(pg: impl Into<PgConfig>) -> RelayBuilder {
         RelayBuilder {
-            pg,
+            pg: pg.into(),
             config: RelayConfig::default(),
             sinks: HashMap::new(),
             hooks: HashMap::new(),
