@@ -283,7 +283,11 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         .rate_limits
         .iter()
         .map(|(p, _)| ("--rate-limit", p))
-        .chain(args.max_in_flight.iter().map(|(p, _)| ("--max-in-flight", p)))
+        .chain(
+            args.max_in_flight
+                .iter()
+                .map(|(p, _)| ("--max-in-flight", p)),
+        )
     {
         anyhow::ensure!(
             sinks.iter().any(|d| matches(pattern, d)),
