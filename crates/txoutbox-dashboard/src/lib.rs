@@ -111,6 +111,8 @@ pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router 
         .route("/api/messages/{id}", get(api::message))
         .route("/api/messages/{id}/replay", post(api::replay_one))
         .route("/api/replay", post(api::replay))
+        .route("/api/messages/{id}/discard", post(api::discard_one))
+        .route("/api/discard", post(api::discard))
         .route("/api/keys", get(api::key))
         .route("/assets/dashboard.css", get(pages::css))
         .route("/assets/live.js", get(pages::script))

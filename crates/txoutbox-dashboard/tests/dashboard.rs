@@ -972,7 +972,79 @@ async fn a_discard_without_a_reason_is_a_400_and_changes_nothing() -> TestResult
         assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {html}");
         assert!(html.contains("a discard needs a reason"), "{path}: {html}");
     }
+    let res = dash
+        .request(Method::POST, &format!("/api/messages/{id}/discard"), ALICE)
+        .json(&json!({"reason": ""}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let problem: Value = res.json().await?;
+    assert!(
+        problem["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("a discard needs a reason")),
+        "{problem}"
+    );
     assert_eq!(status_of(&client, id).await?, "failed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn discard_through_the_api_one_row_and_by_filter_with_a_dry_run() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let rows = failed_rows(&mut client, 3, "s").await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let res = dash
+        .request(
+            Method::POST,
+            &format!("/api/messages/{}/discard", rows[0]),
+            ALICE,
+        )
+        .json(&json!({"reason": "refunded by hand"}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let report: Value = res.json().await?;
+    assert_eq!(ids_in(&report["discarded"]), vec![rows[0].to_string()]);
+    assert_eq!(report["discarded"][0]["from"], "failed");
+    assert_eq!(status_of(&client, rows[0]).await?, "discarded");
+    assert_eq!(
+        last_attempt(&dash, rows[0]).await?["error"],
+        "refunded by hand (by operator alice)"
+    );
+
+    let dry = json!({"filter": {"destination": "stripe"}, "dry_run": true, "reason": "test"});
+    let res = dash
+        .request(Method::POST, "/api/discard", ALICE)
+        .json(&dry)
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let report: Value = res.json().await?;
+    assert_eq!(report["dry_run"], true);
+    assert_eq!(
+        ids_in(&report["discarded"]),
+        vec![rows[1].to_string(), rows[2].to_string()]
+    );
+    assert_eq!(status_of(&client, rows[1]).await?, "failed", "a dry run");
+
+    let res = dash
+        .request(Method::POST, "/api/discard", ALICE)
+        .json(&json!({"ids": [rows[1]], "reason": "test"}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(status_of(&client, rows[1]).await?, "discarded");
+    assert_eq!(status_of(&client, rows[2]).await?, "failed");
+
+    let res = dash
+        .request(Method::POST, "/api/discard", ALICE)
+        .json(&json!({"ids": [rows[2]], "filter": {}, "reason": "test"}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST, "ids or a filter");
     Ok(())
 }
 
@@ -1003,6 +1075,23 @@ async fn a_viewer_sees_no_discard_and_a_forged_discard_is_403() -> TestResult {
         let (status, _) = dash.post_form(&path, &form, VICTOR).await?;
         assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
     }
+    for (path, body) in [
+        (
+            format!("/api/messages/{id}/discard"),
+            json!({"reason": "viewer's wish"}),
+        ),
+        (
+            "/api/discard".to_owned(),
+            json!({"ids": [id], "reason": "viewer's wish"}),
+        ),
+    ] {
+        let res = dash
+            .request(Method::POST, &path, VICTOR)
+            .json(&body)
+            .send()
+            .await?;
+        assert_eq!(res.status(), StatusCode::FORBIDDEN, "{path}");
+    }
     assert_eq!(status_of(&client, id).await?, "failed");
     Ok(())
 }
@@ -1021,6 +1110,13 @@ async fn a_cross_site_discard_is_refused_and_changes_nothing() -> TestResult {
         .header("content-type", "application/x-www-form-urlencoded")
         .header("origin", "https://evil.example")
         .body(form)
+        .send()
+        .await?;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let forged = dash
+        .request(Method::POST, "/api/discard", ALICE)
+        .header("sec-fetch-site", "cross-site")
+        .json(&json!({"ids": [id], "reason": "win a prize"}))
         .send()
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
