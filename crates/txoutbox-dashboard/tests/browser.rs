@@ -254,13 +254,16 @@ async fn wait_count(client: &Client, sql: &str, want: i64) -> anyhow::Result<()>
 async fn wait_for_text(session: &Session<'_>, css: &str, wanted: &str) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
-        let text = session.text(css).await?;
-        if text.contains(wanted) {
-            return Ok(());
-        }
+        // A live refresh may swap the section between finding it and reading it (a stale
+        // element): that is read again on the next round, like a text not there yet.
+        let seen = match session.text(css).await {
+            Ok(text) if text.contains(wanted) => return Ok(()),
+            Ok(text) => format!("{text:?}"),
+            Err(e) => e.to_string(),
+        };
         anyhow::ensure!(
             started.elapsed() < Duration::from_secs(20),
-            "{css} still shows {text:?}"
+            "{css} still shows {seen}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
