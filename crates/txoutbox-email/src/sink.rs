@@ -26,8 +26,9 @@ pub const SMTP_HELO_NAME_VAR: &str = "SMTP_HELO_NAME";
 /// SMTP knobs; [`SmtpConfig::default`] suits most servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SmtpConfig {
-    /// The longest one attempt may take, connecting included (default 20 s). Keep it below the
-    /// relay's lease (30 s by default), or another relay may deliver the row meanwhile.
+    /// The longest one attempt may take, connecting included (default 20 s). The sink reports
+    /// it as its [`Sink::timeout`], and the relay refuses to start with a lease that cannot hold
+    /// it (the default lease, 30 s, can); else another relay could deliver the row meanwhile.
     pub timeout: Duration,
     /// Idle connections kept open for the next messages (default 10).
     pub pool_max_idle: u32,
@@ -339,6 +340,17 @@ impl Sink for EmailSink {
                     dir.display()
                 ))),
             },
+        }
+    }
+
+    /// SMTP: [`SmtpConfig::timeout`], which bounds the whole call (connecting, `EHLO`, TLS,
+    /// authentication and the message). The file transport has none: a local write has no peer
+    /// to wait for, and one stuck on a hung filesystem is cut off by the relay at its call limit
+    /// (the lease less a margin), so any lease suits it.
+    fn timeout(&self) -> Option<Duration> {
+        match &self.transport {
+            Transport::Smtp(smtp) => Some(smtp.timeout),
+            Transport::File { .. } => None,
         }
     }
 }

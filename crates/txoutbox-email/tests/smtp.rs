@@ -484,3 +484,42 @@ async fn an_invalid_hello_name_is_refused_with_one_line_naming_the_setting() -> 
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_relay_whose_lease_cannot_hold_the_smtp_timeout_is_refused() -> TestResult {
+    // Building a relay connects to nothing: no database is needed to be refused.
+    let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
+    let ten_seconds = RelayConfig {
+        lease: Duration::from_secs(10),
+        ..RelayConfig::default()
+    };
+    let sink = EmailSink::smtp("smtp://127.0.0.1:2525")?;
+    assert_eq!(sink.timeout(), Some(Duration::from_secs(20)), "the default");
+    let refused = txoutbox::Relay::builder(pg.clone())
+        .config(ten_seconds.clone())
+        .sink(DESTINATION, sink)
+        .build();
+    let Err(txoutbox::Error::Config(line)) = refused else {
+        anyhow::bail!("a 10 s lease with a 20 s SMTP timeout was accepted");
+    };
+    assert!(
+        line.starts_with("lease: 10s")
+            && line.contains("\"email\"")
+            && line.contains("20s")
+            && !line.contains('\n'),
+        "{line}"
+    );
+    let fitting = EmailSink::smtp_with(
+        "smtp://127.0.0.1:2525",
+        SmtpConfig {
+            timeout: Duration::from_secs(5),
+            ..SmtpConfig::default()
+        },
+    )?;
+    assert!(txoutbox::Relay::builder(pg)
+        .config(ten_seconds)
+        .sink(DESTINATION, fitting)
+        .build()
+        .is_ok());
+    Ok(())
+}
