@@ -4,7 +4,8 @@
 #
 #   serve: smtp_server.py serve --port P --dir D [--auth USER:PASSWORD] [--lifetime SECONDS]
 #          prints "READY <port>" once listening (port 0 picks a free one).
-#          D/accepted/*.json  one file per accepted message (envelope, headers, bodies, raw)
+#          D/accepted/*.json  one file per accepted message (EHLO name, envelope, headers,
+#                             bodies, raw)
 #          D/rejected/*.json  one file per message answered with a scripted failure
 #          D/failures/*       scripted replies: each message takes (and deletes) the first file in
 #                             name order and answers its content (e.g. "451 4.3.0 try later")
@@ -74,6 +75,7 @@ class Handler:
     async def handle_DATA(self, server, session, envelope):
         record = describe(envelope.original_content or envelope.content,
                           envelope.mail_from, list(envelope.rcpt_tos))
+        record["ehlo"] = session.host_name  # the client's EHLO (or HELO) argument
         failure = next_failure(self.failures)
         if failure is not None:
             record["reply"] = failure

@@ -61,6 +61,11 @@ pub struct RelayArgs {
     /// Deliver `email` rows through this SMTP server (smtp://host:port, smtps://, user:pass@).
     #[arg(long, env = "SMTP_URL", conflicts_with = "mail_dir")]
     smtp_url: Option<String>,
+    /// The name the `email` sink gives in EHLO: this host's fully qualified name or an address
+    /// literal ([192.0.2.1]). Default: the host name if it has a dot, else its name in
+    /// /etc/hosts, else the literal of the local address towards the SMTP server.
+    #[arg(long, env = "SMTP_HELO_NAME", value_name = "NAME")]
+    smtp_helo_name: Option<String>,
     /// Deliver `email` rows as .eml files into this directory (lettre's file transport).
     #[arg(long, env = "MAIL_DIR")]
     mail_dir: Option<std::path::PathBuf>,
@@ -238,9 +243,17 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         sinks.push(destination.clone());
     }
     if let Some(url) = &args.smtp_url {
+        let config = txoutbox_email::SmtpConfig {
+            hello_name: args.smtp_helo_name.clone(),
+            ..txoutbox_email::SmtpConfig::default()
+        };
+        let setting = match config.hello_name {
+            Some(_) => "SMTP_URL, SMTP_HELO_NAME",
+            None => "SMTP_URL",
+        };
         builder = builder.sink(
             txoutbox_email::DESTINATION,
-            txoutbox_email::EmailSink::smtp(url).context("SMTP_URL")?,
+            txoutbox_email::EmailSink::smtp_with(url, config).context(setting)?,
         );
         sinks.push(txoutbox_email::DESTINATION.to_owned());
     } else if let Some(dir) = &args.mail_dir {

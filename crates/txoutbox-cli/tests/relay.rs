@@ -5,6 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use txoutbox::{enqueue, OutboxMessage};
+use txoutbox_test_support::smtp::SmtpServer;
 use txoutbox_test_support::test_db;
 
 fn txoutbox() -> Command {
@@ -170,4 +171,58 @@ async fn the_relay_process_registers_the_built_in_sinks_from_its_configuration(
         .collect();
     assert_eq!(keys, [Some("charge-1".to_owned())]);
     Ok(())
+}
+
+#[tokio::test]
+async fn the_relay_process_greets_the_smtp_server_with_its_helo_name() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let server = SmtpServer::start().await?;
+    let mut relay = txoutbox()
+        .args(["relay", "--poll-interval", "100ms"])
+        .args(["--smtp-url", &server.url()])
+        .env("DATABASE_URL", db.url())
+        .env("SMTP_HELO_NAME", "relay7.shop.example")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()?;
+    let tx = client.transaction().await?;
+    let email = txoutbox_email::Email::new("shop@example.com", "buyer@example.com", "Receipt")
+        .text("Thank you.")
+        .outbox_message()?
+        .with_downstream_key("receipt-ehlo");
+    enqueue(&tx, &[email]).await?;
+    tx.commit().await?;
+    let mails = server.wait_for_messages(1, Duration::from_secs(20)).await;
+    let _ = Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status();
+    let exit = tokio::task::spawn_blocking(move || relay.wait()).await??;
+    let mails = mails?;
+    assert_eq!(mails.len(), 1, "the receipt arrived");
+    assert_eq!(mails[0].ehlo.as_deref(), Some("relay7.shop.example"));
+    assert_eq!(exit.code(), Some(0));
+    Ok(())
+}
+
+#[test]
+fn a_helo_name_that_is_not_fully_qualified_is_refused_in_one_line() {
+    let out = txoutbox()
+        .args(["relay", "--smtp-url", "smtp://127.0.0.1:2525"])
+        .args(["--smtp-helo-name", "relay7"])
+        .env("DATABASE_URL", "postgres://x@127.0.0.1:1/x")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("error"))
+        .unwrap_or_default();
+    assert!(
+        line.contains("SMTP_HELO_NAME")
+            && line.contains("\"relay7\"")
+            && line.contains("fully qualified"),
+        "{err}"
+    );
 }

@@ -6,12 +6,13 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Extension;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use txoutbox::{MessageStatus, ReplayOptions, ReplaySelection};
+use txoutbox::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection};
 use uuid::Uuid;
 
 use crate::auth::Principal;
-use crate::pages::{redacted_detail, shown_body};
+use crate::pages::{discard_options, redacted_detail, shown_body};
 use crate::query::{page, pairs, storable, FilterFields};
 use crate::redact::{is_redacted, REDACTED};
 use crate::{json, Failure, Shared};
@@ -131,11 +132,54 @@ struct FilterBody {
     error_class: Option<String>,
 }
 
-fn body(bytes: &Bytes) -> Result<ReplayBody, Failure> {
+/// How to discard, as the API takes it: a reason, and ids or a filter.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct DiscardBody {
+    /// Why the rows are closed without delivery (required, not blank).
+    reason: Option<String>,
+    dry_run: bool,
+    /// Refuse (409, nothing changed) when more rows than this match.
+    max_rows: Option<u64>,
+    /// Discard these ids (all or none) instead of a filter.
+    ids: Option<Vec<Uuid>>,
+    filter: Option<FilterBody>,
+}
+
+fn body<T: Default + DeserializeOwned>(bytes: &Bytes) -> Result<T, Failure> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(ReplayBody::default());
+        return Ok(T::default());
     }
     serde_json::from_slice(bytes).map_err(|e| Failure::BadRequest(format!("bad JSON body: {e}")))
+}
+
+/// The rows a replay or discard body names: its ids, or its filter (none: every row).
+fn selection(
+    ids: &Option<Vec<Uuid>>,
+    filter: &Option<FilterBody>,
+) -> Result<ReplaySelection, Failure> {
+    match (ids, filter) {
+        (Some(_), Some(_)) => Err(Failure::BadRequest("give ids or a filter, not both".into())),
+        (Some(ids), None) => Ok(ReplaySelection::Ids(ids.clone())),
+        (None, filter) => {
+            let f = filter.as_ref();
+            let get = |pick: fn(&FilterBody) -> &Option<String>| f.and_then(|f| pick(f).clone());
+            let fields = FilterFields {
+                status: get(|f| &f.status),
+                destination: get(|f| &f.destination),
+                since: get(|f| &f.since),
+                until: get(|f| &f.until),
+                key: get(|f| &f.downstream_key),
+                ordering_key: get(|f| &f.ordering_key),
+                error: get(|f| &f.error),
+                error_class: get(|f| &f.error_class),
+            };
+            if let Some(status) = &fields.status {
+                status.parse::<MessageStatus>()?;
+            }
+            Ok(ReplaySelection::Filter(fields.filter()?))
+        }
+    }
 }
 
 fn options(body: &ReplayBody, who: &Principal) -> ReplayOptions {
@@ -159,7 +203,7 @@ pub(crate) async fn replay_one(
     answer(
         async {
             let id = parse_id(&id)?;
-            let body = body(&bytes)?;
+            let body: ReplayBody = body(&bytes)?;
             let mut client = app.client().await?;
             Ok(txoutbox::replay(
                 &mut client,
@@ -180,34 +224,61 @@ pub(crate) async fn replay(
 ) -> Response {
     answer(
         async {
-            let body = body(&bytes)?;
-            let selection = match (&body.ids, &body.filter) {
-                (Some(_), Some(_)) => {
-                    return Err(Failure::BadRequest("give ids or a filter, not both".into()))
-                }
-                (Some(ids), None) => ReplaySelection::Ids(ids.clone()),
-                (None, filter) => {
-                    let f = filter.as_ref();
-                    let get =
-                        |pick: fn(&FilterBody) -> &Option<String>| f.and_then(|f| pick(f).clone());
-                    let fields = FilterFields {
-                        status: get(|f| &f.status),
-                        destination: get(|f| &f.destination),
-                        since: get(|f| &f.since),
-                        until: get(|f| &f.until),
-                        key: get(|f| &f.downstream_key),
-                        ordering_key: get(|f| &f.ordering_key),
-                        error: get(|f| &f.error),
-                        error_class: get(|f| &f.error_class),
-                    };
-                    if let Some(status) = &fields.status {
-                        status.parse::<MessageStatus>()?;
-                    }
-                    ReplaySelection::Filter(fields.filter()?)
-                }
-            };
+            let body: ReplayBody = body(&bytes)?;
+            let selection = selection(&body.ids, &body.filter)?;
             let mut client = app.client().await?;
             Ok(txoutbox::replay(&mut client, &selection, &options(&body, &who)).await?)
+        }
+        .await,
+    )
+}
+
+fn discard_body_options(body: &DiscardBody, who: &Principal) -> Result<DiscardOptions, Failure> {
+    Ok(DiscardOptions {
+        dry_run: body.dry_run,
+        max_rows: body.max_rows,
+        ..discard_options(body.reason.as_deref(), who)?
+    })
+}
+
+/// `POST /api/messages/{id}/discard` with `{"reason": "…"}` (and optionally `"dry_run": true`).
+pub(crate) async fn discard_one(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Response {
+    answer(
+        async {
+            let id = parse_id(&id)?;
+            let body: DiscardBody = body(&bytes)?;
+            if body.ids.is_some() || body.filter.is_some() {
+                return Err(Failure::BadRequest(
+                    "the path names the message: give no ids or filter".into(),
+                ));
+            }
+            let options = discard_body_options(&body, &who)?;
+            let mut client = app.client().await?;
+            Ok(txoutbox::discard(&mut client, &ReplaySelection::Ids(vec![id]), &options).await?)
+        }
+        .await,
+    )
+}
+
+/// `POST /api/discard` with `{"filter": {...}, "dry_run": true, "reason": "…"}` or
+/// `{"ids": [...], "reason": "…"}`.
+pub(crate) async fn discard(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    bytes: Bytes,
+) -> Response {
+    answer(
+        async {
+            let body: DiscardBody = body(&bytes)?;
+            let selection = selection(&body.ids, &body.filter)?;
+            let options = discard_body_options(&body, &who)?;
+            let mut client = app.client().await?;
+            Ok(txoutbox::discard(&mut client, &selection, &options).await?)
         }
         .await,
     )

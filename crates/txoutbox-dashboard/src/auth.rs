@@ -19,7 +19,7 @@ use crate::Shared;
 pub enum Role {
     /// Reads every page and API answer; no action.
     Viewer,
-    /// Reads, and replays.
+    /// Reads, replays and discards.
     Operator,
 }
 

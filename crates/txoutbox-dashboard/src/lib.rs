@@ -16,8 +16,9 @@
 //! # }
 //! ```
 //!
-//! Every action goes through the core's admin functions ([`txoutbox::replay`] and friends), the
-//! same the `txoutbox` command calls, and is recorded in the attempt log with the user's name.
+//! Every action goes through the core's admin functions ([`txoutbox::replay`],
+//! [`txoutbox::discard`]), the same the `txoutbox` command calls, and is recorded in the attempt
+//! log with the user's name.
 //!
 //! Layout: `auth` checks users, roles and cross-site requests and sets the security headers;
 //! `query` reads a page's filter from its query string; `redact` hides configured payload
@@ -100,6 +101,9 @@ pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router 
         .route("/messages/{id}/replay", post(pages::replay_one))
         .route("/replay", post(pages::replay_selected))
         .route("/replay/filter", post(pages::replay_filter))
+        .route("/messages/{id}/discard", post(pages::discard_one))
+        .route("/discard", post(pages::discard_selected))
+        .route("/discard/filter", post(pages::discard_filter))
         .route("/failures", get(pages::failures))
         .route("/keys", get(pages::keys))
         .route("/api/stats", get(api::stats))
@@ -107,6 +111,8 @@ pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router 
         .route("/api/messages/{id}", get(api::message))
         .route("/api/messages/{id}/replay", post(api::replay_one))
         .route("/api/replay", post(api::replay))
+        .route("/api/messages/{id}/discard", post(api::discard_one))
+        .route("/api/discard", post(api::discard))
         .route("/api/keys", get(api::key))
         .route("/assets/dashboard.css", get(pages::css))
         .route("/assets/live.js", get(pages::script))

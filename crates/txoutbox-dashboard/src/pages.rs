@@ -12,7 +12,8 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
 use txoutbox::{
-    MessageDetail, MessageStatus, MessageSummary, ReplayOptions, ReplayReport, ReplaySelection,
+    DiscardOptions, DiscardReport, MessageDetail, MessageStatus, MessageSummary, ReplayOptions,
+    ReplayReport, ReplaySelection,
 };
 use uuid::Uuid;
 
@@ -29,6 +30,11 @@ const NEW_KEY_WARNING: &str = "A new key makes the downstream treat the message 
      a downstream that already performed it (and whose answer was lost) performs it again. Use \
      it only for a downstream that cached the old key's permanent error (a declined card) or \
      whose key window has passed.";
+
+/// What a discard does, said beside its button.
+const DISCARD_NOTE: &str = "A discarded message is closed without delivery: it is not sent, not \
+     replayed, and the next message of its ordering key goes out at once. The reason is kept in \
+     its attempt log with your name.";
 
 pub(crate) async fn css() -> Response {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], CSS).into_response()
@@ -389,7 +395,8 @@ pub(crate) async fn messages(
             next.push(("limit", limit_text.as_str()));
         }
         let first_page = encode(fields.to_pairs());
-        let replayable = filter.status.is_none()
+        // What a replay or a discard by this filter takes (failed rows unless it names unknown).
+        let actionable = filter.status.is_none()
             || matches!(
                 filter.status,
                 Some(MessageStatus::Failed | MessageStatus::Unknown)
@@ -404,9 +411,14 @@ pub(crate) async fn messages(
                     form method="post" action={(b) "/replay"} {
                         (message_rows(&base, &rows, true))
                         div class="actions" {
-                            button type="submit" { "Replay selected" }
-                            button type="submit" name="new_key" value="1" { "Replay selected with new keys" }
+                            button type="submit" formnovalidate { "Replay selected" }
+                            button type="submit" formnovalidate name="new_key" value="1" { "Replay selected with new keys" }
                             p class="warning" { (NEW_KEY_WARNING) }
+                        }
+                        div class="actions" {
+                            label { "Reason " input name="reason" required placeholder="why they are closed without delivery"; }
+                            button type="submit" formaction={(b) "/discard"} { "Discard selected" }
+                            p class="warning" { (DISCARD_NOTE) }
                         }
                     }
                 } @else {
@@ -417,10 +429,12 @@ pub(crate) async fn messages(
                     @if more { a rel="next" href={(b) "/messages?" (encode(next))} { "Older" } }
                 }
             }
-            @if who.may_act() && replayable {
+            @if who.may_act() && actionable {
                 form class="bulk" method="post" action={(b) "/replay/filter"} {
                     (hidden_fields(&fields))
                     button type="submit" { "Replay all matching this filter…" }
+                    " "
+                    button type="submit" formaction={(b) "/discard/filter"} { "Discard all matching this filter…" }
                     " (shows how many first, and asks to confirm)"
                 }
             }
@@ -522,7 +536,7 @@ pub(crate) async fn message(
                     }
                 }
             }
-            @if who.may_act() && !matches!(m.status, MessageStatus::Pending | MessageStatus::InFlight) {
+            @if who.may_act() && matches!(m.status, MessageStatus::Failed | MessageStatus::Unknown | MessageStatus::Delivered) {
                 section aria-labelledby="actions-h" {
                     h2 id="actions-h" { "Actions" }
                     form method="post" action={(b) "/messages/" (m.id) "/replay"} class="actions" {
@@ -535,6 +549,16 @@ pub(crate) async fn message(
                             button type="submit" name="new_key" value="1" { "Replay with a new key" }
                         }
                         p class="warning" { (NEW_KEY_WARNING) }
+                    }
+                    @if m.status != MessageStatus::Delivered {
+                        details class="discard" {
+                            summary { "Discard…" }
+                            form method="post" action={(b) "/messages/" (m.id) "/discard"} class="actions" {
+                                label { "Reason " input name="reason" required placeholder="why it is closed without delivery"; }
+                                button type="submit" { "Discard without delivery" }
+                                p class="warning" { (DISCARD_NOTE) }
+                            }
+                        }
                     }
                 }
             }
@@ -667,18 +691,7 @@ pub(crate) async fn replay_selected(
 ) -> Response {
     let result = async {
         let pairs = pairs(&body);
-        let ids = pairs
-            .iter()
-            .filter(|(n, _)| n == "ids")
-            .map(|(_, v)| {
-                Uuid::parse_str(v).map_err(|_| Failure::BadRequest(format!("{v:?} is not an id")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if ids.is_empty() {
-            return Err(Failure::BadRequest(
-                "no message selected: tick the rows to replay".into(),
-            ));
-        }
+        let ids = selected_ids(&pairs, "replay")?;
         let mut client = app.client().await?;
         let report = txoutbox::replay(
             &mut client,
@@ -705,14 +718,7 @@ pub(crate) async fn replay_filter(
         let fields = FilterFields::from_pairs(&pairs);
         let filter = fields.filter()?;
         let mut opts = options(&pairs, &who);
-        let confirmed = pairs
-            .iter()
-            .find(|(n, _)| n == "confirm")
-            .map(|(_, v)| {
-                v.parse::<u64>()
-                    .map_err(|_| Failure::BadRequest(format!("confirm {v:?} is not a count")))
-            })
-            .transpose()?;
+        let confirmed = confirmed_count(&pairs)?;
         let mut client = app.client().await?;
         let selection = ReplaySelection::Filter(filter);
         if let Some(count) = confirmed {
@@ -748,6 +754,190 @@ pub(crate) async fn replay_filter(
             p { a href={(b) "/messages?" (encode(fields.to_pairs()))} { "Back to the list" } }
         };
         Ok(layout(&base, &who, "Confirm the replay", "/messages", body))
+    }
+    .await;
+    render(&base, result)
+}
+
+/// The options of a discard by `who` with the reason the form or body gave: refused (400) when
+/// it is blank, before anything is read.
+pub(crate) fn discard_options(
+    reason: Option<&str>,
+    who: &Principal,
+) -> Result<DiscardOptions, Failure> {
+    let reason = reason.map(str::trim).unwrap_or_default();
+    if reason.is_empty() {
+        return Err(Failure::BadRequest(
+            "a discard needs a reason: say why the message is closed without delivery (it is kept \
+             in its attempt log for the next operator)"
+                .into(),
+        ));
+    }
+    storable("reason", reason)?;
+    Ok(DiscardOptions {
+        operator: Some(who.name.clone()),
+        ..DiscardOptions::new(reason)
+    })
+}
+
+fn form_value<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn selected_ids(pairs: &[(String, String)], verb: &str) -> Result<Vec<Uuid>, Failure> {
+    let ids = pairs
+        .iter()
+        .filter(|(n, _)| n == "ids")
+        .map(|(_, v)| {
+            Uuid::parse_str(v).map_err(|_| Failure::BadRequest(format!("{v:?} is not an id")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if ids.is_empty() {
+        return Err(Failure::BadRequest(format!(
+            "no message selected: tick the rows to {verb}"
+        )));
+    }
+    Ok(ids)
+}
+
+fn confirmed_count(pairs: &[(String, String)]) -> Result<Option<u64>, Failure> {
+    form_value(pairs, "confirm")
+        .map(|v| {
+            v.parse::<u64>()
+                .map_err(|_| Failure::BadRequest(format!("confirm {v:?} is not a count")))
+        })
+        .transpose()
+}
+
+fn discard_report_page(base: &Base, who: &Principal, report: &DiscardReport) -> Markup {
+    let b = &base.0;
+    let body = html! {
+        p role="status" {
+            @if report.dry_run { "Would discard " } @else { "Discarded " }
+            strong { (report.discarded.len()) } " message(s)"
+            @if !report.skipped.is_empty() { ", skipped " strong { (report.skipped.len()) } }
+            "."
+        }
+        @if !report.discarded.is_empty() {
+            table { thead { tr { th scope="col" { "Id" } th scope="col" { "Destination" } th scope="col" { "From" } th scope="col" { "Ordering key" } } }
+                tbody { @for d in &report.discarded { tr {
+                    td { a href={(b) "/messages/" (d.id)} { code { (d.id) } } }
+                    td { (d.destination) } td { (d.from.as_str()) }
+                    td { @if let Some(k) = &d.ordering_key { code { (k) } } }
+                } } }
+            }
+        }
+        @if !report.skipped.is_empty() {
+            h2 { "Skipped" }
+            ul { @for s in &report.skipped { li { a href={(b) "/messages/" (s.id)} { code { (s.id) } } ": " (s.reason) } } }
+        }
+        p { a href={(b) "/messages"} { "Back to the messages" } }
+    };
+    layout(base, who, "Discard", "/messages", body)
+}
+
+pub(crate) async fn discard_one(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Extension(base): Extension<Base>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let id = Uuid::parse_str(&id).map_err(|_| Failure::NotFound)?;
+        let pairs = pairs(&body);
+        let options = discard_options(form_value(&pairs, "reason"), &who)?;
+        let mut client = app.client().await?;
+        txoutbox::discard(&mut client, &ReplaySelection::Ids(vec![id]), &options).await?;
+        Ok(id)
+    }
+    .await;
+    match result {
+        Ok(id) => Redirect::to(&format!("{}/messages/{id}", base.0)).into_response(),
+        Err(failure) => error_page(&base, &failure),
+    }
+}
+
+pub(crate) async fn discard_selected(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Extension(base): Extension<Base>,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let pairs = pairs(&body);
+        let ids = selected_ids(&pairs, "discard")?;
+        let options = discard_options(form_value(&pairs, "reason"), &who)?;
+        let mut client = app.client().await?;
+        let report = txoutbox::discard(&mut client, &ReplaySelection::Ids(ids), &options).await?;
+        Ok(discard_report_page(&base, &who, &report))
+    }
+    .await;
+    render(&base, result)
+}
+
+/// Discards what a filter selects: without `confirm`, a dry run that shows the count and asks
+/// for the reason; with `confirm=N` and a reason, the discard, refused if more than N rows match
+/// by then.
+pub(crate) async fn discard_filter(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Extension(base): Extension<Base>,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let pairs = pairs(&body);
+        let fields = FilterFields::from_pairs(&pairs);
+        let filter = fields.filter()?;
+        let reason = form_value(&pairs, "reason")
+            .map(str::trim)
+            .filter(|r| !r.is_empty());
+        let confirmed = confirmed_count(&pairs)?;
+        let selection = ReplaySelection::Filter(filter);
+        if let Some(count) = confirmed {
+            let options = DiscardOptions {
+                max_rows: Some(count),
+                ..discard_options(reason, &who)?
+            };
+            let mut client = app.client().await?;
+            let report = txoutbox::discard(&mut client, &selection, &options).await?;
+            return Ok(discard_report_page(&base, &who, &report));
+        }
+        // A dry run stores nothing: the reason is asked for with the confirmation.
+        let options = DiscardOptions {
+            dry_run: true,
+            ..discard_options(Some(reason.unwrap_or("dry run")), &who)?
+        };
+        let mut client = app.client().await?;
+        let report = txoutbox::discard(&mut client, &selection, &options).await?;
+        let n = report.discarded.len();
+        let b = &base.0;
+        let body = html! {
+            @if n == 0 {
+                p role="status" { "No discardable message (failed, or unknown when the filter names it) matches this filter." }
+            } @else {
+                p role="status" { strong { (n) } " message(s) match and would be discarded." }
+                @if fields.is_empty() { p class="warning" { "The filter is empty: this discards every failed message." } }
+                form method="post" action={(b) "/discard/filter"} class="actions" {
+                    (hidden_fields(&fields))
+                    input type="hidden" name="confirm" value=(n);
+                    label { "Reason " input name="reason" required value=(reason.unwrap_or_default()) placeholder="why they are closed without delivery"; }
+                    button type="submit" { "Discard " (n) " message(s)" }
+                    p class="warning" { (DISCARD_NOTE) }
+                }
+                ul class="preview" {
+                    @for d in report.discarded.iter().take(20) {
+                        li { a href={(b) "/messages/" (d.id)} { code { (d.id) } } " " (d.destination) " (" (d.from.as_str()) ")" }
+                    }
+                    @if n > 20 { li { "… and " (n - 20) " more" } }
+                }
+            }
+            p { a href={(b) "/messages?" (encode(fields.to_pairs()))} { "Back to the list" } }
+        };
+        Ok(layout(&base, &who, "Confirm the discard", "/messages", body))
     }
     .await;
     render(&base, result)
@@ -799,6 +989,8 @@ pub(crate) async fn failures(
                                             form method="post" action={(b) "/replay/filter"} {
                                                 (hidden_fields(&fields))
                                                 button type="submit" { "Replay this group…" }
+                                                " "
+                                                button type="submit" formaction={(b) "/discard/filter"} { "Discard this group…" }
                                             }
                                         }
                                     }

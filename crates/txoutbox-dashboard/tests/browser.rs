@@ -1,7 +1,7 @@
 //! The dashboard in a real headless Chromium (Debian's chromium + chromium-driver, over the W3C
 //! WebDriver protocol): the pages render (screenshots in `target/tmp/`), a click on "replay"
 //! with a relay running delivers the row and the page shows it, an open page follows a row's
-//! state by its live refresh, a viewer sees
+//! state by its live refresh, a discard asks for its reason and names the user, a viewer sees
 //! no action and its forged POST is refused, a cross-site form is refused, a redacted field is
 //! not in the page.
 
@@ -254,13 +254,16 @@ async fn wait_count(client: &Client, sql: &str, want: i64) -> anyhow::Result<()>
 async fn wait_for_text(session: &Session<'_>, css: &str, wanted: &str) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
-        let text = session.text(css).await?;
-        if text.contains(wanted) {
-            return Ok(());
-        }
+        // A live refresh may swap the section between finding it and reading it (a stale
+        // element): that is read again on the next round, like a text not there yet.
+        let seen = match session.text(css).await {
+            Ok(text) if text.contains(wanted) => return Ok(()),
+            Ok(text) => format!("{text:?}"),
+            Err(e) => e.to_string(),
+        };
         anyhow::ensure!(
             started.elapsed() < Duration::from_secs(20),
-            "{css} still shows {text:?}"
+            "{css} still shows {seen}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -284,7 +287,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     wait_count(&client, "SELECT count(*) FROM txoutbox_delivered", 6).await?;
     relay.stop().await?;
     let mut charges = Vec::new();
-    for amount in [1200, 4500, 990] {
+    for amount in [1200, 4500, 990, 300] {
         charges.push(
             enqueue(
                 &mut client,
@@ -294,7 +297,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
             .await?,
         );
     }
-    let declining = ScriptedSink::new((0..3).map(|i| {
+    let declining = ScriptedSink::new((0..4).map(|i| {
         Err(DeliveryError::permanent(format!(
             "402 card_declined for charge {i}"
         )))
@@ -303,7 +306,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     wait_count(
         &client,
         "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-        3,
+        4,
     )
     .await?;
     relay.stop().await?;
@@ -401,6 +404,27 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     assert_eq!(sink.wait_for(2, Duration::from_secs(20)).await, 2);
     wait_for_text(&alice, "#summary", "delivered").await?;
     relay.stop().await?;
+
+    // Discard a failed row from its page: without a reason the browser keeps the form; with one
+    // the row is discarded and its history names the reason and the user.
+    let dropped = charges[3];
+    alice.open(&format!("{plain}/messages/{dropped}")).await?;
+    alice.click("details.discard summary").await?;
+    alice.click("details.discard button").await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(alice.text("#summary").await?.contains("failed"));
+    alice
+        .script(
+            "document.querySelector('details.discard input[name=reason]').value = \
+             'refunded by hand'; return null;",
+        )
+        .await?;
+    alice.click("details.discard button").await?;
+    wait_for_text(&alice, "#summary", "discarded").await?;
+    assert!(alice
+        .text("#attempts")
+        .await?
+        .contains("refunded by hand (by operator alice)"));
 
     // A form on another site cannot act, even with the operator signed in.
     let other = charges[1];

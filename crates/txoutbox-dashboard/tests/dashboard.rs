@@ -162,7 +162,8 @@ async fn status_of(client: &Client, id: Uuid) -> anyhow::Result<String> {
     let row = client
         .query_opt(
             "SELECT status FROM txoutbox_messages WHERE id = $1 \
-             UNION ALL SELECT 'delivered' FROM txoutbox_delivered WHERE id = $1",
+             UNION ALL SELECT 'delivered' FROM txoutbox_delivered WHERE id = $1 \
+             UNION ALL SELECT 'discarded' FROM txoutbox_discarded WHERE id = $1",
             &[&id],
         )
         .await?;
@@ -746,6 +747,391 @@ async fn hostile_query_values_are_answered_400_not_500() -> TestResult {
         .send()
         .await?;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// discard
+
+/// The last attempt-log entry of `id` as the API shows it, read as alice.
+async fn last_attempt(dash: &Dashboard, id: Uuid) -> anyhow::Result<Value> {
+    let res = dash
+        .request(Method::GET, &format!("/api/messages/{id}"), ALICE)
+        .send()
+        .await?;
+    let detail: Value = res.json().await?;
+    Ok(detail["history"]
+        .as_array()
+        .and_then(|h| h.last())
+        .cloned()
+        .unwrap_or_default())
+}
+
+/// `n` failed stripe rows; their ids.
+async fn failed_rows(client: &mut Client, n: usize, prefix: &str) -> anyhow::Result<Vec<Uuid>> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let id = enqueue(client, "stripe", &format!("{prefix}-{i}"), None, json!({})).await?;
+        fail(client, id, "402 card declined").await?;
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+#[tokio::test]
+async fn a_row_discarded_from_its_page_is_closed_and_its_history_has_the_reason_and_the_user(
+) -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = failed_rows(&mut client, 1, "s").await?[0];
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let (_, html) = dash.get_as(&format!("/messages/{id}"), ALICE).await?;
+    assert!(
+        html.contains(&format!(r#"action="/outbox/messages/{id}/discard""#)),
+        "{html}"
+    );
+    assert!(html.contains(r#"name="reason" required"#), "{html}");
+
+    let (status, body) = dash
+        .post_form(
+            &format!("/messages/{id}/discard"),
+            &[("reason", "refunded by hand")],
+            ALICE,
+        )
+        .await?;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert_eq!(status_of(&client, id).await?, "discarded");
+    let last = last_attempt(&dash, id).await?;
+    assert_eq!(last["outcome"], "discarded");
+    assert_eq!(last["relay"], "operator");
+    assert_eq!(last["error"], "refunded by hand (by operator alice)");
+
+    // A discarded row offers no action any more.
+    let (_, html) = dash.get_as(&format!("/messages/{id}"), ALICE).await?;
+    assert!(
+        html.contains("refunded by hand (by operator alice)"),
+        "{html}"
+    );
+    assert!(!html.contains("method=\"post\""), "{html}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_selection_is_discarded_from_the_list_form() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let rows = failed_rows(&mut client, 3, "s").await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let (_, html) = dash.get_as("/messages", ALICE).await?;
+    assert!(
+        html.contains(r#"formaction="/outbox/discard">Discard selected</button>"#),
+        "{html}"
+    );
+    let (a, b) = (rows[0].to_string(), rows[1].to_string());
+    let (status, html) = dash
+        .post_form(
+            "/discard",
+            &[("ids", &a), ("ids", &b), ("reason", "test data")],
+            ALICE,
+        )
+        .await?;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("Discarded <strong>2</strong>"), "{html}");
+    assert_eq!(status_of(&client, rows[0]).await?, "discarded");
+    assert_eq!(status_of(&client, rows[1]).await?, "discarded");
+    assert_eq!(status_of(&client, rows[2]).await?, "failed", "not selected");
+    assert_eq!(
+        last_attempt(&dash, rows[1]).await?["error"],
+        "test data (by operator alice)"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn discard_of_everything_a_filter_matches_shows_a_dry_run_count_then_discards_on_confirmation(
+) -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let stripe = failed_rows(&mut client, 3, "s").await?;
+    let waiting = enqueue(&mut client, "stripe", "s-pending", None, json!({})).await?;
+    let email = enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    fail(&client, email, "550 no such user").await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let (_, list) = dash.get_as("/messages?destination=stripe", ALICE).await?;
+    assert!(
+        list.contains(r#"formaction="/outbox/discard/filter">Discard all matching this filter"#),
+        "{list}"
+    );
+    let (_, failures) = dash.get_as("/failures", ALICE).await?;
+    assert!(failures.contains("Discard this group"), "{failures}");
+
+    let filter = [("destination", "stripe")];
+    let (status, html) = dash.post_form("/discard/filter", &filter, ALICE).await?;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(
+        html.contains("<strong>3</strong> message(s) match and would be discarded"),
+        "{html}"
+    );
+    assert!(html.contains(r#"name="confirm" value="3""#), "{html}");
+    assert!(html.contains(r#"name="reason" required"#), "{html}");
+    for id in &stripe {
+        assert_eq!(
+            status_of(&client, *id).await?,
+            "failed",
+            "a dry run changes nothing"
+        );
+    }
+
+    // More rows match than were confirmed: refused, nothing changes.
+    let mut too_few = filter.to_vec();
+    too_few.extend([("confirm", "2"), ("reason", "card test data")]);
+    let (status, html) = dash.post_form("/discard/filter", &too_few, ALICE).await?;
+    assert_eq!(status, StatusCode::CONFLICT, "{html}");
+    assert_eq!(status_of(&client, stripe[0]).await?, "failed");
+
+    let mut confirmed = filter.to_vec();
+    confirmed.extend([("confirm", "3"), ("reason", "card test data")]);
+    let (status, html) = dash.post_form("/discard/filter", &confirmed, ALICE).await?;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("Discarded <strong>3</strong>"), "{html}");
+    for id in &stripe {
+        assert_eq!(status_of(&client, *id).await?, "discarded");
+    }
+    assert_eq!(
+        last_attempt(&dash, stripe[2]).await?["error"],
+        "card test data (by operator alice)"
+    );
+    assert_eq!(status_of(&client, waiting).await?, "pending", "not failed");
+    assert_eq!(
+        status_of(&client, email).await?,
+        "failed",
+        "outside the filter"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pending_row_is_not_discarded_and_says_why_changing_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let waiting = enqueue(&mut client, "stripe", "s-pending", None, json!({})).await?;
+    let failed = failed_rows(&mut client, 1, "s").await?[0];
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let (_, html) = dash.get_as(&format!("/messages/{waiting}"), ALICE).await?;
+    assert!(!html.contains("/discard\""), "no discard offered: {html}");
+
+    let (status, html) = dash
+        .post_form(
+            &format!("/messages/{waiting}/discard"),
+            &[("reason", "not wanted")],
+            ALICE,
+        )
+        .await?;
+    assert_eq!(status, StatusCode::CONFLICT, "{html}");
+    assert!(
+        html.contains("is pending: only failed and unknown rows are discarded"),
+        "{html}"
+    );
+    // One refused row refuses the whole selection.
+    let (w, f) = (waiting.to_string(), failed.to_string());
+    let (status, html) = dash
+        .post_form(
+            "/discard",
+            &[("ids", &f), ("ids", &w), ("reason", "not wanted")],
+            ALICE,
+        )
+        .await?;
+    assert_eq!(status, StatusCode::CONFLICT, "{html}");
+    assert_eq!(status_of(&client, waiting).await?, "pending");
+    assert_eq!(status_of(&client, failed).await?, "failed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_discard_without_a_reason_is_a_400_and_changes_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = failed_rows(&mut client, 1, "s").await?[0];
+    let dash = Dashboard::start(&db, users()?).await?;
+    let id_s = id.to_string();
+
+    for (path, form) in [
+        (format!("/messages/{id}/discard"), vec![("reason", "   ")]),
+        (format!("/messages/{id}/discard"), vec![]),
+        ("/discard".to_owned(), vec![("ids", id_s.as_str())]),
+        (
+            "/discard/filter".to_owned(),
+            vec![("confirm", "1"), ("reason", "")],
+        ),
+    ] {
+        let (status, html) = dash.post_form(&path, &form, ALICE).await?;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {html}");
+        assert!(html.contains("a discard needs a reason"), "{path}: {html}");
+    }
+    let res = dash
+        .request(Method::POST, &format!("/api/messages/{id}/discard"), ALICE)
+        .json(&json!({"reason": ""}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let problem: Value = res.json().await?;
+    assert!(
+        problem["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("a discard needs a reason")),
+        "{problem}"
+    );
+    assert_eq!(status_of(&client, id).await?, "failed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn discard_through_the_api_one_row_and_by_filter_with_a_dry_run() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let rows = failed_rows(&mut client, 3, "s").await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let res = dash
+        .request(
+            Method::POST,
+            &format!("/api/messages/{}/discard", rows[0]),
+            ALICE,
+        )
+        .json(&json!({"reason": "refunded by hand"}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let report: Value = res.json().await?;
+    assert_eq!(ids_in(&report["discarded"]), vec![rows[0].to_string()]);
+    assert_eq!(report["discarded"][0]["from"], "failed");
+    assert_eq!(status_of(&client, rows[0]).await?, "discarded");
+    assert_eq!(
+        last_attempt(&dash, rows[0]).await?["error"],
+        "refunded by hand (by operator alice)"
+    );
+
+    let dry = json!({"filter": {"destination": "stripe"}, "dry_run": true, "reason": "test"});
+    let res = dash
+        .request(Method::POST, "/api/discard", ALICE)
+        .json(&dry)
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let report: Value = res.json().await?;
+    assert_eq!(report["dry_run"], true);
+    assert_eq!(
+        ids_in(&report["discarded"]),
+        vec![rows[1].to_string(), rows[2].to_string()]
+    );
+    assert_eq!(status_of(&client, rows[1]).await?, "failed", "a dry run");
+
+    let res = dash
+        .request(Method::POST, "/api/discard", ALICE)
+        .json(&json!({"ids": [rows[1]], "reason": "test"}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(status_of(&client, rows[1]).await?, "discarded");
+    assert_eq!(status_of(&client, rows[2]).await?, "failed");
+
+    let res = dash
+        .request(Method::POST, "/api/discard", ALICE)
+        .json(&json!({"ids": [rows[2]], "filter": {}, "reason": "test"}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST, "ids or a filter");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_viewer_sees_no_discard_and_a_forged_discard_is_403() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = failed_rows(&mut client, 1, "s").await?[0];
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    for path in [
+        "/messages".to_owned(),
+        format!("/messages/{id}"),
+        "/failures".to_owned(),
+    ] {
+        let (_, html) = dash.get_as(&path, VICTOR).await?;
+        assert!(!html.contains("Discard"), "{path}: {html}");
+        let (_, html) = dash.get_as(&path, ALICE).await?;
+        assert!(html.contains("Discard"), "{path}: an operator may discard");
+    }
+    let id_s = id.to_string();
+    let reason = ("reason", "viewer's wish");
+    for (path, form) in [
+        (format!("/messages/{id}/discard"), vec![reason]),
+        ("/discard".to_owned(), vec![("ids", id_s.as_str()), reason]),
+        ("/discard/filter".to_owned(), vec![("confirm", "1"), reason]),
+    ] {
+        let (status, _) = dash.post_form(&path, &form, VICTOR).await?;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
+    }
+    for (path, body) in [
+        (
+            format!("/api/messages/{id}/discard"),
+            json!({"reason": "viewer's wish"}),
+        ),
+        (
+            "/api/discard".to_owned(),
+            json!({"ids": [id], "reason": "viewer's wish"}),
+        ),
+    ] {
+        let res = dash
+            .request(Method::POST, &path, VICTOR)
+            .json(&body)
+            .send()
+            .await?;
+        assert_eq!(res.status(), StatusCode::FORBIDDEN, "{path}");
+    }
+    assert_eq!(status_of(&client, id).await?, "failed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cross_site_discard_is_refused_and_changes_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let id = failed_rows(&mut client, 1, "s").await?[0];
+    let dash = Dashboard::start(&db, users()?).await?;
+    let path = format!("/messages/{id}/discard");
+    let form = "reason=win+a+prize";
+
+    let forged = dash
+        .request(Method::POST, &path, ALICE)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", "https://evil.example")
+        .body(form)
+        .send()
+        .await?;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let forged = dash
+        .request(Method::POST, "/api/discard", ALICE)
+        .header("sec-fetch-site", "cross-site")
+        .json(&json!({"ids": [id], "reason": "win a prize"}))
+        .send()
+        .await?;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    assert_eq!(status_of(&client, id).await?, "failed");
+
+    // The dashboard's own page (same origin) may.
+    let own = dash
+        .request(Method::POST, &path, ALICE)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", dash.base.trim_end_matches("/outbox"))
+        .body(form)
+        .send()
+        .await?;
+    assert_eq!(own.status(), StatusCode::SEE_OTHER);
+    assert_eq!(status_of(&client, id).await?, "discarded");
     Ok(())
 }
 

@@ -55,16 +55,19 @@
 //! - With several recipients, one refused recipient (5xx to `RCPT TO`) refuses the message.
 //!
 //! Layout: `email` holds [`Email`], the payload type, with its checks and its MIME form;
-//! `message_id` holds the Message-ID rule; `sink` holds [`EmailSink`] (SMTP through lettre's
-//! pooled async transport, or lettre's file transport) and the classification of failures.
+//! `message_id` holds the Message-ID rule; `hello` the `EHLO` name (a configured one's checks,
+//! the default from the host name, `/etc/hosts` or the route to the server; see
+//! [`SmtpConfig::hello_name`]); `sink` holds [`EmailSink`] (SMTP through lettre's pooled async
+//! transport, or lettre's file transport) and the classification of failures.
 
 mod email;
+mod hello;
 mod message_id;
 mod sink;
 
 pub use email::Email;
 pub use message_id::message_id;
-pub use sink::{EmailSink, SmtpConfig, MAIL_DIR_VAR, SMTP_URL_VAR};
+pub use sink::{EmailSink, SmtpConfig, MAIL_DIR_VAR, SMTP_HELO_NAME_VAR, SMTP_URL_VAR};
 
 /// The destination name of email rows: register [`EmailSink`] under it.
 pub const DESTINATION: &str = "email";

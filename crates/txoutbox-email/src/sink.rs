@@ -5,29 +5,46 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use lettre::transport::smtp::extension::ClientId;
 use lettre::transport::smtp::response::Response;
-use lettre::transport::smtp::PoolConfig;
+use lettre::transport::smtp::{AsyncSmtpTransportBuilder, PoolConfig};
 use lettre::{AsyncFileTransport, AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
+use tokio::sync::OnceCell;
 use txoutbox::{Delivery, DeliveryError, Receipt, Sink};
 
 use crate::message_id::check_domain;
-use crate::{Email, EmailError};
+use crate::{hello, Email, EmailError};
 
 /// The environment variable [`EmailSink::from_env`] reads for an SMTP server URL.
 pub const SMTP_URL_VAR: &str = "SMTP_URL";
 /// The environment variable [`EmailSink::from_env`] reads for a directory of `.eml` files.
 pub const MAIL_DIR_VAR: &str = "MAIL_DIR";
+/// The environment variable [`EmailSink::from_env`] reads for the SMTP `EHLO` name (see
+/// [`SmtpConfig::hello_name`]).
+pub const SMTP_HELO_NAME_VAR: &str = "SMTP_HELO_NAME";
 
 /// SMTP knobs; [`SmtpConfig::default`] suits most servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SmtpConfig {
-    /// The longest one attempt may take, connecting included (default 20 s). Keep it below the
-    /// relay's lease (30 s by default), or another relay may deliver the row meanwhile.
+    /// The longest one attempt may take, connecting included (default 20 s). The sink reports
+    /// it as its [`Sink::timeout`], and the relay refuses to start with a lease that cannot hold
+    /// it (the default lease, 30 s, can); else another relay could deliver the row meanwhile.
     pub timeout: Duration,
     /// Idle connections kept open for the next messages (default 10).
     pub pool_max_idle: u32,
     /// An idle connection is closed after this long (default 60 s).
     pub pool_idle_timeout: Duration,
+    /// The name sent in `EHLO`: this host's fully qualified name (`relay1.example.com`) or an
+    /// address literal (`[192.0.2.1]`, `[IPv6:2001:db8::1]`; a bare IP address is sent as one).
+    /// A name without a dot, or with a space or a control character, is refused.
+    ///
+    /// By default (`None`, and no name in the URL's path as lettre allows,
+    /// `smtp://host:25/relay1.example.com`): the host name if it has a dot; else the first
+    /// dotted name on the `/etc/hosts` line that lists the host name, as `hostname -f` finds it;
+    /// else the literal of the local address that routes to the SMTP server, learned at the first
+    /// delivery (`[10.0.3.7]`). Never a bare host name such as a container's `3f2a9c`, which
+    /// RFC 5321 (4.1.4) does not allow and some servers refuse.
+    pub hello_name: Option<String>,
 }
 
 impl Default for SmtpConfig {
@@ -36,6 +53,7 @@ impl Default for SmtpConfig {
             timeout: Duration::from_secs(20),
             pool_max_idle: 10,
             pool_idle_timeout: Duration::from_secs(60),
+            hello_name: None,
         }
     }
 }
@@ -50,16 +68,61 @@ pub struct EmailSink {
 }
 
 enum Transport {
-    Smtp {
-        mailer: AsyncSmtpTransport<Tokio1Executor>,
-        /// `host:port`, for errors and logs (never the credentials).
-        server: String,
-        timeout: Duration,
-    },
+    Smtp(Box<Smtp>),
     File {
         mailer: AsyncFileTransport<Tokio1Executor>,
         dir: PathBuf,
     },
+}
+
+/// An SMTP transport and what it needs to learn its EHLO name.
+struct Smtp {
+    /// The transport once its EHLO name is known: at once when it is configured or the host has
+    /// a fully qualified name, at the first delivery when it is the local address towards the
+    /// server (which may not resolve yet when the sink is built).
+    named: OnceCell<Named>,
+    /// The transport without its EHLO name, for the build at the first delivery.
+    unnamed: AsyncSmtpTransportBuilder,
+    /// The server's host (without brackets) and port, to find the route to it.
+    host: String,
+    port: u16,
+    /// `host:port`, for errors and logs (never the credentials).
+    server: String,
+    timeout: Duration,
+}
+
+struct Named {
+    hello: ClientId,
+    mailer: AsyncSmtpTransport<Tokio1Executor>,
+}
+
+impl Smtp {
+    async fn mailer(&self) -> Result<&AsyncSmtpTransport<Tokio1Executor>, DeliveryError> {
+        let named = self
+            .named
+            .get_or_try_init(|| async {
+                let hello = hello::route_literal(&self.host, self.port)
+                    .await
+                    .map_err(|e| {
+                        DeliveryError::retryable(format!(
+                            "SMTP server {}: finding the local address towards it (the EHLO \
+                             name): {e}",
+                            self.server
+                        ))
+                    })?;
+                tracing::info!(
+                    server = %self.server,
+                    %hello,
+                    "EHLO name: the local address towards the SMTP server"
+                );
+                Ok::<_, DeliveryError>(Named {
+                    mailer: self.unnamed.clone().hello_name(hello.clone()).build(),
+                    hello,
+                })
+            })
+            .await?;
+        Ok(&named.mailer)
+    }
 }
 
 impl EmailSink {
@@ -80,7 +143,7 @@ impl EmailSink {
         Self::smtp_with(url, SmtpConfig::default())
     }
 
-    /// [`EmailSink::smtp`] with explicit timeouts and pool sizes.
+    /// [`EmailSink::smtp`] with explicit timeouts, pool sizes and `EHLO` name.
     pub fn smtp_with(url: &str, config: SmtpConfig) -> Result<Self, EmailError> {
         let parsed = url::Url::parse(url)
             .map_err(|e| EmailError::Config(format!("the SMTP URL does not parse: {e}")))?;
@@ -98,12 +161,27 @@ impl EmailSink {
             Some(port) => format!("{host}:{port}"),
             None => host.to_owned(),
         };
+        // The configured name, else lettre's name from the URL's path, checked the same way.
+        let path = parsed.path().trim_matches('/');
+        let configured = match (&config.hello_name, path) {
+            (Some(name), _) => Some((name.as_str(), "hello_name")),
+            (None, "") => None,
+            (None, name) => Some((name, "the SMTP URL's path")),
+        };
+        let hello = match configured {
+            Some((name, setting)) => Some(hello::parse(name).map_err(|reason| {
+                EmailError::Config(format!(
+                    "{setting} {name:?} cannot be the EHLO name: {reason}"
+                ))
+            })?),
+            None => hello::host_fqdn().map(ClientId::Domain),
+        };
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(EmailError::Config(
                 "EmailSink::smtp must be called inside a Tokio runtime".to_owned(),
             ));
         }
-        let mailer = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
+        let unnamed = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
             // lettre's message never echoes the URL, so no password reaches a log.
             .map_err(|e| EmailError::Config(format!("SMTP server {server}: {e}")))?
             .timeout(Some(config.timeout))
@@ -111,14 +189,25 @@ impl EmailSink {
                 PoolConfig::new()
                     .max_size(config.pool_max_idle.max(1))
                     .idle_timeout(config.pool_idle_timeout),
-            )
-            .build();
+            );
+        let named = hello.map(|hello| Named {
+            mailer: unnamed.clone().hello_name(hello.clone()).build(),
+            hello,
+        });
+        // Routing depends on the server's address, not on its port.
+        let route_host = match parsed.host() {
+            Some(url::Host::Ipv6(ip)) => ip.to_string(),
+            _ => host.to_owned(),
+        };
         Ok(Self {
-            transport: Transport::Smtp {
-                mailer,
+            transport: Transport::Smtp(Box::new(Smtp {
+                named: OnceCell::new_with(named),
+                unnamed,
+                host: route_host,
+                port: parsed.port().unwrap_or(25),
                 server,
                 timeout: config.timeout,
-            },
+            })),
             message_id_domain: None,
         })
     }
@@ -139,12 +228,28 @@ impl EmailSink {
         })
     }
 
-    /// From the environment: `SMTP_URL` (see [`EmailSink::smtp`]) if set, else `MAIL_DIR` (see
-    /// [`EmailSink::file_dir`]); neither set is an error rather than mail silently going nowhere.
+    /// From the environment: `SMTP_URL` (see [`EmailSink::smtp`]) if set, with `SMTP_HELO_NAME`
+    /// as its `EHLO` name if set ([`SmtpConfig::hello_name`]); else `MAIL_DIR` (see
+    /// [`EmailSink::file_dir`]). Neither set is an error rather than mail silently going nowhere.
     pub fn from_env() -> Result<Self, EmailError> {
+        Self::from_env_with(SmtpConfig::default())
+    }
+
+    /// [`EmailSink::from_env`] with explicit SMTP knobs; `SMTP_HELO_NAME`, when set, replaces
+    /// `config.hello_name`.
+    pub fn from_env_with(mut config: SmtpConfig) -> Result<Self, EmailError> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         if let Some(url) = var(SMTP_URL_VAR) {
-            return Self::smtp(url.trim());
+            if let Some(name) = var(SMTP_HELO_NAME_VAR) {
+                let name = name.trim();
+                hello::parse(name).map_err(|reason| {
+                    EmailError::Config(format!(
+                        "{SMTP_HELO_NAME_VAR} {name:?} cannot be the EHLO name: {reason}"
+                    ))
+                })?;
+                config.hello_name = Some(name.to_owned());
+            }
+            return Self::smtp_with(url.trim(), config);
         }
         if let Some(dir) = var(MAIL_DIR_VAR) {
             return Self::file_dir(dir);
@@ -184,9 +289,13 @@ impl fmt::Debug for EmailSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut s = f.debug_struct("EmailSink");
         match &self.transport {
-            Transport::Smtp {
-                server, timeout, ..
-            } => s.field("smtp", server).field("timeout", timeout),
+            Transport::Smtp(smtp) => s
+                .field("smtp", &smtp.server)
+                .field("timeout", &smtp.timeout)
+                .field(
+                    "hello_name",
+                    &smtp.named.get().map(|named| named.hello.to_string()),
+                ),
             Transport::File { dir, .. } => s.field("dir", dir),
         };
         s.field("message_id_domain", &self.message_id_domain)
@@ -207,19 +316,21 @@ impl Sink for EmailSink {
             .map_err(|e| DeliveryError::permanent(format!("the email cannot be sent: {e}")))?;
         tracing::debug!(%message_id, "sending email");
         match &self.transport {
-            Transport::Smtp {
-                mailer,
-                server,
-                timeout,
-            } => match tokio::time::timeout(*timeout, mailer.send(message)).await {
-                Ok(Ok(response)) => Ok(Receipt::new(reply_text(&response))),
-                Ok(Err(e)) => Err(classify(server, &e)),
-                // The server may have taken the message already: the retry carries the same
-                // Message-ID, so a receiver that deduplicates shows it once.
-                Err(_) => Err(DeliveryError::retryable(format!(
-                    "SMTP server {server}: no answer within {timeout:?}"
-                ))),
-            },
+            Transport::Smtp(smtp) => {
+                let send =
+                    async { Ok::<_, DeliveryError>(smtp.mailer().await?.send(message).await) };
+                let (server, timeout) = (&smtp.server, smtp.timeout);
+                match tokio::time::timeout(timeout, send).await {
+                    Ok(Ok(Ok(response))) => Ok(Receipt::new(reply_text(&response))),
+                    Ok(Ok(Err(e))) => Err(classify(server, &e)),
+                    Ok(Err(unroutable)) => Err(unroutable),
+                    // The server may have taken the message already: the retry carries the same
+                    // Message-ID, so a receiver that deduplicates shows it once.
+                    Err(_) => Err(DeliveryError::retryable(format!(
+                        "SMTP server {server}: no answer within {timeout:?}"
+                    ))),
+                }
+            }
             Transport::File { mailer, dir } => match mailer.send(message).await {
                 Ok(id) => Ok(Receipt::new(
                     dir.join(format!("{id}.eml")).display().to_string(),
@@ -229,6 +340,17 @@ impl Sink for EmailSink {
                     dir.display()
                 ))),
             },
+        }
+    }
+
+    /// SMTP: [`SmtpConfig::timeout`], which bounds the whole call (connecting, `EHLO`, TLS,
+    /// authentication and the message). The file transport has none: a local write has no peer
+    /// to wait for, and one stuck on a hung filesystem is cut off by the relay at its call limit
+    /// (the lease less a margin), so any lease suits it.
+    fn timeout(&self) -> Option<Duration> {
+        match &self.transport {
+            Transport::Smtp(smtp) => Some(smtp.timeout),
+            Transport::File { .. } => None,
         }
     }
 }
@@ -307,11 +429,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn from_env_prefers_smtp_url_then_mail_dir_and_refuses_neither() {
+    async fn from_env_prefers_smtp_url_with_its_helo_name_then_mail_dir_and_refuses_neither() {
         // The only test touching these variables; nextest runs it in a process of its own.
         let dir = tempfile::tempdir().expect("tempdir");
         std::env::remove_var(SMTP_URL_VAR);
         std::env::remove_var(MAIL_DIR_VAR);
+        std::env::remove_var(SMTP_HELO_NAME_VAR);
         assert!(matches!(EmailSink::from_env(), Err(EmailError::Config(_))));
         std::env::set_var(MAIL_DIR_VAR, dir.path());
         let sink = EmailSink::from_env().expect("file sink");
@@ -319,6 +442,24 @@ mod tests {
         std::env::set_var(SMTP_URL_VAR, "smtp://127.0.0.1:2525");
         let sink = EmailSink::from_env().expect("smtp sink");
         assert!(matches!(sink.transport, Transport::Smtp { .. }), "{sink:?}");
+
+        std::env::set_var(SMTP_HELO_NAME_VAR, " relay1.example.com ");
+        let sink = EmailSink::from_env_with(SmtpConfig {
+            hello_name: Some("replaced.example.com".to_owned()),
+            ..SmtpConfig::default()
+        })
+        .expect("smtp sink");
+        let shown = format!("{sink:?}");
+        assert!(shown.contains("\"relay1.example.com\""), "{shown}");
+        std::env::set_var(SMTP_HELO_NAME_VAR, "relay1");
+        match EmailSink::from_env() {
+            Err(EmailError::Config(line)) => assert!(
+                line.starts_with("SMTP_HELO_NAME \"relay1\"") && !line.contains('\n'),
+                "{line}"
+            ),
+            other => panic!("a single-label SMTP_HELO_NAME was accepted: {other:?}"),
+        }
+        std::env::remove_var(SMTP_HELO_NAME_VAR);
         std::env::remove_var(SMTP_URL_VAR);
         std::env::remove_var(MAIL_DIR_VAR);
     }

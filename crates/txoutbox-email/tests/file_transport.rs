@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use common::{delivered_receipt, enqueue, receipt};
+use txoutbox::{RelayConfig, Sink};
 use txoutbox_email::{EmailSink, DESTINATION};
 use txoutbox_test_support::relay::RunningRelay;
 use txoutbox_test_support::smtp::parse_eml;
@@ -59,5 +60,23 @@ async fn each_row_becomes_one_eml_file_with_its_message_id() -> anyhow::Result<(
         assert_eq!(mail.header("Subject"), Some("Your receipt"));
         assert_eq!(mail.text.as_deref().map(str::trim), Some("Thanks, Ada."));
     }
+    Ok(())
+}
+
+#[test]
+fn the_file_transport_has_no_timeout_of_its_own_and_suits_any_lease() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let sink = EmailSink::file_dir(dir.path())?;
+    assert_eq!(sink.timeout(), None);
+    let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
+    let shortest = RelayConfig {
+        lease: std::time::Duration::from_millis(100),
+        ..RelayConfig::default()
+    };
+    assert!(txoutbox::Relay::builder(pg)
+        .config(shortest)
+        .sink(DESTINATION, sink)
+        .build()
+        .is_ok());
     Ok(())
 }

@@ -6,10 +6,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{attempts, delivered_receipt, enqueue, eventually, fast_retries, receipt, LIMIT};
+use common::{
+    attempts, delivered_receipt, delivery, enqueue, eventually, fast_retries, receipt, LIMIT,
+};
 use tokio::sync::Notify;
-use txoutbox::{Delivery, RelayConfig, Sink};
-use txoutbox_email::{Email, EmailSink, SmtpConfig, DESTINATION};
+use txoutbox::{RelayConfig, Sink};
+use txoutbox_email::{Email, EmailError, EmailSink, SmtpConfig, DESTINATION};
 use txoutbox_test_support::relay::{HangAfter, RunningRelay};
 use txoutbox_test_support::smtp::{SmtpServer, SmtpServerOptions};
 use txoutbox_test_support::test_db;
@@ -323,16 +325,7 @@ async fn credentials_in_the_url_authenticate_and_a_refused_login_is_permanent() 
     assert_eq!(server.messages()?.len(), 1);
 
     let bad = EmailSink::smtp(&format!("smtp://relay:wrong@127.0.0.1:{port}"))?;
-    let delivery = Delivery {
-        id: uuid::Uuid::now_v7(),
-        destination: DESTINATION.to_owned(),
-        payload: serde_json::to_value(receipt())?,
-        headers: Default::default(),
-        downstream_key: "unauthed".to_owned(),
-        ordering_key: None,
-        attempt: 1,
-        created_at: chrono::Utc::now(),
-    };
+    let delivery = delivery("unauthed")?;
     let err = bad
         .deliver(&delivery)
         .await
@@ -364,16 +357,7 @@ async fn a_server_that_never_answers_is_a_retryable_timeout() -> TestResult {
             ..SmtpConfig::default()
         },
     )?;
-    let delivery = Delivery {
-        id: uuid::Uuid::now_v7(),
-        destination: DESTINATION.to_owned(),
-        payload: serde_json::to_value(receipt())?,
-        headers: Default::default(),
-        downstream_key: "silent".to_owned(),
-        ordering_key: None,
-        attempt: 1,
-        created_at: chrono::Utc::now(),
-    };
+    let delivery = delivery("silent")?;
     let started = std::time::Instant::now();
     let err = sink.deliver(&delivery).await.expect_err("no answer");
     holder.abort();
@@ -383,5 +367,159 @@ async fn a_server_that_never_answers_is_a_retryable_timeout() -> TestResult {
         started.elapsed() < Duration::from_secs(5),
         "bounded by the timeout"
     );
+    Ok(())
+}
+
+/// Sends one receipt through `sink` to `server`; returns the name the server saw in EHLO.
+async fn ehlo_seen(server: &SmtpServer, sink: &EmailSink, key: &str) -> anyhow::Result<String> {
+    sink.deliver(&delivery(key)?)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mails = server.messages()?;
+    let mail = mails
+        .iter()
+        .find(|m| m.header("Idempotency-Key") == Some(key))
+        .ok_or_else(|| anyhow::anyhow!("{key} did not arrive"))?;
+    mail.ehlo
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("the server saw no EHLO"))
+}
+
+#[tokio::test]
+async fn a_configured_hello_name_is_what_the_server_sees_in_ehlo() -> TestResult {
+    let server = SmtpServer::start().await?;
+    for (name, seen) in [
+        ("relay1.shop.example", "relay1.shop.example"),
+        ("[192.0.2.25]", "[192.0.2.25]"),
+        ("2001:db8::25", "[IPv6:2001:db8::25]"),
+    ] {
+        let config = SmtpConfig {
+            hello_name: Some(name.to_owned()),
+            ..SmtpConfig::default()
+        };
+        let sink = EmailSink::smtp_with(&server.url(), config)?;
+        assert_eq!(ehlo_seen(&server, &sink, name).await?, seen);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_default_hello_name_is_fully_qualified_or_an_address_literal() -> TestResult {
+    let server = SmtpServer::start().await?;
+    let sink = EmailSink::smtp(&server.url())?;
+    let ehlo = ehlo_seen(&server, &sink, "default-ehlo").await?;
+    let host = hostname::get()?.to_string_lossy().into_owned();
+    if host.contains('.') {
+        assert_eq!(ehlo, host, "a host name with a dot is sent as it is");
+    } else {
+        assert_ne!(ehlo, host, "never the bare host name");
+    }
+    let literal = ehlo.starts_with('[') && ehlo.ends_with(']');
+    assert!(
+        literal || (ehlo.contains('.') && !ehlo.starts_with('.') && !ehlo.ends_with('.')),
+        "{ehlo:?} is neither a fully qualified name nor an address literal"
+    );
+    if literal {
+        assert_eq!(
+            ehlo, "[127.0.0.1]",
+            "the literal is the local address towards the server"
+        );
+    }
+    assert!(
+        format!("{sink:?}").contains(&ehlo),
+        "the sink shows the name it uses: {sink:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_name_in_the_urls_path_is_the_ehlo_name_unless_hello_name_is_set() -> TestResult {
+    let server = SmtpServer::start().await?;
+    let url = format!("{}/from-url.shop.example", server.url());
+    let sink = EmailSink::smtp(&url)?;
+    assert_eq!(
+        ehlo_seen(&server, &sink, "path").await?,
+        "from-url.shop.example"
+    );
+    let config = SmtpConfig {
+        hello_name: Some("configured.shop.example".to_owned()),
+        ..SmtpConfig::default()
+    };
+    let sink = EmailSink::smtp_with(&url, config)?;
+    assert_eq!(
+        ehlo_seen(&server, &sink, "configured").await?,
+        "configured.shop.example"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_invalid_hello_name_is_refused_with_one_line_naming_the_setting() -> TestResult {
+    for bad in [
+        "relay 1.example",
+        "relay1",
+        "relay1.example\r\nRSET",
+        "[not-an-ip]",
+        "",
+    ] {
+        let config = SmtpConfig {
+            hello_name: Some(bad.to_owned()),
+            ..SmtpConfig::default()
+        };
+        let Err(EmailError::Config(line)) = EmailSink::smtp_with("smtp://127.0.0.1:2525", config)
+        else {
+            anyhow::bail!("{bad:?} was accepted as the EHLO name");
+        };
+        assert!(
+            line.contains("hello_name") && !line.contains('\n') && !line.contains('\r'),
+            "{bad:?}: {line}"
+        );
+    }
+    let Err(EmailError::Config(line)) = EmailSink::smtp("smtp://127.0.0.1:2525/relay_1") else {
+        anyhow::bail!("a URL path that is not a domain was accepted as the EHLO name");
+    };
+    assert!(
+        line.contains("the SMTP URL's path") && line.contains("relay_1") && !line.contains('\n'),
+        "{line}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_relay_whose_lease_cannot_hold_the_smtp_timeout_is_refused() -> TestResult {
+    // Building a relay connects to nothing: no database is needed to be refused.
+    let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
+    let ten_seconds = RelayConfig {
+        lease: Duration::from_secs(10),
+        ..RelayConfig::default()
+    };
+    let sink = EmailSink::smtp("smtp://127.0.0.1:2525")?;
+    assert_eq!(sink.timeout(), Some(Duration::from_secs(20)), "the default");
+    let refused = txoutbox::Relay::builder(pg.clone())
+        .config(ten_seconds.clone())
+        .sink(DESTINATION, sink)
+        .build();
+    let Err(txoutbox::Error::Config(line)) = refused else {
+        anyhow::bail!("a 10 s lease with a 20 s SMTP timeout was accepted");
+    };
+    assert!(
+        line.starts_with("lease: 10s")
+            && line.contains("\"email\"")
+            && line.contains("20s")
+            && !line.contains('\n'),
+        "{line}"
+    );
+    let fitting = EmailSink::smtp_with(
+        "smtp://127.0.0.1:2525",
+        SmtpConfig {
+            timeout: Duration::from_secs(5),
+            ..SmtpConfig::default()
+        },
+    )?;
+    assert!(txoutbox::Relay::builder(pg)
+        .config(ten_seconds)
+        .sink(DESTINATION, fitting)
+        .build()
+        .is_ok());
     Ok(())
 }

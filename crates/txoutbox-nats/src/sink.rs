@@ -13,7 +13,7 @@ use crate::message::NatsMessage;
 
 /// JetStream's deduplication header.
 pub const NATS_MSG_ID: &str = "Nats-Msg-Id";
-/// How long a publish waits for its ack by default (async-nats's own default).
+/// How long one publish may take by default, its ack included (async-nats's own ack timeout).
 pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Rejections that a retry with the same message cannot change: the message or its headers are
@@ -101,12 +101,15 @@ impl fmt::Display for PublishReceipt {
 pub struct NatsSink {
     jetstream: jetstream::Context,
     subject: Option<String>,
+    /// The bound of one call, and the JetStream context's ack timeout.
+    timeout: Duration,
 }
 
 impl fmt::Debug for NatsSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NatsSink")
             .field("subject", &self.subject)
+            .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
@@ -134,6 +137,7 @@ impl NatsSink {
         Self {
             jetstream,
             subject: None,
+            timeout: DEFAULT_ACK_TIMEOUT,
         }
     }
 
@@ -144,10 +148,14 @@ impl NatsSink {
         self
     }
 
-    /// How long a publish waits for JetStream's ack (default 5 s); keep it below the relay's
-    /// lease.
+    /// How long one publish may take (default [`DEFAULT_ACK_TIMEOUT`], 5 s): the wait for
+    /// JetStream's ack, and the whole call with it (a publish queued behind a reconnect or a full
+    /// send buffer, the stream lookup after no responders). A call cut off is retried. The sink
+    /// reports it as its [`Sink::timeout`]: the relay refuses to start with a lease that cannot
+    /// hold it.
     pub fn with_ack_timeout(mut self, timeout: Duration) -> Self {
         self.jetstream.set_timeout(timeout);
+        self.timeout = timeout;
         self
     }
 
@@ -225,6 +233,36 @@ impl NatsSink {
             )),
         }
     }
+
+    /// Publishes and waits for the ack; a no-responders answer is looked into.
+    async fn publish(
+        &self,
+        subject: &str,
+        publish: jetstream::message::PublishMessage,
+    ) -> Result<Receipt, DeliveryError> {
+        let ack = match self
+            .jetstream
+            .send_publish(subject.to_owned(), publish)
+            .await
+        {
+            Ok(pending) => pending.await,
+            Err(e) => Err(e),
+        };
+        match ack {
+            Ok(ack) => Ok(Receipt::new(
+                PublishReceipt {
+                    stream: ack.stream,
+                    seq: ack.sequence,
+                    duplicate: ack.duplicate,
+                }
+                .to_string(),
+            )),
+            Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
+                Err(self.no_responders(subject).await)
+            }
+            Err(e) => Err(classify(&e, subject)),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -248,24 +286,20 @@ impl Sink for NatsSink {
         let publish = jetstream::message::PublishMessage::build()
             .payload(payload.into())
             .headers(self.headers(delivery)?);
-        let ack = match self.jetstream.send_publish(subject.clone(), publish).await {
-            Ok(pending) => pending.await,
-            Err(e) => Err(e),
-        };
-        match ack {
-            Ok(ack) => Ok(Receipt::new(
-                PublishReceipt {
-                    stream: ack.stream,
-                    seq: ack.sequence,
-                    duplicate: ack.duplicate,
-                }
-                .to_string(),
-            )),
-            Err(e) if e.kind() == PublishErrorKind::StreamNotFound => {
-                Err(self.no_responders(&subject).await)
-            }
-            Err(e) => Err(classify(&e, &subject)),
+        // The JetStream context bounds the wait for the ack, not the wait for an ack permit or
+        // for room in the send buffer while the connection is down: bound the whole call, so the
+        // timeout the relay is told of holds.
+        match tokio::time::timeout(self.timeout, self.publish(&subject, publish)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(DeliveryError::retryable(format!(
+                "JetStream publish to {subject}: no ack within {:?}",
+                self.timeout
+            ))),
         }
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.timeout)
     }
 }
 

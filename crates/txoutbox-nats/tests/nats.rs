@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use tokio::sync::Notify;
 use tokio_postgres::Client;
-use txoutbox::{DestinationPolicy, RelayConfig, RetryPolicy};
+use txoutbox::{Delivery, DestinationPolicy, RelayConfig, RetryPolicy, Sink};
 use txoutbox_nats::{NatsMessage, NatsSink, PublishReceipt, NATS_MSG_ID};
 use txoutbox_test_support::relay::{HangAfter, RunningRelay};
 use txoutbox_test_support::{test_db, wait_for_count};
@@ -175,7 +175,11 @@ async fn a_redelivery_after_a_crash_past_the_ack_is_dropped_as_a_duplicate() -> 
     let second = RunningRelay::start(
         db.relay()?
             .config(short_lease())
-            .sink(DESTINATION, sink.clone())
+            // Publishes that fit in the 1 s lease (the relay refuses the default 5 s).
+            .sink(
+                DESTINATION,
+                sink.clone().with_ack_timeout(Duration::from_millis(500)),
+            )
             .build()?,
     );
     let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE attempts = 2";
@@ -288,6 +292,20 @@ impl PrivateServer {
         Ok(())
     }
 
+    /// Sends the server `signal` (`STOP`: it keeps its connections and answers nothing; `CONT`).
+    fn signal(&self, signal: &str) -> TestResult {
+        let pid = self
+            .child
+            .as_ref()
+            .and_then(|c| c.id())
+            .ok_or_else(|| anyhow::anyhow!("the server is not running"))?;
+        let status = std::process::Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()?;
+        anyhow::ensure!(status.success(), "kill -{signal} {pid} failed");
+        Ok(())
+    }
+
     async fn kill(&mut self) -> TestResult {
         if let Some(mut child) = self.child.take() {
             child.kill().await?;
@@ -363,6 +381,77 @@ async fn a_publish_while_the_server_is_down_is_retried_and_delivered_once_it_is_
         stream.info(&sink).await?.state.messages,
         1,
         "one message, however many attempts reached the server"
+    );
+    drop(stream); // while the server still runs
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_relay_whose_lease_cannot_hold_the_ack_timeout_is_refused() -> TestResult {
+    let sink = NatsSink::connect(&nats_url()).await?;
+    assert_eq!(sink.timeout(), Some(txoutbox_nats::DEFAULT_ACK_TIMEOUT));
+    // Building a relay connects to nothing: no database is needed to be refused.
+    let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
+    let ten_seconds = RelayConfig {
+        lease: Duration::from_secs(10),
+        ..RelayConfig::default()
+    };
+    let slow = sink.clone().with_ack_timeout(Duration::from_secs(20));
+    assert_eq!(slow.timeout(), Some(Duration::from_secs(20)));
+    let refused = txoutbox::Relay::builder(pg.clone())
+        .config(ten_seconds.clone())
+        .sink(DESTINATION, slow)
+        .build();
+    let Err(txoutbox::Error::Config(line)) = refused else {
+        anyhow::bail!("a 10 s lease with a 20 s ack timeout was accepted");
+    };
+    assert!(
+        line.starts_with("lease: 10s")
+            && line.contains("\"nats:orders\"")
+            && line.contains("20s")
+            && !line.contains('\n'),
+        "{line}"
+    );
+    assert!(
+        txoutbox::Relay::builder(pg)
+            .config(ten_seconds)
+            .sink(DESTINATION, sink)
+            .build()
+            .is_ok(),
+        "the default 5 s fits in a 10 s lease"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_server_that_stops_answering_is_cut_off_at_the_ack_timeout() -> TestResult {
+    let mut server = PrivateServer::new()?;
+    server.start().await?;
+    let timeout = Duration::from_millis(500);
+    let sink = NatsSink::new(async_nats::connect(server.url()).await?).with_ack_timeout(timeout);
+    let stream = TestStream::create(&sink, &server.url()).await?;
+    let delivery = Delivery {
+        id: uuid::Uuid::now_v7(),
+        destination: DESTINATION.to_owned(),
+        payload: serde_json::to_value(
+            NatsMessage::new(serde_json::json!({ "n": 5 })).to_subject(&stream.subject),
+        )?,
+        headers: Default::default(),
+        downstream_key: "evt-5".to_owned(),
+        ordering_key: None,
+        attempt: 1,
+        created_at: chrono::Utc::now(),
+    };
+    server.signal("STOP")?; // the connection stays open; nothing is answered
+    let started = Instant::now();
+    let outcome = sink.deliver(&delivery).await;
+    let took = started.elapsed();
+    server.signal("CONT")?;
+    let err = outcome.expect_err("no ack from a stopped server");
+    assert!(!err.is_permanent(), "{err:?}");
+    assert!(
+        took < timeout + Duration::from_millis(500),
+        "the call took {took:?}, its timeout is {timeout:?}"
     );
     drop(stream); // while the server still runs
     Ok(())

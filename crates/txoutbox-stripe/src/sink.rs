@@ -13,7 +13,7 @@ use crate::transport::Transport;
 /// Stripe's API.
 pub const DEFAULT_API_BASE: &str = "https://api.stripe.com";
 
-/// How long one request may take by default. Keep the relay's lease longer than this.
+/// How long one request may take by default; the default lease (30 s) holds it.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Why a [`StripeSink`] could not be configured.
@@ -86,7 +86,9 @@ impl StripeSink {
         Ok(self)
     }
 
-    /// Bounds each request (default [`DEFAULT_TIMEOUT`]); a timeout is retried with the same key.
+    /// Bounds each request, connecting and reading the answer included (default
+    /// [`DEFAULT_TIMEOUT`]); a timeout is retried with the same key. The sink reports it as its
+    /// [`Sink::timeout`]: the relay refuses to start with a lease that cannot hold it.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.transport.timeout = timeout;
         self
@@ -174,6 +176,11 @@ impl Sink for StripeSink {
                 Err(decided)
             }
         }
+    }
+
+    /// One delivery is one request, bounded by [`StripeSink::with_timeout`].
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.transport.timeout)
     }
 }
 

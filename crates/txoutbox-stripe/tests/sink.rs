@@ -176,7 +176,11 @@ async fn relay_crash_after_stripe_created_the_intent_yields_exactly_one_intent()
     let second = RunningRelay::start(
         db.relay()?
             .config(short_lease)
-            .sink(DESTINATION, sink(&fake)?)
+            // Requests that fit in the 1 s lease (the relay refuses the default 20 s).
+            .sink(
+                DESTINATION,
+                sink(&fake)?.with_timeout(Duration::from_millis(500)),
+            )
             .policy(DESTINATION, policy(5))
             .build()?,
     );
@@ -424,5 +428,39 @@ async fn refund_of_a_delivered_intent_is_created_with_its_own_key() -> TestResul
         .find(|r| r.path == "/v1/refunds")
         .map(|r| r.idempotency_key);
     assert_eq!(refund_request, Some(Some("order-2-refund".to_owned())));
+    Ok(())
+}
+
+#[test]
+fn a_relay_whose_lease_cannot_hold_the_request_timeout_is_refused() -> TestResult {
+    // Building a relay connects to nothing: no database or Stripe is needed to be refused.
+    let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
+    let ten_seconds = RelayConfig {
+        lease: Duration::from_secs(10),
+        ..RelayConfig::default()
+    };
+    let sink = StripeSink::new("sk_test_timeout")?;
+    assert_eq!(sink.timeout(), Some(txoutbox_stripe::DEFAULT_TIMEOUT));
+    let refused = txoutbox::Relay::builder(pg.clone())
+        .config(ten_seconds.clone())
+        .sink(DESTINATION, sink.clone())
+        .build();
+    let Err(txoutbox::Error::Config(line)) = refused else {
+        anyhow::bail!("a 10 s lease with a 20 s Stripe timeout was accepted");
+    };
+    assert!(
+        line.starts_with("lease: 10s")
+            && line.contains("\"stripe\"")
+            && line.contains("20s")
+            && !line.contains('\n'),
+        "{line}"
+    );
+    let fitting = sink.with_timeout(Duration::from_secs(5));
+    assert_eq!(fitting.timeout(), Some(Duration::from_secs(5)));
+    assert!(txoutbox::Relay::builder(pg)
+        .config(ten_seconds)
+        .sink(DESTINATION, fitting)
+        .build()
+        .is_ok());
     Ok(())
 }

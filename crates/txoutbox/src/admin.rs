@@ -10,8 +10,9 @@
 //!
 //! - A discarded row is closed without delivery: it leaves the hot table for
 //!   `txoutbox_discarded`, with an attempt-log row (attempt 0, relay `operator`, outcome
-//!   `discarded`, the operator's reason as its text). The next row of its ordering key is due at
-//!   once: a dead-lettered head no longer blocks its key.
+//!   `discarded`, the operator's reason as its text, followed by `(by operator {name})` when
+//!   [`DiscardOptions::operator`] names them). The next row of its ordering key is due at once: a
+//!   dead-lettered head no longer blocks its key.
 //! - Only `failed` and `unknown` rows are discarded. By ids, anything else refuses the whole
 //!   discard and nothing changes (as for a replay); by filter, the statuses are the filter's when
 //!   it is `failed` or `unknown`, else `failed`.
@@ -284,7 +285,8 @@ pub struct AttemptRecord {
     /// `delivered`, `retry`, `failed`, `expired`, `unknown`, `lease_lost`, `released`,
     /// `replayed` or `discarded`.
     pub outcome: String,
-    /// The error text (for a replay: what the operator changed; for a discard: the reason).
+    /// The error text (for a replay: what the operator changed, and who; for a discard: the
+    /// reason, and who gave it).
     pub error: Option<String>,
     /// The downstream's receipt of a delivered attempt.
     pub receipt: Option<String>,
@@ -409,16 +411,21 @@ pub struct DiscardOptions {
     pub max_rows: Option<u64>,
     /// Rows per transaction of a discard by filter (default 500).
     pub batch_size: usize,
+    /// Who asked for the discard (a dashboard user, say), named in each row's attempt-log text
+    /// after the reason. The discarded row keeps the reason alone.
+    pub operator: Option<String>,
 }
 
 impl DiscardOptions {
-    /// Options for a discard with this reason (no dry run, no bound, batches of 500).
+    /// Options for a discard with this reason (no dry run, no bound, batches of 500, no operator
+    /// named).
     pub fn new(reason: impl Into<String>) -> Self {
         Self {
             reason: reason.into(),
             dry_run: false,
             max_rows: None,
             batch_size: DEFAULT_REPLAY_BATCH,
+            operator: None,
         }
     }
 }
@@ -812,6 +819,15 @@ pub async fn discard(
             "the reason holds a NUL character, which Postgres text cannot store".into(),
         ));
     }
+    if options
+        .operator
+        .as_deref()
+        .is_some_and(|n| n.contains('\0'))
+    {
+        return Err(AdminError::Invalid(
+            "the operator's name holds a NUL character, which Postgres text cannot store".into(),
+        ));
+    }
     let mut report = DiscardReport {
         dry_run: options.dry_run,
         ..DiscardReport::default()
@@ -955,13 +971,27 @@ async fn discard_batch(
         return Ok(batch);
     }
     let ids: Vec<Uuid> = batch.discarded.iter().map(|d| d.id).collect();
+    let note = discard_note(reason, options.operator.as_deref());
     tx.query_typed(
         sql::DISCARD,
-        &[(&ids, Type::UUID_ARRAY), (&reason, Type::TEXT)],
+        &[
+            (&ids, Type::UUID_ARRAY),
+            (&reason, Type::TEXT),
+            (&note, Type::TEXT),
+        ],
     )
     .await?;
     tx.query_typed(sql::NOTIFY, &[]).await?;
     Ok(batch)
+}
+
+/// The attempt-log text of a discard: the reason, and who gave it when known (as a replay's note
+/// names them).
+fn discard_note(reason: &str, operator: Option<&str>) -> String {
+    match operator {
+        Some(name) => format!("{reason} (by operator {name})"),
+        None => reason.to_owned(),
+    }
 }
 
 /// Commits `tx`, or rolls it back when `rollback` (a dry run, or nothing changed).
@@ -1830,6 +1860,15 @@ mod tests {
         assert_ne!(first, "k-1");
         assert_ne!(replay_downstream_key(id, &first), first);
         assert_ne!(replay_downstream_key(Uuid::now_v7(), "k-1"), first);
+    }
+
+    #[test]
+    fn a_discard_note_names_the_operator_after_the_reason() {
+        assert_eq!(
+            discard_note("refunded by hand", Some("alice")),
+            "refunded by hand (by operator alice)"
+        );
+        assert_eq!(discard_note("refunded by hand", None), "refunded by hand");
     }
 
     #[test]

@@ -133,23 +133,15 @@ pub const RELAY_LEASE: Duration = Duration::from_secs(10);
 /// not below the lease.
 pub const SINK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The email sink from the environment (`SMTP_URL`, else `MAIL_DIR`), bounded by [`SINK_TIMEOUT`]
-/// (the sink's own default, 20 s, is longer than this relay's lease).
+/// The email sink from the environment (`SMTP_URL` and its `SMTP_HELO_NAME`, else `MAIL_DIR`),
+/// bounded by [`SINK_TIMEOUT`] (the sink's own default, 20 s, is longer than this relay's lease).
 fn email_sink() -> anyhow::Result<txoutbox_email::EmailSink> {
-    let smtp_url = std::env::var(txoutbox_email::SMTP_URL_VAR)
-        .ok()
-        .filter(|url| !url.trim().is_empty());
-    let sink = match smtp_url {
-        Some(url) => txoutbox_email::EmailSink::smtp_with(
-            url.trim(),
-            txoutbox_email::SmtpConfig {
-                timeout: SINK_TIMEOUT,
-                ..txoutbox_email::SmtpConfig::default()
-            },
-        )?,
-        None => txoutbox_email::EmailSink::from_env()?,
-    };
-    Ok(sink)
+    Ok(txoutbox_email::EmailSink::from_env_with(
+        txoutbox_email::SmtpConfig {
+            timeout: SINK_TIMEOUT,
+            ..txoutbox_email::SmtpConfig::default()
+        },
+    )?)
 }
 
 /// The relay with the Stripe and email sinks (from the environment) and the charge hook.

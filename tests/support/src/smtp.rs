@@ -28,6 +28,9 @@ const START_LIMIT: Duration = Duration::from_secs(15);
 /// A message as the server received it, decoded by Python's `email` package.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ReceivedMail {
+    /// The name the client gave in `EHLO` (or `HELO`); `None` for a parsed file.
+    #[serde(default)]
+    pub ehlo: Option<String>,
     /// The envelope sender (`MAIL FROM`); `None` for a parsed file.
     pub mail_from: Option<String>,
     /// The envelope recipients (`RCPT TO`), Bcc included; empty for a parsed file.

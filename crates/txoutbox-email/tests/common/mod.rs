@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
-use txoutbox::{DestinationPolicy, RetryPolicy};
-use txoutbox_email::Email;
+use txoutbox::{Delivery, DestinationPolicy, RetryPolicy};
+use txoutbox_email::{Email, DESTINATION};
 
 /// Long enough for a loaded CI machine, short enough to fail fast.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -15,6 +15,20 @@ pub const LIMIT: Duration = Duration::from_secs(30);
 /// The email every test sends unless it needs another.
 pub fn receipt() -> Email {
     Email::new("Shop <shop@example.com>", "ada@example.org", "Your receipt").text("Thanks, Ada.")
+}
+
+/// The first attempt of a [`receipt`] row with downstream key `key`, for calling a sink directly.
+pub fn delivery(key: &str) -> anyhow::Result<Delivery> {
+    Ok(Delivery {
+        id: uuid::Uuid::now_v7(),
+        destination: DESTINATION.to_owned(),
+        payload: serde_json::to_value(receipt())?,
+        headers: Default::default(),
+        downstream_key: key.to_owned(),
+        ordering_key: None,
+        attempt: 1,
+        created_at: chrono::Utc::now(),
+    })
 }
 
 /// Enqueues `email` with downstream key `key` in a transaction of its own.

@@ -125,7 +125,8 @@ pub const DISCARD_SELECT: &str = concat!(
 
 /// Discards the hot rows $1 (locked and checked `failed` or `unknown` by the caller) with the
 /// operator's reason $2: moves them to `txoutbox_discarded`, logs one operator action per row
-/// (attempt 0, relay `operator`, outcome `discarded`, the reason as its text), and ends the park
+/// (attempt 0, relay `operator`, outcome `discarded`, the text $3: the reason, and who gave it when
+/// known), and ends the park
 /// of the next pending row of each one's ordering key (the claim parks rows behind a head for
 /// 30 s; the head is gone, so the next row is due at once). Returns the ids discarded.
 pub const DISCARD: &str = "WITH gone AS ( \
@@ -141,7 +142,7 @@ pub const DISCARD: &str = "WITH gone AS ( \
  logged AS ( \
      INSERT INTO txoutbox_attempts (message_id, attempt, downstream_key, relay, outcome, error, \
          started_at, finished_at) \
-     SELECT id, 0, downstream_key, 'operator', 'discarded', $2, now(), now() FROM gone), \
+     SELECT id, 0, downstream_key, 'operator', 'discarded', $3, now(), now() FROM gone), \
  unparked AS ( \
      UPDATE txoutbox_messages m SET next_attempt_at = LEAST(m.next_attempt_at, now()) \
      FROM (SELECT DISTINCT ON (n.ordering_key) n.id FROM txoutbox_messages n \
