@@ -271,7 +271,9 @@ async fn a_retry_after_pauses_the_whole_destination_until_then() -> anyhow::Resu
     // No call arrives during a pause the downstream announced (calls already on their way when
     // the first 429 came back excepted: 100 ms of slack).
     for answer in calls.iter().filter(|c| c.status == 429) {
-        let pause = answer.at + Duration::from_millis(100)..answer.at + Duration::from_millis(1950);
+        let announced = Duration::from_secs(answer.retry_after.unwrap_or(0));
+        let pause = answer.at + Duration::from_millis(100)
+            ..answer.at + announced - Duration::from_millis(50);
         let inside: Vec<&Call> = calls.iter().filter(|c| pause.contains(&c.at)).collect();
         assert!(
             inside.is_empty(),
