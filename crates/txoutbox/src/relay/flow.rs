@@ -47,6 +47,11 @@ struct Local {
     suspect: HashSet<String>,
     /// The state last published per destination (metrics change only on a change).
     published: HashMap<String, &'static str>,
+    /// Rate-limited destinations: the spacing of their calls and the next free slot. A claim
+    /// takes the bucket's whole tokens at once; its calls go out spaced at the rate, so the
+    /// downstream sees a steady flow, not bursts (a downstream's own bucket of the same rate
+    /// then keeps its saved tokens to absorb jitter).
+    pace: HashMap<String, (Duration, Instant)>,
 }
 
 /// The bounds one claim passes: destinations with a bound of this relay's own, and how many rows
@@ -131,7 +136,22 @@ impl Flow {
             return None;
         };
         let mut states: HashMap<&str, &'static str> = HashMap::new();
+        let rated: HashSet<&str> = gates
+            .iter()
+            .filter(|g| g.rate.is_some_and(|r| r > 0.0))
+            .map(|g| g.destination.as_str())
+            .collect();
+        local.pace.retain(|d, _| rated.contains(d.as_str()));
         for gate in gates {
+            if let Some(rate) = gate.rate.filter(|r| *r > 0.0) {
+                let interval = Duration::from_secs_f64(1.0 / rate);
+                let now = Instant::now();
+                local
+                    .pace
+                    .entry(gate.destination.clone())
+                    .and_modify(|p| p.0 = interval)
+                    .or_insert((interval, now));
+            }
             let state = match gate.state.as_str() {
                 "paused" => "paused",
                 "open" => "open",
@@ -182,6 +202,18 @@ impl Flow {
             publish(&mut local.published, destination, state);
         }
         next
+    }
+
+    /// When the call of a row just claimed for `destination` should start: `None` (now) unless
+    /// the destination is rate-limited, then the next slot at its rate, no further out than
+    /// `longest` (a slot beyond it would eat the lease).
+    pub(super) fn slot(&self, destination: &str, longest: Duration) -> Option<Instant> {
+        let mut local = self.local.lock().ok()?;
+        let (interval, next) = local.pace.get_mut(destination)?;
+        let now = Instant::now();
+        let slot = (*next).max(now).min(now + longest);
+        *next = slot + *interval;
+        (slot > now).then_some(slot)
     }
 
     /// A downstream asked this relay to wait: claim none of `destination` until then.
@@ -582,6 +614,46 @@ mod tests {
         assert_eq!(
             closed().apply(&[FAIL; 50], None, cap, at(0)).breaker,
             "closed"
+        );
+    }
+
+    #[test]
+    fn the_calls_of_a_rate_limited_destination_are_spaced_at_its_rate() {
+        let flow = Flow::default();
+        let gate = Gate {
+            destination: "stripe".into(),
+            state: "closed".into(),
+            tokens: Some(0.5),
+            rate: Some(100.0),
+            open_for: None,
+            failures: 0,
+        };
+        let next = flow.observe(&[gate], &Bounds::default(), std::iter::empty());
+        assert_eq!(
+            next,
+            Some(Duration::from_millis(5)),
+            "half a token missing at 100/s"
+        );
+        let long = Duration::from_secs(1);
+        assert_eq!(flow.slot("stripe", long), None, "the first goes at once");
+        let slots: Vec<Instant> = (0..4).filter_map(|_| flow.slot("stripe", long)).collect();
+        assert_eq!(slots.len(), 4);
+        for pair in slots.windows(2) {
+            assert_eq!(
+                pair[1] - pair[0],
+                Duration::from_millis(10),
+                "one every 10 ms"
+            );
+        }
+        assert_eq!(flow.slot("email", long), None, "no rate, no pacing");
+        let now = Instant::now();
+        let furthest = (0..200)
+            .filter_map(|_| flow.slot("stripe", Duration::from_millis(50)))
+            .max()
+            .unwrap_or(now);
+        assert!(
+            furthest <= Instant::now() + Duration::from_millis(50),
+            "no slot beyond the longest wait"
         );
     }
 

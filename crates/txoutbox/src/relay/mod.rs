@@ -390,9 +390,16 @@ impl Relay {
                     continue;
                 };
                 held.insert(lease.clone());
+                let not_before = inner
+                    .flow
+                    .slot(&lease.delivery.destination, config.lease / 4);
                 let (inner, done, held) = (inner.clone(), done.clone(), held.clone());
                 deliveries.spawn(async move {
                     let (id, token) = (lease.delivery.id, lease.token);
+                    if let Some(at) = not_before {
+                        // Paced: a rate-limited destination's calls go out spaced at its rate.
+                        tokio::time::sleep_until(at).await;
+                    }
                     let finished = deliver::deliver(&inner, lease, &held).await;
                     // Queue the outcome and mark it queued with no await in between: a task
                     // aborted at shutdown has either queued its outcome or left the row to be
