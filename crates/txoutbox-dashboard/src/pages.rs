@@ -1,6 +1,7 @@
 //! The HTML pages and the forms' actions. Everything is rendered on the server and readable
 //! without script; `live.js` only refreshes the parts marked `data-live`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -12,8 +13,8 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
 use txoutbox::{
-    DiscardOptions, DiscardReport, MessageDetail, MessageStatus, MessageSummary, ReplayOptions,
-    ReplayReport, ReplaySelection,
+    DestinationFlow, DiscardOptions, DiscardReport, MessageDetail, MessageStatus, MessageSummary,
+    ReplayOptions, ReplayReport, ReplaySelection, StatusCounts,
 };
 use uuid::Uuid;
 
@@ -196,6 +197,22 @@ pub(crate) async fn overview(
         let failed: Vec<u64> = minutes.iter().map(|m| m.failed).collect();
         let p50: Vec<Option<f64>> = minutes.iter().map(|m| m.latency_p50).collect();
         let p99: Vec<Option<f64>> = minutes.iter().map(|m| m.latency_p99).collect();
+        // Every destination with rows, and those flow control holds back without any (a pause
+        // set before the first row, or kept after the last).
+        let flows: BTreeMap<&str, &DestinationFlow> = stats
+            .flow
+            .iter()
+            .map(|f| (f.destination.as_str(), f))
+            .collect();
+        let no_rows = StatusCounts::default();
+        let mut rows: BTreeMap<&str, (&StatusCounts, Option<Duration>)> = stats
+            .destinations
+            .iter()
+            .map(|d| (d.destination.as_str(), (&d.counts, d.oldest_pending_age)))
+            .collect();
+        for destination in flows.keys() {
+            rows.entry(destination).or_insert((&no_rows, None));
+        }
         let body = html! {
             section id="backlog" data-live aria-labelledby="backlog-h" {
                 h2 id="backlog-h" { "Rows by destination and state" }
@@ -214,20 +231,23 @@ pub(crate) async fn overview(
                             th scope="col" { "Destination" }
                             @for s in MessageStatus::ALL { th scope="col" class="num" { (s.as_str()) } }
                             th scope="col" class="num" { "oldest pending" }
+                            th scope="col" { "flow control" }
                         }
                     }
                     tbody {
-                        @for d in &stats.destinations {
+                        @for (destination, (counts, oldest)) in &rows {
+                            @let flow = flows.get(destination).copied();
                             tr {
                                 th scope="row" {
-                                    a href={(b) "/messages?" (encode([("destination", d.destination.as_str())]))} { (d.destination) }
+                                    a href={(b) "/messages?" (encode([("destination", *destination)]))} { (destination) }
                                 }
                                 @for s in MessageStatus::ALL {
                                     td class="num" {
-                                        a href={(b) "/messages?" (encode([("destination", d.destination.as_str()), ("status", s.as_str())]))} { (d.counts.get(s)) }
+                                        a href={(b) "/messages?" (encode([("destination", *destination), ("status", s.as_str())]))} { (counts.get(s)) }
                                     }
                                 }
-                                td class="num" { @if let Some(a) = d.oldest_pending_age { (age(a)) } }
+                                td class="num" { @if let Some(a) = oldest { (age(*a)) } }
+                                td { @if let Some(f) = flow { (flow_state(f)) } }
                             }
                         }
                     }
@@ -235,6 +255,7 @@ pub(crate) async fn overview(
                         tr {
                             th scope="row" { "All" }
                             @for s in MessageStatus::ALL { td class="num" { (stats.total.get(s)) } }
+                            td {}
                             td {}
                         }
                     }
@@ -287,6 +308,36 @@ pub(crate) async fn overview(
     }
     .await;
     render(&base, result)
+}
+
+/// A destination's flow-control state as the overview says it: paused by whom, since when and
+/// why; the breaker open until when and why, or half-open; its rate limit and tokens.
+fn flow_state(f: &DestinationFlow) -> Markup {
+    html! {
+        span class={"flow " (f.state)} { (f.state) }
+        @match f.state.as_str() {
+            "paused" => {
+                " by " (f.paused_by.as_deref().unwrap_or("?"))
+                @if let Some(at) = f.paused_at { " since " (time(at)) }
+                @if let Some(r) = &f.paused_reason { ": " (r) }
+            }
+            "open" => {
+                " (breaker)"
+                @if let Some(at) = f.open_until { " until " (time(at)) }
+                @if let Some(r) = &f.open_reason { ": " (r) }
+            }
+            "half_open" => " (breaker): one probe at a time",
+            _ => {}
+        }
+        @if f.failures > 0 {
+            br;
+            small { (f.failures) " consecutive failure(s) counted" }
+        }
+        @if let Some(rate) = f.rate_per_sec {
+            br;
+            small { "rate limit " (rate) "/s, " (format!("{:.1}", f.tokens.unwrap_or(0.0))) " tokens" }
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------

@@ -1136,6 +1136,70 @@ async fn a_cross_site_discard_is_refused_and_changes_nothing() -> TestResult {
 }
 
 // ---------------------------------------------------------------------------------------------
+// flow control
+
+/// The overview's table row of `destination` (from its row header to the row's end).
+fn overview_row<'a>(html: &'a str, destination: &str) -> &'a str {
+    let start = html
+        .find(&format!(">{destination}</a></th>"))
+        .unwrap_or(html.len());
+    let rest = &html[start..];
+    &rest[..rest.find("</tr>").unwrap_or(rest.len())]
+}
+
+#[tokio::test]
+async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    for destination in ["stripe", "webhook", "email", "sms"] {
+        enqueue(&mut client, destination, "k-1", None, json!({})).await?;
+    }
+    txoutbox::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob")).await?;
+    // Where a relay's breaker and rate limit would put them.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_destinations (destination, breaker, failures, open_until, \
+                 open_reason) \
+             VALUES ('webhook', 'open', 10, now() + interval '1 hour', '429 Retry-After: 3600'), \
+                 ('email', 'half_open', 10, now() - interval '1 second', '10 failures'); \
+             INSERT INTO txoutbox_destinations (destination, rate_per_sec, burst, tokens) \
+             VALUES ('sms', 20, 2, 2)",
+        )
+        .await?;
+    // A destination paused before its first row is listed too.
+    txoutbox::pause_destination(&mut client, "idle", "not yet live", Some("bob")).await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let (status, html) = dash.get_as("", VICTOR).await?;
+    assert_eq!(status, StatusCode::OK);
+    let stripe = overview_row(&html, "stripe");
+    assert!(
+        stripe.contains("paused</span> by bob since <time") && stripe.contains(": Stripe incident"),
+        "{stripe}"
+    );
+    let webhook = overview_row(&html, "webhook");
+    assert!(
+        webhook.contains(r#"<span class="flow open">open</span> (breaker) until <time"#)
+            && webhook.contains(": 429 Retry-After: 3600")
+            && webhook.contains("10 consecutive failure(s) counted"),
+        "{webhook}"
+    );
+    let email = overview_row(&html, "email");
+    assert!(
+        email.contains("half_open</span> (breaker): one probe at a time"),
+        "{email}"
+    );
+    let sms = overview_row(&html, "sms");
+    assert!(
+        sms.contains("closed</span>") && sms.contains("rate limit 20/s, 2.0 tokens"),
+        "{sms}"
+    );
+    let idle = overview_row(&html, "idle");
+    assert!(idle.contains("paused</span> by bob"), "{idle}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
 // security
 
 #[tokio::test]
