@@ -19,7 +19,7 @@ use txoutbox::{
 use uuid::Uuid;
 
 use crate::auth::{Base, Principal};
-use crate::query::{encode, page, pairs, storable, FilterFields};
+use crate::query::{encode, page, pairs, segment, storable, FilterFields};
 use crate::redact::{is_redacted, redact, REDACTED};
 use crate::{chart, Failure, Shared};
 
@@ -36,6 +36,11 @@ const NEW_KEY_WARNING: &str = "A new key makes the downstream treat the message 
 const DISCARD_NOTE: &str = "A discarded message is closed without delivery: it is not sent, not \
      replayed, and the next message of its ordering key goes out at once. The reason is kept in \
      its attempt log with your name.";
+
+/// What a pause does, said beside its button.
+const PAUSE_NOTE: &str = "No relay calls a paused destination from its next claim (within a poll \
+     interval) until it is resumed: its rows stay pending and spend no attempt; calls already out \
+     finish. The reason is shown here and kept in the attempt log with your name.";
 
 pub(crate) async fn css() -> Response {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], CSS).into_response()
@@ -232,6 +237,7 @@ pub(crate) async fn overview(
                             @for s in MessageStatus::ALL { th scope="col" class="num" { (s.as_str()) } }
                             th scope="col" class="num" { "oldest pending" }
                             th scope="col" { "flow control" }
+                            @if who.may_act() { th scope="col" { "action" } }
                         }
                     }
                     tbody {
@@ -248,6 +254,7 @@ pub(crate) async fn overview(
                                 }
                                 td class="num" { @if let Some(a) = oldest { (age(*a)) } }
                                 td { @if let Some(f) = flow { (flow_state(f)) } }
+                                @if who.may_act() { td { (flow_actions(b, destination, flow)) } }
                             }
                         }
                     }
@@ -257,6 +264,7 @@ pub(crate) async fn overview(
                             @for s in MessageStatus::ALL { td class="num" { (stats.total.get(s)) } }
                             td {}
                             td {}
+                            @if who.may_act() { td {} }
                         }
                     }
                 }
@@ -336,6 +344,28 @@ fn flow_state(f: &DestinationFlow) -> Markup {
         @if let Some(rate) = f.rate_per_sec {
             br;
             small { "rate limit " (rate) "/s, " (format!("{:.1}", f.tokens.unwrap_or(0.0))) " tokens" }
+        }
+    }
+}
+
+/// An operator's flow actions on one destination: "Resume" when paused, else "Pause…" with its
+/// required reason.
+fn flow_actions(base: &str, destination: &str, flow: Option<&DestinationFlow>) -> Markup {
+    let action = |verb: &str| format!("{base}/destinations/{}/{verb}", segment(destination));
+    html! {
+        @if flow.is_some_and(|f| f.state == "paused") {
+            form method="post" action=(action("resume")) {
+                button type="submit" { "Resume" span class="sr" { " " (destination) } }
+            }
+        } @else {
+            details class="pause" {
+                summary { "Pause…" span class="sr" { " " (destination) } }
+                form method="post" action=(action("pause")) class="actions" {
+                    label { "Reason " input name="reason" required placeholder="why no relay may call it"; }
+                    button type="submit" { "Pause " (destination) }
+                    p class="warning" { (PAUSE_NOTE) }
+                }
+            }
         }
     }
 }
@@ -992,6 +1022,67 @@ pub(crate) async fn discard_filter(
     }
     .await;
     render(&base, result)
+}
+
+// ------------------------------------------------------------------------------------------
+// Flow control
+
+/// The reason of a pause as the form or body gave it: refused (400) when it is blank, before
+/// anything is read.
+pub(crate) fn pause_reason(reason: Option<&str>) -> Result<&str, Failure> {
+    let reason = reason.map(str::trim).unwrap_or_default();
+    if reason.is_empty() {
+        return Err(Failure::BadRequest(
+            "a pause needs a reason: say why no relay may call the destination (it is shown on \
+             the overview and kept in the attempt log for the next operator)"
+                .into(),
+        ));
+    }
+    storable("reason", reason)?;
+    Ok(reason)
+}
+
+/// Pauses a destination for every relay (`reason` required); back to the overview.
+pub(crate) async fn pause_destination(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Extension(base): Extension<Base>,
+    Path(destination): Path<String>,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let pairs = pairs(&body);
+        let reason = pause_reason(form_value(&pairs, "reason"))?;
+        storable("destination", &destination)?;
+        let mut client = app.client().await?;
+        txoutbox::pause_destination(&mut client, &destination, reason, Some(&who.name)).await?;
+        Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) => Redirect::to(&link(&base.0, "/")).into_response(),
+        Err(failure) => error_page(&base, &failure),
+    }
+}
+
+/// Ends an operator's pause of a destination; back to the overview.
+pub(crate) async fn resume_destination(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Extension(base): Extension<Base>,
+    Path(destination): Path<String>,
+) -> Response {
+    let result = async {
+        storable("destination", &destination)?;
+        let mut client = app.client().await?;
+        txoutbox::resume_destination(&mut client, &destination, Some(&who.name)).await?;
+        Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) => Redirect::to(&link(&base.0, "/")).into_response(),
+        Err(failure) => error_page(&base, &failure),
+    }
 }
 
 // ------------------------------------------------------------------------------------------
