@@ -3,6 +3,7 @@
 //! production durability (fsync on). `soak` starts a private cluster of its own.
 
 mod dashboard;
+mod flow;
 mod relay;
 mod write;
 
@@ -32,6 +33,8 @@ enum Command {
     Latency(relay::LatencyArgs),
     /// Dashboard pages and API answers, p50/p99 each, over a large outbox.
     Dashboard(dashboard::Args),
+    /// Flow control: a backlog to a rate-limited downstream, with and without a rate limit.
+    Flow(flow::Args),
     /// Fault-injection soak: relay processes, Postgres and a scripted downstream under faults
     /// drawn from a seed; checks the delivery invariants at the end (exit 1 on a violation).
     Soak(SoakArgs),
@@ -88,6 +91,7 @@ async fn main() -> Result<ExitCode> {
         Command::Relay(args) => relay::run_drain(&db, &args).await?,
         Command::Latency(args) => relay::run_latency(&db, &args).await?,
         Command::Dashboard(args) => dashboard::run(&db, &args).await?,
+        Command::Flow(args) => flow::run(&db, &args).await?,
         Command::Soak(_) => {}
     }
     Ok(ExitCode::SUCCESS)

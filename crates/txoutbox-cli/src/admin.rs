@@ -1,4 +1,5 @@
-//! The operator's commands: `list`, `show`, `replay`, `discard`, `purge` and `stats`. Each turns
+//! The operator's commands: `list`, `show`, `replay`, `discard`, `purge`, `stats`, `pause` and
+//! `resume`. Each turns
 //! its flags into the core library's types, calls `txoutbox::{list_messages, show_message, replay,
 //! discard, purge, stats}` and formats the answer: an aligned table for people, `--json` for
 //! scripts.
@@ -109,6 +110,51 @@ pub enum AdminCommand {
     /// Counts by status and destination, oldest pending age, failure rate of the last hour.
     #[command(after_help = STATS_HELP)]
     Stats(StatsArgs),
+    /// Stop every relay from calling a destination until `resume` (its rows wait, pending).
+    #[command(after_help = PAUSE_HELP)]
+    Pause(PauseArgs),
+    /// End an operator's pause of a destination: every relay calls it again at once.
+    #[command(after_help = PAUSE_HELP)]
+    Resume(ResumeArgs),
+}
+
+const PAUSE_HELP: &str = "\
+A pause is stored in the database: every relay obeys it at its next claim (within one poll
+interval); calls already out finish. Paused rows stay pending, unleased, and spend no attempt.
+Each pause and resume is logged in the attempt log under the destination, with --reason and
+--by (default: $USER). `txoutbox stats` shows paused destinations and open breakers.
+
+Examples:
+  txoutbox pause stripe --reason 'Stripe incident INC-42'
+  txoutbox resume stripe";
+
+/// Options of `txoutbox pause`.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// The destination to pause (as the relay's sinks name it: stripe, email, webhook:orders).
+    destination: String,
+    /// Why (shown by `stats`, kept in the attempt log).
+    #[arg(long)]
+    reason: String,
+    /// Who pauses it (default: $USER).
+    #[arg(long)]
+    by: Option<String>,
+}
+
+/// Options of `txoutbox resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The destination to resume.
+    destination: String,
+    /// Who resumes it (default: $USER).
+    #[arg(long)]
+    by: Option<String>,
+}
+
+/// Who runs the command, for the attempt log: `--by`, else `$USER`.
+fn operator(by: Option<String>) -> Option<String> {
+    by.or_else(|| std::env::var("USER").ok())
+        .filter(|u| !u.trim().is_empty())
 }
 
 /// A message state, as the flags spell it.
@@ -460,7 +506,28 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
                 out.push('\n');
             } else {
                 stats_table(&mut out, &stats);
+                flow_table(&mut out, &stats.flow);
             }
+        }
+        AdminCommand::Pause(args) => {
+            let by = operator(args.by);
+            let flow = txoutbox::pause_destination(
+                &mut client,
+                &args.destination,
+                &args.reason,
+                by.as_deref(),
+            )
+            .await?;
+            out.push_str(&format!(
+                "paused {}: every relay stops calling it at its next claim (txoutbox resume {} to end)\n",
+                flow.destination, flow.destination
+            ));
+        }
+        AdminCommand::Resume(args) => {
+            let by = operator(args.by);
+            let flow =
+                txoutbox::resume_destination(&mut client, &args.destination, by.as_deref()).await?;
+            out.push_str(&format!("resumed {} ({})\n", flow.destination, flow.state));
         }
     }
     emit(&out)
@@ -829,6 +896,52 @@ fn delivered_cell(n: u64, estimated: bool) -> String {
         grouped.push(c);
     }
     format!("~{grouped} (estimate)")
+}
+
+/// Flow control's notable destinations under the counts (nothing when there are none).
+fn flow_table(out: &mut String, flows: &[txoutbox::DestinationFlow]) {
+    if flows.is_empty() {
+        return;
+    }
+    out.push_str("\nFLOW CONTROL\n");
+    let rows: Vec<Vec<String>> = flows
+        .iter()
+        .map(|f| {
+            let detail = match f.state.as_str() {
+                "paused" => format!(
+                    "paused by {} {}: {}",
+                    f.paused_by.as_deref().unwrap_or("?"),
+                    f.paused_at.map(rfc3339).unwrap_or_default(),
+                    f.paused_reason.as_deref().unwrap_or("")
+                ),
+                "open" => format!(
+                    "open until {}: {}",
+                    f.open_until.map(rfc3339).unwrap_or_default(),
+                    f.open_reason.as_deref().unwrap_or("")
+                ),
+                "half_open" => "half-open: one probe at a time".to_owned(),
+                _ => String::new(),
+            };
+            vec![
+                f.destination.clone(),
+                f.state.clone(),
+                f.rate_per_sec
+                    .map(|r| format!("{r}/s ({:.1} tokens)", f.tokens.unwrap_or(0.0)))
+                    .unwrap_or_else(|| "-".into()),
+                f.failures.to_string(),
+                detail,
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &["DESTINATION", "STATE", "RATE LIMIT", "FAILURES", "DETAIL"],
+        &rows,
+    );
+}
+
+fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 fn stats_table(out: &mut String, stats: &txoutbox::OutboxStats) {

@@ -32,7 +32,7 @@ enum Command {
     /// Example: DATABASE_URL=postgres://app@localhost/app txoutbox migrate
     Migrate,
     /// Deliver outbox rows to their sinks until SIGINT/SIGTERM (many relays may run at once).
-    Relay(relay::RelayArgs),
+    Relay(Box<relay::RelayArgs>),
     /// Serve the operator dashboard (pages and JSON API) until SIGINT/SIGTERM.
     ///
     /// Example: txoutbox dashboard --addr 0.0.0.0:9470 --user alice:s3cret:operator
@@ -102,7 +102,7 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Relay(args) => relay::run(&url, args).await,
+        Command::Relay(args) => relay::run(&url, *args).await,
         Command::Dashboard(args) => dashboard::run(&url, args).await,
         Command::Admin(command) => admin::run(&url, command).await,
     }

@@ -91,6 +91,23 @@ pub struct RelayArgs {
     /// Deliver `nats` rows to this NATS server with JetStream (nats://host:port).
     #[arg(long, env = "NATS_URL")]
     nats_url: Option<String>,
+    /// At most N calls per second (or minute, hour) to DESTINATION, shared by every relay of the
+    /// database (repeatable; `*` matches any text: 'webhook:*=20/s').
+    #[arg(long = "rate-limit", value_name = "DESTINATION=N/s", env = "TXOUTBOX_RATE_LIMITS", value_delimiter = ',', value_parser = parse_rate)]
+    rate_limits: Vec<(String, txoutbox::RateLimit)>,
+    /// At most N calls to DESTINATION in flight at once on this relay (repeatable; `*` globs).
+    #[arg(long = "max-in-flight", value_name = "DESTINATION=N", env = "TXOUTBOX_MAX_IN_FLIGHT", value_delimiter = ',', value_parser = parse_in_flight)]
+    max_in_flight: Vec<(String, usize)>,
+    /// Consecutive retryable failures that open a destination's circuit breaker (0: no breaker;
+    /// a downstream's Retry-After still pauses its destination).
+    #[arg(long, env = "TXOUTBOX_BREAKER_FAILURES", default_value_t = 10)]
+    breaker_failures: u32,
+    /// How long an open breaker waits before its first probe (doubled at each opening in a row).
+    #[arg(long, env = "TXOUTBOX_BREAKER_COOL_DOWN", default_value = "5s", value_parser = humantime::parse_duration)]
+    breaker_cool_down: Duration,
+    /// The longest cool-down of an open breaker.
+    #[arg(long, env = "TXOUTBOX_BREAKER_MAX_COOL_DOWN", default_value = "5m", value_parser = humantime::parse_duration)]
+    breaker_max_cool_down: Duration,
     // Boxed: `Command`'s variants stay of similar size.
     #[command(flatten)]
     observability: Box<ObservabilityArgs>,
@@ -106,6 +123,68 @@ struct ObservabilityArgs {
     /// How often the backlog gauges (pending rows, oldest pending age) are sampled.
     #[arg(long, env = "TXOUTBOX_SAMPLE_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     sample_interval: Duration,
+}
+
+fn parse_rate(text: &str) -> Result<(String, txoutbox::RateLimit), String> {
+    let (pattern, rate) = text
+        .rsplit_once('=')
+        .filter(|(p, r)| !p.is_empty() && !r.is_empty())
+        .ok_or_else(|| format!("expected DESTINATION=N/s, got {text:?}"))?;
+    let rate = rate.parse().map_err(|e: txoutbox::Error| e.to_string())?;
+    Ok((pattern.to_owned(), rate))
+}
+
+fn parse_in_flight(text: &str) -> Result<(String, usize), String> {
+    let (pattern, n) = text
+        .rsplit_once('=')
+        .filter(|(p, n)| !p.is_empty() && !n.is_empty())
+        .ok_or_else(|| format!("expected DESTINATION=N, got {text:?}"))?;
+    match n.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok((pattern.to_owned(), n)),
+        _ => Err(format!("{text:?}: N must be a whole number above 0")),
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any text (none included).
+fn matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+/// The flow control of `destination` from the flags: the first matching --rate-limit and
+/// --max-in-flight, and the breaker.
+fn flow_of(args: &RelayArgs, destination: &str) -> txoutbox::FlowControl {
+    txoutbox::FlowControl {
+        rate_limit: args
+            .rate_limits
+            .iter()
+            .find(|(p, _)| matches(p, destination))
+            .map(|(_, r)| *r),
+        max_in_flight: args
+            .max_in_flight
+            .iter()
+            .find(|(p, _)| matches(p, destination))
+            .map(|(_, n)| *n),
+        breaker: (args.breaker_failures > 0).then_some(txoutbox::Breaker {
+            failures: args.breaker_failures,
+            cool_down: args.breaker_cool_down,
+            max_cool_down: args.breaker_max_cool_down,
+        }),
+    }
 }
 
 fn parse_pair(text: &str) -> Result<(String, String), String> {
@@ -143,8 +222,8 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         sample_interval: args.observability.sample_interval,
         ..RelayConfig::default()
     };
-    if let Some(owner) = args.owner {
-        config.owner = owner;
+    if let Some(owner) = &args.owner {
+        config.owner = owner.clone();
     }
     let retry = RetryPolicy {
         base: args.retry_base,
@@ -156,16 +235,8 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         .default_policy(DestinationPolicy {
             retry: retry.clone(),
             semantics: Semantics::AtLeastOnce,
+            flow: flow_of(&args, ""),
         });
-    for destination in &args.at_most_once {
-        builder = builder.policy(
-            destination.clone(),
-            DestinationPolicy {
-                retry: retry.clone(),
-                semantics: Semantics::AtMostOnce,
-            },
-        );
-    }
     let mut sinks = Vec::new();
     for destination in &args.stdout {
         builder = builder.sink(destination.clone(), StdoutSink);
@@ -221,6 +292,50 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         !sinks.is_empty(),
         "no sink configured: a relay without sinks would dead-letter every row (see txoutbox relay --help)"
     );
+    for (flag, pattern) in args
+        .rate_limits
+        .iter()
+        .map(|(p, _)| ("--rate-limit", p))
+        .chain(
+            args.max_in_flight
+                .iter()
+                .map(|(p, _)| ("--max-in-flight", p)),
+        )
+    {
+        anyhow::ensure!(
+            sinks.iter().any(|d| matches(pattern, d)),
+            "{flag} {pattern}: no destination of this relay matches (its sinks: {})",
+            sinks.join(", ")
+        );
+    }
+    // Every destination gets its whole policy: retry, semantics and flow control (an
+    // at-most-once destination without a sink here keeps its semantics for the rows this relay
+    // dead-letters).
+    for destination in args.at_most_once.iter().filter(|d| !sinks.contains(d)) {
+        builder = builder.policy(
+            destination.clone(),
+            DestinationPolicy {
+                retry: retry.clone(),
+                semantics: Semantics::AtMostOnce,
+                flow: flow_of(&args, destination),
+            },
+        );
+    }
+    for destination in &sinks {
+        let semantics = if args.at_most_once.iter().any(|p| matches(p, destination)) {
+            Semantics::AtMostOnce
+        } else {
+            Semantics::AtLeastOnce
+        };
+        builder = builder.policy(
+            destination.clone(),
+            DestinationPolicy {
+                retry: retry.clone(),
+                semantics,
+                flow: flow_of(&args, destination),
+            },
+        );
+    }
     let relay = builder.build()?;
     let server = match (args.observability.metrics_addr, prometheus) {
         (Some(addr), Some(handle)) => Some(

@@ -1,12 +1,13 @@
 // Live refresh: every 5 s, re-reads the page and swaps in its fresh `data-live` sections.
-// Paused while the tab is hidden, while the user is typing or has ticked a row. The pages read
-// the same without it.
+// Paused while the tab is hidden, while the user is typing, has ticked a row or opened a form
+// in a live section (the overview's "Pause…"). The pages read the same without it.
 (function () {
   "use strict";
   var PERIOD = 5000;
   function busy() {
     var active = document.activeElement;
     if (active && /^(INPUT|SELECT|TEXTAREA|BUTTON)$/.test(active.tagName)) return true;
+    if (document.querySelector("[data-live] details[open]") !== null) return true;
     return document.querySelector("input[type=checkbox]:checked") !== null;
   }
   function refresh() {

@@ -12,7 +12,7 @@ use txoutbox::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection};
 use uuid::Uuid;
 
 use crate::auth::Principal;
-use crate::pages::{discard_options, redacted_detail, shown_body};
+use crate::pages::{discard_options, pause_reason, redacted_detail, shown_body};
 use crate::query::{page, pairs, storable, FilterFields};
 use crate::redact::{is_redacted, REDACTED};
 use crate::{json, Failure, Shared};
@@ -279,6 +279,74 @@ pub(crate) async fn discard(
             let options = discard_body_options(&body, &who)?;
             let mut client = app.client().await?;
             Ok(txoutbox::discard(&mut client, &selection, &options).await?)
+        }
+        .await,
+    )
+}
+
+/// `GET /api/destinations`: every destination with a flow-control row, by name: its state
+/// (`paused`, `open`, `half_open`, `closed`), who paused it, when and why, its rate limit and
+/// tokens, its breaker's failures, until when it is open and why.
+pub(crate) async fn destinations(State(app): State<Shared>) -> Response {
+    answer(
+        async {
+            let client = app.client().await?;
+            Ok(txoutbox::destination_flows(&**client).await?)
+        }
+        .await,
+    )
+}
+
+/// How to pause, as the API takes it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct PauseBody {
+    /// Why no relay may call the destination (required, not blank).
+    reason: Option<String>,
+}
+
+/// A resume takes no field (an empty body or `{}`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeBody {}
+
+/// `POST /api/destinations/{destination}/pause` with `{"reason": "…"}`: the destination's flow
+/// state afterwards. Pausing a paused destination updates the reason.
+pub(crate) async fn pause_destination(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Path(destination): Path<String>,
+    bytes: Bytes,
+) -> Response {
+    answer(
+        async {
+            let body: PauseBody = body(&bytes)?;
+            let reason = pause_reason(body.reason.as_deref())?;
+            storable("destination", &destination)?;
+            let mut client = app.client().await?;
+            Ok(
+                txoutbox::pause_destination(&mut client, &destination, reason, Some(&who.name))
+                    .await?,
+            )
+        }
+        .await,
+    )
+}
+
+/// `POST /api/destinations/{destination}/resume`: the destination's flow state afterwards; 400
+/// when it is not paused.
+pub(crate) async fn resume_destination(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Path(destination): Path<String>,
+    bytes: Bytes,
+) -> Response {
+    answer(
+        async {
+            let _: ResumeBody = body(&bytes)?;
+            storable("destination", &destination)?;
+            let mut client = app.client().await?;
+            Ok(txoutbox::resume_destination(&mut client, &destination, Some(&who.name)).await?)
         }
         .await,
     )

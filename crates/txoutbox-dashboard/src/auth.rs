@@ -19,7 +19,7 @@ use crate::Shared;
 pub enum Role {
     /// Reads every page and API answer; no action.
     Viewer,
-    /// Reads, replays and discards.
+    /// Reads, replays, discards, and pauses and resumes destinations.
     Operator,
 }
 

@@ -17,8 +17,8 @@
 //! ```
 //!
 //! Every action goes through the core's admin functions ([`txoutbox::replay`],
-//! [`txoutbox::discard`]), the same the `txoutbox` command calls, and is recorded in the attempt
-//! log with the user's name.
+//! [`txoutbox::discard`], [`txoutbox::pause_destination`], [`txoutbox::resume_destination`]), the
+//! same the `txoutbox` command calls, and is recorded in the attempt log with the user's name.
 //!
 //! Layout: `auth` checks users, roles and cross-site requests and sets the security headers;
 //! `query` reads a page's filter from its query string; `redact` hides configured payload
@@ -89,7 +89,8 @@ struct App {
 type Shared = Arc<App>;
 
 /// The dashboard: pages at `/`, `/messages`, `/messages/{id}`, `/failures`, `/keys`, the JSON API
-/// under `/api`, assets under `/assets`. Links work under whatever prefix it is nested at.
+/// under `/api`, assets under `/assets`. Links work under whatever prefix it is nested at. A
+/// destination in a path is one percent-encoded segment (`/destinations/webhook:orders/pause`).
 pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router {
     let mut config = config;
     config.page_size = config.page_size.clamp(1, 500);
@@ -104,6 +105,14 @@ pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router 
         .route("/messages/{id}/discard", post(pages::discard_one))
         .route("/discard", post(pages::discard_selected))
         .route("/discard/filter", post(pages::discard_filter))
+        .route(
+            "/destinations/{destination}/pause",
+            post(pages::pause_destination),
+        )
+        .route(
+            "/destinations/{destination}/resume",
+            post(pages::resume_destination),
+        )
         .route("/failures", get(pages::failures))
         .route("/keys", get(pages::keys))
         .route("/api/stats", get(api::stats))
@@ -113,6 +122,15 @@ pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router 
         .route("/api/replay", post(api::replay))
         .route("/api/messages/{id}/discard", post(api::discard_one))
         .route("/api/discard", post(api::discard))
+        .route("/api/destinations", get(api::destinations))
+        .route(
+            "/api/destinations/{destination}/pause",
+            post(api::pause_destination),
+        )
+        .route(
+            "/api/destinations/{destination}/resume",
+            post(api::resume_destination),
+        )
         .route("/api/keys", get(api::key))
         .route("/assets/dashboard.css", get(pages::css))
         .route("/assets/live.js", get(pages::script))

@@ -1,6 +1,7 @@
 //! The HTML pages and the forms' actions. Everything is rendered on the server and readable
 //! without script; `live.js` only refreshes the parts marked `data-live`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -12,13 +13,13 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
 use txoutbox::{
-    DiscardOptions, DiscardReport, MessageDetail, MessageStatus, MessageSummary, ReplayOptions,
-    ReplayReport, ReplaySelection,
+    DestinationFlow, DiscardOptions, DiscardReport, MessageDetail, MessageStatus, MessageSummary,
+    ReplayOptions, ReplayReport, ReplaySelection, StatusCounts,
 };
 use uuid::Uuid;
 
 use crate::auth::{Base, Principal};
-use crate::query::{encode, page, pairs, storable, FilterFields};
+use crate::query::{encode, page, pairs, segment, storable, FilterFields};
 use crate::redact::{is_redacted, redact, REDACTED};
 use crate::{chart, Failure, Shared};
 
@@ -35,6 +36,11 @@ const NEW_KEY_WARNING: &str = "A new key makes the downstream treat the message 
 const DISCARD_NOTE: &str = "A discarded message is closed without delivery: it is not sent, not \
      replayed, and the next message of its ordering key goes out at once. The reason is kept in \
      its attempt log with your name.";
+
+/// What a pause does, said beside its button.
+const PAUSE_NOTE: &str = "No relay calls a paused destination from its next claim (within a poll \
+     interval) until it is resumed: its rows stay pending and spend no attempt; calls already out \
+     finish. The reason is shown here and kept in the attempt log with your name.";
 
 pub(crate) async fn css() -> Response {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], CSS).into_response()
@@ -196,6 +202,22 @@ pub(crate) async fn overview(
         let failed: Vec<u64> = minutes.iter().map(|m| m.failed).collect();
         let p50: Vec<Option<f64>> = minutes.iter().map(|m| m.latency_p50).collect();
         let p99: Vec<Option<f64>> = minutes.iter().map(|m| m.latency_p99).collect();
+        // Every destination with rows, and those flow control holds back without any (a pause
+        // set before the first row, or kept after the last).
+        let flows: BTreeMap<&str, &DestinationFlow> = stats
+            .flow
+            .iter()
+            .map(|f| (f.destination.as_str(), f))
+            .collect();
+        let no_rows = StatusCounts::default();
+        let mut rows: BTreeMap<&str, (&StatusCounts, Option<Duration>)> = stats
+            .destinations
+            .iter()
+            .map(|d| (d.destination.as_str(), (&d.counts, d.oldest_pending_age)))
+            .collect();
+        for destination in flows.keys() {
+            rows.entry(destination).or_insert((&no_rows, None));
+        }
         let body = html! {
             section id="backlog" data-live aria-labelledby="backlog-h" {
                 h2 id="backlog-h" { "Rows by destination and state" }
@@ -214,20 +236,25 @@ pub(crate) async fn overview(
                             th scope="col" { "Destination" }
                             @for s in MessageStatus::ALL { th scope="col" class="num" { (s.as_str()) } }
                             th scope="col" class="num" { "oldest pending" }
+                            th scope="col" { "flow control" }
+                            @if who.may_act() { th scope="col" { "action" } }
                         }
                     }
                     tbody {
-                        @for d in &stats.destinations {
+                        @for (destination, (counts, oldest)) in &rows {
+                            @let flow = flows.get(destination).copied();
                             tr {
                                 th scope="row" {
-                                    a href={(b) "/messages?" (encode([("destination", d.destination.as_str())]))} { (d.destination) }
+                                    a href={(b) "/messages?" (encode([("destination", *destination)]))} { (destination) }
                                 }
                                 @for s in MessageStatus::ALL {
                                     td class="num" {
-                                        a href={(b) "/messages?" (encode([("destination", d.destination.as_str()), ("status", s.as_str())]))} { (d.counts.get(s)) }
+                                        a href={(b) "/messages?" (encode([("destination", *destination), ("status", s.as_str())]))} { (counts.get(s)) }
                                     }
                                 }
-                                td class="num" { @if let Some(a) = d.oldest_pending_age { (age(a)) } }
+                                td class="num" { @if let Some(a) = oldest { (age(*a)) } }
+                                td { @if let Some(f) = flow { (flow_state(f)) } }
+                                @if who.may_act() { td { (flow_actions(b, destination, flow)) } }
                             }
                         }
                     }
@@ -236,6 +263,8 @@ pub(crate) async fn overview(
                             th scope="row" { "All" }
                             @for s in MessageStatus::ALL { td class="num" { (stats.total.get(s)) } }
                             td {}
+                            td {}
+                            @if who.may_act() { td {} }
                         }
                     }
                 }
@@ -287,6 +316,58 @@ pub(crate) async fn overview(
     }
     .await;
     render(&base, result)
+}
+
+/// A destination's flow-control state as the overview says it: paused by whom, since when and
+/// why; the breaker open until when and why, or half-open; its rate limit and tokens.
+fn flow_state(f: &DestinationFlow) -> Markup {
+    html! {
+        span class={"flow " (f.state)} { (f.state) }
+        @match f.state.as_str() {
+            "paused" => {
+                " by " (f.paused_by.as_deref().unwrap_or("?"))
+                @if let Some(at) = f.paused_at { " since " (time(at)) }
+                @if let Some(r) = &f.paused_reason { ": " (r) }
+            }
+            "open" => {
+                " (breaker)"
+                @if let Some(at) = f.open_until { " until " (time(at)) }
+                @if let Some(r) = &f.open_reason { ": " (r) }
+            }
+            "half_open" => " (breaker): one probe at a time",
+            _ => {}
+        }
+        @if f.failures > 0 {
+            br;
+            small { (f.failures) " consecutive failure(s) counted" }
+        }
+        @if let Some(rate) = f.rate_per_sec {
+            br;
+            small { "rate limit " (rate) "/s, " (format!("{:.1}", f.tokens.unwrap_or(0.0))) " tokens" }
+        }
+    }
+}
+
+/// An operator's flow actions on one destination: "Resume" when paused, else "Pause…" with its
+/// required reason.
+fn flow_actions(base: &str, destination: &str, flow: Option<&DestinationFlow>) -> Markup {
+    let action = |verb: &str| format!("{base}/destinations/{}/{verb}", segment(destination));
+    html! {
+        @if flow.is_some_and(|f| f.state == "paused") {
+            form method="post" action=(action("resume")) {
+                button type="submit" { "Resume" span class="sr" { " " (destination) } }
+            }
+        } @else {
+            details class="pause" {
+                summary { "Pause…" span class="sr" { " " (destination) } }
+                form method="post" action=(action("pause")) class="actions" {
+                    label { "Reason " input name="reason" required placeholder="why no relay may call it"; }
+                    button type="submit" { "Pause " (destination) }
+                    p class="warning" { (PAUSE_NOTE) }
+                }
+            }
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -941,6 +1022,67 @@ pub(crate) async fn discard_filter(
     }
     .await;
     render(&base, result)
+}
+
+// ------------------------------------------------------------------------------------------
+// Flow control
+
+/// The reason of a pause as the form or body gave it: refused (400) when it is blank, before
+/// anything is read.
+pub(crate) fn pause_reason(reason: Option<&str>) -> Result<&str, Failure> {
+    let reason = reason.map(str::trim).unwrap_or_default();
+    if reason.is_empty() {
+        return Err(Failure::BadRequest(
+            "a pause needs a reason: say why no relay may call the destination (it is shown on \
+             the overview and kept in the attempt log for the next operator)"
+                .into(),
+        ));
+    }
+    storable("reason", reason)?;
+    Ok(reason)
+}
+
+/// Pauses a destination for every relay (`reason` required); back to the overview.
+pub(crate) async fn pause_destination(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Extension(base): Extension<Base>,
+    Path(destination): Path<String>,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let pairs = pairs(&body);
+        let reason = pause_reason(form_value(&pairs, "reason"))?;
+        storable("destination", &destination)?;
+        let mut client = app.client().await?;
+        txoutbox::pause_destination(&mut client, &destination, reason, Some(&who.name)).await?;
+        Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) => Redirect::to(&link(&base.0, "/")).into_response(),
+        Err(failure) => error_page(&base, &failure),
+    }
+}
+
+/// Ends an operator's pause of a destination; back to the overview.
+pub(crate) async fn resume_destination(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Extension(base): Extension<Base>,
+    Path(destination): Path<String>,
+) -> Response {
+    let result = async {
+        storable("destination", &destination)?;
+        let mut client = app.client().await?;
+        txoutbox::resume_destination(&mut client, &destination, Some(&who.name)).await?;
+        Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) => Redirect::to(&link(&base.0, "/")).into_response(),
+        Err(failure) => error_page(&base, &failure),
+    }
 }
 
 // ------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 //! A list's filter as its query string (or form) carries it, and back: the same fields on the
-//! `/messages` page, its pagination links, the "replay all matching" form and the API.
+//! `/messages` page, its pagination links, the "replay all matching" form and the API; and a
+//! destination as one path segment of the pause and resume actions.
 
 use std::time::Duration;
 
@@ -149,6 +150,21 @@ pub(crate) fn page(
     Ok((cursor, limit.clamp(1, max)))
 }
 
+/// `text` as one path segment: every byte but the unreserved ones and `:` percent-encoded, so a
+/// destination such as `webhook:orders` or `a/b?c` names one segment that the router's `{..}`
+/// decodes back.
+pub(crate) fn segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~:".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 /// `pairs` as a query string.
 pub(crate) fn encode<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     let mut out = form_urlencoded::Serializer::new(String::new());
@@ -176,6 +192,17 @@ mod tests {
             filter.since,
             Some(TimeBound::Ago(Duration::from_secs(7200)))
         );
+    }
+
+    #[test]
+    fn a_segment_keeps_colons_and_encodes_what_would_end_or_split_it() {
+        assert_eq!(segment("webhook:orders"), "webhook:orders");
+        assert_eq!(segment("a/b?c#d e%+"), "a%2Fb%3Fc%23d%20e%25%2B");
+        assert_eq!(segment("café"), "caf%C3%A9");
+        for text in ["a/b?c#d e%+&=", "café", ""] {
+            let decoded = pairs(format!("x={}", segment(text)).as_bytes());
+            assert_eq!(decoded, vec![("x".to_owned(), text.to_owned())]);
+        }
     }
 
     #[test]

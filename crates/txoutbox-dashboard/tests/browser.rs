@@ -1,7 +1,8 @@
 //! The dashboard in a real headless Chromium (Debian's chromium + chromium-driver, over the W3C
 //! WebDriver protocol): the pages render (screenshots in `target/tmp/`), a click on "replay"
 //! with a relay running delivers the row and the page shows it, an open page follows a row's
-//! state by its live refresh, a discard asks for its reason and names the user, a viewer sees
+//! state by its live refresh, a discard asks for its reason and names the user, a destination
+//! is paused from the overview (its open form outlasting a live refresh) and resumed, a viewer sees
 //! no action and its forged POST is refused, a cross-site form is refused, a redacted field is
 //! not in the page.
 
@@ -351,6 +352,43 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     assert_eq!(alice.text("h1").await?, "Overview");
     assert!(alice.text("#backlog").await?.contains("stripe"));
     alice.screenshot("dashboard-overview.png").await?;
+
+    // Pause a destination from the overview: the opened "Pause…" outlasts a live refresh, the
+    // row then says who paused it and why, and "Resume" ends the pause.
+    let pause = "form[action$='/destinations/webhook:orders/pause']";
+    alice
+        .click(&format!("details.pause:has({pause}) summary"))
+        .await?;
+    tokio::time::sleep(Duration::from_millis(6000)).await;
+    let open = alice
+        .script(&format!(
+            "return document.querySelector(\"{pause}\").closest('details').open;"
+        ))
+        .await?;
+    assert_eq!(open, json!(true), "a live refresh closed the open form");
+    alice
+        .script(&format!(
+            "document.querySelector(\"{pause} input[name=reason]\").value = \
+             'partner migration'; return null;"
+        ))
+        .await?;
+    alice.click(&format!("{pause} button")).await?;
+    wait_for_text(&alice, "#backlog", "paused by alice").await?;
+    assert!(alice
+        .text("#backlog")
+        .await?
+        .contains(": partner migration"));
+    alice.screenshot("dashboard-paused.png").await?;
+    alice
+        .click("form[action$='/destinations/webhook:orders/resume'] button")
+        .await?;
+    wait_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_destinations \
+         WHERE destination = 'webhook:orders' AND paused_at IS NULL",
+        1,
+    )
+    .await?;
     alice.open(&format!("{plain}/messages")).await?;
     assert!(alice
         .text("table.messages")

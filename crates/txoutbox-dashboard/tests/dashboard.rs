@@ -1136,6 +1136,486 @@ async fn a_cross_site_discard_is_refused_and_changes_nothing() -> TestResult {
 }
 
 // ---------------------------------------------------------------------------------------------
+// flow control
+
+/// A destination's pause as `txoutbox_destinations` holds it: (paused, by, reason); `None`
+/// without a row.
+async fn pause_of(
+    client: &Client,
+    destination: &str,
+) -> anyhow::Result<Option<(bool, Option<String>, Option<String>)>> {
+    let row = client
+        .query_opt(
+            "SELECT paused_at IS NOT NULL, paused_by, paused_reason FROM txoutbox_destinations \
+             WHERE destination = $1",
+            &[&destination],
+        )
+        .await?;
+    Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
+}
+
+/// The destination-wide entries of the attempt log for `destination`, oldest first: (outcome,
+/// relay, note), each checked to have no message.
+async fn destination_log(
+    client: &Client,
+    destination: &str,
+) -> anyhow::Result<Vec<(String, String, String)>> {
+    let rows = client
+        .query(
+            "SELECT outcome, relay, COALESCE(error, ''), message_id IS NULL \
+             FROM txoutbox_attempts WHERE destination = $1 ORDER BY finished_at",
+            &[&destination],
+        )
+        .await?;
+    let mut log = Vec::new();
+    for row in rows {
+        anyhow::ensure!(row.get::<_, bool>(3), "a destination entry has no message");
+        log.push((row.get(0), row.get(1), row.get(2)));
+    }
+    Ok(log)
+}
+
+/// The overview's table row of `destination` (from its row header to the row's end).
+fn overview_row<'a>(html: &'a str, destination: &str) -> &'a str {
+    let start = html
+        .find(&format!(">{destination}</a></th>"))
+        .unwrap_or(html.len());
+    let rest = &html[start..];
+    &rest[..rest.find("</tr>").unwrap_or(rest.len())]
+}
+
+#[tokio::test]
+async fn a_destination_paused_from_the_overview_is_paused_and_logged_with_the_user_and_reason(
+) -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let (_, html) = dash.get_as("", ALICE).await?;
+    let row = overview_row(&html, "stripe");
+    assert!(
+        row.contains(r#"action="/outbox/destinations/stripe/pause""#),
+        "{row}"
+    );
+    assert!(row.contains(r#"name="reason" required"#), "{row}");
+    assert!(!row.contains("/resume"), "not paused: {row}");
+
+    let (status, body) = dash
+        .post_form(
+            "/destinations/stripe/pause",
+            &[("reason", "Stripe incident 42")],
+            ALICE,
+        )
+        .await?;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert_eq!(
+        pause_of(&client, "stripe").await?,
+        Some((
+            true,
+            Some("alice".into()),
+            Some("Stripe incident 42".into())
+        ))
+    );
+    assert_eq!(
+        destination_log(&client, "stripe").await?,
+        vec![(
+            "paused".into(),
+            "operator".into(),
+            "Stripe incident 42 (by alice)".into()
+        )]
+    );
+
+    let (_, html) = dash.get_as("", ALICE).await?;
+    let row = overview_row(&html, "stripe");
+    assert!(
+        row.contains(r#"<span class="flow paused">paused</span> by alice since <time"#),
+        "{row}"
+    );
+    assert!(row.contains(": Stripe incident 42"), "{row}");
+    assert!(
+        row.contains(r#"action="/outbox/destinations/stripe/resume""#),
+        "{row}"
+    );
+    assert!(!row.contains("/pause\""), "paused: no second pause: {row}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_paused_destination_resumed_from_the_overview_is_open_again_and_logged_with_the_user(
+) -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    txoutbox::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob")).await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let (status, body) = dash
+        .post_form("/destinations/stripe/resume", &[], ALICE)
+        .await?;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert_eq!(
+        pause_of(&client, "stripe").await?,
+        Some((false, None, None))
+    );
+    let log = destination_log(&client, "stripe").await?;
+    assert_eq!(
+        log.last(),
+        Some(&("resumed".into(), "operator".into(), "by alice".into())),
+        "{log:?}"
+    );
+
+    let (_, html) = dash.get_as("", ALICE).await?;
+    let row = overview_row(&html, "stripe");
+    assert!(!row.contains(r#"class="flow paused""#), "{row}");
+    assert!(
+        row.contains(r#"action="/outbox/destinations/stripe/pause""#),
+        "{row}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn resuming_a_destination_that_is_not_paused_says_so_and_changes_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let (status, html) = dash
+        .post_form("/destinations/stripe/resume", &[], ALICE)
+        .await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{html}");
+    assert!(
+        html.contains("destination &quot;stripe&quot; is not paused"),
+        "{html}"
+    );
+    let res = dash
+        .request(Method::POST, "/api/destinations/stripe/resume", ALICE)
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let problem: Value = res.json().await?;
+    assert!(
+        problem["error"]
+            .as_str()
+            .is_some_and(|e| e.ends_with(r#"destination "stripe" is not paused"#)),
+        "{problem}"
+    );
+    assert!(destination_log(&client, "stripe").await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pause_without_a_reason_is_a_400_and_pauses_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    for form in [vec![("reason", "   ")], vec![]] {
+        let (status, html) = dash
+            .post_form("/destinations/stripe/pause", &form, ALICE)
+            .await?;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{form:?}: {html}");
+        assert!(html.contains("a pause needs a reason"), "{html}");
+    }
+    for body in [json!({"reason": ""}), json!({})] {
+        let res = dash
+            .request(Method::POST, "/api/destinations/stripe/pause", ALICE)
+            .json(&body)
+            .send()
+            .await?;
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{body}");
+        let problem: Value = res.json().await?;
+        assert!(
+            problem["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("a pause needs a reason")),
+            "{problem}"
+        );
+    }
+    assert_eq!(pause_of(&client, "stripe").await?, None);
+    assert!(destination_log(&client, "stripe").await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    for destination in ["stripe", "webhook", "email", "sms"] {
+        enqueue(&mut client, destination, "k-1", None, json!({})).await?;
+    }
+    txoutbox::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob")).await?;
+    // Where a relay's breaker and rate limit would put them.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_destinations (destination, breaker, failures, open_until, \
+                 open_reason) \
+             VALUES ('webhook', 'open', 10, now() + interval '1 hour', '429 Retry-After: 3600'), \
+                 ('email', 'half_open', 10, now() - interval '1 second', '10 failures'); \
+             INSERT INTO txoutbox_destinations (destination, rate_per_sec, burst, tokens) \
+             VALUES ('sms', 20, 2, 2)",
+        )
+        .await?;
+    // A destination paused before its first row is listed too.
+    txoutbox::pause_destination(&mut client, "idle", "not yet live", Some("bob")).await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let (status, html) = dash.get_as("", VICTOR).await?;
+    assert_eq!(status, StatusCode::OK);
+    let stripe = overview_row(&html, "stripe");
+    assert!(
+        stripe.contains("paused</span> by bob since <time") && stripe.contains(": Stripe incident"),
+        "{stripe}"
+    );
+    let webhook = overview_row(&html, "webhook");
+    assert!(
+        webhook.contains(r#"<span class="flow open">open</span> (breaker) until <time"#)
+            && webhook.contains(": 429 Retry-After: 3600")
+            && webhook.contains("10 consecutive failure(s) counted"),
+        "{webhook}"
+    );
+    let email = overview_row(&html, "email");
+    assert!(
+        email.contains("half_open</span> (breaker): one probe at a time"),
+        "{email}"
+    );
+    let sms = overview_row(&html, "sms");
+    assert!(
+        sms.contains("closed</span>") && sms.contains("rate limit 20/s, 2.0 tokens"),
+        "{sms}"
+    );
+    let idle = overview_row(&html, "idle");
+    assert!(idle.contains("paused</span> by bob"), "{idle}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    txoutbox::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob")).await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let (_, html) = dash.get_as("", VICTOR).await?;
+    assert!(html.contains("Stripe incident"), "a viewer sees the pause");
+    assert!(!html.contains("method=\"post\""), "no action form: {html}");
+    assert!(
+        !html.contains("Pause…") && !html.contains("Resume"),
+        "{html}"
+    );
+    let (_, html) = dash.get_as("", ALICE).await?;
+    assert!(html.contains("Pause…") && html.contains("Resume"), "{html}");
+
+    let (status, _) = dash
+        .post_form(
+            "/destinations/email/pause",
+            &[("reason", "viewer's wish")],
+            VICTOR,
+        )
+        .await?;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = dash
+        .post_form("/destinations/stripe/resume", &[], VICTOR)
+        .await?;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    for (path, body) in [
+        (
+            "/api/destinations/email/pause",
+            json!({"reason": "viewer's wish"}),
+        ),
+        ("/api/destinations/stripe/resume", json!({})),
+    ] {
+        let res = dash
+            .request(Method::POST, path, VICTOR)
+            .json(&body)
+            .send()
+            .await?;
+        assert_eq!(res.status(), StatusCode::FORBIDDEN, "{path}");
+    }
+    assert_eq!(pause_of(&client, "email").await?, None);
+    assert_eq!(
+        pause_of(&client, "stripe").await?.map(|p| p.0),
+        Some(true),
+        "still paused"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    txoutbox::pause_destination(&mut client, "email", "SMTP relay down", Some("bob")).await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+    let form = "reason=win+a+prize";
+
+    let forged = dash
+        .request(Method::POST, "/destinations/stripe/pause", ALICE)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", "https://evil.example")
+        .body(form)
+        .send()
+        .await?;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let forged = dash
+        .request(Method::POST, "/destinations/email/resume", ALICE)
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await?;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let forged = dash
+        .request(Method::POST, "/api/destinations/stripe/pause", ALICE)
+        .header("sec-fetch-site", "cross-site")
+        .json(&json!({"reason": "win a prize"}))
+        .send()
+        .await?;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    assert_eq!(pause_of(&client, "stripe").await?, None);
+    assert_eq!(pause_of(&client, "email").await?.map(|p| p.0), Some(true));
+    let res = dash
+        .request(Method::GET, "/destinations/stripe/pause", ALICE)
+        .send()
+        .await?;
+    assert_eq!(
+        res.status(),
+        StatusCode::METHOD_NOT_ALLOWED,
+        "actions are POST only"
+    );
+
+    // The dashboard's own page (same origin) may.
+    let own = dash
+        .request(Method::POST, "/destinations/stripe/pause", ALICE)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", dash.base.trim_end_matches("/outbox"))
+        .body(form)
+        .send()
+        .await?;
+    assert_eq!(own.status(), StatusCode::SEE_OTHER);
+    assert_eq!(pause_of(&client, "stripe").await?.map(|p| p.0), Some(true));
+    Ok(())
+}
+
+#[tokio::test]
+async fn pause_list_and_resume_through_the_api() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let res = dash
+        .request(Method::POST, "/api/destinations/stripe/pause", ALICE)
+        .json(&json!({"reason": "Stripe incident"}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let flow: Value = res.json().await?;
+    assert_eq!(flow["destination"], "stripe");
+    assert_eq!(flow["state"], "paused");
+    assert_eq!(flow["paused_by"], "alice");
+    assert_eq!(flow["paused_reason"], "Stripe incident");
+    assert!(flow["paused_at"].is_string(), "{flow}");
+
+    let res = dash
+        .request(Method::GET, "/api/destinations", VICTOR)
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::OK, "a viewer reads the list");
+    let list: Value = res.json().await?;
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(list[0]["destination"], "stripe");
+    assert_eq!(list[0]["state"], "paused");
+    assert_eq!(list[0]["failures"], 0);
+    assert!(list[0]["rate_per_sec"].is_null(), "{list}");
+
+    let res = dash
+        .request(Method::POST, "/api/destinations/stripe/resume", ALICE)
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let flow: Value = res.json().await?;
+    assert_eq!(flow["state"], "closed");
+    assert!(flow["paused_at"].is_null(), "{flow}");
+    assert_eq!(pause_of(&client, "stripe").await?.map(|p| p.0), Some(false));
+    let log = destination_log(&client, "stripe").await?;
+    let outcomes: Vec<&str> = log.iter().map(|(o, _, _)| o.as_str()).collect();
+    assert_eq!(outcomes, ["paused", "resumed"]);
+    assert_eq!(log[1].2, "by alice");
+
+    let res = dash
+        .request(Method::POST, "/api/destinations/stripe/pause", ALICE)
+        .json(&json!({"reason": "x", "until": "tomorrow"}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST, "an unknown field");
+    assert_eq!(pause_of(&client, "stripe").await?.map(|p| p.0), Some(false));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_destination_named_with_colons_slashes_or_spaces_is_paused_and_resumed_by_its_path(
+) -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, "webhook:orders", "w-1", None, json!({})).await?;
+    enqueue(&mut client, "partner/eu west", "p-1", None, json!({})).await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let (_, html) = dash.get_as("", ALICE).await?;
+    assert!(
+        html.contains(r#"action="/outbox/destinations/webhook:orders/pause""#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"action="/outbox/destinations/partner%2Feu%20west/pause""#),
+        "{html}"
+    );
+
+    for (name, path) in [
+        ("webhook:orders", "webhook:orders"),
+        ("partner/eu west", "partner%2Feu%20west"),
+    ] {
+        let (status, body) = dash
+            .post_form(
+                &format!("/destinations/{path}/pause"),
+                &[("reason", "downstream migration")],
+                ALICE,
+            )
+            .await?;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{name}: {body}");
+        assert_eq!(
+            pause_of(&client, name).await?.map(|p| p.0),
+            Some(true),
+            "{name}"
+        );
+        let (_, html) = dash.get_as("", ALICE).await?;
+        assert!(
+            html.contains(&format!(r#"action="/outbox/destinations/{path}/resume""#)),
+            "{name}: {html}"
+        );
+        let res = dash
+            .request(
+                Method::POST,
+                &format!("/api/destinations/{path}/resume"),
+                ALICE,
+            )
+            .send()
+            .await?;
+        assert_eq!(res.status(), StatusCode::OK, "{name}");
+        let flow: Value = res.json().await?;
+        assert_eq!(flow["destination"], name);
+        assert_eq!(pause_of(&client, name).await?.map(|p| p.0), Some(false));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
 // security
 
 #[tokio::test]

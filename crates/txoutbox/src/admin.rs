@@ -39,7 +39,10 @@
 //! - Rows are locked (`FOR UPDATE`) and checked in the transaction that changes them, so a relay
 //!   cannot claim or complete one halfway: its claim skips locked rows, its completion waits.
 
+mod flow;
 mod sql;
+
+pub use flow::{destination_flows, pause_destination, resume_destination, DestinationFlow};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -592,6 +595,9 @@ pub struct OutboxStats {
     /// `pg_stats`, as of the last ANALYZE), not a count: the history holds more than
     /// [`EXACT_DELIVERED_COUNT_MAX`] rows, and counting them would scan it.
     pub delivered_estimated: bool,
+    /// The destinations flow control holds back or counts something for (paused, a breaker not
+    /// closed or counting failures, a rate limit), by name.
+    pub flow: Vec<DestinationFlow>,
 }
 
 /// Why an operator's action was refused or failed.
@@ -1209,6 +1215,11 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
         oldest_pending_age,
         last_hour: FailureRate::new(attempts, failures),
         delivered_estimated,
+        flow: destination_flows(client)
+            .await?
+            .into_iter()
+            .filter(DestinationFlow::is_notable)
+            .collect(),
     })
 }
 

@@ -52,14 +52,15 @@ pub mod telemetry;
 mod wake;
 
 pub use admin::{
-    activity, discard, failure_groups, list_messages, lookup_key, purge, purge_with_progress,
-    replay, replay_downstream_key, replay_with_progress, show_message, stats, AdminError,
-    AttemptRecord, DestinationStats, DiscardOptions, DiscardReport, DiscardedMessage, FailureGroup,
-    FailureRate, IdempotencyRecord, KeyLookup, ListCursor, MessageDetail, MessageFilter,
-    MessageStatus, MessageSummary, MinuteActivity, OutboxStats, PurgeOptions, PurgeReport,
-    ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage, Retention, SkippedMessage,
-    StatusCounts, TimeBound, DEFAULT_FAILED_RETENTION, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION,
-    EXACT_DELIVERED_COUNT_MAX, FAILURE_RATE_WINDOW,
+    activity, destination_flows, discard, failure_groups, list_messages, lookup_key,
+    pause_destination, purge, purge_with_progress, replay, replay_downstream_key,
+    replay_with_progress, resume_destination, show_message, stats, AdminError, AttemptRecord,
+    DestinationFlow, DestinationStats, DiscardOptions, DiscardReport, DiscardedMessage,
+    FailureGroup, FailureRate, IdempotencyRecord, KeyLookup, ListCursor, MessageDetail,
+    MessageFilter, MessageStatus, MessageSummary, MinuteActivity, OutboxStats, PurgeOptions,
+    PurgeReport, ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage, Retention,
+    SkippedMessage, StatusCounts, TimeBound, DEFAULT_FAILED_RETENTION, DEFAULT_REPLAY_BATCH,
+    DEFAULT_RETENTION, EXACT_DELIVERED_COUNT_MAX, FAILURE_RATE_WINDOW,
 };
 pub use error::{Error, Result};
 pub use executor::{Params, TxExecutor};
@@ -77,8 +78,8 @@ pub use outbox::{
 pub use pg::{MakeTls, PgConfig, PgConnection, PgStream, SslMode, TlsConnector, TlsError};
 pub use prune::{prune_expired_keys, DEFAULT_PRUNE_BATCH};
 pub use relay::{
-    reclaim_expired, DestinationPolicy, Relay, RelayBuilder, RelayConfig, RelayReport, RetryPolicy,
-    Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
+    reclaim_expired, Breaker, DestinationPolicy, FlowControl, RateLimit, Relay, RelayBuilder,
+    RelayConfig, RelayReport, RetryPolicy, Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
 };
 pub use sink::{
     error_chain, parse_retry_after, Completion, CompletionHook, Delivery, DeliveryError, Receipt,

@@ -44,8 +44,18 @@ pub const IDEMPOTENCY_CONFLICTS: &str = "txoutbox_idempotency_conflicts_total";
 /// Rows whose lease expired and that a relay took back.
 pub const LEASES_RECLAIMED: &str = "txoutbox_leases_reclaimed_total";
 
+/// A destination's flow-control state, by `destination` and `state` (`closed`, `open`,
+/// `half_open`, `paused`): 1 for the state it is in, 0 for the others.
+pub const DESTINATION_STATE: &str = "txoutbox_destination_state";
+/// Tokens left in a rate-limited destination's bucket after the relay's last claim, by
+/// `destination`.
+pub const DESTINATION_TOKENS: &str = "txoutbox_destination_tokens";
+/// Claims in which a destination's due rows were held back (paused, open, out of tokens or of
+/// in-flight room), by `destination`.
+pub const DESTINATION_THROTTLED: &str = "txoutbox_destination_throttled_total";
+
 /// Every metric name the core records, for exporters that want to configure them.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 15] = [
     ENQUEUED,
     DELIVERED,
     RETRIED,
@@ -58,6 +68,9 @@ pub const ALL: [&str; 12] = [
     IDEMPOTENCY_MISMATCHES,
     IDEMPOTENCY_CONFLICTS,
     LEASES_RECLAIMED,
+    DESTINATION_STATE,
+    DESTINATION_TOKENS,
+    DESTINATION_THROTTLED,
 ];
 
 /// Registers the help text and units of every txoutbox metric with the installed recorder.
@@ -124,6 +137,21 @@ pub fn describe_metrics() {
         Unit::Count,
         "Outbox rows whose lease expired and were taken back"
     );
+    describe_gauge!(
+        DESTINATION_STATE,
+        Unit::Count,
+        "A destination's flow-control state (closed, open, half_open, paused): 1 for the current one"
+    );
+    describe_gauge!(
+        DESTINATION_TOKENS,
+        Unit::Count,
+        "Tokens left in a rate-limited destination's bucket after the last claim"
+    );
+    describe_counter!(
+        DESTINATION_THROTTLED,
+        Unit::Count,
+        "Claims in which a destination's rows were held back by flow control"
+    );
 }
 
 /// The outcomes [`ATTEMPT_DURATION`] is labelled with.
@@ -142,7 +170,13 @@ pub fn register_destinations<S: AsRef<str>>(destinations: impl IntoIterator<Item
     use metrics::{counter, gauge, histogram};
     for destination in destinations {
         let destination = destination.as_ref().to_owned();
-        for name in [ENQUEUED, DELIVERED, RETRIED, DEAD_LETTERED] {
+        for name in [
+            ENQUEUED,
+            DELIVERED,
+            RETRIED,
+            DEAD_LETTERED,
+            DESTINATION_THROTTLED,
+        ] {
             counter!(name, "destination" => destination.clone()).increment(0);
         }
         let _ = histogram!(DELIVERY_LATENCY, "destination" => destination.clone());

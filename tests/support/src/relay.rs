@@ -220,5 +220,6 @@ pub fn quick_retry(max_attempts: u32) -> txoutbox::DestinationPolicy {
             max_attempts,
         },
         semantics: txoutbox::Semantics::AtLeastOnce,
+        ..Default::default()
     }
 }

@@ -8,6 +8,21 @@
 //! a page starts), so one macro holds its text. Times are compared with `created_at` (enqueue time); relative bounds use the
 //! database's clock, the one that wrote `created_at`.
 
+/// The columns of a destination's flow-control state (see [`FLOW_STATE`]).
+macro_rules! flow_state {
+    () => {
+        "SELECT destination, \
+             CASE WHEN paused_at IS NOT NULL THEN 'paused' \
+                 WHEN breaker = 'open' AND open_until > now() THEN 'open' \
+                 WHEN breaker <> 'closed' THEN 'half_open' ELSE 'closed' END AS state, \
+             paused_at, paused_by, paused_reason, rate_per_sec, \
+             CASE WHEN rate_per_sec IS NULL THEN NULL ELSE least(burst, tokens + rate_per_sec \
+                 * greatest(EXTRACT(EPOCH FROM now() - refilled_at)::float8, 0)) END AS tokens, \
+             failures, open_until, open_reason \
+         FROM txoutbox_destinations"
+    };
+}
+
 /// A failure's text with what varies between two failures of one cause replaced: UUIDs by
 /// `<uuid>`, then runs of digits by `<n>` (ids, amounts, timestamps, ports), cut to 300
 /// characters. Failures with the same normalised text form one group of `failures`.
@@ -407,3 +422,27 @@ pub const KEY_MESSAGES: &str = "SELECT * FROM ( \
          t.attempts, t.created_at, NULL, NULL, t.last_error, NULL, NULL, t.discarded_at \
      FROM txoutbox_discarded t WHERE t.created_at = $1 OR t.downstream_key = ANY($2::text[]) \
      ) r ORDER BY created_at, seq";
+
+/// The flow-control state of every destination with a row ([`FLOW_STATE`]'s columns).
+pub const FLOW_STATES: &str = concat!(flow_state!(), " ORDER BY destination");
+
+/// The flow-control state of destination $1: `state` as the claim reads it (paused, open,
+/// half_open, closed) and the tokens its bucket holds now.
+pub const FLOW_STATE: &str = concat!(flow_state!(), " WHERE destination = $1");
+
+/// An operator's pause of destination $1 by $2 for reason $3 (its row made if missing).
+pub const PAUSE: &str = "INSERT INTO txoutbox_destinations AS d (destination, paused_at, \
+         paused_by, paused_reason) VALUES ($1, now(), $2, $3) \
+     ON CONFLICT (destination) DO UPDATE SET paused_at = COALESCE(d.paused_at, now()), \
+         paused_by = $2, paused_reason = $3, updated_at = now()";
+
+/// Ends the pause of destination $1; no row when it was not paused.
+pub const RESUME: &str = "UPDATE txoutbox_destinations SET paused_at = NULL, paused_by = NULL, \
+         paused_reason = NULL, updated_at = now() \
+     WHERE destination = $1 AND paused_at IS NOT NULL RETURNING destination";
+
+/// Logs a destination-wide operator action ($2: `paused`, `resumed`) on destination $1 with the
+/// note $3: no message, attempt 0, relay `operator`.
+pub const LOG_DESTINATION_ACTION: &str = "INSERT INTO txoutbox_attempts (message_id, destination, \
+         attempt, downstream_key, relay, outcome, error, started_at, finished_at) \
+     VALUES (NULL, $1, 0, '', 'operator', $2, $3, now(), now())";

@@ -47,6 +47,15 @@ pub(super) async fn completer(
                 Err(_) => break,
             }
         }
+        let signals = super::flow::signals(&inner, &batch);
+        if !signals.is_empty() {
+            let inner = inner.clone();
+            writes.spawn(async move {
+                if let Err(e) = super::flow::feedback(&inner, &signals).await {
+                    tracing::warn!(error = %e, "could not record the outcomes for the destinations' breakers");
+                }
+            });
+        }
         let (hooked, plain): (Vec<_>, Vec<_>) = batch.into_iter().partition(|f| {
             f.completion.is_some() && inner.hooks.contains_key(&f.lease.delivery.destination)
         });

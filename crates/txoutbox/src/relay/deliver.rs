@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio_postgres::types::Type;
 
+use super::flow::Signal;
 use super::{sql, storable, Connection, Finished, Held, Inner, Lease, Outcome, Stage};
 use crate::sink::{Completion, DeliveryError, Receipt};
 use crate::Result;
@@ -92,10 +93,32 @@ pub(super) async fn deliver(inner: &Inner, mut lease: Lease, held: &Held) -> Fin
         delay: Duration::ZERO,
         finished,
         completion: None,
+        signal: None,
     };
     let _enter = span.enter();
     let attempt = lease.delivery.attempt;
     let last = attempt >= policy.retry.max_attempts;
+    // What the destination's breaker learns: a call that reached no verdict or failed
+    // retryably counts against the downstream; a permanent failure (a bad row) does not. A
+    // downstream's Retry-After holds the whole destination on this relay at once (the shared
+    // row follows with the completion).
+    if sink_started.is_some() {
+        out.signal = match &result {
+            Ok(_) => Some(Signal::Delivered),
+            Err(DeliveryError::Retryable { retry_after, .. }) => {
+                if let Some(wait) = retry_after {
+                    inner
+                        .flow
+                        .hold(&delivery.destination, (*wait).min(policy.retry.cap));
+                }
+                Some(Signal::Failed {
+                    retry_after: *retry_after,
+                })
+            }
+            Err(DeliveryError::Indeterminate { .. }) => Some(Signal::Failed { retry_after: None }),
+            Err(DeliveryError::Permanent { .. }) => None,
+        };
+    }
     match result {
         Ok(Receipt(receipt)) => {
             tracing::debug!("delivered");
@@ -178,6 +201,7 @@ fn unstarted(lease: Lease) -> Finished {
         receipt: None,
         delay: Duration::ZERO,
         completion: None,
+        signal: None,
     }
 }
 

@@ -14,6 +14,7 @@ mod backoff;
 mod complete;
 mod config;
 mod deliver;
+mod flow;
 mod listener;
 mod maintenance;
 mod sql;
@@ -34,8 +35,8 @@ use uuid::Uuid;
 
 pub use backoff::RetryPolicy;
 pub use config::{
-    DestinationPolicy, RelayBuilder, RelayConfig, Semantics, WakeMode, MAX_RETRY_DELAY,
-    SHUTDOWN_FLUSH,
+    Breaker, DestinationPolicy, FlowControl, RateLimit, RelayBuilder, RelayConfig, Semantics,
+    WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
 };
 pub use maintenance::reclaim_expired;
 
@@ -58,6 +59,7 @@ struct Inner {
     default_policy: DestinationPolicy,
     wake: Arc<Notify>,
     listener_connected: Arc<AtomicBool>,
+    flow: flow::Flow,
 }
 
 impl Inner {
@@ -144,6 +146,9 @@ struct Finished {
     delay: Duration,
     finished: DateTime<Utc>,
     completion: Option<Completion>,
+    /// What the attempt tells the destination's breaker (none for a permanent failure or a row
+    /// given back).
+    signal: Option<flow::Signal>,
 }
 
 /// Where a held row is: from its claim until its outcome is written, a row is in this relay's
@@ -192,6 +197,19 @@ impl Held {
 
     fn contains(&self, id: Uuid) -> bool {
         self.0.lock().map(|h| h.contains_key(&id)).unwrap_or(false)
+    }
+
+    /// How many rows this relay holds per destination.
+    fn per_destination(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        if let Ok(held) = self.0.lock() {
+            for (lease, _) in held.values() {
+                *counts
+                    .entry(lease.delivery.destination.clone())
+                    .or_insert(0) += 1;
+            }
+        }
+        counts
     }
 
     fn ids(&self) -> Vec<Uuid> {
@@ -291,6 +309,7 @@ impl Relay {
         let mut deliveries = JoinSet::new();
         let mut report = RelayReport::default();
         let mut failures = 0u32;
+        let mut registered = false;
         tokio::pin!(shutdown);
         let stopping_at = loop {
             while deliveries.try_join_next().is_some() {}
@@ -303,7 +322,16 @@ impl Relay {
                 }
             }
             let want = free.min(config.batch_size.max(1));
-            let claim = claim(&inner, want, held.ids());
+            if !registered {
+                match flow::register(&inner).await {
+                    Ok(()) => registered = true,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not record the destinations' rate limits; will try again")
+                    }
+                }
+            }
+            let bounds = inner.flow.bounds(&inner, want, &held.per_destination());
+            let claim = claim(&inner, want, held.ids(), &bounds);
             tokio::pin!(claim);
             let (claimed, stopping) = tokio::select! {
                 biased;
@@ -318,7 +346,7 @@ impl Relay {
                 }
                 claimed = &mut claim => (claimed, None),
             };
-            let (rows, parked) = match claimed {
+            let (rows, parked, next_change) = match claimed {
                 Ok(claimed) => {
                     failures = 0;
                     claimed
@@ -362,9 +390,16 @@ impl Relay {
                     continue;
                 };
                 held.insert(lease.clone());
+                let not_before = inner
+                    .flow
+                    .slot(&lease.delivery.destination, config.lease / 4);
                 let (inner, done, held) = (inner.clone(), done.clone(), held.clone());
                 deliveries.spawn(async move {
                     let (id, token) = (lease.delivery.id, lease.token);
+                    if let Some(at) = not_before {
+                        // Paced: a rate-limited destination's calls go out spaced at its rate.
+                        tokio::time::sleep_until(at).await;
+                    }
                     let finished = deliver::deliver(&inner, lease, &held).await;
                     // Queue the outcome and mark it queued with no await in between: a task
                     // aborted at shutdown has either queued its outcome or left the row to be
@@ -379,11 +414,14 @@ impl Relay {
             if full {
                 continue; // a backlog: claim again at once
             }
+            // A destination held back (tokens spent, a breaker's cool-down) may have rows again
+            // before the next poll: wait no longer than that.
+            let wait = next_change.map_or(config.poll_interval, |d| d.min(config.poll_interval));
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break Instant::now(),
                 _ = inner.wake.notified() => {}
-                _ = tokio::time::sleep(config.poll_interval) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         };
 
@@ -466,6 +504,7 @@ fn given_back(inner: &Inner, lease: Lease, outcome: Outcome) -> Finished {
         receipt: None,
         delay: Duration::ZERO,
         completion: None,
+        signal: None,
     }
 }
 
@@ -503,9 +542,15 @@ macro_rules! impl_connection {
 impl_connection!(deadpool_postgres::Object);
 impl_connection!(deadpool_postgres::Transaction<'_>);
 
-/// Claims up to `want` due rows, none of those in `held`; returns them with how many rows
-/// waiting behind an ordering-key head the claim parked.
-async fn claim(inner: &Inner, want: usize, held: Vec<Uuid>) -> Result<(Vec<Lease>, u64)> {
+/// Claims up to `want` due rows, none of those in `held`, within the flow-control bounds;
+/// returns them with how many rows waiting behind an ordering-key head the claim parked, and how
+/// long until a destination it held back may have rows again.
+async fn claim(
+    inner: &Inner,
+    want: usize,
+    held: Vec<Uuid>,
+    bounds: &flow::Bounds,
+) -> Result<(Vec<Lease>, u64, Option<Duration>)> {
     let client = inner.pool.get().await?;
     let limit = want as i64;
     let lease = inner.config.lease.as_secs_f64();
@@ -519,6 +564,8 @@ async fn claim(inner: &Inner, want: usize, held: Vec<Uuid>) -> Result<(Vec<Lease
                 (&lease, Type::FLOAT8),
                 (&held, Type::UUID_ARRAY),
                 (&sql::ORDERING_PARK_SECS, Type::FLOAT8),
+                (&bounds.destinations, Type::TEXT_ARRAY),
+                (&bounds.room, Type::INT8_ARRAY),
             ],
         )
         .await?;
@@ -527,13 +574,26 @@ async fn claim(inner: &Inner, want: usize, held: Vec<Uuid>) -> Result<(Vec<Lease
         .map(|r| r.try_get::<_, i64>("parked"))
         .transpose()?
         .unwrap_or(0);
+    let gates: Vec<flow::Gate> = match rows
+        .first()
+        .map(|r| r.try_get::<_, Option<String>>("gates"))
+        .transpose()?
+        .flatten()
+    {
+        Some(json) => serde_json::from_str(&json).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "unreadable flow-control state");
+            Vec::new()
+        }),
+        None => Vec::new(),
+    };
+    let next_change = inner.flow.observe(&gates, bounds, inner.sinks.keys());
     let mut leases = Vec::with_capacity(rows.len());
     for row in &rows {
         if row.try_get::<_, Option<Uuid>>("id")?.is_some() {
             leases.push(lease_from_row(row)?);
         }
     }
-    Ok((leases, u64::try_from(parked).unwrap_or(0)))
+    Ok((leases, u64::try_from(parked).unwrap_or(0), next_change))
 }
 
 fn lease_from_row(row: &Row) -> Result<Lease> {

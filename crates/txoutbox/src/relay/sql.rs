@@ -11,15 +11,60 @@
 /// behind a blocked head are read once per park, not by every claim. The claim costs the same
 /// however many rows wait behind blocked heads.
 ///
+/// Flow control: destinations with a state in `txoutbox_destinations` (paused, a breaker not
+/// closed, a rate limit, failures counted) are locked for the statement and bounded: none while
+/// paused or open or while a half-open probe is out, one as the probe, no more than the whole
+/// tokens of their bucket; destinations $6 are bounded by this relay too ($7 rows at most: its
+/// in-flight room, 0 for its own holds). A bounded destination's rows are read apart (at most
+/// its bound), so they neither starve nor take the others' place; the tokens its rows took are
+/// spent and a probe's lease recorded in the same statement, so every relay shares one budget.
+///
 /// The UPDATE commits at once: no lock is held while sinks run. `at_most_once` is cleared: it is
 /// set again, just before the call, only for an attempt that really starts ([`MARK_STARTED`]).
-/// Always returns one row at least: `parked` (rows parked) with NULLs when nothing was claimed.
-pub const CLAIM: &str = "WITH candidates AS ( \
+/// Always returns one row at least: `parked` (rows parked) and `gates` (the bounded destinations'
+/// states, as JSON) with NULLs when nothing was claimed.
+pub const CLAIM: &str = "WITH flow AS ( \
+     SELECT d.destination, d.paused_at, d.breaker, d.open_until, d.probe_until, d.rate_per_sec, \
+         d.burst, d.tokens, d.refilled_at, d.failures FROM txoutbox_destinations d \
+     WHERE d.paused_at IS NOT NULL OR d.rate_per_sec IS NOT NULL OR d.breaker <> 'closed' \
+         OR d.failures > 0 \
+     ORDER BY d.destination FOR NO KEY UPDATE), \
+ gate AS ( \
+     SELECT f.destination, f.rate_per_sec, f.failures, \
+         CASE WHEN f.paused_at IS NOT NULL THEN 'paused' \
+             WHEN f.breaker = 'open' AND f.open_until > now() THEN 'open' \
+             WHEN f.breaker = 'half_open' AND f.probe_until > now() THEN 'probing' \
+             WHEN f.breaker <> 'closed' THEN 'probe' \
+             ELSE 'closed' END AS state, \
+         CASE WHEN f.rate_per_sec IS NULL THEN NULL ELSE least(f.burst, f.tokens + f.rate_per_sec \
+             * greatest(EXTRACT(EPOCH FROM now() - f.refilled_at)::float8, 0)) END AS avail, \
+         EXTRACT(EPOCH FROM f.open_until - now())::float8 AS open_for \
+     FROM flow f), \
+ bound AS ( \
+     SELECT COALESCE(g.destination, l.destination) AS destination, least( \
+         CASE WHEN g.state IN ('paused', 'open', 'probing') THEN 0 \
+             WHEN g.state = 'probe' THEN 1 ELSE $1 END, \
+         COALESCE(floor(g.avail)::int8, $1), COALESCE(l.room, $1)) AS n \
+     FROM (SELECT * FROM gate WHERE state <> 'closed' OR avail IS NOT NULL) g \
+     FULL JOIN unnest($6::text[], $7::int8[]) AS l(destination, room) \
+         ON l.destination = g.destination), \
+ free AS ( \
      SELECT m.id, m.ordering_key, m.seq, m.next_attempt_at FROM txoutbox_messages m \
      WHERE m.status = 'pending' AND m.next_attempt_at <= now() AND m.id <> ALL($4::uuid[]) \
+         AND m.destination <> ALL(ARRAY(SELECT destination FROM bound)) \
      ORDER BY m.next_attempt_at \
      LIMIT $1 * 4 \
      FOR UPDATE SKIP LOCKED), \
+ bounded AS ( \
+     SELECT r.* FROM bound b CROSS JOIN LATERAL ( \
+         SELECT m.id, m.ordering_key, m.seq, m.next_attempt_at FROM txoutbox_messages m \
+         WHERE m.status = 'pending' AND m.next_attempt_at <= now() \
+             AND m.id <> ALL($4::uuid[]) AND m.destination = b.destination \
+         ORDER BY m.next_attempt_at \
+         LIMIT b.n \
+         FOR UPDATE SKIP LOCKED) r \
+     WHERE b.n > 0), \
+ candidates AS (SELECT * FROM free UNION ALL SELECT * FROM bounded), \
  blocked AS ( \
      SELECT c.id FROM candidates c \
      WHERE c.ordering_key IS NOT NULL AND EXISTS ( \
@@ -38,8 +83,57 @@ pub const CLAIM: &str = "WITH candidates AS ( \
          attempt_started_at = now(), at_most_once = false \
      FROM due WHERE m.id = due.id \
      RETURNING m.id, m.destination, m.payload, m.headers, m.downstream_key, m.ordering_key, \
-         m.attempts, m.lease_token, m.created_at, m.attempt_started_at) \
- SELECT p.parked, c.* FROM (SELECT count(*) AS parked FROM parked) p LEFT JOIN claimed c ON true";
+         m.attempts, m.lease_token, m.created_at, m.attempt_started_at), \
+ taken AS (SELECT destination, count(*) AS n FROM claimed GROUP BY destination), \
+ spent AS ( \
+     UPDATE txoutbox_destinations d SET \
+         tokens = CASE WHEN g.avail IS NULL THEN d.tokens ELSE g.avail - COALESCE(t.n, 0) END, \
+         refilled_at = CASE WHEN g.avail IS NULL THEN d.refilled_at ELSE now() END, \
+         breaker = CASE WHEN g.state = 'probe' AND t.n > 0 THEN 'half_open' ELSE d.breaker END, \
+         probe_until = CASE WHEN g.state = 'probe' AND t.n > 0 \
+             THEN now() + make_interval(secs => $3) ELSE d.probe_until END \
+     FROM gate g LEFT JOIN taken t ON t.destination = g.destination \
+     WHERE d.destination = g.destination \
+         AND (g.avail IS NOT NULL OR (g.state = 'probe' AND t.n > 0))), \
+ gates AS ( \
+     SELECT json_agg(json_build_object('destination', g.destination, 'state', \
+         CASE WHEN g.state = 'probe' AND t.n > 0 THEN 'probing' ELSE g.state END, \
+         'tokens', g.avail - COALESCE(t.n, 0), 'rate', g.rate_per_sec, \
+         'open_for', g.open_for, 'failures', g.failures))::text AS gates \
+     FROM gate g LEFT JOIN taken t ON t.destination = g.destination) \
+ SELECT p.parked, gs.gates, c.* FROM (SELECT count(*) AS parked FROM parked) p \
+     CROSS JOIN gates gs LEFT JOIN claimed c ON true";
+
+/// Records the rate limits of a relay's destinations (NULL: none) and gives every destination
+/// it serves its flow-control row. A relay starting writes its configuration over the last one.
+pub const REGISTER_DESTINATIONS: &str = "INSERT INTO txoutbox_destinations AS d \
+         (destination, rate_per_sec, burst, tokens) \
+     SELECT destination, rate, burst, COALESCE(burst, 0) \
+     FROM unnest($1::text[], $2::float8[], $3::float8[]) AS i(destination, rate, burst) \
+     ON CONFLICT (destination) DO UPDATE SET rate_per_sec = EXCLUDED.rate_per_sec, \
+         burst = EXCLUDED.burst, tokens = least(d.tokens, COALESCE(EXCLUDED.burst, d.tokens)), \
+         updated_at = now() \
+     WHERE d.rate_per_sec IS DISTINCT FROM EXCLUDED.rate_per_sec \
+         OR d.burst IS DISTINCT FROM EXCLUDED.burst";
+
+/// Gives destinations $1 their flow-control row if they have none (before [`LOCK_DESTINATIONS`]).
+pub const ENSURE_DESTINATIONS: &str = "INSERT INTO txoutbox_destinations (destination) \
+     SELECT unnest($1::text[]) ON CONFLICT (destination) DO NOTHING";
+
+/// Locks the breaker columns of destinations $1 for a feedback write.
+pub const LOCK_DESTINATIONS: &str = "SELECT destination, breaker, failures, opens, open_until, \
+         open_reason, probe_until, now() AS now \
+     FROM txoutbox_destinations WHERE destination = ANY($1::text[]) \
+     ORDER BY destination FOR NO KEY UPDATE";
+
+/// Writes the breaker columns computed from a batch's outcomes.
+pub const UPDATE_BREAKERS: &str = "UPDATE txoutbox_destinations d SET breaker = u.breaker, \
+         failures = u.failures, opens = u.opens, open_until = u.open_until, \
+         open_reason = u.open_reason, probe_until = u.probe_until, updated_at = now() \
+     FROM unnest($1::text[], $2::text[], $3::int4[], $4::int4[], $5::timestamptz[], $6::text[], \
+         $7::timestamptz[]) AS u(destination, breaker, failures, opens, open_until, open_reason, \
+         probe_until) \
+     WHERE d.destination = u.destination";
 
 /// How long a row waiting behind an earlier row of its ordering key is parked by a claim (the
 /// completion of the row ahead of it ends the park at once).

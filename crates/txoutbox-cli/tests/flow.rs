@@ -1,0 +1,512 @@
+//! Flow control per destination, end to end: real `txoutbox relay` processes deliver to a real
+//! HTTP receiver that records when each call arrives and answers as its script says (429 with
+//! Retry-After, 503 while "down", 200). Rate limits shared by two relays, a downstream's
+//! Retry-After pausing its destination, the circuit breaker, and an operator's pause and resume.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use txoutbox::{enqueue, OutboxMessage};
+use txoutbox_test_support::{test_db, wait_for_count, TestDb};
+
+const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+/// What the receiver answers a call to `path` that arrives `since` after the first call to it.
+type Script = dyn Fn(&str, Duration) -> (StatusCode, Option<u64>) + Send + Sync;
+
+/// One call as the receiver saw it.
+#[derive(Debug, Clone)]
+struct Call {
+    path: String,
+    /// Since the receiver started.
+    at: Duration,
+    webhook_id: String,
+    status: u16,
+    retry_after: Option<u64>,
+}
+
+#[derive(Clone)]
+struct Receiver {
+    started: Instant,
+    calls: Arc<Mutex<Vec<Call>>>,
+    first: Arc<Mutex<HashMap<String, Instant>>>,
+    script: Arc<Script>,
+}
+
+impl Receiver {
+    async fn start(
+        script: impl Fn(&str, Duration) -> (StatusCode, Option<u64>) + Send + Sync + 'static,
+    ) -> anyhow::Result<(Self, SocketAddr)> {
+        let receiver = Receiver {
+            started: Instant::now(),
+            calls: Arc::default(),
+            first: Arc::default(),
+            script: Arc::new(script),
+        };
+        let router = axum::Router::new()
+            .route("/{path}", axum::routing::post(receive))
+            .with_state(receiver.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Ok((receiver, addr))
+    }
+
+    fn calls(&self, path: &str) -> Vec<Call> {
+        self.calls
+            .lock()
+            .map(|c| c.iter().filter(|c| c.path == path).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn delivered(&self, path: &str) -> usize {
+        self.calls(path).iter().filter(|c| c.status == 200).count()
+    }
+
+    async fn wait_delivered(&self, path: &str, n: usize, limit: Duration) -> usize {
+        let start = Instant::now();
+        while self.delivered(path) < n && start.elapsed() < limit {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.delivered(path)
+    }
+}
+
+async fn receive(
+    State(receiver): State<Receiver>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let now = Instant::now();
+    let since = {
+        let mut first = receiver.first.lock().expect("not poisoned");
+        now - *first.entry(path.clone()).or_insert(now)
+    };
+    let (status, retry_after) = (receiver.script)(&path, since);
+    if let Ok(mut calls) = receiver.calls.lock() {
+        calls.push(Call {
+            path,
+            at: now - receiver.started,
+            webhook_id: headers
+                .get("webhook-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
+            status: status.as_u16(),
+            retry_after,
+        });
+    }
+    let mut response = status.into_response();
+    if let Some(secs) = retry_after {
+        response
+            .headers_mut()
+            .insert("retry-after", HeaderValue::from(secs));
+    }
+    response
+}
+
+/// A relay process, killed when dropped.
+struct RelayProcess(Child);
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl RelayProcess {
+    fn start(
+        db: &TestDb,
+        receiver: SocketAddr,
+        paths: &[&str],
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let mut args = vec![
+            "relay".to_owned(),
+            "--poll-interval".to_owned(),
+            "100ms".to_owned(),
+            "--webhook-secret".to_owned(),
+            SECRET.to_owned(),
+        ];
+        for path in paths {
+            args.push("--webhook".to_owned());
+            args.push(format!("{path}=http://{receiver}/{path}"));
+        }
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        Ok(Self(
+            txoutbox()
+                .args(&args)
+                .env("DATABASE_URL", db.url())
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .spawn()?,
+        ))
+    }
+}
+
+fn txoutbox() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_txoutbox"))
+}
+
+/// Enqueues `n` webhook rows to `destination`, keys `{destination}-{i}`.
+async fn enqueue_rows(db: &TestDb, destination: &str, n: usize) -> anyhow::Result<()> {
+    let mut client = db.connect().await?;
+    let tx = client.transaction().await?;
+    let messages = (0..n)
+        .map(|i| {
+            let key = format!("{destination}-{i}");
+            OutboxMessage::new(
+                destination,
+                &serde_json::json!({ "event_type": "test.event", "data": { "key": key } }),
+            )
+            .map(|m| m.with_downstream_key(key))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    enqueue(&tx, &messages).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Every call delivered exactly once: as many distinct webhook ids delivered as rows.
+fn delivered_once(calls: &[Call], rows: usize) {
+    let delivered: Vec<&Call> = calls.iter().filter(|c| c.status == 200).collect();
+    let ids: HashSet<&str> = delivered.iter().map(|c| c.webhook_id.as_str()).collect();
+    assert_eq!(ids.len(), rows, "every row delivered");
+    assert_eq!(delivered.len(), rows, "none delivered twice");
+}
+
+#[tokio::test]
+async fn two_relays_share_one_rate_limit() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let (receiver, addr) = Receiver::start(|_, _| (StatusCode::OK, None)).await?;
+    enqueue_rows(&db, "webhook:x", 400).await?;
+    let limit = ["--rate-limit", "webhook:*=20/s"];
+    let _a = RelayProcess::start(&db, addr, &["webhook:x"], &limit)?;
+    let _b = RelayProcess::start(&db, addr, &["webhook:x"], &limit)?;
+    let delivered = receiver
+        .wait_delivered("webhook:x", 400, Duration::from_secs(40))
+        .await;
+    assert_eq!(delivered, 400);
+    let calls = receiver.calls("webhook:x");
+    delivered_once(&calls, 400);
+    let times: Vec<Duration> = calls.iter().map(|c| c.at).collect();
+    // At most 20 a second, +10 % (a burst of 2 tokens), over every 1 s window.
+    let busiest = times
+        .iter()
+        .map(|&t| {
+            times
+                .iter()
+                .filter(|&&u| u >= t && u < t + Duration::from_secs(1))
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(busiest <= 22, "{busiest} calls within one second");
+    let span = times[times.len() - 1] - times[0];
+    assert!(
+        (Duration::from_secs(18)..Duration::from_secs(24)).contains(&span),
+        "400 rows at 20/s took {span:?}"
+    );
+    let client = db.connect().await?;
+    let failed: i64 = client
+        .query_one("SELECT count(*) FROM txoutbox_messages", &[])
+        .await?
+        .get(0);
+    assert_eq!(failed, 0, "nothing left behind, nothing dead-lettered");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_retry_after_pauses_the_whole_destination_until_then() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    // 429 with Retry-After: 2 for the first 5 s, then 200.
+    let (receiver, addr) = Receiver::start(|_, since| {
+        if since < Duration::from_secs(5) {
+            (StatusCode::TOO_MANY_REQUESTS, Some(2))
+        } else {
+            (StatusCode::OK, None)
+        }
+    })
+    .await?;
+    enqueue_rows(&db, "webhook:x", 100).await?;
+    let _relay = RelayProcess::start(
+        &db,
+        addr,
+        &["webhook:x"],
+        &["--max-in-flight", "webhook:x=4"],
+    )?;
+    // While paused, the pause shows in `txoutbox stats`.
+    let client = db.connect().await?;
+    wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_destinations WHERE breaker = 'open'",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    let stats = txoutbox()
+        .arg("stats")
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    let shown = String::from_utf8_lossy(&stats.stdout);
+    assert!(
+        shown.contains("FLOW CONTROL") && shown.contains("Retry-After"),
+        "{shown}"
+    );
+    let delivered = receiver
+        .wait_delivered("webhook:x", 100, Duration::from_secs(30))
+        .await;
+    assert_eq!(delivered, 100);
+    let calls = receiver.calls("webhook:x");
+    delivered_once(&calls, 100);
+    // No call arrives during a pause the downstream announced (calls already on their way when
+    // the first 429 came back excepted: 100 ms of slack).
+    for answer in calls.iter().filter(|c| c.status == 429) {
+        let announced = Duration::from_secs(answer.retry_after.unwrap_or(0));
+        let pause = answer.at + Duration::from_millis(100)
+            ..answer.at + announced - Duration::from_millis(50);
+        let inside: Vec<&Call> = calls.iter().filter(|c| pause.contains(&c.at)).collect();
+        assert!(
+            inside.is_empty(),
+            "calls during the pause announced at {:?}: {inside:?}",
+            answer.at
+        );
+    }
+    let attempts: i64 = client
+        .query_one("SELECT max(attempts)::int8 FROM txoutbox_delivered", &[])
+        .await?
+        .get(0);
+    assert!(attempts <= 2, "a row took {attempts} attempts");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_open_breaker_stops_calling_a_dead_destination_and_the_others_flow() -> anyhow::Result<()>
+{
+    let db = test_db().await?;
+    const DOWN: Duration = Duration::from_secs(30);
+    let started = Instant::now();
+    let (receiver, addr) = Receiver::start(move |path, _| {
+        if path == "webhook:x" && started.elapsed() < DOWN {
+            (StatusCode::SERVICE_UNAVAILABLE, None)
+        } else {
+            (StatusCode::OK, None)
+        }
+    })
+    .await?;
+    enqueue_rows(&db, "webhook:x", 20).await?;
+    enqueue_rows(&db, "webhook:y", 1000).await?;
+    let _relay = RelayProcess::start(
+        &db,
+        addr,
+        &["webhook:x", "webhook:y"],
+        &[
+            "--max-in-flight",
+            "webhook:x=2",
+            "--breaker-cool-down",
+            "2s",
+            "--retry-base",
+            "100ms",
+            "--retry-cap",
+            "1s",
+            "--max-attempts",
+            "50",
+        ],
+    )?;
+    let y = receiver
+        .wait_delivered("webhook:y", 1000, Duration::from_secs(25))
+        .await;
+    assert_eq!(
+        y, 1000,
+        "the other destination is delivered while x is down"
+    );
+    assert!(
+        started.elapsed() < DOWN,
+        "the other destination took {:?}",
+        started.elapsed()
+    );
+    let x = receiver
+        .wait_delivered("webhook:x", 20, DOWN + Duration::from_secs(30))
+        .await;
+    assert_eq!(x, 20, "every row of x delivered after it came back");
+    delivered_once(&receiver.calls("webhook:x"), 20);
+    delivered_once(&receiver.calls("webhook:y"), 1000);
+    let failures: Vec<Call> = receiver
+        .calls("webhook:x")
+        .into_iter()
+        .filter(|c| c.status == 503)
+        .collect();
+    // It opens after 10 consecutive failures (2 more may have been on their way); then at most
+    // one probe per cool-down (2 s, 4 s, 8 s, 16 s: at most 4 probes in 30 s).
+    assert!(failures.len() >= 10, "{} failures", failures.len());
+    let (burst, probes) = failures.split_at(failures.len().min(12));
+    assert!(
+        probes.len() <= 4,
+        "{} calls to x after the breaker opened: {probes:?}",
+        probes.len()
+    );
+    let mut previous = burst.last().map(|c| c.at).unwrap_or_default();
+    for probe in probes {
+        assert!(
+            probe.at >= previous + Duration::from_millis(1800),
+            "a probe {:?} after the last call: {probes:?}",
+            probe.at - previous
+        );
+        previous = probe.at;
+    }
+    let client = db.connect().await?;
+    let attempts: i64 = client
+        .query_one(
+            "SELECT max(attempts)::int8 FROM txoutbox_delivered WHERE destination = 'webhook:x'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert!(
+        attempts <= 8,
+        "rows of an open destination spend no attempt ({attempts})"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let (receiver, addr) = Receiver::start(|_, _| (StatusCode::OK, None)).await?;
+    let paths = ["webhook:x", "webhook:y"];
+    let _a = RelayProcess::start(&db, addr, &paths, &[])?;
+    let _b = RelayProcess::start(&db, addr, &paths, &[])?;
+    let pause = txoutbox()
+        .args([
+            "pause",
+            "webhook:x",
+            "--reason",
+            "receiver incident",
+            "--by",
+            "alice",
+        ])
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    assert_eq!(
+        pause.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&pause.stderr)
+    );
+    enqueue_rows(&db, "webhook:x", 20).await?;
+    enqueue_rows(&db, "webhook:y", 20).await?;
+    assert_eq!(
+        receiver
+            .wait_delivered("webhook:y", 20, Duration::from_secs(15))
+            .await,
+        20
+    );
+    // A few poll intervals more: nothing reaches the paused destination.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        receiver.calls("webhook:x").len(),
+        0,
+        "the paused destination is not called"
+    );
+    let stats = txoutbox()
+        .arg("stats")
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    let shown = String::from_utf8_lossy(&stats.stdout);
+    assert!(
+        shown.contains("paused by alice") && shown.contains("receiver incident"),
+        "{shown}"
+    );
+    let client = db.connect().await?;
+    let pending: i64 = client
+        .query_one(
+            "SELECT count(*) FROM txoutbox_messages WHERE destination = 'webhook:x' \
+             AND status = 'pending' AND attempts = 0 AND lease_owner IS NULL",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(
+        pending, 20,
+        "paused rows wait unleased and spend no attempt"
+    );
+
+    let resume = txoutbox()
+        .args(["resume", "webhook:x", "--by", "bob"])
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    assert_eq!(
+        resume.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resume.stderr)
+    );
+    assert_eq!(
+        receiver
+            .wait_delivered("webhook:x", 20, Duration::from_secs(15))
+            .await,
+        20
+    );
+    delivered_once(&receiver.calls("webhook:x"), 20);
+    let log: Vec<(String, String)> = client
+        .query(
+            "SELECT outcome, error FROM txoutbox_attempts \
+             WHERE message_id IS NULL AND destination = 'webhook:x' ORDER BY finished_at",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        log,
+        [
+            (
+                "paused".to_owned(),
+                "receiver incident (by alice)".to_owned()
+            ),
+            ("resumed".to_owned(), "by bob".to_owned()),
+        ]
+    );
+    // Resuming what is not paused is one clear line and exit 1.
+    let again = txoutbox()
+        .args(["resume", "webhook:x"])
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    assert_eq!(again.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("is not paused") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_rate_limit_that_matches_no_sink_or_does_not_parse_is_refused() {
+    let unmatched = txoutbox()
+        .args(["relay", "--stdout", "audit", "--rate-limit", "stripe=80/s"])
+        .env("DATABASE_URL", "postgres://x@127.0.0.1:1/x")
+        .output()
+        .expect("runs");
+    assert_eq!(unmatched.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&unmatched.stderr);
+    assert!(err.contains("--rate-limit stripe: no destination"), "{err}");
+    for bad in ["stripe=fast", "stripe=0/s", "stripe=80", "=80/s"] {
+        let out = txoutbox()
+            .args(["relay", "--stdout", "stripe", "--rate-limit", bad])
+            .env("DATABASE_URL", "postgres://x@127.0.0.1:1/x")
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+    }
+}

@@ -1,0 +1,175 @@
+//! The operator's side of flow control: what state each destination is in (`stats`), and
+//! pausing and resuming one (`txoutbox pause`, `txoutbox resume`). A pause is a row of
+//! `txoutbox_destinations` that every relay's claim reads, so every relay obeys it at its next
+//! claim (within one poll interval); each pause and resume is logged in the attempt log without
+//! a message, under its destination (relay `operator`, outcome `paused` or `resumed`).
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, GenericClient, Row};
+
+use super::{sql, AdminError};
+
+/// A destination's flow-control state, as `txoutbox stats` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DestinationFlow {
+    /// The destination.
+    pub destination: String,
+    /// `paused` (by an operator), `open` (its breaker: no calls until `open_until`),
+    /// `half_open` (one probe may go), or `closed`.
+    pub state: String,
+    /// When an operator paused it, who and why.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// Who paused it.
+    pub paused_by: Option<String>,
+    /// Why.
+    pub paused_reason: Option<String>,
+    /// Its rate limit, calls per second (shared by every relay).
+    pub rate_per_sec: Option<f64>,
+    /// Tokens in its bucket now (rate-limited destinations only).
+    pub tokens: Option<f64>,
+    /// Consecutive retryable failures counted by its breaker.
+    pub failures: i32,
+    /// Until when the breaker is open.
+    pub open_until: Option<DateTime<Utc>>,
+    /// Why the breaker opened (a failure count, or a downstream's Retry-After).
+    pub open_reason: Option<String>,
+}
+
+impl DestinationFlow {
+    /// True when flow control holds anything back or counts anything for this destination.
+    pub fn is_notable(&self) -> bool {
+        self.state != "closed" || self.rate_per_sec.is_some() || self.failures > 0
+    }
+
+    fn from_row(row: &Row) -> Result<Self, AdminError> {
+        Ok(Self {
+            destination: row.try_get("destination")?,
+            state: row.try_get("state")?,
+            paused_at: row.try_get("paused_at")?,
+            paused_by: row.try_get("paused_by")?,
+            paused_reason: row.try_get("paused_reason")?,
+            rate_per_sec: row.try_get("rate_per_sec")?,
+            tokens: row.try_get("tokens")?,
+            failures: row.try_get("failures")?,
+            open_until: row.try_get("open_until")?,
+            open_reason: row.try_get("open_reason")?,
+        })
+    }
+}
+
+/// Every destination with a flow-control row, by name.
+pub async fn destination_flows(
+    client: &impl GenericClient,
+) -> Result<Vec<DestinationFlow>, AdminError> {
+    client
+        .query_typed(sql::FLOW_STATES, &[])
+        .await?
+        .iter()
+        .map(DestinationFlow::from_row)
+        .collect()
+}
+
+/// Pauses `destination` for every relay until [`resume_destination`]: its rows stay pending,
+/// unleased, spending no attempt. `reason` is required (it is shown by `stats` and kept in the
+/// attempt log); `operator` names who paused it. Pausing a paused destination updates the
+/// reason. Calls already out finish; no new one starts after each relay's next claim.
+pub async fn pause_destination(
+    client: &mut Client,
+    destination: &str,
+    reason: &str,
+    operator: Option<&str>,
+) -> Result<DestinationFlow, AdminError> {
+    check_text("destination", destination)?;
+    check_text("reason", reason)?;
+    let by = operator.unwrap_or("operator");
+    check_text("operator", by)?;
+    let tx = client.transaction().await?;
+    tx.execute_typed(
+        sql::PAUSE,
+        &[
+            (&destination, Type::TEXT),
+            (&by, Type::TEXT),
+            (&reason.trim(), Type::TEXT),
+        ],
+    )
+    .await?;
+    log(
+        &tx,
+        destination,
+        "paused",
+        &format!("{} (by {by})", reason.trim()),
+    )
+    .await?;
+    let flow = one(&tx, destination).await?;
+    tx.commit().await?;
+    Ok(flow)
+}
+
+/// Ends an operator's pause of `destination`: relays claim its rows again at once (they are
+/// woken). A destination that was not paused is left as it is ([`AdminError::Invalid`]).
+pub async fn resume_destination(
+    client: &mut Client,
+    destination: &str,
+    operator: Option<&str>,
+) -> Result<DestinationFlow, AdminError> {
+    check_text("destination", destination)?;
+    let by = operator.unwrap_or("operator");
+    check_text("operator", by)?;
+    let tx = client.transaction().await?;
+    let resumed = tx
+        .query_typed(sql::RESUME, &[(&destination, Type::TEXT)])
+        .await?;
+    if resumed.is_empty() {
+        return Err(AdminError::Invalid(format!(
+            "destination {destination:?} is not paused"
+        )));
+    }
+    log(&tx, destination, "resumed", &format!("by {by}")).await?;
+    tx.batch_execute(sql::NOTIFY).await?;
+    let flow = one(&tx, destination).await?;
+    tx.commit().await?;
+    Ok(flow)
+}
+
+async fn one(
+    client: &impl GenericClient,
+    destination: &str,
+) -> Result<DestinationFlow, AdminError> {
+    let row = client
+        .query_typed_one(sql::FLOW_STATE, &[(&destination, Type::TEXT)])
+        .await?;
+    DestinationFlow::from_row(&row)
+}
+
+async fn log(
+    client: &impl GenericClient,
+    destination: &str,
+    outcome: &str,
+    note: &str,
+) -> Result<(), AdminError> {
+    client
+        .execute_typed(
+            sql::LOG_DESTINATION_ACTION,
+            &[
+                (&destination, Type::TEXT),
+                (&outcome, Type::TEXT),
+                (&note, Type::TEXT),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+fn check_text(what: &str, text: &str) -> Result<(), AdminError> {
+    if text.trim().is_empty() {
+        return Err(AdminError::Invalid(format!("the {what} must not be blank")));
+    }
+    if text.contains('\0') || text.len() > 1000 {
+        return Err(AdminError::Invalid(format!(
+            "the {what} must be text without NUL, at most 1000 bytes"
+        )));
+    }
+    Ok(())
+}

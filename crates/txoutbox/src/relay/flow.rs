@@ -1,0 +1,667 @@
+//! Flow control per destination: which destinations a claim may take rows of, and how many.
+//!
+//! The shared part lives in `txoutbox_destinations`, one row per destination, read and spent by
+//! the claim statement itself ([`sql::CLAIM`]): an operator's pause, the breaker's state, and the
+//! token bucket of a rate limit, so that every relay of a deployment obeys one budget. What is
+//! this relay's own is passed to the claim as a bound per destination: the room left under its
+//! in-flight limit, and a hold it set itself on seeing a downstream's `Retry-After` (before the
+//! shared row says so).
+//!
+//! Outcomes feed the breaker back ([`feedback`]): consecutive retryable failures open it, a
+//! `Retry-After` opens it until then, a delivered probe closes it. The transitions are a pure
+//! function ([`Shared::apply`]) of the row's state and the batch's outcomes, in finishing order.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+use tokio_postgres::types::Type;
+
+use super::config::Breaker;
+use super::{sql, Connection, Finished, Inner};
+use crate::Result;
+
+/// What an attempt tells the breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Signal {
+    /// The downstream took it.
+    Delivered,
+    /// A retryable failure; `retry_after` when the downstream said when to come back.
+    Failed { retry_after: Option<Duration> },
+}
+
+/// This relay's view of flow control between claims.
+#[derive(Default)]
+pub(super) struct Flow {
+    local: Mutex<Local>,
+}
+
+#[derive(Default)]
+struct Local {
+    /// Destinations this relay claims nothing of until then (a `Retry-After` it saw).
+    holds: HashMap<String, Instant>,
+    /// Destinations whose shared row is not plain closed (the last claim said so, or a failure
+    /// was seen here since): their deliveries are reported, so the row can close and reset.
+    suspect: HashSet<String>,
+    /// The state last published per destination (metrics change only on a change).
+    published: HashMap<String, &'static str>,
+    /// Rate-limited destinations: the spacing of their calls and the next free slot. A claim
+    /// takes the bucket's whole tokens at once; its calls go out spaced at the rate, so the
+    /// downstream sees a steady flow, not bursts (a downstream's own bucket of the same rate
+    /// then keeps its saved tokens to absorb jitter).
+    pace: HashMap<String, (Duration, Instant)>,
+}
+
+/// The bounds one claim passes: destinations with a bound of this relay's own, and how many rows
+/// of each the claim may take (0: none).
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Bounds {
+    pub destinations: Vec<String>,
+    pub room: Vec<i64>,
+}
+
+/// A destination's shared state as the claim saw it (and spent its tokens).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub(super) struct Gate {
+    pub destination: String,
+    /// `paused`, `open`, `probing` (half-open, its probe out), `probe` (half-open, a probe may
+    /// go), `closed`.
+    pub state: String,
+    /// Tokens left after the claim (rate-limited destinations only).
+    pub tokens: Option<f64>,
+    /// Its rate limit, calls per second.
+    pub rate: Option<f64>,
+    /// Seconds until an open breaker lets a probe through.
+    pub open_for: Option<f64>,
+    /// Consecutive failures recorded.
+    pub failures: i32,
+}
+
+impl Flow {
+    /// The bounds of this relay's own for the next claim of at most `want` rows, given how many
+    /// rows of each destination it holds now.
+    pub(super) fn bounds(
+        &self,
+        inner: &Inner,
+        want: usize,
+        holding: &HashMap<String, usize>,
+    ) -> Bounds {
+        let now = Instant::now();
+        let mut bounds = Bounds::default();
+        let Ok(mut local) = self.local.lock() else {
+            return bounds;
+        };
+        local.holds.retain(|_, until| *until > now);
+        let mut seen = HashSet::new();
+        for destination in local.holds.keys() {
+            seen.insert(destination.clone());
+            bounds.destinations.push(destination.clone());
+            bounds.room.push(0);
+        }
+        for (destination, policy) in inner.policies.iter() {
+            let (Some(max), false) = (policy.flow.max_in_flight, seen.contains(destination)) else {
+                continue;
+            };
+            let busy = holding.get(destination).copied().unwrap_or(0);
+            bounds.destinations.push(destination.clone());
+            bounds.room.push(max.saturating_sub(busy).min(want) as i64);
+        }
+        if let Some(max) = inner.default_policy.flow.max_in_flight {
+            for destination in inner.sinks.keys() {
+                if seen.contains(destination) || inner.policies.contains_key(destination) {
+                    continue;
+                }
+                let busy = holding.get(destination).copied().unwrap_or(0);
+                bounds.destinations.push(destination.clone());
+                bounds.room.push(max.saturating_sub(busy).min(want) as i64);
+            }
+        }
+        bounds
+    }
+
+    /// Takes in what a claim saw of the shared state: which destinations to report deliveries
+    /// of, the state metrics, and how long until a held-back destination may have rows again
+    /// (the claim loop waits no longer than that).
+    pub(super) fn observe<'a>(
+        &self,
+        gates: &[Gate],
+        bounds: &Bounds,
+        served: impl Iterator<Item = &'a String>,
+    ) -> Option<Duration> {
+        let mut next: Option<Duration> = None;
+        let mut soonest = |d: Duration| next = Some(next.map_or(d, |n| n.min(d)));
+        let Ok(mut local) = self.local.lock() else {
+            return None;
+        };
+        let mut states: HashMap<&str, &'static str> = HashMap::new();
+        let rated: HashSet<&str> = gates
+            .iter()
+            .filter(|g| g.rate.is_some_and(|r| r > 0.0))
+            .map(|g| g.destination.as_str())
+            .collect();
+        local.pace.retain(|d, _| rated.contains(d.as_str()));
+        for gate in gates {
+            if let Some(rate) = gate.rate.filter(|r| *r > 0.0) {
+                let interval = Duration::from_secs_f64(1.0 / rate);
+                let now = Instant::now();
+                local
+                    .pace
+                    .entry(gate.destination.clone())
+                    .and_modify(|p| p.0 = interval)
+                    .or_insert((interval, now));
+            }
+            let state = match gate.state.as_str() {
+                "paused" => "paused",
+                "open" => "open",
+                "probing" | "probe" => "half_open",
+                _ => "closed",
+            };
+            states.insert(&gate.destination, state);
+            if state != "closed" || gate.failures > 0 {
+                local.suspect.insert(gate.destination.clone());
+            }
+            if let (Some(tokens), Some(rate)) = (gate.tokens, gate.rate) {
+                metrics::gauge!(crate::telemetry::DESTINATION_TOKENS, "destination" => gate.destination.clone())
+                    .set(tokens.max(0.0));
+                if tokens < 1.0 && rate > 0.0 {
+                    soonest(Duration::from_secs_f64(
+                        ((1.0 - tokens) / rate).clamp(0.001, 60.0),
+                    ));
+                }
+            }
+            if let Some(open_for) = gate.open_for.filter(|_| state == "open") {
+                soonest(Duration::from_secs_f64(open_for.clamp(0.001, 3600.0)));
+            }
+            if state != "closed" || gate.tokens.is_some_and(|t| t < 1.0) {
+                metrics::counter!(crate::telemetry::DESTINATION_THROTTLED, "destination" => gate.destination.clone())
+                    .increment(1);
+            }
+        }
+        let now = Instant::now();
+        for (destination, room) in bounds.destinations.iter().zip(&bounds.room) {
+            if *room == 0 {
+                metrics::counter!(crate::telemetry::DESTINATION_THROTTLED, "destination" => destination.clone())
+                    .increment(1);
+            }
+            if let Some(until) = local.holds.get(destination) {
+                soonest(until.saturating_duration_since(now));
+            }
+        }
+        // Destinations the claim did not mention are closed (their row has no state); publish
+        // only what changed.
+        let mut quiet: Vec<String> = local.published.keys().cloned().collect();
+        quiet.extend(served.cloned());
+        for destination in quiet {
+            if !states.contains_key(destination.as_str()) {
+                publish(&mut local.published, &destination, "closed");
+            }
+        }
+        for (destination, state) in states {
+            publish(&mut local.published, destination, state);
+        }
+        next
+    }
+
+    /// When the call of a row just claimed for `destination` should start: `None` (now) unless
+    /// the destination is rate-limited, then the next slot at its rate, no further out than
+    /// `longest` (a slot beyond it would eat the lease).
+    pub(super) fn slot(&self, destination: &str, longest: Duration) -> Option<Instant> {
+        let mut local = self.local.lock().ok()?;
+        let (interval, next) = local.pace.get_mut(destination)?;
+        let now = Instant::now();
+        let slot = (*next).max(now).min(now + longest);
+        *next = slot + *interval;
+        (slot > now).then_some(slot)
+    }
+
+    /// A downstream asked this relay to wait: claim none of `destination` until then.
+    pub(super) fn hold(&self, destination: &str, wait: Duration) {
+        if let Ok(mut local) = self.local.lock() {
+            let until = Instant::now() + wait;
+            let entry = local.holds.entry(destination.to_owned()).or_insert(until);
+            *entry = (*entry).max(until);
+            local.suspect.insert(destination.to_owned());
+        }
+    }
+
+    /// Whether a delivery to `destination` is worth reporting to the shared row.
+    pub(super) fn is_suspect(&self, destination: &str) -> bool {
+        self.local
+            .lock()
+            .map(|l| l.suspect.contains(destination))
+            .unwrap_or(true)
+    }
+
+    fn settle(&self, destination: &str, shared: &Shared) {
+        if let Ok(mut local) = self.local.lock() {
+            if shared.breaker == "closed" && shared.failures == 0 {
+                local.suspect.remove(destination);
+            } else {
+                local.suspect.insert(destination.to_owned());
+            }
+        }
+    }
+}
+
+fn publish(published: &mut HashMap<String, &'static str>, destination: &str, state: &'static str) {
+    if published.get(destination) == Some(&state) {
+        return;
+    }
+    for s in ["closed", "open", "half_open", "paused"] {
+        metrics::gauge!(
+            crate::telemetry::DESTINATION_STATE,
+            "destination" => destination.to_owned(),
+            "state" => s,
+        )
+        .set(if s == state { 1.0 } else { 0.0 });
+    }
+    published.insert(destination.to_owned(), state);
+}
+
+/// Writes this relay's rate limits for the destinations it serves (the last relay to start
+/// sets a destination's budget: configure every relay alike), and makes sure every one has its
+/// row, so the breaker can count.
+pub(super) async fn register(inner: &Inner) -> Result<()> {
+    let mut destinations: Vec<&String> = inner.sinks.keys().collect();
+    destinations.sort();
+    let rates: Vec<Option<f64>> = destinations
+        .iter()
+        .map(|d| inner.policy(d).flow.rate_limit.map(|r| r.per_second))
+        .collect();
+    let bursts: Vec<Option<f64>> = destinations
+        .iter()
+        .map(|d| inner.policy(d).flow.rate_limit.map(|r| r.burst))
+        .collect();
+    let client = inner.pool.get().await?;
+    client
+        .run(
+            false,
+            sql::REGISTER_DESTINATIONS,
+            &[
+                (&destinations, Type::TEXT_ARRAY),
+                (&rates, Type::FLOAT8_ARRAY),
+                (&bursts, Type::FLOAT8_ARRAY),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// The breaker columns of a destination's row.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Shared {
+    pub breaker: &'static str,
+    pub failures: i32,
+    pub opens: i32,
+    pub open_until: Option<DateTime<Utc>>,
+    pub open_reason: Option<String>,
+    pub probe_until: Option<DateTime<Utc>>,
+}
+
+impl Shared {
+    /// The state after `signals` (in finishing order) at `now`. `breaker` is the destination's
+    /// policy (`None`: only a `Retry-After` opens it); `cap` bounds a `Retry-After`.
+    pub(super) fn apply(
+        mut self,
+        signals: &[Signal],
+        breaker: Option<&Breaker>,
+        cap: Duration,
+        now: DateTime<Utc>,
+    ) -> Shared {
+        let after =
+            |d: Duration| now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+        for signal in signals {
+            match *signal {
+                Signal::Delivered => {
+                    self = Shared {
+                        breaker: "closed",
+                        failures: 0,
+                        opens: 0,
+                        open_until: None,
+                        open_reason: None,
+                        probe_until: None,
+                    };
+                }
+                Signal::Failed {
+                    retry_after: Some(wait),
+                } => {
+                    self.failures = self.failures.saturating_add(1);
+                    let until = after(wait.min(cap));
+                    self.open_until = Some(self.open_until.map_or(until, |u| u.max(until)));
+                    self.breaker = "open";
+                    self.probe_until = None;
+                    self.open_reason = Some(format!(
+                        "the downstream asked to wait {} (Retry-After)",
+                        humanize(wait.min(cap))
+                    ));
+                }
+                Signal::Failed { retry_after: None } => {
+                    self.failures = self.failures.saturating_add(1);
+                    let Some(policy) = breaker else { continue };
+                    let trips = match self.breaker {
+                        "half_open" => true,
+                        "closed" => {
+                            self.failures >= i32::try_from(policy.failures).unwrap_or(i32::MAX)
+                        }
+                        _ => false,
+                    };
+                    if trips {
+                        let probe = self.breaker == "half_open";
+                        self.opens = self.opens.saturating_add(1);
+                        let cool =
+                            policy.cool_down_after(u32::try_from(self.opens).unwrap_or(u32::MAX));
+                        self.breaker = "open";
+                        self.open_until = Some(after(cool));
+                        self.probe_until = None;
+                        self.open_reason = Some(if probe {
+                            format!("the probe failed; next probe in {}", humanize(cool))
+                        } else {
+                            format!(
+                                "{} consecutive failures; next probe in {}",
+                                self.failures,
+                                humanize(cool)
+                            )
+                        });
+                    }
+                }
+            }
+        }
+        self
+    }
+}
+
+/// `1.5s`, `2m 30s`: a duration as an operator reads it.
+fn humanize(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs < 60.0 {
+        let text = format!("{secs:.1}");
+        format!("{}s", text.trim_end_matches(".0"))
+    } else {
+        let whole = d.as_secs();
+        match (whole / 60, whole % 60) {
+            (m, 0) => format!("{m}m"),
+            (m, s) => format!("{m}m {s}s"),
+        }
+    }
+}
+
+/// A batch's signals worth writing back, in finishing order: failures, and deliveries to
+/// destinations whose row is not plain closed. Empty when there is nothing to write.
+pub(super) fn signals(inner: &Inner, batch: &[Finished]) -> Vec<(String, DateTime<Utc>, Signal)> {
+    let mut out: Vec<_> = batch
+        .iter()
+        .filter_map(|f| {
+            let signal = f.signal?;
+            let destination = &f.lease.delivery.destination;
+            (signal != Signal::Delivered || inner.flow.is_suspect(destination))
+                .then(|| (destination.clone(), f.finished, signal))
+        })
+        .collect();
+    out.sort_by_key(|(_, at, _)| *at);
+    out
+}
+
+/// Feeds [`signals`] back to the shared rows of their destinations.
+pub(super) async fn feedback(
+    inner: &Inner,
+    events: &[(String, DateTime<Utc>, Signal)],
+) -> Result<()> {
+    let mut signals: HashMap<&str, Vec<Signal>> = HashMap::new();
+    for (destination, _, signal) in events {
+        signals
+            .entry(destination.as_str())
+            .or_default()
+            .push(*signal);
+    }
+    if signals.is_empty() {
+        return Ok(());
+    }
+    let mut destinations: Vec<&str> = signals.keys().copied().collect();
+    destinations.sort_unstable();
+    let mut client = inner.pool.get().await?;
+    let tx = client.transaction().await?;
+    tx.run(
+        false,
+        sql::ENSURE_DESTINATIONS,
+        &[(&destinations, Type::TEXT_ARRAY)],
+    )
+    .await?;
+    let rows = tx
+        .run(
+            false,
+            sql::LOCK_DESTINATIONS,
+            &[(&destinations, Type::TEXT_ARRAY)],
+        )
+        .await?;
+    let mut names = Vec::new();
+    let mut updated: Vec<Shared> = Vec::new();
+    for row in &rows {
+        let destination: String = row.try_get("destination")?;
+        let now: DateTime<Utc> = row.try_get("now")?;
+        let breaker: String = row.try_get("breaker")?;
+        let current = Shared {
+            breaker: match breaker.as_str() {
+                "open" => "open",
+                "half_open" => "half_open",
+                _ => "closed",
+            },
+            failures: row.try_get("failures")?,
+            opens: row.try_get("opens")?,
+            open_until: row.try_get("open_until")?,
+            open_reason: row.try_get("open_reason")?,
+            probe_until: row.try_get("probe_until")?,
+        };
+        let policy = inner.policy(&destination);
+        let next = current.clone().apply(
+            &signals[destination.as_str()],
+            policy.flow.breaker.as_ref(),
+            policy.retry.cap,
+            now,
+        );
+        inner.flow.settle(&destination, &next);
+        if next != current {
+            if next.breaker == "open" && current.breaker != "open" {
+                tracing::warn!(destination = %destination, reason = next.open_reason.as_deref().unwrap_or(""), "destination open: no calls until its cool-down ends");
+            } else if next.breaker == "closed" && current.breaker != "closed" {
+                tracing::info!(destination = %destination, "destination closed again: the probe was delivered");
+            }
+            names.push(destination);
+            updated.push(next);
+        }
+    }
+    if !names.is_empty() {
+        let breakers: Vec<&str> = updated.iter().map(|s| s.breaker).collect();
+        let failures: Vec<i32> = updated.iter().map(|s| s.failures).collect();
+        let opens: Vec<i32> = updated.iter().map(|s| s.opens).collect();
+        let open_until: Vec<Option<DateTime<Utc>>> = updated.iter().map(|s| s.open_until).collect();
+        let reasons: Vec<Option<&str>> = updated.iter().map(|s| s.open_reason.as_deref()).collect();
+        let probe_until: Vec<Option<DateTime<Utc>>> =
+            updated.iter().map(|s| s.probe_until).collect();
+        tx.run(
+            false,
+            sql::UPDATE_BREAKERS,
+            &[
+                (&names, Type::TEXT_ARRAY),
+                (&breakers, Type::TEXT_ARRAY),
+                (&failures, Type::INT4_ARRAY),
+                (&opens, Type::INT4_ARRAY),
+                (&open_until, Type::TIMESTAMPTZ_ARRAY),
+                (&reasons, Type::TEXT_ARRAY),
+                (&probe_until, Type::TIMESTAMPTZ_ARRAY),
+            ],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn closed() -> Shared {
+        Shared {
+            breaker: "closed",
+            failures: 0,
+            opens: 0,
+            open_until: None,
+            open_reason: None,
+            probe_until: None,
+        }
+    }
+
+    const FAIL: Signal = Signal::Failed { retry_after: None };
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_breaker_opens_at_the_threshold_and_not_before() {
+        let policy = Breaker::default();
+        let cap = Duration::from_secs(900);
+        let nine = closed().apply(&[FAIL; 9], Some(&policy), cap, at(0));
+        assert_eq!((nine.breaker, nine.failures), ("closed", 9));
+        let ten = nine.apply(&[FAIL], Some(&policy), cap, at(1));
+        assert_eq!(ten.breaker, "open");
+        assert_eq!(ten.opens, 1);
+        assert_eq!(ten.open_until, Some(at(6)), "the first cool-down: 5 s");
+        assert!(ten
+            .open_reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("10 consecutive failures"));
+    }
+
+    #[test]
+    fn a_delivery_resets_the_count_and_closes() {
+        let policy = Breaker::default();
+        let cap = Duration::from_secs(900);
+        let s = closed().apply(
+            &[FAIL, FAIL, FAIL, Signal::Delivered, FAIL],
+            Some(&policy),
+            cap,
+            at(0),
+        );
+        assert_eq!((s.breaker, s.failures), ("closed", 1));
+        let half = Shared {
+            breaker: "half_open",
+            opens: 2,
+            probe_until: Some(at(30)),
+            ..closed()
+        };
+        assert_eq!(
+            half.apply(&[Signal::Delivered], Some(&policy), cap, at(1)),
+            closed()
+        );
+    }
+
+    #[test]
+    fn a_failed_probe_opens_again_for_twice_as_long_up_to_the_cap() {
+        let policy = Breaker {
+            failures: 3,
+            cool_down: Duration::from_secs(5),
+            max_cool_down: Duration::from_secs(12),
+        };
+        let cap = Duration::from_secs(900);
+        let half = Shared {
+            breaker: "half_open",
+            failures: 3,
+            opens: 1,
+            ..closed()
+        };
+        let again = half.apply(&[FAIL], Some(&policy), cap, at(0));
+        assert_eq!((again.breaker, again.opens), ("open", 2));
+        assert_eq!(again.open_until, Some(at(10)));
+        let third = Shared {
+            breaker: "half_open",
+            ..again
+        }
+        .apply(&[FAIL], Some(&policy), cap, at(20));
+        assert_eq!(
+            third.open_until,
+            Some(at(32)),
+            "20 s doubled, capped at 12 s"
+        );
+        // Late failures of calls already out while open change nothing but the count.
+        let late = third
+            .clone()
+            .apply(&[FAIL, FAIL], Some(&policy), cap, at(21));
+        assert_eq!(late.open_until, third.open_until);
+    }
+
+    #[test]
+    fn a_retry_after_opens_until_then_even_without_a_breaker() {
+        let cap = Duration::from_secs(60);
+        let wait = Signal::Failed {
+            retry_after: Some(Duration::from_secs(2)),
+        };
+        let s = closed().apply(&[wait], None, cap, at(0));
+        assert_eq!((s.breaker, s.open_until), ("open", Some(at(2))));
+        assert!(s
+            .open_reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("Retry-After"));
+        let huge = Signal::Failed {
+            retry_after: Some(Duration::from_secs(10_000_000)),
+        };
+        let capped = closed().apply(&[huge], None, cap, at(0));
+        assert_eq!(capped.open_until, Some(at(60)), "capped at the retry cap");
+        assert_eq!(
+            closed().apply(&[FAIL; 50], None, cap, at(0)).breaker,
+            "closed"
+        );
+    }
+
+    #[test]
+    fn the_calls_of_a_rate_limited_destination_are_spaced_at_its_rate() {
+        let flow = Flow::default();
+        let gate = Gate {
+            destination: "stripe".into(),
+            state: "closed".into(),
+            tokens: Some(0.5),
+            rate: Some(100.0),
+            open_for: None,
+            failures: 0,
+        };
+        let next = flow.observe(&[gate], &Bounds::default(), std::iter::empty());
+        assert_eq!(
+            next,
+            Some(Duration::from_millis(5)),
+            "half a token missing at 100/s"
+        );
+        let long = Duration::from_secs(1);
+        assert_eq!(flow.slot("stripe", long), None, "the first goes at once");
+        let slots: Vec<Instant> = (0..4).filter_map(|_| flow.slot("stripe", long)).collect();
+        assert_eq!(slots.len(), 4);
+        for pair in slots.windows(2) {
+            assert_eq!(
+                pair[1] - pair[0],
+                Duration::from_millis(10),
+                "one every 10 ms"
+            );
+        }
+        assert_eq!(flow.slot("email", long), None, "no rate, no pacing");
+        let now = Instant::now();
+        let furthest = (0..200)
+            .filter_map(|_| flow.slot("stripe", Duration::from_millis(50)))
+            .max()
+            .unwrap_or(now);
+        assert!(
+            furthest <= Instant::now() + Duration::from_millis(50),
+            "no slot beyond the longest wait"
+        );
+    }
+
+    #[test]
+    fn durations_read_as_an_operator_writes_them() {
+        assert_eq!(humanize(Duration::from_secs(5)), "5s");
+        assert_eq!(humanize(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(humanize(Duration::from_secs(150)), "2m 30s");
+        assert_eq!(humanize(Duration::from_secs(300)), "5m");
+    }
+}
