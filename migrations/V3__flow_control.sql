@@ -35,3 +35,9 @@ CREATE TABLE txoutbox_destinations (
 -- A destination-wide action (pause, resume) is logged without a message, under its destination.
 ALTER TABLE txoutbox_attempts ALTER COLUMN message_id DROP NOT NULL;
 ALTER TABLE txoutbox_attempts ADD COLUMN destination text;
+
+-- Also: the operator's views of dead rows (`list --status failed`, the dashboard's failures page)
+-- read failed and unknown rows through this small index, not a scan of the whole backlog; rows
+-- enter it only when they are dead-lettered or lost.
+CREATE INDEX txoutbox_messages_dead ON txoutbox_messages (created_at, seq)
+    WHERE status IN ('failed', 'unknown');

@@ -989,3 +989,50 @@ async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestRe
     assert_eq!(sink.deliveries().len(), 3_000);
     Ok(())
 }
+
+#[tokio::test]
+async fn every_attempt_row_names_its_destination() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let mut rows: Vec<_> = keys("ok", 3).into_iter().map(|k| ("email", k)).collect();
+    rows.extend(keys("bad", 2).into_iter().map(|k| ("webhook", k)));
+    enqueue_rows(&mut client, &rows).await?;
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("email", RecordingSink::new())
+            .sink(
+                "webhook",
+                Failing(RecordingSink::new(), DeliveryError::retryable("HTTP 503")),
+            )
+            .policy("webhook", quick_retry(2))
+            .build()?,
+    );
+    wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
+        2,
+        Duration::from_secs(15),
+    )
+    .await?;
+    relay.stop().await?;
+    let by_destination: Vec<(String, String, i64)> = client
+        .query(
+            "SELECT COALESCE(destination, '(none)'), outcome, count(*) FROM txoutbox_attempts \
+             GROUP BY 1, 2 ORDER BY 1, 2",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        by_destination,
+        [
+            ("email".to_owned(), "delivered".to_owned(), 3),
+            ("webhook".to_owned(), "failed".to_owned(), 2),
+            ("webhook".to_owned(), "retry".to_owned(), 2),
+        ],
+        "the failure rate of `stats` reads the attempt log alone"
+    );
+    Ok(())
+}

@@ -140,9 +140,10 @@ pub const DISCARD: &str = "WITH gone AS ( \
      SELECT id, seq, destination, payload, headers, downstream_key, ordering_key, attempts, \
          status, last_error, $2, created_at FROM gone RETURNING id), \
  logged AS ( \
-     INSERT INTO txoutbox_attempts (message_id, attempt, downstream_key, relay, outcome, error, \
-         started_at, finished_at) \
-     SELECT id, 0, downstream_key, 'operator', 'discarded', $3, now(), now() FROM gone), \
+     INSERT INTO txoutbox_attempts (message_id, destination, attempt, downstream_key, relay, \
+         outcome, error, started_at, finished_at) \
+     SELECT id, destination, 0, downstream_key, 'operator', 'discarded', $3, now(), now() \
+     FROM gone), \
  unparked AS ( \
      UPDATE txoutbox_messages m SET next_attempt_at = LEAST(m.next_attempt_at, now()) \
      FROM (SELECT DISTINCT ON (n.ordering_key) n.id FROM txoutbox_messages n \
@@ -349,18 +350,27 @@ pub const STATS_DELIVERED_ESTIMATE: &str = "SELECT c.reltuples::float8, \
 /// Relay attempts that finished in the last $1 seconds, by destination: all of them, and those
 /// that failed (`retry`, `failed`, `expired`, `unknown`). Operator actions, leases given back at
 /// shutdown and outcomes that came after the lease was lost are not attempts with an outcome.
-/// A delivered row's destination is looked up by id (one primary-key probe per recent attempt,
-/// a subplan the planner cannot turn into a scan of the history).
-pub const STATS_ATTEMPTS: &str = "SELECT COALESCE(m.destination, x.destination, \
-         (SELECT d.destination FROM txoutbox_delivered d WHERE d.id = a.message_id), \
-         '(purged)'), \
+/// Attempts carry their destination (migration V3): the recent ones are read through the BRIN
+/// index on `finished_at` alone. Attempts logged before V3 have none; theirs is looked up by
+/// message id (a primary-key probe each, never a scan of the history).
+pub const STATS_ATTEMPTS: &str = "SELECT destination, sum(n)::int8, sum(f)::int8 FROM ( \
+     SELECT a.destination, count(*) AS n, count(*) FILTER (WHERE a.outcome <> 'delivered') AS f \
+     FROM txoutbox_attempts a \
+     WHERE a.finished_at > now() - make_interval(secs => $1) AND a.destination IS NOT NULL \
+       AND a.outcome IN ('delivered', 'retry', 'failed', 'expired', 'unknown') \
+     GROUP BY 1 \
+     UNION ALL \
+     SELECT COALESCE( \
+             (SELECT m.destination FROM txoutbox_messages m WHERE m.id = a.message_id), \
+             (SELECT x.destination FROM txoutbox_discarded x WHERE x.id = a.message_id), \
+             (SELECT d.destination FROM txoutbox_delivered d WHERE d.id = a.message_id), \
+             '(purged)'), \
          count(*), count(*) FILTER (WHERE a.outcome <> 'delivered') \
      FROM txoutbox_attempts a \
-     LEFT JOIN txoutbox_messages m ON m.id = a.message_id \
-     LEFT JOIN txoutbox_discarded x ON x.id = a.message_id \
-     WHERE a.finished_at > now() - make_interval(secs => $1) \
+     WHERE a.finished_at > now() - make_interval(secs => $1) AND a.destination IS NULL \
        AND a.outcome IN ('delivered', 'retry', 'failed', 'expired', 'unknown') \
-     GROUP BY 1";
+     GROUP BY 1) s \
+ GROUP BY destination";
 
 /// Failed rows grouped by destination and normalised error text: count, first and last failure
 /// (the row's last attempt; its enqueue time when it has none), one original text; the largest

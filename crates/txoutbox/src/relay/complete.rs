@@ -311,6 +311,10 @@ async fn run_complete(
         .iter()
         .map(|f| f.lease.delivery.downstream_key.as_str())
         .collect();
+    let destinations: Vec<&str> = batch
+        .iter()
+        .map(|f| f.lease.delivery.destination.as_str())
+        .collect();
     let rows = client
         .run(
             inner.config.prepared_statements,
@@ -327,6 +331,7 @@ async fn run_complete(
                 (&attempts, Type::INT4_ARRAY),
                 (&keys, Type::TEXT_ARRAY),
                 (&inner.config.owner, Type::TEXT),
+                (&destinations, Type::TEXT_ARRAY),
             ],
         )
         .await?;

@@ -161,8 +161,10 @@ pub const MARK_STARTED: &str = "UPDATE txoutbox_messages SET at_most_once = true
 /// index and a nested loop that rescans the batch once per row.
 pub const COMPLETE: &str = "WITH input AS ( \
      SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
-         $6::float8[], $7::timestamptz[], $8::timestamptz[], $9::int4[], $10::text[]) \
-         AS i(id, token, kind, error, receipt, delay, started, finished, attempt, downstream_key)), \
+         $6::float8[], $7::timestamptz[], $8::timestamptz[], $9::int4[], $10::text[], \
+         $12::text[]) \
+         AS i(id, token, kind, error, receipt, delay, started, finished, attempt, downstream_key, \
+             destination)), \
  delivered AS ( \
      DELETE FROM txoutbox_messages m \
      WHERE m.id = ANY($1::uuid[]) AND (m.id, m.lease_token) IN ( \
@@ -194,9 +196,9 @@ pub const COMPLETE: &str = "WITH input AS ( \
      WHERE m.id = i.id AND m.lease_token = i.token AND i.kind <> 'delivered' \
      RETURNING m.id, i.token), \
  logged AS ( \
-     INSERT INTO txoutbox_attempts (message_id, attempt, downstream_key, relay, lease_token, \
-         outcome, error, receipt, started_at, finished_at) \
-     SELECT i.id, i.attempt, i.downstream_key, $11, i.token, \
+     INSERT INTO txoutbox_attempts (message_id, destination, attempt, downstream_key, relay, \
+         lease_token, outcome, error, receipt, started_at, finished_at) \
+     SELECT i.id, i.destination, i.attempt, i.downstream_key, $11, i.token, \
          CASE WHEN d.id IS NULL AND u.id IS NULL THEN 'lease_lost' ELSE i.kind END, \
          CASE WHEN d.id IS NULL AND u.id IS NULL \
              THEN concat_ws(': ', 'the lease was lost before the ' || i.kind || ' outcome was recorded', i.error) \
@@ -219,8 +221,8 @@ pub const RELEASE_UNSTARTED: &str = "UPDATE txoutbox_messages SET status = 'pend
 /// again with the same key, or `unknown` for at-most-once destinations, where the attempt may
 /// have reached the downstream and must not be repeated blindly. At most $1 rows per call.
 pub const RECLAIM_EXPIRED: &str = "WITH expired AS ( \
-     SELECT id, lease_owner, lease_token, attempts, downstream_key, attempt_started_at, \
-         at_most_once FROM txoutbox_messages \
+     SELECT id, destination, lease_owner, lease_token, attempts, downstream_key, \
+         attempt_started_at, at_most_once FROM txoutbox_messages \
      WHERE status = 'in_flight' AND lease_expires_at < now() \
      ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED), \
  moved AS ( \
@@ -235,9 +237,9 @@ pub const RECLAIM_EXPIRED: &str = "WITH expired AS ( \
      FROM expired e WHERE m.id = e.id \
      RETURNING m.id, m.last_error, m.status), \
  logged AS ( \
-     INSERT INTO txoutbox_attempts (message_id, attempt, downstream_key, relay, lease_token, \
-         outcome, error, started_at) \
-     SELECT e.id, e.attempts, e.downstream_key, e.lease_owner, e.lease_token, \
+     INSERT INTO txoutbox_attempts (message_id, destination, attempt, downstream_key, relay, \
+         lease_token, outcome, error, started_at) \
+     SELECT e.id, e.destination, e.attempts, e.downstream_key, e.lease_owner, e.lease_token, \
          CASE WHEN mv.status = 'unknown' THEN 'unknown' ELSE 'expired' END, mv.last_error, \
          COALESCE(e.attempt_started_at, now()) \
      FROM expired e JOIN moved mv ON mv.id = e.id) \
