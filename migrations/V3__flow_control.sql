@@ -41,3 +41,8 @@ ALTER TABLE txoutbox_attempts ADD COLUMN destination text;
 -- enter it only when they are dead-lettered or lost.
 CREATE INDEX txoutbox_messages_dead ON txoutbox_messages (created_at, seq)
     WHERE status IN ('failed', 'unknown');
+
+-- Also: `list` and the dashboard show the newest rows first and page by (created_at, seq): over
+-- the hot table too that is an index scan backward that stops at the page's end (one more index
+-- entry per enqueued row).
+CREATE INDEX txoutbox_messages_created ON txoutbox_messages (created_at, seq);

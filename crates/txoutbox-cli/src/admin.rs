@@ -883,7 +883,7 @@ fn discard_text(out: &mut String, report: &DiscardReport) {
 }
 
 /// A delivered count as `stats` prints it: `~10 000 000 (estimate)` when it is one.
-fn delivered_cell(n: u64, estimated: bool) -> String {
+fn count_cell(n: u64, estimated: bool) -> String {
     if !estimated {
         return n.to_string();
     }
@@ -952,11 +952,11 @@ fn stats_table(out: &mut String, stats: &txoutbox::OutboxStats) {
     let mut rows: Vec<Vec<String>> = Vec::new();
     let counts = |c: &txoutbox::StatusCounts| {
         [
-            c.pending.to_string(),
+            count_cell(c.pending, stats.hot_estimated),
             c.in_flight.to_string(),
             c.failed.to_string(),
             c.unknown.to_string(),
-            delivered_cell(c.delivered, stats.delivered_estimated),
+            count_cell(c.delivered, stats.delivered_estimated),
             c.discarded.to_string(),
         ]
     };

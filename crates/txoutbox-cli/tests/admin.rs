@@ -1527,6 +1527,54 @@ async fn stats_prints_a_large_delivered_history_as_a_marked_estimate() -> TestRe
     Ok(())
 }
 
+#[tokio::test]
+async fn stats_of_a_backlog_beyond_the_exact_bound_samples_pending_and_counts_the_rest(
+) -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    // 120 000 hot rows over two destinations, a thousand of them failed, the oldest pending row
+    // two hours old.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, status, \
+                 attempts, last_error, created_at) \
+             SELECT gen_random_uuid(), CASE WHEN g % 4 = 0 THEN 'sms' ELSE 'email' END, '{}', \
+                 'k-' || g, CASE WHEN g % 120 = 0 THEN 'failed' ELSE 'pending' END, \
+                 (g % 120 = 0)::int, CASE WHEN g % 120 = 0 THEN 'declined' END, \
+                 now() - make_interval(secs => 7200 - g * 0.05) \
+             FROM generate_series(1, 120000) g; \
+             ANALYZE txoutbox_messages",
+        )
+        .await?;
+    let stats = txoutbox::stats(&client).await?;
+    assert!(stats.hot_estimated);
+    assert_eq!(stats.total.failed, 1000, "failed rows are counted exactly");
+    let pending = stats.total.pending as f64;
+    assert!(
+        (100_000.0..140_000.0).contains(&pending),
+        "pending estimate {pending} for 119 000"
+    );
+    let sms = stats.destinations.iter().find(|d| d.destination == "sms");
+    let sms = sms.map(|d| d.counts.pending as f64).unwrap_or(0.0);
+    assert!(
+        (22_000.0..38_000.0).contains(&sms),
+        "sms estimate {sms} for 29 750"
+    );
+    let oldest = stats.oldest_pending_age.map(|d| d.as_secs()).unwrap_or(0);
+    assert!(
+        (7190..7300).contains(&oldest),
+        "the oldest pending age is exact: {oldest}"
+    );
+    let table = ok(&db, &["stats"]).await?;
+    assert!(
+        table.contains("(estimate)") && table.contains(" 1000 "),
+        "{table}"
+    );
+    let json: Value = serde_json::from_str(&ok(&db, &["stats", "--json"]).await?)?;
+    assert_eq!(json["hot_estimated"], true);
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // arguments and errors
 

@@ -179,6 +179,20 @@ fn status_badge(status: MessageStatus) -> Markup {
 // ------------------------------------------------------------------------------------------
 // Overview
 
+/// `~` before a count that is an estimate (a large backlog or history).
+fn estimated(stats: &txoutbox::OutboxStats, status: MessageStatus) -> &'static str {
+    let estimate = match status {
+        MessageStatus::Delivered => stats.delivered_estimated,
+        MessageStatus::Pending => stats.hot_estimated,
+        _ => false,
+    };
+    if estimate {
+        "~"
+    } else {
+        ""
+    }
+}
+
 pub(crate) async fn overview(
     State(app): State<Shared>,
     Extension(who): Extension<Principal>,
@@ -230,6 +244,9 @@ pub(crate) async fn overview(
                         }
                     }
                 }
+                @if stats.hot_estimated || stats.delivered_estimated {
+                    p class="note" { "Counts marked ~ are estimates: the table is too large to count at each look." }
+                }
                 table {
                     thead {
                         tr {
@@ -249,7 +266,7 @@ pub(crate) async fn overview(
                                 }
                                 @for s in MessageStatus::ALL {
                                     td class="num" {
-                                        a href={(b) "/messages?" (encode([("destination", *destination), ("status", s.as_str())]))} { (counts.get(s)) }
+                                        a href={(b) "/messages?" (encode([("destination", *destination), ("status", s.as_str())]))} { (estimated(&stats, s)) (counts.get(s)) }
                                     }
                                 }
                                 td class="num" { @if let Some(a) = oldest { (age(*a)) } }
@@ -261,7 +278,7 @@ pub(crate) async fn overview(
                     tfoot {
                         tr {
                             th scope="row" { "All" }
-                            @for s in MessageStatus::ALL { td class="num" { (stats.total.get(s)) } }
+                            @for s in MessageStatus::ALL { td class="num" { (estimated(&stats, s)) (stats.total.get(s)) } }
                             td {}
                             td {}
                             @if who.may_act() { td {} }

@@ -69,6 +69,10 @@ pub const DEFAULT_FAILED_RETENTION: Duration = Duration::from_secs(90 * 24 * 60 
 /// entries); above, it reports the planner's estimate, marked as such.
 pub const EXACT_DELIVERED_COUNT_MAX: i64 = 10_000;
 
+/// Up to this many hot rows (pending, in flight, failed, unknown), [`stats`] counts them exactly
+/// (reading at most this many rows); above, it reports counts from a sample, marked as such.
+pub const EXACT_HOT_COUNT_MAX: i64 = 100_000;
+
 /// How many rows a replay by filter changes per transaction by default.
 pub const DEFAULT_REPLAY_BATCH: usize = 500;
 
@@ -595,6 +599,12 @@ pub struct OutboxStats {
     /// `pg_stats`, as of the last ANALYZE), not a count: the history holds more than
     /// [`EXACT_DELIVERED_COUNT_MAX`] rows, and counting them would scan it.
     pub delivered_estimated: bool,
+    /// True when the pending counts and the per-destination oldest pending ages come from a
+    /// sample of the hot table, scaled to its size: the backlog holds more than
+    /// [`EXACT_HOT_COUNT_MAX`] rows, and counting them at each look would scan it. In-flight,
+    /// failed and unknown rows are still counted exactly (their partial indexes are small), and
+    /// [`OutboxStats::oldest_pending_age`] stays exact.
+    pub hot_estimated: bool,
     /// The destinations flow control holds back or counts something for (paused, a breaker not
     /// closed or counting failures, a rate limit), by name.
     pub flow: Vec<DestinationFlow>,
@@ -1138,7 +1148,46 @@ pub async fn purge_with_progress(
 /// estimate is reported ([`OutboxStats::delivered_estimated`]).
 pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminError> {
     let mut by_destination: BTreeMap<String, DestinationStats> = BTreeMap::new();
-    for row in client.query_typed(sql::STATS_COUNTS, &[]).await? {
+    let hot_bound = EXACT_HOT_COUNT_MAX + 1;
+    let counted = client
+        .query_typed(sql::STATS_COUNTS, &[(&hot_bound, Type::INT8)])
+        .await?;
+    let mut hot = 0i64;
+    for row in &counted {
+        if row.try_get::<_, String>(1)? != "discarded" {
+            hot += row.try_get::<_, i64>(2)?;
+        }
+    }
+    let hot_estimated = hot >= hot_bound;
+    let hot_rows = if hot_estimated {
+        // Enough pages for about 20 000 rows, whatever the backlog's size.
+        let tuples = client
+            .query_typed_one(sql::STATS_HOT_TUPLES, &[])
+            .await?
+            .try_get::<_, f64>(0)?
+            .max(hot_bound as f64);
+        let percent = (100.0 * 20_000.0 / tuples).clamp(0.01, 100.0) as f32;
+        let mut rows = client
+            .query_typed(
+                sql::STATS_HOT_SAMPLE,
+                &[
+                    (&percent, Type::FLOAT4),
+                    (&(hot_bound as f64), Type::FLOAT8),
+                ],
+            )
+            .await?;
+        rows.extend(client.query_typed(sql::STATS_HOT_FEW, &[]).await?);
+        // The discarded counts of the exact statement stay exact.
+        rows.extend(
+            counted
+                .into_iter()
+                .filter(|r| r.try_get::<_, String>(1).is_ok_and(|s| s == "discarded")),
+        );
+        rows
+    } else {
+        counted
+    };
+    for row in &hot_rows {
         let status: MessageStatus = row.try_get::<_, String>(1)?.parse()?;
         let n: i64 = row.try_get(2)?;
         let age: Option<f64> = row.try_get(3)?;
@@ -1205,16 +1254,26 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
         // The destinations the sample missed are in the total only.
         total.delivered = total.delivered.max(estimated_total);
     }
-    let oldest_pending_age = by_destination
-        .values()
-        .filter_map(|s| s.oldest_pending_age)
-        .max();
+    let oldest_pending_age = if hot_estimated {
+        // The sample's oldest rows are not the backlog's: read the oldest one exactly.
+        client
+            .query_typed_one(sql::STATS_OLDEST_PENDING, &[])
+            .await?
+            .try_get::<_, Option<f64>>(0)?
+            .map(|s| Duration::from_secs_f64(s.max(0.0)))
+    } else {
+        by_destination
+            .values()
+            .filter_map(|s| s.oldest_pending_age)
+            .max()
+    };
     Ok(OutboxStats {
         destinations: by_destination.into_values().collect(),
         total,
         oldest_pending_age,
         last_hour: FailureRate::new(attempts, failures),
         delivered_estimated,
+        hot_estimated,
         flow: destination_flows(client)
             .await?
             .into_iter()

@@ -60,7 +60,7 @@ pub use admin::{
     MessageFilter, MessageStatus, MessageSummary, MinuteActivity, OutboxStats, PurgeOptions,
     PurgeReport, ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage, Retention,
     SkippedMessage, StatusCounts, TimeBound, DEFAULT_FAILED_RETENTION, DEFAULT_REPLAY_BATCH,
-    DEFAULT_RETENTION, EXACT_DELIVERED_COUNT_MAX, FAILURE_RATE_WINDOW,
+    DEFAULT_RETENTION, EXACT_DELIVERED_COUNT_MAX, EXACT_HOT_COUNT_MAX, FAILURE_RATE_WINDOW,
 };
 pub use error::{Error, Result};
 pub use executor::{Params, TxExecutor};

@@ -320,15 +320,47 @@ pub const PURGE_ORPHAN_ATTEMPTS_BATCH: &str =
      LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1";
 
 /// Hot and discarded rows by destination and status, with the age in seconds of each group's
-/// oldest row (used for `pending`). Both tables are small: the hot one by design, the discarded
-/// one by the operator's hand. The delivered history is counted by [`STATS_DELIVERED_EXACT`] or
-/// [`STATS_DELIVERED_ESTIMATE`], never by a scan.
+/// oldest row (used for `pending`), counted exactly but reading at most $1 hot rows: when the
+/// counts add up to $1, the backlog is larger and [`STATS_HOT_SAMPLE`] answers instead. The
+/// discarded table is small by the operator's hand. The delivered history is counted by
+/// [`STATS_DELIVERED_EXACT`] or [`STATS_DELIVERED_ESTIMATE`], never by a scan.
 pub const STATS_COUNTS: &str = "SELECT destination, status, count(*), \
          EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
-     FROM txoutbox_messages GROUP BY destination, status \
+     FROM (SELECT destination, status, created_at FROM txoutbox_messages LIMIT $1) h \
+     GROUP BY destination, status \
      UNION ALL \
      SELECT destination, 'discarded', count(*), NULL::float8 \
      FROM txoutbox_discarded GROUP BY destination";
+
+/// A backlog too large to count at each look: its pending rows from a sample of $1 percent of
+/// the hot table's pages, scaled to its size (`pg_class.reltuples`, at least $2), by
+/// destination, with the oldest row of each in the sample.
+pub const STATS_HOT_SAMPLE: &str = "WITH s AS MATERIALIZED ( \
+     SELECT destination, status, created_at FROM txoutbox_messages TABLESAMPLE SYSTEM ($1)), \
+ n AS (SELECT greatest(reltuples::float8, $2::float8) AS rows \
+     FROM pg_class WHERE oid = 'txoutbox_messages'::regclass) \
+ SELECT destination, status, \
+     round(count(*) * (SELECT rows FROM n) / greatest((SELECT count(*) FROM s), 1))::int8, \
+     EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
+ FROM s WHERE status = 'pending' GROUP BY destination, status";
+
+/// The rows a large backlog still counts exactly, through their small partial indexes: in flight
+/// (`txoutbox_messages_lease`), failed and unknown (`txoutbox_messages_dead`).
+pub const STATS_HOT_FEW: &str = "SELECT destination, status, count(*), NULL::float8 \
+     FROM txoutbox_messages WHERE status = 'in_flight' GROUP BY destination, status \
+     UNION ALL \
+     SELECT destination, status, count(*), NULL::float8 \
+     FROM txoutbox_messages WHERE status IN ('failed', 'unknown') GROUP BY destination, status";
+
+/// How long ago the oldest pending row was enqueued, exactly: the first pending entry of the
+/// `(created_at, seq)` index.
+pub const STATS_OLDEST_PENDING: &str =
+    "SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
+     FROM txoutbox_messages WHERE status = 'pending'";
+
+/// The hot table's size as the planner last saw it (`pg_class.reltuples`; -1: never analysed).
+pub const STATS_HOT_TUPLES: &str =
+    "SELECT reltuples::float8 FROM pg_class WHERE oid = 'txoutbox_messages'::regclass";
 
 /// Delivered rows by destination, counted exactly but reading at most $1 entries of the index
 /// `txoutbox_delivered_key`: when the counts add up to $1, the history is larger and
@@ -373,16 +405,15 @@ pub const STATS_ATTEMPTS: &str = "SELECT destination, sum(n)::int8, sum(f)::int8
  GROUP BY destination";
 
 /// Failed rows grouped by destination and normalised error text: count, first and last failure
-/// (the row's last attempt; its enqueue time when it has none), one original text; the largest
-/// groups first, at most $1.
+/// (the start of the row's last attempt, which the row keeps; its enqueue time when it has none),
+/// one original text; the largest groups first, at most $1. Reads the failed rows only (the
+/// partial index `txoutbox_messages_dead`), not the attempt log.
 pub const FAILURE_GROUPS: &str = concat!(
     "SELECT destination, class, count(*), min(failed_at), max(failed_at), min(last_error) \
      FROM ( \
      SELECT t.destination, t.last_error, COALESCE(",
     normalised_error!("t.last_error"),
-    ", '') AS class, \
-         COALESCE((SELECT max(a.finished_at) FROM txoutbox_attempts a \
-             WHERE a.message_id = t.id), t.created_at) AS failed_at \
+    ", '') AS class, COALESCE(t.attempt_started_at, t.created_at) AS failed_at \
      FROM txoutbox_messages t WHERE t.status = 'failed') g \
      GROUP BY destination, class ORDER BY count(*) DESC, destination, class LIMIT $1"
 );
