@@ -23,6 +23,10 @@ pub struct Args {
     /// The client count the final `ratio:` line reports.
     #[arg(long, default_value_t = 8)]
     ratio_at: usize,
+    /// Drop this index of the schema first (repeatable): what an index costs the write path,
+    /// e.g. `--drop-index txoutbox_messages_created`.
+    #[arg(long = "drop-index", value_name = "INDEX")]
+    drop_index: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -57,6 +61,12 @@ const INSERT_ORDER: &str =
 
 pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
     let setup = db.connect().await?;
+    for index in &args.drop_index {
+        setup
+            .batch_execute(&format!("DROP INDEX \"{}\"", index.replace('"', "")))
+            .await?;
+        println!("dropped index {index}");
+    }
     setup
         .batch_execute(
             "CREATE TABLE bench_orders (id bigserial PRIMARY KEY, customer text NOT NULL, \

@@ -1149,44 +1149,40 @@ pub async fn purge_with_progress(
 pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminError> {
     let mut by_destination: BTreeMap<String, DestinationStats> = BTreeMap::new();
     let hot_bound = EXACT_HOT_COUNT_MAX + 1;
-    let counted = client
-        .query_typed(sql::STATS_COUNTS, &[(&hot_bound, Type::INT8)])
-        .await?;
-    let mut hot = 0i64;
-    for row in &counted {
-        if row.try_get::<_, String>(1)? != "discarded" {
-            hot += row.try_get::<_, i64>(2)?;
-        }
-    }
-    let hot_estimated = hot >= hot_bound;
-    let hot_rows = if hot_estimated {
-        // Enough pages for about 20 000 rows, whatever the backlog's size.
-        let tuples = client
-            .query_typed_one(sql::STATS_HOT_TUPLES, &[])
-            .await?
-            .try_get::<_, f64>(0)?
-            .max(hot_bound as f64);
-        let percent = (100.0 * 20_000.0 / tuples).clamp(0.01, 100.0) as f32;
-        let mut rows = client
-            .query_typed(
-                sql::STATS_HOT_SAMPLE,
-                &[
-                    (&percent, Type::FLOAT4),
-                    (&(hot_bound as f64), Type::FLOAT8),
-                ],
-            )
-            .await?;
-        rows.extend(client.query_typed(sql::STATS_HOT_FEW, &[]).await?);
-        // The discarded counts of the exact statement stay exact.
-        rows.extend(
-            counted
-                .into_iter()
-                .filter(|r| r.try_get::<_, String>(1).is_ok_and(|s| s == "discarded")),
-        );
-        rows
+    // The planner's size of the hot table (-1: never analysed) spares a large backlog the
+    // bounded exact read; a table that grew since is caught by the bound.
+    let tuples = client
+        .query_typed_one(sql::STATS_HOT_TUPLES, &[])
+        .await?
+        .try_get::<_, f64>(0)?;
+    let counted = if tuples > 4.0 * hot_bound as f64 {
+        None
     } else {
-        counted
+        Some(
+            client
+                .query_typed(sql::STATS_COUNTS, &[(&hot_bound, Type::INT8)])
+                .await?,
+        )
     };
+    let exact_total: Option<i64> = counted
+        .as_ref()
+        .map(|rows| rows.iter().map(|r| r.try_get::<_, i64>(2)).sum())
+        .transpose()?;
+    let hot_estimated = exact_total.is_none_or(|n| n >= hot_bound);
+    let mut hot_rows = match counted {
+        Some(rows) if !hot_estimated => rows,
+        _ => {
+            // Enough pages for about 20 000 rows, whatever the backlog's size.
+            let size = tuples.max(hot_bound as f64);
+            let percent = (100.0 * 20_000.0 / size).clamp(0.01, 100.0) as f32;
+            let mut rows = client
+                .query_typed(sql::STATS_HOT_SAMPLE, &[(&percent, Type::FLOAT4)])
+                .await?;
+            rows.extend(client.query_typed(sql::STATS_HOT_FEW, &[]).await?);
+            rows
+        }
+    };
+    hot_rows.extend(client.query_typed(sql::STATS_DISCARDED, &[]).await?);
     for row in &hot_rows {
         let status: MessageStatus = row.try_get::<_, String>(1)?.parse()?;
         let n: i64 = row.try_get(2)?;

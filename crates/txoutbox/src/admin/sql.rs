@@ -319,30 +319,27 @@ pub const PURGE_ORPHAN_ATTEMPTS_BATCH: &str =
          AND NOT EXISTS (SELECT 1 FROM txoutbox_discarded x WHERE x.id = a.message_id) \
      LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1";
 
-/// Hot and discarded rows by destination and status, with the age in seconds of each group's
-/// oldest row (used for `pending`), counted exactly but reading at most $1 hot rows: when the
-/// counts add up to $1, the backlog is larger and [`STATS_HOT_SAMPLE`] answers instead. The
-/// discarded table is small by the operator's hand. The delivered history is counted by
-/// [`STATS_DELIVERED_EXACT`] or [`STATS_DELIVERED_ESTIMATE`], never by a scan.
+/// Hot rows by destination and status, with the age in seconds of each group's oldest row (used
+/// for `pending`), counted exactly but reading at most $1 rows: when the counts add up to $1, the
+/// backlog is larger and [`STATS_HOT_SAMPLE`] answers instead. The delivered history is counted
+/// by [`STATS_DELIVERED_EXACT`] or [`STATS_DELIVERED_ESTIMATE`], never by a scan.
 pub const STATS_COUNTS: &str = "SELECT destination, status, count(*), \
          EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
      FROM (SELECT destination, status, created_at FROM txoutbox_messages LIMIT $1) h \
-     GROUP BY destination, status \
-     UNION ALL \
-     SELECT destination, 'discarded', count(*), NULL::float8 \
+     GROUP BY destination, status";
+
+/// Discarded rows by destination (a small table: rows leave it only by the operator's hand).
+pub const STATS_DISCARDED: &str = "SELECT destination, 'discarded', count(*), NULL::float8 \
      FROM txoutbox_discarded GROUP BY destination";
 
 /// A backlog too large to count at each look: its pending rows from a sample of $1 percent of
-/// the hot table's pages, scaled to its size (`pg_class.reltuples`, at least $2), by
-/// destination, with the oldest row of each in the sample.
-pub const STATS_HOT_SAMPLE: &str = "WITH s AS MATERIALIZED ( \
-     SELECT destination, status, created_at FROM txoutbox_messages TABLESAMPLE SYSTEM ($1)), \
- n AS (SELECT greatest(reltuples::float8, $2::float8) AS rows \
-     FROM pg_class WHERE oid = 'txoutbox_messages'::regclass) \
- SELECT destination, status, \
-     round(count(*) * (SELECT rows FROM n) / greatest((SELECT count(*) FROM s), 1))::int8, \
-     EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
- FROM s WHERE status = 'pending' GROUP BY destination, status";
+/// the hot table's pages, scaled by 100 / $1, by destination, with the oldest row of each in the
+/// sample. The same pages each time (a fixed seed): they stay cached, and a refreshed page does
+/// not jump between two samples' figures.
+pub const STATS_HOT_SAMPLE: &str = "SELECT destination, status, \
+         round(count(*) * 100.0 / $1)::int8, EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
+     FROM txoutbox_messages TABLESAMPLE SYSTEM ($1) REPEATABLE (0) \
+     WHERE status = 'pending' GROUP BY destination, status";
 
 /// The rows a large backlog still counts exactly, through their small partial indexes: in flight
 /// (`txoutbox_messages_lease`), failed and unknown (`txoutbox_messages_dead`).
