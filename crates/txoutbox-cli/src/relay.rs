@@ -69,6 +69,11 @@ pub struct RelayArgs {
     /// Deliver `email` rows as .eml files into this directory (lettre's file transport).
     #[arg(long, env = "MAIL_DIR")]
     mail_dir: Option<std::path::PathBuf>,
+    /// The longest one call of the SMTP, Stripe, webhook and NATS sinks may take (default: each
+    /// sink's own: 20 s for SMTP and Stripe, 10 s for webhooks, 5 s for a NATS ack). It must fit
+    /// in the lease, with a margin: a relay with a shorter lease than a sink needs is refused.
+    #[arg(long, env = "TXOUTBOX_SINK_TIMEOUT", value_parser = humantime::parse_duration)]
+    sink_timeout: Option<Duration>,
     /// Deliver `stripe` rows to Stripe with this secret key (sk_... or rk_...).
     #[arg(long, env = "STRIPE_SECRET_KEY", hide_env_values = true)]
     stripe_secret_key: Option<String>,
@@ -243,9 +248,11 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         sinks.push(destination.clone());
     }
     if let Some(url) = &args.smtp_url {
+        let defaults = txoutbox_email::SmtpConfig::default();
         let config = txoutbox_email::SmtpConfig {
             hello_name: args.smtp_helo_name.clone(),
-            ..txoutbox_email::SmtpConfig::default()
+            timeout: args.sink_timeout.unwrap_or(defaults.timeout),
+            ..defaults
         };
         let setting = match config.hello_name {
             Some(_) => "SMTP_URL, SMTP_HELO_NAME",
@@ -264,15 +271,26 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         sinks.push(txoutbox_email::DESTINATION.to_owned());
     }
     if let Some(key) = &args.stripe_secret_key {
-        let sink = txoutbox_stripe::StripeSink::new(key.clone())
+        let mut sink = txoutbox_stripe::StripeSink::new(key.clone())
             .and_then(|s| s.with_api_base(&args.stripe_api_base))
             .context("Stripe configuration")?;
+        if let Some(timeout) = args.sink_timeout {
+            sink = sink.with_timeout(timeout);
+        }
         builder = builder.sink(txoutbox_stripe::DESTINATION, sink);
         sinks.push(txoutbox_stripe::DESTINATION.to_owned());
     }
     for (destination, url) in &args.webhooks {
         let secret = webhook_secret(&args.webhook_secrets, destination)?;
-        let sink = txoutbox_webhook::WebhookSink::new(url, secret)
+        let defaults = txoutbox_webhook::WebhookConfig::default();
+        let config = txoutbox_webhook::WebhookConfig {
+            timeout: args.sink_timeout.unwrap_or(defaults.timeout),
+            connect_timeout: args.sink_timeout.map_or(defaults.connect_timeout, |t| {
+                t.min(defaults.connect_timeout)
+            }),
+            ..defaults
+        };
+        let sink = txoutbox_webhook::WebhookSink::with_config(url, secret, config)
             .with_context(|| format!("webhook {destination}"))?;
         builder = builder.sink(destination.clone(), sink);
         sinks.push(destination.clone());
@@ -285,6 +303,10 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         .await
         .with_context(|| format!("connecting to NATS at {url}: timed out"))?
         .with_context(|| format!("connecting to NATS at {url}"))?;
+        let sink = match args.sink_timeout {
+            Some(timeout) => sink.with_ack_timeout(timeout),
+            None => sink,
+        };
         builder = builder.sink(txoutbox_nats::DEFAULT_DESTINATION, sink);
         sinks.push(txoutbox_nats::DEFAULT_DESTINATION.to_owned());
     }

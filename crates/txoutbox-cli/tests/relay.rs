@@ -226,3 +226,56 @@ fn a_helo_name_that_is_not_fully_qualified_is_refused_in_one_line() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_lease_too_short_for_the_sinks_is_refused_unless_their_timeout_is_lowered(
+) -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let args = [
+        "relay",
+        "--lease",
+        "10s",
+        "--smtp-url",
+        "smtp://127.0.0.1:1",
+        "--poll-interval",
+        "100ms",
+    ];
+    let refused = txoutbox()
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("lease: 10s") && err.contains("\"email\"") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    let mut relay = txoutbox()
+        .args(args)
+        .args(["--sink-timeout", "5s"])
+        .env("DATABASE_URL", db.url())
+        .env("RUST_LOG", "warn")
+        .spawn()?;
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        relay.try_wait()?.is_none(),
+        "with --sink-timeout 5s the relay runs"
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()?;
+    assert!(status.success());
+    let start = Instant::now();
+    let exit = loop {
+        if let Some(exit) = relay.try_wait()? {
+            break exit;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = relay.kill();
+            anyhow::bail!("the relay did not stop on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(exit.code(), Some(0));
+    Ok(())
+}
