@@ -324,9 +324,10 @@ impl Sink for EmailSink {
                     Ok(Ok(Ok(response))) => Ok(Receipt::new(reply_text(&response))),
                     Ok(Ok(Err(e))) => Err(classify(server, &e)),
                     Ok(Err(unroutable)) => Err(unroutable),
-                    // The server may have taken the message already: the retry carries the same
-                    // Message-ID, so a receiver that deduplicates shows it once.
-                    Err(_) => Err(DeliveryError::retryable(format!(
+                    // The server may have taken the message already: the outcome is unknown. An
+                    // at-least-once destination retries it with the same Message-ID (a receiver
+                    // that deduplicates shows it once); an at-most-once one leaves it `unknown`.
+                    Err(_) => Err(DeliveryError::indeterminate(format!(
                         "SMTP server {server}: no answer within {timeout:?}"
                     ))),
                 }
