@@ -14,7 +14,8 @@ use tokio_postgres::types::Type;
 
 use crate::key::MAX_KEY_LEN;
 use crate::outbox::{
-    check_name, derive_claim_downstream_key, key_for, lock_ordering_keys, Enqueued, MessageColumns,
+    check_downstream_key, check_name, derive_claim_downstream_key, lock_ordering_keys, Enqueued,
+    MessageColumns,
 };
 use crate::telemetry::{
     IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS, TRACEPARENT,
@@ -449,6 +450,29 @@ impl Claim {
         let destinations: Option<Vec<String>> = row.try_get(1)?;
         crate::outbox::count_enqueued(&destinations.unwrap_or_default());
         Ok(Enqueued::new(&rows.ids, &written.unwrap_or_default()))
+    }
+}
+
+/// The downstream key of an effect enqueued within an idempotent request (claimed at
+/// `claimed_at_micros`).
+fn key_for(
+    scope: &Scope,
+    key: &IdempotencyKey,
+    claimed_at_micros: i64,
+    effect: &str,
+    message: &OutboxMessage,
+) -> Result<String> {
+    match &message.downstream_key {
+        Some(given) => {
+            check_downstream_key(given)?;
+            Ok(given.clone())
+        }
+        None => Ok(derive_claim_downstream_key(
+            scope.name(),
+            key,
+            claimed_at_micros,
+            effect,
+        )),
     }
 }
 

@@ -35,6 +35,14 @@
 //! table; [`RelayWaker`] hints the relays after commit; `pg` ([`PgConfig`]) reads a connection
 //! string as libpq does and opens its connections with TLS (rustls) as its `sslmode` says.
 
+/// The channel the relays LISTEN on and the write path's hint NOTIFYs, as a literal for the
+/// statements' text ([`WAKE_CHANNEL`] for code).
+macro_rules! wake_channel {
+    () => {
+        "txoutbox_wake"
+    };
+}
+
 mod admin;
 mod error;
 mod executor;
@@ -72,8 +80,7 @@ pub use idempotency::{
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use migrate::{embedded_migrations, migrate, HISTORY_TABLE};
 pub use outbox::{
-    derive_downstream_key, enqueue, notify_in_transaction, Enqueued, OutboxMessage,
-    DOWNSTREAM_KEY_NAMESPACE,
+    derive_downstream_key, enqueue, Enqueued, OutboxMessage, DOWNSTREAM_KEY_NAMESPACE,
 };
 pub use pg::{MakeTls, PgConfig, PgConnection, PgStream, SslMode, TlsConnector, TlsError};
 pub use prune::{prune_expired_keys, DEFAULT_PRUNE_BATCH};
@@ -86,4 +93,4 @@ pub use sink::{
     Sink,
 };
 pub use telemetry::{describe_metrics, register_destinations, register_scopes, Traceparent};
-pub use wake::{RelayWaker, HINT_SPACING};
+pub use wake::{notify_in_transaction, RelayWaker, HINT_SPACING, WAKE_CHANNEL};

@@ -6,7 +6,7 @@ use serde::Serialize;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
-use crate::{sql, Error, IdempotencyKey, Result, Scope, TxExecutor};
+use crate::{sql, Error, IdempotencyKey, Result, TxExecutor};
 
 /// The namespace of derived downstream keys (a fixed UUID of this project).
 pub const DOWNSTREAM_KEY_NAMESPACE: Uuid =
@@ -236,14 +236,6 @@ pub(crate) fn count_enqueued(destinations: &[String]) {
     }
 }
 
-/// Sends the relay's wake-up inside the caller's transaction. Postgres delivers it at commit, but
-/// every NOTIFY takes a database-wide lock at commit, serialising all committing transactions:
-/// prefer [`crate::RelayWaker`] after commit, or leave waking to the relay's poll.
-pub async fn notify_in_transaction(tx: &impl TxExecutor) -> Result<()> {
-    tx.rows(sql::messages::NOTIFY, &[]).await?;
-    Ok(())
-}
-
 /// Takes the ordering-key locks of a batch (no-op when no message has an ordering key).
 pub(crate) async fn lock_ordering_keys(
     tx: &impl TxExecutor,
@@ -321,29 +313,6 @@ pub(crate) fn check_downstream_key(key: &str) -> Result<()> {
     IdempotencyKey::parse(key)
         .map(|_| ())
         .map_err(|e| Error::Invalid(format!("downstream key: {e}")))
-}
-
-/// The downstream key of an effect enqueued within an idempotent request (claimed at
-/// `claimed_at_micros`).
-pub(crate) fn key_for(
-    scope: &Scope,
-    key: &IdempotencyKey,
-    claimed_at_micros: i64,
-    effect: &str,
-    message: &OutboxMessage,
-) -> Result<String> {
-    match &message.downstream_key {
-        Some(given) => {
-            check_downstream_key(given)?;
-            Ok(given.clone())
-        }
-        None => Ok(derive_claim_downstream_key(
-            scope.name(),
-            key,
-            claimed_at_micros,
-            effect,
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -74,6 +74,6 @@ pub mod messages {
     pub const LOCK_ORDERING_KEYS: &str = "SELECT count(pg_advisory_xact_lock(h)) FROM ( \
          SELECT DISTINCT hashtextextended(k, 7160) AS h FROM unnest($1::text[]) AS k ORDER BY h) AS l";
 
-    /// The relay's wake-up channel.
-    pub const NOTIFY: &str = "SELECT pg_notify('txoutbox_wake', '')";
+    /// A hint on the relays' wake-up channel.
+    pub const NOTIFY: &str = concat!("SELECT pg_notify('", wake_channel!(), "', '')");
 }

@@ -9,7 +9,19 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::sql;
+use crate::executor::TxExecutor;
+use crate::{sql, Result};
+
+/// The channel the relays LISTEN on for the write path's hint.
+pub const WAKE_CHANNEL: &str = wake_channel!();
+
+/// Sends the relay's wake-up inside the caller's transaction. Postgres delivers it at commit, but
+/// every NOTIFY takes a database-wide lock at commit, serialising all committing transactions:
+/// prefer [`RelayWaker`] after commit, or leave waking to the relay's poll.
+pub async fn notify_in_transaction(tx: &impl TxExecutor) -> Result<()> {
+    tx.rows(sql::messages::NOTIFY, &[]).await?;
+    Ok(())
+}
 
 /// The shortest time between two hints. A relay with a backlog claims back to back and needs no
 /// hint; an idle one is woken within this time of a commit.

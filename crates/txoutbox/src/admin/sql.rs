@@ -234,7 +234,7 @@ pub const LOG_REPLAYS: &str = "INSERT INTO txoutbox_attempts (message_id, attemp
      FROM unnest($1::uuid[], $2::text[], $3::text[]) AS i(id, downstream_key, note)";
 
 /// The relays' wake-up channel (a replay is rare: the hint in the transaction costs nothing).
-pub const NOTIFY: &str = "SELECT pg_notify('txoutbox_wake', '')";
+pub const NOTIFY: &str = concat!("SELECT pg_notify('", wake_channel!(), "', '')");
 
 /// The purge's cutoff, fixed once so that every batch and the dry run agree.
 pub const PURGE_CUTOFF: &str = "SELECT now() - make_interval(secs => $1)";

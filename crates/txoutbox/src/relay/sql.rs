@@ -246,7 +246,7 @@ pub const RECLAIM_EXPIRED: &str = "WITH expired AS ( \
  SELECT count(*) FROM moved";
 
 /// The channel the write path's hint arrives on.
-pub const LISTEN: &str = "LISTEN txoutbox_wake";
+pub const LISTEN: &str = concat!("LISTEN ", wake_channel!());
 
 /// The backlog gauges: pending rows, and how long the longest-waiting due row has been due. Both
 /// read only the partial index `txoutbox_messages_due` (the literal `'pending'` selects it): a
