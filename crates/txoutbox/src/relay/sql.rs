@@ -17,7 +17,9 @@
 /// tokens of their bucket; destinations $6 are bounded by this relay too ($7 rows at most: its
 /// in-flight room, 0 for its own holds). A bounded destination's rows are read apart (at most
 /// its bound), so they neither starve nor take the others' place; the tokens its rows took are
-/// spent and a probe's lease recorded in the same statement, so every relay shares one budget.
+/// spent and a probe's lease recorded in the same statement, so every relay shares one budget. A
+/// destination none of whose rows were taken is not written: its bucket keeps accruing from its
+/// last refill, which gives the same tokens as writing the refill now.
 ///
 /// The UPDATE commits at once: no lock is held while sinks run. `at_most_once` is cleared: it is
 /// set again, just before the call, only for an attempt that really starts ([`MARK_STARTED`]).
@@ -87,14 +89,13 @@ pub const CLAIM: &str = "WITH flow AS ( \
  taken AS (SELECT destination, count(*) AS n FROM claimed GROUP BY destination), \
  spent AS ( \
      UPDATE txoutbox_destinations d SET \
-         tokens = CASE WHEN g.avail IS NULL THEN d.tokens ELSE g.avail - COALESCE(t.n, 0) END, \
+         tokens = CASE WHEN g.avail IS NULL THEN d.tokens ELSE g.avail - t.n END, \
          refilled_at = CASE WHEN g.avail IS NULL THEN d.refilled_at ELSE now() END, \
-         breaker = CASE WHEN g.state = 'probe' AND t.n > 0 THEN 'half_open' ELSE d.breaker END, \
-         probe_until = CASE WHEN g.state = 'probe' AND t.n > 0 \
+         breaker = CASE WHEN g.state = 'probe' THEN 'half_open' ELSE d.breaker END, \
+         probe_until = CASE WHEN g.state = 'probe' \
              THEN now() + make_interval(secs => $3) ELSE d.probe_until END \
-     FROM gate g LEFT JOIN taken t ON t.destination = g.destination \
-     WHERE d.destination = g.destination \
-         AND (g.avail IS NOT NULL OR (g.state = 'probe' AND t.n > 0))), \
+     FROM gate g JOIN taken t ON t.destination = g.destination \
+     WHERE d.destination = g.destination AND (g.avail IS NOT NULL OR g.state = 'probe')), \
  gates AS ( \
      SELECT json_agg(json_build_object('destination', g.destination, 'state', \
          CASE WHEN g.state = 'probe' AND t.n > 0 THEN 'probing' ELSE g.state END, \
