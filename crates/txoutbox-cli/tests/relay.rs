@@ -12,6 +12,25 @@ fn txoutbox() -> Command {
     Command::new(env!("CARGO_BIN_EXE_txoutbox"))
 }
 
+/// Sends SIGTERM to `relay` and waits (at most 20 s) for its exit code.
+fn terminate(relay: &mut std::process::Child) -> anyhow::Result<Option<i32>> {
+    let status = Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()?;
+    anyhow::ensure!(status.success(), "kill -TERM failed");
+    let start = Instant::now();
+    loop {
+        if let Some(exit) = relay.try_wait()? {
+            return Ok(exit.code());
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = relay.kill();
+            anyhow::bail!("the relay did not stop on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[tokio::test]
 async fn the_relay_process_delivers_and_exits_0_on_sigterm_leaving_nothing_leased(
 ) -> anyhow::Result<()> {
@@ -52,22 +71,7 @@ async fn the_relay_process_delivers_and_exits_0_on_sigterm_leaving_nothing_lease
     }
     got.sort();
     assert_eq!(got, ["audit-0", "audit-1", "audit-2"]);
-    let status = Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status()?;
-    assert!(status.success());
-    let start = Instant::now();
-    let exit = loop {
-        if let Some(exit) = relay.try_wait()? {
-            break exit;
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = relay.kill();
-            anyhow::bail!("the relay did not stop on SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(exit.code(), Some(0));
+    assert_eq!(terminate(&mut relay)?, Some(0));
     let leased: i64 = client
         .query_one(
             "SELECT count(*) FROM txoutbox_messages WHERE lease_owner IS NOT NULL",
@@ -144,15 +148,12 @@ async fn the_relay_process_registers_the_built_in_sinks_from_its_configuration(
             .await?
             .get(0);
     }
-    let _ = Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status();
-    let exit = tokio::task::spawn_blocking(move || relay.wait()).await??;
+    let exit = terminate(&mut relay)?;
     assert_eq!(
         delivered, 2,
         "the email and the payment intent were delivered"
     );
-    assert_eq!(exit.code(), Some(0));
+    assert_eq!(exit, Some(0));
     let emails: Vec<_> = std::fs::read_dir(mail_dir.path())?.collect();
     assert_eq!(emails.len(), 1);
     let eml = std::fs::read_to_string(
@@ -194,14 +195,11 @@ async fn the_relay_process_greets_the_smtp_server_with_its_helo_name() -> anyhow
     enqueue(&tx, &[email]).await?;
     tx.commit().await?;
     let mails = server.wait_for_messages(1, Duration::from_secs(20)).await;
-    let _ = Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status();
-    let exit = tokio::task::spawn_blocking(move || relay.wait()).await??;
+    let exit = terminate(&mut relay)?;
     let mails = mails?;
     assert_eq!(mails.len(), 1, "the receipt arrived");
     assert_eq!(mails[0].ehlo.as_deref(), Some("relay7.shop.example"));
-    assert_eq!(exit.code(), Some(0));
+    assert_eq!(exit, Some(0));
     Ok(())
 }
 
@@ -261,21 +259,6 @@ async fn a_lease_too_short_for_the_sinks_is_refused_unless_their_timeout_is_lowe
         relay.try_wait()?.is_none(),
         "with --sink-timeout 5s the relay runs"
     );
-    let status = Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status()?;
-    assert!(status.success());
-    let start = Instant::now();
-    let exit = loop {
-        if let Some(exit) = relay.try_wait()? {
-            break exit;
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = relay.kill();
-            anyhow::bail!("the relay did not stop on SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(exit.code(), Some(0));
+    assert_eq!(terminate(&mut relay)?, Some(0));
     Ok(())
 }
