@@ -131,19 +131,13 @@ struct ObservabilityArgs {
 }
 
 fn parse_rate(text: &str) -> Result<(String, txoutbox::RateLimit), String> {
-    let (pattern, rate) = text
-        .rsplit_once('=')
-        .filter(|(p, r)| !p.is_empty() && !r.is_empty())
-        .ok_or_else(|| format!("expected DESTINATION=N/s, got {text:?}"))?;
+    let (pattern, rate) = split_pair(text, "DESTINATION=N/s")?;
     let rate = rate.parse().map_err(|e: txoutbox::Error| e.to_string())?;
     Ok((pattern.to_owned(), rate))
 }
 
 fn parse_in_flight(text: &str) -> Result<(String, usize), String> {
-    let (pattern, n) = text
-        .rsplit_once('=')
-        .filter(|(p, n)| !p.is_empty() && !n.is_empty())
-        .ok_or_else(|| format!("expected DESTINATION=N, got {text:?}"))?;
+    let (pattern, n) = split_pair(text, "DESTINATION=N")?;
     match n.trim().parse::<usize>() {
         Ok(n) if n > 0 => Ok((pattern.to_owned(), n)),
         _ => Err(format!("{text:?}: N must be a whole number above 0")),
@@ -193,12 +187,16 @@ fn flow_of(args: &RelayArgs, destination: &str) -> txoutbox::FlowControl {
 }
 
 fn parse_pair(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((name, value)) if !name.is_empty() && !value.is_empty() => {
-            Ok((name.to_owned(), value.to_owned()))
-        }
-        _ => Err(format!("expected DESTINATION=URL, got {text:?}")),
-    }
+    let (name, value) = split_pair(text, "DESTINATION=URL")?;
+    Ok((name.to_owned(), value.to_owned()))
+}
+
+/// `NAME=VALUE`, both non-empty, split at the first `=` (a URL's query may hold more); `form`
+/// names the expected shape in the error.
+fn split_pair<'a>(text: &'a str, form: &str) -> Result<(&'a str, &'a str), String> {
+    text.split_once('=')
+        .filter(|(name, value)| !name.is_empty() && !value.is_empty())
+        .ok_or_else(|| format!("expected {form}, got {text:?}"))
 }
 
 /// Runs the relay until SIGINT or SIGTERM.
