@@ -10,17 +10,17 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::Type;
 
 use crate::key::MAX_KEY_LEN;
 use crate::outbox::{
-    check_downstream_key, check_name, derive_claim_downstream_key, lock_ordering_keys, Enqueued,
-    MessageColumns,
+    check_downstream_key, check_name, derive_claim_downstream_key, lock_ordering_keys,
+    message_columns, Enqueued,
 };
+use crate::store::{keys, TxExecutor};
 use crate::telemetry::{
     IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS, TRACEPARENT,
 };
-use crate::{sql, Error, Fingerprint, IdempotencyKey, KeyError, OutboxMessage, Result, TxExecutor};
+use crate::{Error, Fingerprint, IdempotencyKey, KeyError, OutboxMessage, Result};
 
 /// The default key window: a retry within 24 hours of the first request is deduplicated.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
@@ -236,25 +236,19 @@ pub async fn begin(
     let timeout = format!("{}ms", scope.lock_timeout.as_millis().max(1));
     let window = scope.window.as_secs_f64();
     let fp: &[u8] = fingerprint.as_bytes();
-    // Three statements, pipelined into one round trip: short lock timeout, claim, restore.
-    let key_str = key.as_str();
-    let claim = tx
-        .rows(
-            sql::keys::CLAIM,
-            &[
-                (&scope.name, Type::TEXT),
-                (&key_str, Type::TEXT),
-                (&fp, Type::BYTEA),
-                (&window, Type::FLOAT8),
-                (&timeout, Type::TEXT),
-            ],
-        )
-        .await;
-    let claimed_at_micros = match claim {
-        Ok(rows) => match rows.first() {
-            Some(row) => Some(row.try_get::<_, i64>(1)?),
-            None => None,
+    let claim = keys::claim_key(
+        tx,
+        &keys::ClaimKey {
+            scope: &scope.name,
+            key: key.as_str(),
+            fingerprint: fp,
+            window_secs: window,
+            lock_timeout: &timeout,
         },
+    )
+    .await;
+    let claimed_at_micros = match claim {
+        Ok(claimed) => claimed,
         Err(e)
             if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
                 || e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE)
@@ -275,30 +269,24 @@ pub async fn begin(
             traceparent: enqueue_context(),
         }));
     }
-    let row = tx
-        .rows(
-            sql::keys::LOOKUP,
-            &[(&scope.name, Type::TEXT), (&key.as_str(), Type::TEXT)],
-        )
+    let row = keys::lookup_key(tx, &scope.name, key.as_str())
         .await?
-        .into_iter()
-        .next()
         .ok_or_else(|| Error::Invalid("the key vanished between claim and lookup".into()))?;
-    let stored_fp: Vec<u8> = row.try_get(0)?;
-    if stored_fp != fp {
+    if row.fingerprint != fp {
         count(IDEMPOTENCY_MISMATCHES, scope);
         return Ok(Begin::Mismatch);
     }
-    let state: String = row.try_get(1)?;
-    if state != "completed" {
+    let (true, Some(status), Some(headers), Some(body)) = (
+        row.state == "completed",
+        row.response_status,
+        row.response_headers,
+        row.response_body,
+    ) else {
         // Committed without a response (a caller that skipped `complete`): treat as held.
         count(IDEMPOTENCY_CONFLICTS, scope);
         return Ok(Begin::InFlight);
-    }
-    let status: i16 = row.try_get(2)?;
-    let headers: serde_json::Value = row.try_get(3)?;
+    };
     let headers: Vec<(String, String)> = serde_json::from_value(headers)?;
-    let body: Vec<u8> = row.try_get(4)?;
     count(IDEMPOTENCY_REPLAYS, scope);
     Ok(Begin::Replay(StoredResponse {
         status: u16::try_from(status).unwrap_or(0),
@@ -418,38 +406,29 @@ impl Claim {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        let rows = MessageColumns::new(keyed.into_iter())?;
+        let rows = message_columns(keyed.into_iter())?;
         lock_ordering_keys(tx, &rows.ordering_keys).await?;
-        let status = response.status as i16;
         let headers = serde_json::to_value(&response.headers)?;
-        let updated = tx
-            .rows(
-                sql::keys::COMPLETE_WITH_MESSAGES,
-                &[
-                    (&self.scope.name, Type::TEXT),
-                    (&self.key.as_str(), Type::TEXT),
-                    (&status, Type::INT2),
-                    (&headers, Type::JSONB),
-                    (&response.body, Type::BYTEA),
-                    (&rows.ids, Type::UUID_ARRAY),
-                    (&rows.destinations, Type::TEXT_ARRAY),
-                    (&rows.payloads, Type::JSONB_ARRAY),
-                    (&rows.headers, Type::JSONB_ARRAY),
-                    (&rows.downstream_keys, Type::TEXT_ARRAY),
-                    (&rows.ordering_keys, Type::TEXT_ARRAY),
-                ],
-            )
-            .await?;
-        let Some(row) = updated.first() else {
-            return Err(Error::Invalid(
+        let written = keys::complete_key(
+            tx,
+            &keys::CompleteKey {
+                scope: &self.scope.name,
+                key: self.key.as_str(),
+                status: response.status as i16,
+                headers: &headers,
+                body: &response.body,
+                messages: &rows,
+            },
+        )
+        .await?
+        .ok_or_else(|| {
+            Error::Invalid(
                 "the claimed key is not in this transaction (was it begun on another connection?)"
                     .into(),
-            ));
-        };
-        let written: Option<Vec<uuid::Uuid>> = row.try_get(0)?;
-        let destinations: Option<Vec<String>> = row.try_get(1)?;
-        crate::outbox::count_enqueued(&destinations.unwrap_or_default());
-        Ok(Enqueued::new(&rows.ids, &written.unwrap_or_default()))
+            )
+        })?;
+        crate::outbox::count_enqueued(&written.destinations);
+        Ok(Enqueued::new(&rows.ids, &written.ids))
     }
 }
 

@@ -44,8 +44,8 @@ macro_rules! wake_channel {
 }
 
 mod admin;
+mod downstream_key;
 mod error;
-mod executor;
 mod fingerprint;
 mod idempotency;
 mod key;
@@ -55,7 +55,7 @@ mod pg;
 mod prune;
 mod relay;
 mod sink;
-mod sql;
+mod store;
 pub mod telemetry;
 mod wake;
 
@@ -70,8 +70,8 @@ pub use admin::{
     SkippedMessage, StatusCounts, TimeBound, DEFAULT_FAILED_RETENTION, DEFAULT_REPLAY_BATCH,
     DEFAULT_RETENTION, EXACT_DELIVERED_COUNT_MAX, EXACT_HOT_COUNT_MAX, FAILURE_RATE_WINDOW,
 };
+pub use downstream_key::{derive_downstream_key, DOWNSTREAM_KEY_NAMESPACE};
 pub use error::{Error, Result};
-pub use executor::{Params, TxExecutor};
 pub use fingerprint::Fingerprint;
 pub use idempotency::{
     begin, Begin, Claim, Scope, StoredResponse, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIN_KEY_LEN,
@@ -79,9 +79,7 @@ pub use idempotency::{
 };
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use migrate::{embedded_migrations, migrate, HISTORY_TABLE};
-pub use outbox::{
-    derive_downstream_key, enqueue, Enqueued, OutboxMessage, DOWNSTREAM_KEY_NAMESPACE,
-};
+pub use outbox::{enqueue, Enqueued, OutboxMessage};
 pub use pg::{MakeTls, PgConfig, PgConnection, PgStream, SslMode, TlsConnector, TlsError};
 pub use prune::{prune_expired_keys, DEFAULT_PRUNE_BATCH};
 pub use relay::{
@@ -92,5 +90,6 @@ pub use sink::{
     error_chain, parse_retry_after, Completion, CompletionHook, Delivery, DeliveryError, Receipt,
     Sink,
 };
+pub use store::{Params, TxExecutor};
 pub use telemetry::{describe_metrics, register_destinations, register_scopes, Traceparent};
 pub use wake::{notify_in_transaction, RelayWaker, HINT_SPACING, WAKE_CHANNEL};

@@ -3,6 +3,7 @@
 
 use tokio_postgres::Client;
 
+use crate::store::{schema, Unnamed};
 use crate::{Error, Result};
 
 mod embedded {
@@ -18,17 +19,13 @@ const MIGRATION_LOCK: i64 = 0x7478_6f75_7462_6f78;
 /// Applies every migration not yet applied. Applying twice is a no-op. Returns the versions that
 /// this call applied.
 pub async fn migrate(client: &mut Client) -> Result<Vec<i32>> {
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
-        .await?;
+    schema::lock(&Unnamed(&*client), MIGRATION_LOCK).await?;
     let report = embedded::migrations::runner()
         .set_migration_table_name(HISTORY_TABLE)
         .run_async(client)
         .await;
     // Unlock whatever happened; a failed unlock only matters if the session lives on.
-    let unlocked = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
-        .await;
+    let unlocked = schema::unlock(&Unnamed(&*client), MIGRATION_LOCK).await;
     let report = report.map_err(|e| Error::Migration(e.to_string()))?;
     unlocked?;
     Ok(report

@@ -3,47 +3,13 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use tokio_postgres::types::Type;
 use uuid::Uuid;
 
-use crate::{sql, Error, IdempotencyKey, Result, TxExecutor};
-
-/// The namespace of derived downstream keys (a fixed UUID of this project).
-pub const DOWNSTREAM_KEY_NAMESPACE: Uuid =
-    Uuid::from_u128(0x6a1f_3c2e_8b4d_4e7a_9c15_2f0b_7d3e_91a4);
-
-/// Derives a downstream key from a key of the caller's own (a batch job's run id, say):
-/// `UUIDv5(DOWNSTREAM_KEY_NAMESPACE, "{scope}\n{key}\n{effect}")`, as a hyphenated lower-case UUID.
-///
-/// The same (scope, key, effect) always gives the same key, on every host and every version;
-/// two effects give two keys. Effects enqueued on a [`crate::Claim`] get keys that also depend on
-/// the claim, so that a key reused after its window makes new effects
-/// ([`crate::Claim::downstream_key`] tells them). Scope and effect names contain no newline (they are
-/// validated) and keys are visible ASCII, so the joined name is unambiguous.
-pub fn derive_downstream_key(scope: &str, key: &IdempotencyKey, effect: &str) -> String {
-    let name = format!("{scope}\n{}\n{effect}", key.as_str());
-    Uuid::new_v5(&DOWNSTREAM_KEY_NAMESPACE, name.as_bytes()).to_string()
-}
-
-/// The downstream key of one effect of one claim of a request's key:
-/// `UUIDv5(DOWNSTREAM_KEY_NAMESPACE, "{scope}\n{key}\n{effect}\n{claimed_at}")`, where
-/// `claimed_at` is the claim's time in microseconds since the Unix epoch (the key row's
-/// `created_at`), in decimal.
-///
-/// Every attempt of the effect carries the key stored with its row, so retries and redeliveries
-/// within the key's window carry the same key. A request with the same key after the window is a
-/// new claim with a new time, so its effects get new keys: they are new effects, and the outbox
-/// (which deduplicates on the key) and the downstream (which would answer the old effect) must
-/// not take them for the old ones.
-pub(crate) fn derive_claim_downstream_key(
-    scope: &str,
-    key: &IdempotencyKey,
-    claimed_at_micros: i64,
-    effect: &str,
-) -> String {
-    let name = format!("{scope}\n{}\n{effect}\n{claimed_at_micros}", key.as_str());
-    Uuid::new_v5(&DOWNSTREAM_KEY_NAMESPACE, name.as_bytes()).to_string()
-}
+// `admin` reaches these through `outbox`.
+pub(crate) use crate::downstream_key::{check_downstream_key, derive_claim_downstream_key};
+use crate::store::messages::{self, MessageColumns};
+use crate::store::TxExecutor;
+use crate::{Error, Result};
 
 /// What one enqueue wrote ([`enqueue`], [`crate::Claim::complete`]), by message id
 /// ([`OutboxMessage::id`]), in the order given.
@@ -182,7 +148,7 @@ impl OutboxMessage {
 
 /// Enqueues messages in the caller's transaction, outside any idempotent request (batch jobs,
 /// consumers). Every message must carry a downstream key ([`OutboxMessage::with_downstream_key`];
-/// [`derive_downstream_key`] builds one from a job's own key). A (destination, downstream key)
+/// [`crate::derive_downstream_key`] builds one from a job's own key). A (destination, downstream key)
 /// already in the outbox is not enqueued again: the answer says which messages were written and
 /// which were skipped ([`Enqueued`]).
 pub async fn enqueue(tx: &impl TxExecutor, messages: &[OutboxMessage]) -> Result<Enqueued> {
@@ -198,29 +164,11 @@ pub async fn enqueue(tx: &impl TxExecutor, messages: &[OutboxMessage]) -> Result
             Some(key) => check_downstream_key(key)?,
         }
     }
-    let rows = MessageColumns::new(messages.iter().map(|m| (m, m.downstream_key.clone())))?;
+    let rows = message_columns(messages.iter().map(|m| (m, m.downstream_key.clone())))?;
     lock_ordering_keys(tx, &rows.ordering_keys).await?;
-    let inserted = tx
-        .rows(
-            sql::messages::INSERT,
-            &[
-                (&rows.ids, Type::UUID_ARRAY),
-                (&rows.destinations, Type::TEXT_ARRAY),
-                (&rows.payloads, Type::JSONB_ARRAY),
-                (&rows.headers, Type::JSONB_ARRAY),
-                (&rows.downstream_keys, Type::TEXT_ARRAY),
-                (&rows.ordering_keys, Type::TEXT_ARRAY),
-            ],
-        )
-        .await?;
-    let mut ids = Vec::with_capacity(inserted.len());
-    let mut destinations = Vec::with_capacity(inserted.len());
-    for row in &inserted {
-        ids.push(row.try_get::<_, Uuid>(0)?);
-        destinations.push(row.try_get::<_, String>(1)?);
-    }
-    count_enqueued(&destinations);
-    Ok(Enqueued::new(&rows.ids, &ids))
+    let written = messages::insert_messages(tx, &rows).await?;
+    count_enqueued(&written.destinations);
+    Ok(Enqueued::new(&rows.ids, &written.ids))
 }
 
 /// Counts the rows an insert wrote (a duplicate of a row already enqueued is not written), by
@@ -245,51 +193,35 @@ pub(crate) async fn lock_ordering_keys(
     if keys.is_empty() {
         return Ok(());
     }
-    tx.rows(
-        sql::messages::LOCK_ORDERING_KEYS,
-        &[(&keys, Type::TEXT_ARRAY)],
-    )
-    .await?;
+    messages::lock_ordering_keys(tx, &keys).await?;
     Ok(())
 }
 
-/// A batch of messages as column arrays, ready for one `unnest` insert.
-pub(crate) struct MessageColumns {
-    pub(crate) ids: Vec<Uuid>,
-    pub(crate) destinations: Vec<String>,
-    pub(crate) payloads: Vec<serde_json::Value>,
-    pub(crate) headers: Vec<serde_json::Value>,
-    pub(crate) downstream_keys: Vec<String>,
-    pub(crate) ordering_keys: Vec<Option<String>>,
-}
-
-impl MessageColumns {
-    pub(crate) fn new<'a>(
-        messages: impl Iterator<Item = (&'a OutboxMessage, Option<String>)>,
-    ) -> Result<Self> {
-        let mut cols = MessageColumns {
-            ids: Vec::new(),
-            destinations: Vec::new(),
-            payloads: Vec::new(),
-            headers: Vec::new(),
-            downstream_keys: Vec::new(),
-            ordering_keys: Vec::new(),
-        };
-        for (message, key) in messages {
-            let key =
-                key.ok_or_else(|| Error::Invalid("a message has no downstream key".into()))?;
-            if let Some(ordering) = &message.ordering_key {
-                check_name("ordering key", ordering)?;
-            }
-            cols.ids.push(message.id);
-            cols.destinations.push(message.destination.clone());
-            cols.payloads.push(message.payload.clone());
-            cols.headers.push(serde_json::to_value(&message.headers)?);
-            cols.downstream_keys.push(key);
-            cols.ordering_keys.push(message.ordering_key.clone());
+/// A batch of messages as column arrays, each with its downstream key, its names checked.
+pub(crate) fn message_columns<'a>(
+    messages: impl Iterator<Item = (&'a OutboxMessage, Option<String>)>,
+) -> Result<MessageColumns> {
+    let mut cols = MessageColumns {
+        ids: Vec::new(),
+        destinations: Vec::new(),
+        payloads: Vec::new(),
+        headers: Vec::new(),
+        downstream_keys: Vec::new(),
+        ordering_keys: Vec::new(),
+    };
+    for (message, key) in messages {
+        let key = key.ok_or_else(|| Error::Invalid("a message has no downstream key".into()))?;
+        if let Some(ordering) = &message.ordering_key {
+            check_name("ordering key", ordering)?;
         }
-        Ok(cols)
+        cols.ids.push(message.id);
+        cols.destinations.push(message.destination.clone());
+        cols.payloads.push(message.payload.clone());
+        cols.headers.push(serde_json::to_value(&message.headers)?);
+        cols.downstream_keys.push(key);
+        cols.ordering_keys.push(message.ordering_key.clone());
     }
+    Ok(cols)
 }
 
 /// Names (destinations, scopes, effects, ordering keys): 1..=255 bytes, no control characters.
@@ -308,46 +240,9 @@ pub(crate) fn check_name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Downstream keys are forwarded as HTTP headers and Message-IDs: the key alphabet applies.
-pub(crate) fn check_downstream_key(key: &str) -> Result<()> {
-    IdempotencyKey::parse(key)
-        .map(|_| ())
-        .map_err(|e| Error::Invalid(format!("downstream key: {e}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn derived_keys_are_deterministic_and_distinct_per_effect() {
-        let key = IdempotencyKey::parse("k-1").expect("valid");
-        let a = derive_downstream_key("charges", &key, "stripe");
-        assert_eq!(a, derive_downstream_key("charges", &key, "stripe"));
-        assert_ne!(a, derive_downstream_key("charges", &key, "email"));
-        assert_ne!(a, derive_downstream_key("refunds", &key, "stripe"));
-        // The documented rule, spelled out.
-        let expected = Uuid::new_v5(&DOWNSTREAM_KEY_NAMESPACE, b"charges\nk-1\nstripe").to_string();
-        assert_eq!(a, expected);
-    }
-
-    #[test]
-    fn claim_keys_differ_per_claim_time_and_follow_the_documented_rule() {
-        let key = IdempotencyKey::parse("k-1").expect("valid");
-        let first = derive_claim_downstream_key("charges", &key, 1_764_000_000_000_001, "stripe");
-        let later = derive_claim_downstream_key("charges", &key, 1_764_086_400_000_002, "stripe");
-        assert_ne!(first, later, "a new claim of the key gets new keys");
-        assert_ne!(
-            first,
-            derive_claim_downstream_key("charges", &key, 1_764_000_000_000_001, "email")
-        );
-        let expected = Uuid::new_v5(
-            &DOWNSTREAM_KEY_NAMESPACE,
-            b"charges\nk-1\nstripe\n1764000000000001",
-        )
-        .to_string();
-        assert_eq!(first, expected);
-    }
 
     #[test]
     fn enqueued_splits_written_from_skipped_in_the_order_given() {

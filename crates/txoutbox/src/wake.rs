@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::executor::TxExecutor;
-use crate::{sql, Result};
+use crate::store::{self, Pooled, TxExecutor};
+use crate::Result;
 
 /// The channel the relays LISTEN on for the write path's hint.
 pub const WAKE_CHANNEL: &str = wake_channel!();
@@ -19,7 +19,7 @@ pub const WAKE_CHANNEL: &str = wake_channel!();
 /// every NOTIFY takes a database-wide lock at commit, serialising all committing transactions:
 /// prefer [`RelayWaker`] after commit, or leave waking to the relay's poll.
 pub async fn notify_in_transaction(tx: &impl TxExecutor) -> Result<()> {
-    tx.rows(sql::messages::NOTIFY, &[]).await?;
+    store::wake::notify(tx).await?;
     Ok(())
 }
 
@@ -43,7 +43,7 @@ impl RelayWaker {
             while wakes.recv().await.is_some() {
                 match pool.get().await {
                     Ok(client) => {
-                        if let Err(e) = client.query_typed(sql::messages::NOTIFY, &[]).await {
+                        if let Err(e) = store::wake::notify(&Pooled::unnamed(&client)).await {
                             tracing::debug!(error = %e, "relay wake-up hint not sent");
                         }
                     }

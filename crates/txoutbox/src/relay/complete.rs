@@ -11,13 +11,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
-use tokio_postgres::types::Type;
 use uuid::Uuid;
 
-use super::{sql, storable, Connection, Finished, Held, Inner, Outcome};
+use super::{storable, Finished, Held, Inner, Outcome};
+use crate::store::{self, Pooled, TxExecutor};
 use crate::{Error, Result};
 
 /// Completion statements in flight at once (each on its own pooled connection).
@@ -182,7 +181,12 @@ fn without_text(finished: &Finished, code: &str) -> Finished {
 
 async fn complete_plain(inner: &Inner, batch: &[Finished]) -> Result<()> {
     let client = inner.pool.get().await?;
-    let applied = run_complete(&client, inner, batch).await?;
+    let applied = run_complete(
+        &Pooled::new(&client, inner.config.prepared_statements),
+        inner,
+        batch,
+    )
+    .await?;
     record_outcomes(inner, &applied, batch.iter());
     Ok(())
 }
@@ -209,7 +213,13 @@ async fn write_hooked(inner: &Inner, finished: &Finished, shutting_down: &Atomic
 async fn complete_hooked(inner: &Inner, finished: &Finished) -> Result<()> {
     let mut client = inner.pool.get().await?;
     let tx = client.transaction().await?;
-    let applied = run_complete(&tx, inner, std::slice::from_ref(finished)).await?;
+    let prepared = inner.config.prepared_statements;
+    let applied = run_complete(
+        &Pooled::new(&tx, prepared),
+        inner,
+        std::slice::from_ref(finished),
+    )
+    .await?;
     if let (Some(hook), Some(completion), false) = (
         inner.hooks.get(&finished.lease.delivery.destination),
         &finished.completion,
@@ -222,7 +232,12 @@ async fn complete_hooked(inner: &Inner, finished: &Finished) -> Result<()> {
             tx.rollback().await?;
             tracing::error!(error = %e, message_id = %finished.lease.delivery.id, "completion hook failed; the row will be delivered again");
             let failed = hook_failed(inner, finished, &*e);
-            let applied = run_complete(&client, inner, std::slice::from_ref(&failed)).await?;
+            let applied = run_complete(
+                &Pooled::new(&client, prepared),
+                inner,
+                std::slice::from_ref(&failed),
+            )
+            .await?;
             record_outcomes(inner, &applied, std::iter::once(&failed));
             return Ok(());
         }
@@ -291,51 +306,25 @@ fn record_outcomes<'a>(
 }
 
 async fn run_complete(
-    client: &impl Connection,
+    conn: &impl TxExecutor,
     inner: &Inner,
     batch: &[Finished],
 ) -> Result<Vec<Uuid>> {
-    let ids: Vec<Uuid> = batch.iter().map(|f| f.lease.delivery.id).collect();
-    let tokens: Vec<i64> = batch.iter().map(|f| f.lease.token).collect();
-    let kinds: Vec<&str> = batch.iter().map(|f| f.outcome.as_str()).collect();
-    let errors: Vec<Option<&str>> = batch.iter().map(|f| f.error.as_deref()).collect();
-    let receipts: Vec<Option<&str>> = batch.iter().map(|f| f.receipt.as_deref()).collect();
-    let delays: Vec<f64> = batch.iter().map(|f| f.delay.as_secs_f64()).collect();
-    let started: Vec<DateTime<Utc>> = batch.iter().map(|f| f.lease.started).collect();
-    let finished: Vec<DateTime<Utc>> = batch.iter().map(|f| f.finished).collect();
-    let attempts: Vec<i32> = batch
+    let attempts: Vec<store::attempts::FinishedAttempt> = batch
         .iter()
-        .map(|f| i32::try_from(f.lease.delivery.attempt).unwrap_or(i32::MAX))
+        .map(|f| store::attempts::FinishedAttempt {
+            id: f.lease.delivery.id,
+            token: f.lease.token,
+            kind: f.outcome.as_str(),
+            error: f.error.as_deref(),
+            receipt: f.receipt.as_deref(),
+            delay_secs: f.delay.as_secs_f64(),
+            started: f.lease.started,
+            finished: f.finished,
+            attempt: i32::try_from(f.lease.delivery.attempt).unwrap_or(i32::MAX),
+            downstream_key: &f.lease.delivery.downstream_key,
+            destination: &f.lease.delivery.destination,
+        })
         .collect();
-    let keys: Vec<&str> = batch
-        .iter()
-        .map(|f| f.lease.delivery.downstream_key.as_str())
-        .collect();
-    let destinations: Vec<&str> = batch
-        .iter()
-        .map(|f| f.lease.delivery.destination.as_str())
-        .collect();
-    let rows = client
-        .run(
-            inner.config.prepared_statements,
-            sql::COMPLETE,
-            &[
-                (&ids, Type::UUID_ARRAY),
-                (&tokens, Type::INT8_ARRAY),
-                (&kinds, Type::TEXT_ARRAY),
-                (&errors, Type::TEXT_ARRAY),
-                (&receipts, Type::TEXT_ARRAY),
-                (&delays, Type::FLOAT8_ARRAY),
-                (&started, Type::TIMESTAMPTZ_ARRAY),
-                (&finished, Type::TIMESTAMPTZ_ARRAY),
-                (&attempts, Type::INT4_ARRAY),
-                (&keys, Type::TEXT_ARRAY),
-                (&inner.config.owner, Type::TEXT),
-                (&destinations, Type::TEXT_ARRAY),
-            ],
-        )
-        .await?;
-    rows.iter()
-        .map(|r| r.try_get(0).map_err(Error::from))
-        .collect()
+    Ok(store::attempts::complete_attempts(conn, &inner.config.owner, &attempts).await?)
 }

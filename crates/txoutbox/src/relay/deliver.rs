@@ -5,11 +5,11 @@ use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use futures::FutureExt;
-use tokio_postgres::types::Type;
 
 use super::flow::Signal;
-use super::{sql, storable, Connection, Finished, Held, Inner, Lease, Outcome, Stage};
+use super::{storable, Finished, Held, Inner, Lease, Outcome, Stage};
 use crate::sink::{Completion, DeliveryError, Receipt};
+use crate::store::{self, Pooled};
 use crate::Result;
 
 /// Runs one attempt and classifies it. Never panics: a panicking sink is a retryable failure; a
@@ -208,14 +208,8 @@ fn unstarted(lease: Lease) -> Finished {
 /// Commits an at-most-once attempt's start; false when the lease is no longer ours.
 async fn mark_started(inner: &Inner, lease: &Lease) -> Result<bool> {
     let client = inner.pool.get().await?;
-    let rows = client
-        .run(
-            inner.config.prepared_statements,
-            sql::MARK_STARTED,
-            &[(&lease.delivery.id, Type::UUID), (&lease.token, Type::INT8)],
-        )
-        .await?;
-    Ok(!rows.is_empty())
+    let conn = Pooled::new(&client, inner.config.prepared_statements);
+    Ok(store::messages::mark_started(&conn, lease.delivery.id, lease.token).await?)
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {

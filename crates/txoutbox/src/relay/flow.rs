@@ -1,7 +1,7 @@
 //! Flow control per destination: which destinations a claim may take rows of, and how many.
 //!
 //! The shared part lives in `txoutbox_destinations`, one row per destination, read and spent by
-//! the claim statement itself ([`sql::CLAIM`]): an operator's pause, the breaker's state, and the
+//! the claim statement itself (`store::messages::claim_due`): an operator's pause, the breaker's state, and the
 //! token bucket of a rate limit, so that every relay of a deployment obeys one budget. What is
 //! this relay's own is passed to the claim as a bound per destination: the room left under its
 //! in-flight limit, and a hold it set itself on seeing a downstream's `Retry-After` (before the
@@ -17,10 +17,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
-use tokio_postgres::types::Type;
 
 use super::config::Breaker;
-use super::{sql, Connection, Finished, Inner};
+use super::{Finished, Inner};
+use crate::store::destinations::{self, BreakerRow};
+use crate::store::Pooled;
 use crate::Result;
 
 /// What an attempt tells the breaker.
@@ -275,16 +276,7 @@ pub(super) async fn register(inner: &Inner) -> Result<()> {
         .map(|d| inner.policy(d).flow.rate_limit.map(|r| r.burst))
         .collect();
     let client = inner.pool.get().await?;
-    client
-        .run(
-            false,
-            sql::REGISTER_DESTINATIONS,
-            &[
-                (&destinations, Type::TEXT_ARRAY),
-                (&rates, Type::FLOAT8_ARRAY),
-                (&bursts, Type::FLOAT8_ARRAY),
-            ],
-        )
+    destinations::register_destinations(&Pooled::unnamed(&client), &destinations, &rates, &bursts)
         .await?;
     Ok(())
 }
@@ -422,36 +414,23 @@ pub(super) async fn feedback(
     destinations.sort_unstable();
     let mut client = inner.pool.get().await?;
     let tx = client.transaction().await?;
-    tx.run(
-        false,
-        sql::ENSURE_DESTINATIONS,
-        &[(&destinations, Type::TEXT_ARRAY)],
-    )
-    .await?;
-    let rows = tx
-        .run(
-            false,
-            sql::LOCK_DESTINATIONS,
-            &[(&destinations, Type::TEXT_ARRAY)],
-        )
-        .await?;
-    let mut names = Vec::new();
-    let mut updated: Vec<Shared> = Vec::new();
-    for row in &rows {
-        let destination: String = row.try_get("destination")?;
-        let now: DateTime<Utc> = row.try_get("now")?;
-        let breaker: String = row.try_get("breaker")?;
+    let conn = Pooled::unnamed(&tx);
+    destinations::ensure_destinations(&conn, &destinations).await?;
+    let rows = destinations::lock_breakers(&conn, &destinations).await?;
+    let mut updated: Vec<BreakerRow> = Vec::new();
+    for (row, now) in rows {
+        let destination = row.destination;
         let current = Shared {
-            breaker: match breaker.as_str() {
+            breaker: match row.breaker.as_str() {
                 "open" => "open",
                 "half_open" => "half_open",
                 _ => "closed",
             },
-            failures: row.try_get("failures")?,
-            opens: row.try_get("opens")?,
-            open_until: row.try_get("open_until")?,
-            open_reason: row.try_get("open_reason")?,
-            probe_until: row.try_get("probe_until")?,
+            failures: row.failures,
+            opens: row.opens,
+            open_until: row.open_until,
+            open_reason: row.open_reason,
+            probe_until: row.probe_until,
         };
         let policy = inner.policy(&destination);
         let next = current.clone().apply(
@@ -467,32 +446,19 @@ pub(super) async fn feedback(
             } else if next.breaker == "closed" && current.breaker != "closed" {
                 tracing::info!(destination = %destination, "destination closed again: the probe was delivered");
             }
-            names.push(destination);
-            updated.push(next);
+            updated.push(BreakerRow {
+                destination,
+                breaker: next.breaker.to_owned(),
+                failures: next.failures,
+                opens: next.opens,
+                open_until: next.open_until,
+                open_reason: next.open_reason,
+                probe_until: next.probe_until,
+            });
         }
     }
-    if !names.is_empty() {
-        let breakers: Vec<&str> = updated.iter().map(|s| s.breaker).collect();
-        let failures: Vec<i32> = updated.iter().map(|s| s.failures).collect();
-        let opens: Vec<i32> = updated.iter().map(|s| s.opens).collect();
-        let open_until: Vec<Option<DateTime<Utc>>> = updated.iter().map(|s| s.open_until).collect();
-        let reasons: Vec<Option<&str>> = updated.iter().map(|s| s.open_reason.as_deref()).collect();
-        let probe_until: Vec<Option<DateTime<Utc>>> =
-            updated.iter().map(|s| s.probe_until).collect();
-        tx.run(
-            false,
-            sql::UPDATE_BREAKERS,
-            &[
-                (&names, Type::TEXT_ARRAY),
-                (&breakers, Type::TEXT_ARRAY),
-                (&failures, Type::INT4_ARRAY),
-                (&opens, Type::INT4_ARRAY),
-                (&open_until, Type::TIMESTAMPTZ_ARRAY),
-                (&reasons, Type::TEXT_ARRAY),
-                (&probe_until, Type::TIMESTAMPTZ_ARRAY),
-            ],
-        )
-        .await?;
+    if !updated.is_empty() {
+        destinations::update_breakers(&conn, &updated).await?;
     }
     tx.commit().await?;
     Ok(())

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 
-use super::sql;
+use crate::store;
 use crate::PgConfig;
 
 /// Listens until `stop` is notified; `connected` says whether the LISTEN is live.
@@ -49,7 +49,7 @@ async fn run_once(
 ) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = config.config().connect(config.tls()).await?;
     let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-    let listen = client.batch_execute(sql::LISTEN);
+    let listen = store::wake::listen(&client);
     tokio::pin!(listen);
     // Drive the connection while the LISTEN is answered.
     loop {

@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
+use super::{listener, Inner, WakeMode};
+use crate::store::{self, Pooled};
+use crate::{Error, Result};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
-use tokio_postgres::types::Type;
-
-use super::{listener, sql, Inner, WakeMode};
-use crate::{Error, Result};
 
 /// Starts the background tasks of a running relay.
 pub(super) fn spawn(inner: &Arc<Inner>, stop: &Arc<Notify>) -> JoinSet<()> {
@@ -66,11 +65,10 @@ async fn sampler(inner: Arc<Inner>, stop: Arc<Notify>) {
 
 async fn sample_backlog(pool: &deadpool_postgres::Pool) -> Result<(i64, f64)> {
     let client = pool.get().await?;
-    let row = client.query_typed(sql::SAMPLE_BACKLOG, &[]).await?;
-    let row = row
-        .first()
+    let backlog = store::messages::sample_backlog(&Pooled::unnamed(&client))
+        .await?
         .ok_or_else(|| Error::Invalid("the backlog sample returned no row".into()))?;
-    Ok((row.try_get(0)?, row.try_get(1)?))
+    Ok((backlog.pending, backlog.oldest_secs))
 }
 
 /// Takes back every row whose lease has expired; returns how many. Run by every relay
@@ -80,10 +78,7 @@ pub async fn reclaim_expired(pool: &deadpool_postgres::Pool) -> Result<u64> {
     let mut total = 0;
     loop {
         let limit = 1000i64;
-        let row = client
-            .query_typed(sql::RECLAIM_EXPIRED, &[(&limit, Type::INT8)])
-            .await?;
-        let moved: i64 = row.first().map(|r| r.get(0)).unwrap_or(0);
+        let moved = store::messages::reclaim_expired(&Pooled::unnamed(&client), limit).await?;
         total += moved as u64;
         if moved < limit {
             return Ok(total);

@@ -17,7 +17,6 @@ mod deliver;
 mod flow;
 mod listener;
 mod maintenance;
-mod sql;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -29,8 +28,6 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tokio_postgres::types::Type;
-use tokio_postgres::Row;
 use uuid::Uuid;
 
 pub use backoff::RetryPolicy;
@@ -41,6 +38,7 @@ pub use config::{
 pub use maintenance::reclaim_expired;
 
 use crate::sink::{Completion, CompletionHook, Delivery, Sink};
+use crate::store::{self, Pooled};
 use crate::{PgConfig, Result};
 
 /// The relay engine. `run` it in its own process (`txoutbox relay`) or inside a service.
@@ -508,40 +506,6 @@ fn given_back(inner: &Inner, lease: Lease, outcome: Outcome) -> Finished {
     }
 }
 
-/// The relay's connections: a pooled client, or a transaction on one.
-trait Connection: Sync {
-    async fn run(
-        &self,
-        prepared: bool,
-        sql: &'static str,
-        params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)],
-    ) -> std::result::Result<Vec<Row>, tokio_postgres::Error>;
-}
-
-macro_rules! impl_connection {
-    ($t:ty) => {
-        impl Connection for $t {
-            async fn run(
-                &self,
-                prepared: bool,
-                sql: &'static str,
-                params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)],
-            ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
-                if !prepared {
-                    return self.query_typed(sql, params).await;
-                }
-                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
-                let statement = self.prepare_typed_cached(sql, &types).await?;
-                let values: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-                    params.iter().map(|(v, _)| *v).collect();
-                self.query(&statement, &values).await
-            }
-        }
-    };
-}
-impl_connection!(deadpool_postgres::Object);
-impl_connection!(deadpool_postgres::Transaction<'_>);
-
 /// Claims up to `want` due rows, none of those in `held`, within the flow-control bounds;
 /// returns them with how many rows waiting behind an ordering-key head the claim parked, and how
 /// long until a destination it held back may have rows again.
@@ -552,34 +516,19 @@ async fn claim(
     bounds: &flow::Bounds,
 ) -> Result<(Vec<Lease>, u64, Option<Duration>)> {
     let client = inner.pool.get().await?;
-    let limit = want as i64;
-    let lease = inner.config.lease.as_secs_f64();
-    let rows = client
-        .run(
-            inner.config.prepared_statements,
-            sql::CLAIM,
-            &[
-                (&limit, Type::INT8),
-                (&inner.config.owner, Type::TEXT),
-                (&lease, Type::FLOAT8),
-                (&held, Type::UUID_ARRAY),
-                (&sql::ORDERING_PARK_SECS, Type::FLOAT8),
-                (&bounds.destinations, Type::TEXT_ARRAY),
-                (&bounds.room, Type::INT8_ARRAY),
-            ],
-        )
-        .await?;
-    let parked = rows
-        .first()
-        .map(|r| r.try_get::<_, i64>("parked"))
-        .transpose()?
-        .unwrap_or(0);
-    let gates: Vec<flow::Gate> = match rows
-        .first()
-        .map(|r| r.try_get::<_, Option<String>>("gates"))
-        .transpose()?
-        .flatten()
-    {
+    let claimed = store::messages::claim_due(
+        &Pooled::new(&client, inner.config.prepared_statements),
+        &store::messages::ClaimDue {
+            limit: want as i64,
+            owner: &inner.config.owner,
+            lease_secs: inner.config.lease.as_secs_f64(),
+            held: &held,
+            bounded: &bounds.destinations,
+            room: &bounds.room,
+        },
+    )
+    .await?;
+    let gates: Vec<flow::Gate> = match claimed.gates {
         Some(json) => serde_json::from_str(&json).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "unreadable flow-control state");
             Vec::new()
@@ -587,49 +536,41 @@ async fn claim(
         None => Vec::new(),
     };
     let next_change = inner.flow.observe(&gates, bounds, inner.sinks.keys());
-    let mut leases = Vec::with_capacity(rows.len());
-    for row in &rows {
-        if row.try_get::<_, Option<Uuid>>("id")?.is_some() {
-            leases.push(lease_from_row(row)?);
-        }
-    }
-    Ok((leases, u64::try_from(parked).unwrap_or(0), next_change))
+    let leases = claimed.rows.into_iter().map(Lease::from).collect();
+    Ok((
+        leases,
+        u64::try_from(claimed.parked).unwrap_or(0),
+        next_change,
+    ))
 }
 
-fn lease_from_row(row: &Row) -> Result<Lease> {
-    let headers: serde_json::Value = row.try_get("headers")?;
-    let attempts: i32 = row.try_get("attempts")?;
-    Ok(Lease {
-        delivery: Delivery {
-            id: row.try_get("id")?,
-            destination: row.try_get("destination")?,
-            payload: row.try_get("payload")?,
-            headers: serde_json::from_value(headers).unwrap_or_default(),
-            downstream_key: row.try_get("downstream_key")?,
-            ordering_key: row.try_get("ordering_key")?,
-            attempt: u32::try_from(attempts).unwrap_or(0),
-            created_at: row.try_get("created_at")?,
-        },
-        token: row.try_get("lease_token")?,
-        started: row.try_get("attempt_started_at")?,
-        claimed_at: std::time::Instant::now(),
-    })
+impl From<store::messages::ClaimedRow> for Lease {
+    fn from(row: store::messages::ClaimedRow) -> Self {
+        Lease {
+            delivery: Delivery {
+                id: row.id,
+                destination: row.destination,
+                payload: row.payload,
+                headers: serde_json::from_value(row.headers).unwrap_or_default(),
+                downstream_key: row.downstream_key,
+                ordering_key: row.ordering_key,
+                attempt: u32::try_from(row.attempts).unwrap_or(0),
+                created_at: row.created_at,
+            },
+            token: row.lease_token,
+            started: row.attempt_started_at,
+            claimed_at: std::time::Instant::now(),
+        }
+    }
 }
 
 /// Gives back the rows this relay holds whose sink was never called (all but `called`).
 async fn release_unstarted(inner: &Inner, called: Vec<Uuid>) -> Result<u64> {
     let client = inner.pool.get().await?;
-    let rows = client
-        .run(
-            false,
-            sql::RELEASE_UNSTARTED,
-            &[
-                (&inner.config.owner, Type::TEXT),
-                (&called, Type::UUID_ARRAY),
-            ],
-        )
-        .await?;
-    Ok(rows.len() as u64)
+    Ok(
+        store::messages::release_unstarted(&Pooled::unnamed(&client), &inner.config.owner, &called)
+            .await?,
+    )
 }
 
 /// Text the database will store: no NUL (Postgres text cannot hold it) and at most

@@ -1,5 +1,79 @@
-//! Every statement of the relay. The literal `status = 'pending'` in [`CLAIM`] matches the partial
-//! index `txoutbox_messages_due`; keep it literal.
+//! `txoutbox_messages`, the hot outbox: the write path's insert and ordering-key locks; the
+//! relay's claim, start mark, give-back and lease reclaim; the backlog sample. The literal
+//! `status = 'pending'` in [`CLAIM`] and [`SAMPLE_BACKLOG`] matches the partial index
+//! `txoutbox_messages_due`; keep it literal.
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::types::{ToSql, Type};
+use uuid::Uuid;
+
+use super::{Result, TxExecutor};
+
+/// Inserts a batch of messages; a (destination, downstream key) already present is skipped.
+/// Returns the id and destination of each row written.
+const INSERT: &str = "INSERT INTO txoutbox_messages \
+     (id, destination, payload, headers, downstream_key, ordering_key) \
+     SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::text[], \
+         $6::text[]) \
+     ON CONFLICT (destination, downstream_key) DO NOTHING RETURNING id, destination";
+
+/// Serialises the transactions that enqueue under the same ordering keys, so that insertion
+/// order (`seq`) is commit order within a key. Locks in a fixed order to avoid deadlocks.
+const LOCK_ORDERING_KEYS: &str = "SELECT count(pg_advisory_xact_lock(h)) FROM ( \
+     SELECT DISTINCT hashtextextended(k, 7160) AS h FROM unnest($1::text[]) AS k ORDER BY h) AS l";
+
+/// A batch of messages as column arrays, ready for one `unnest` insert (in [`insert_messages`],
+/// and with a key's response in `keys::complete_key`).
+pub(crate) struct MessageColumns {
+    pub ids: Vec<Uuid>,
+    pub destinations: Vec<String>,
+    pub payloads: Vec<serde_json::Value>,
+    pub headers: Vec<serde_json::Value>,
+    pub downstream_keys: Vec<String>,
+    pub ordering_keys: Vec<Option<String>>,
+}
+
+/// The parameters of a message insert, in the order both insert statements take them.
+pub(super) fn columns(rows: &MessageColumns) -> [(&(dyn ToSql + Sync), Type); 6] {
+    [
+        (&rows.ids, Type::UUID_ARRAY),
+        (&rows.destinations, Type::TEXT_ARRAY),
+        (&rows.payloads, Type::JSONB_ARRAY),
+        (&rows.headers, Type::JSONB_ARRAY),
+        (&rows.downstream_keys, Type::TEXT_ARRAY),
+        (&rows.ordering_keys, Type::TEXT_ARRAY),
+    ]
+}
+
+/// The rows an insert wrote: their ids and destinations.
+pub(crate) struct Inserted {
+    pub ids: Vec<Uuid>,
+    pub destinations: Vec<String>,
+}
+
+/// Inserts the messages; a (destination, downstream key) already in the table is skipped.
+pub(crate) async fn insert_messages(
+    tx: &impl TxExecutor,
+    rows: &MessageColumns,
+) -> Result<Inserted> {
+    let inserted = tx.rows(INSERT, &columns(rows)).await?;
+    let mut written = Inserted {
+        ids: Vec::with_capacity(inserted.len()),
+        destinations: Vec::with_capacity(inserted.len()),
+    };
+    for row in &inserted {
+        written.ids.push(row.try_get(0)?);
+        written.destinations.push(row.try_get(1)?);
+    }
+    Ok(written)
+}
+
+/// Takes the transaction-scoped advisory locks of `keys` (ordering keys), in a fixed order.
+pub(crate) async fn lock_ordering_keys(tx: &impl TxExecutor, keys: &[&str]) -> Result<()> {
+    tx.rows(LOCK_ORDERING_KEYS, &[(&keys, Type::TEXT_ARRAY)])
+        .await?;
+    Ok(())
+}
 
 /// Claims up to $1 due rows under a new lease (owner $2, $3 seconds), skipping rows other relays
 /// hold and the rows this relay still holds an attempt of ($4). A row with an ordering key is
@@ -25,7 +99,7 @@
 /// set again, just before the call, only for an attempt that really starts ([`MARK_STARTED`]).
 /// Always returns one row at least: `parked` (rows parked) and `gates` (the bounded destinations'
 /// states, as JSON) with NULLs when nothing was claimed.
-pub const CLAIM: &str = "WITH flow AS ( \
+const CLAIM: &str = "WITH flow AS ( \
      SELECT d.destination, d.paused_at, d.breaker, d.open_until, d.probe_until, d.rate_per_sec, \
          d.burst, d.tokens, d.refilled_at, d.failures FROM txoutbox_destinations d \
      WHERE d.paused_at IS NOT NULL OR d.rate_per_sec IS NOT NULL OR d.breaker <> 'closed' \
@@ -104,124 +178,142 @@ pub const CLAIM: &str = "WITH flow AS ( \
      FROM gate g LEFT JOIN taken t ON t.destination = g.destination) \
  SELECT p.parked, gs.gates, c.* FROM (SELECT count(*) AS parked FROM parked) p \
      CROSS JOIN gates gs LEFT JOIN claimed c ON true";
-
-/// Records the rate limits of a relay's destinations (NULL: none) and gives every destination
-/// it serves its flow-control row. A relay starting writes its configuration over the last one.
-pub const REGISTER_DESTINATIONS: &str = "INSERT INTO txoutbox_destinations AS d \
-         (destination, rate_per_sec, burst, tokens) \
-     SELECT destination, rate, burst, COALESCE(burst, 0) \
-     FROM unnest($1::text[], $2::float8[], $3::float8[]) AS i(destination, rate, burst) \
-     ON CONFLICT (destination) DO UPDATE SET rate_per_sec = EXCLUDED.rate_per_sec, \
-         burst = EXCLUDED.burst, tokens = least(d.tokens, COALESCE(EXCLUDED.burst, d.tokens)), \
-         updated_at = now() \
-     WHERE d.rate_per_sec IS DISTINCT FROM EXCLUDED.rate_per_sec \
-         OR d.burst IS DISTINCT FROM EXCLUDED.burst";
-
-/// Gives destinations $1 their flow-control row if they have none (before [`LOCK_DESTINATIONS`]).
-pub const ENSURE_DESTINATIONS: &str = "INSERT INTO txoutbox_destinations (destination) \
-     SELECT unnest($1::text[]) ON CONFLICT (destination) DO NOTHING";
-
-/// Locks the breaker columns of destinations $1 for a feedback write.
-pub const LOCK_DESTINATIONS: &str = "SELECT destination, breaker, failures, opens, open_until, \
-         open_reason, probe_until, now() AS now \
-     FROM txoutbox_destinations WHERE destination = ANY($1::text[]) \
-     ORDER BY destination FOR NO KEY UPDATE";
-
-/// Writes the breaker columns computed from a batch's outcomes.
-pub const UPDATE_BREAKERS: &str = "UPDATE txoutbox_destinations d SET breaker = u.breaker, \
-         failures = u.failures, opens = u.opens, open_until = u.open_until, \
-         open_reason = u.open_reason, probe_until = u.probe_until, updated_at = now() \
-     FROM unnest($1::text[], $2::text[], $3::int4[], $4::int4[], $5::timestamptz[], $6::text[], \
-         $7::timestamptz[]) AS u(destination, breaker, failures, opens, open_until, open_reason, \
-         probe_until) \
-     WHERE d.destination = u.destination";
-
 /// How long a row waiting behind an earlier row of its ordering key is parked by a claim (the
 /// completion of the row ahead of it ends the park at once).
-pub const ORDERING_PARK_SECS: f64 = 30.0;
+const ORDERING_PARK_SECS: f64 = 30.0;
+/// A claim of the relay's.
+pub(crate) struct ClaimDue<'a> {
+    /// How many rows at most.
+    pub limit: i64,
+    /// The relay's owner id.
+    pub owner: &'a str,
+    /// The lease, in seconds.
+    pub lease_secs: f64,
+    /// The rows this relay holds an attempt of (never claimed again).
+    pub held: &'a [Uuid],
+    /// Destinations bounded by this relay, and how many rows of each the claim may take.
+    pub bounded: &'a [String],
+    pub room: &'a [i64],
+}
+
+/// A row claimed under a new lease.
+pub(crate) struct ClaimedRow {
+    pub id: Uuid,
+    pub destination: String,
+    pub payload: serde_json::Value,
+    pub headers: serde_json::Value,
+    pub downstream_key: String,
+    pub ordering_key: Option<String>,
+    /// This attempt's number.
+    pub attempts: i32,
+    pub lease_token: i64,
+    pub created_at: DateTime<Utc>,
+    /// The attempt's start, by the database's clock.
+    pub attempt_started_at: DateTime<Utc>,
+}
+
+/// What a claim took and saw.
+pub(crate) struct Claimed {
+    pub rows: Vec<ClaimedRow>,
+    /// Rows parked behind the head of their ordering key.
+    pub parked: i64,
+    /// The bounded destinations' states as the claim saw (and spent) them, as JSON.
+    pub gates: Option<String>,
+}
+
+/// Claims due rows under a new lease, within the flow-control bounds.
+pub(crate) async fn claim_due(conn: &impl TxExecutor, claim: &ClaimDue<'_>) -> Result<Claimed> {
+    let rows = conn
+        .rows(
+            CLAIM,
+            &[
+                (&claim.limit, Type::INT8),
+                (&claim.owner, Type::TEXT),
+                (&claim.lease_secs, Type::FLOAT8),
+                (&claim.held, Type::UUID_ARRAY),
+                (&ORDERING_PARK_SECS, Type::FLOAT8),
+                (&claim.bounded, Type::TEXT_ARRAY),
+                (&claim.room, Type::INT8_ARRAY),
+            ],
+        )
+        .await?;
+    let parked = rows
+        .first()
+        .map(|r| r.try_get::<_, i64>("parked"))
+        .transpose()?
+        .unwrap_or(0);
+    let gates = rows
+        .first()
+        .map(|r| r.try_get::<_, Option<String>>("gates"))
+        .transpose()?
+        .flatten();
+    let mut claimed = Vec::with_capacity(rows.len());
+    for row in &rows {
+        // The claim's summary row carries NULLs when nothing was claimed.
+        let Some(id) = row.try_get::<_, Option<Uuid>>("id")? else {
+            continue;
+        };
+        claimed.push(ClaimedRow {
+            id,
+            destination: row.try_get("destination")?,
+            payload: row.try_get("payload")?,
+            headers: row.try_get("headers")?,
+            downstream_key: row.try_get("downstream_key")?,
+            ordering_key: row.try_get("ordering_key")?,
+            attempts: row.try_get("attempts")?,
+            lease_token: row.try_get("lease_token")?,
+            created_at: row.try_get("created_at")?,
+            attempt_started_at: row.try_get("attempt_started_at")?,
+        });
+    }
+    Ok(Claimed {
+        rows: claimed,
+        parked,
+        gates,
+    })
+}
 
 /// Commits the start of an at-most-once attempt ($1, under lease token $2) just before its sink
 /// is called: from here on a lost outcome makes the row `unknown`, not pending. Returns no row
 /// when the lease is no longer ours (then the call is not made).
-pub const MARK_STARTED: &str = "UPDATE txoutbox_messages SET at_most_once = true \
+const MARK_STARTED: &str = "UPDATE txoutbox_messages SET at_most_once = true \
      WHERE id = $1 AND lease_token = $2 RETURNING 1";
-
-/// Completes a batch of attempts, fenced by their lease tokens: only rows still leased under the
-/// token the attempt ran with change. Delivered rows move to `txoutbox_delivered`; retried rows go
-/// back to pending with their next attempt time; dead rows become `failed`; rows given back at
-/// shutdown go back to pending at once (`released`: the sink may have been called; `unstarted`:
-/// it was not, so the attempt is not counted), or to `unknown` for an at-most-once destination
-/// whose call may have reached the downstream. Every attempt is logged, including those whose
-/// lease was lost (a completion that came too late), so the log shows every call a downstream
-/// received. Inputs are matched to rows by (id, lease token), so two outcomes of one row (an old
-/// lease's and a new one's) never collide. The next row of a delivered row's ordering key is
-/// unparked.
-/// Returns the ids whose completion took effect. A lease token is set only while a row is
-/// in flight (claim sets it; completion, reclaim and replay clear it), so matching the token is
-/// the whole fence: no `status = 'in_flight'` test, which would steer the planner to the lease
-/// index and a nested loop that rescans the batch once per row.
-pub const COMPLETE: &str = "WITH input AS ( \
-     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
-         $6::float8[], $7::timestamptz[], $8::timestamptz[], $9::int4[], $10::text[], \
-         $12::text[]) \
-         AS i(id, token, kind, error, receipt, delay, started, finished, attempt, downstream_key, \
-             destination)), \
- delivered AS ( \
-     DELETE FROM txoutbox_messages m \
-     WHERE m.id = ANY($1::uuid[]) AND (m.id, m.lease_token) IN ( \
-         SELECT i.id, i.token FROM input i WHERE i.kind = 'delivered') \
-     RETURNING m.id, m.seq, m.destination, m.payload, m.headers, m.downstream_key, \
-         m.ordering_key, m.attempts, m.created_at, m.lease_token), \
- history AS ( \
-     INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, downstream_key, \
-         ordering_key, attempts, created_at, delivered_at, receipt) \
-     SELECT d.id, d.seq, d.destination, d.payload, d.headers, d.downstream_key, \
-         d.ordering_key, d.attempts, d.created_at, i.finished, i.receipt \
-     FROM delivered d JOIN input i ON i.id = d.id AND i.token = d.lease_token), \
- unparked AS ( \
-     UPDATE txoutbox_messages m SET next_attempt_at = LEAST(m.next_attempt_at, now()) \
-     FROM (SELECT DISTINCT ON (n.ordering_key) n.id FROM txoutbox_messages n \
-             JOIN delivered d ON n.ordering_key = d.ordering_key AND n.seq > d.seq \
-             ORDER BY n.ordering_key, n.seq) nx \
-     WHERE m.id = nx.id AND m.status = 'pending' AND m.id <> ALL($1::uuid[])), \
- updated AS ( \
-     UPDATE txoutbox_messages m SET \
-         status = CASE WHEN i.kind IN ('failed', 'unknown') THEN i.kind ELSE 'pending' END, \
-         next_attempt_at = CASE WHEN i.kind IN ('failed', 'unknown') THEN m.next_attempt_at \
-             ELSE now() + make_interval(secs => i.delay) END, \
-         attempts = CASE WHEN i.kind = 'unstarted' THEN m.attempts - 1 ELSE m.attempts END, \
-         last_error = COALESCE(i.error, m.last_error), \
-         lease_owner = NULL, lease_expires_at = NULL, lease_token = NULL \
-     FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $6::float8[]) \
-         AS i(id, token, kind, error, delay) \
-     WHERE m.id = i.id AND m.lease_token = i.token AND i.kind <> 'delivered' \
-     RETURNING m.id, i.token), \
- logged AS ( \
-     INSERT INTO txoutbox_attempts (message_id, destination, attempt, downstream_key, relay, \
-         lease_token, outcome, error, receipt, started_at, finished_at) \
-     SELECT i.id, i.destination, i.attempt, i.downstream_key, $11, i.token, \
-         CASE WHEN d.id IS NULL AND u.id IS NULL THEN 'lease_lost' ELSE i.kind END, \
-         CASE WHEN d.id IS NULL AND u.id IS NULL \
-             THEN concat_ws(': ', 'the lease was lost before the ' || i.kind || ' outcome was recorded', i.error) \
-             ELSE i.error END, \
-         i.receipt, i.started, i.finished \
-     FROM input i LEFT JOIN delivered d ON d.id = i.id AND d.lease_token = i.token \
-         LEFT JOIN updated u ON u.id = i.id AND u.token = i.token \
-     WHERE i.kind <> 'unstarted') \
- SELECT id FROM delivered UNION ALL SELECT id FROM updated";
+/// Marks the at-most-once attempt of row `id` (lease `token`) started; false when the lease is
+/// no longer ours.
+pub(crate) async fn mark_started(conn: &impl TxExecutor, id: Uuid, token: i64) -> Result<bool> {
+    let rows = conn
+        .rows(MARK_STARTED, &[(&id, Type::UUID), (&token, Type::INT8)])
+        .await?;
+    Ok(!rows.is_empty())
+}
 
 /// At shutdown, gives back every row this relay ($1) still holds whose sink was never called
 /// (not one of $2, the rows whose call started): pending again at once, the attempt not counted.
 /// It catches what a claim cut short by the shutdown committed after the relay stopped waiting.
-pub const RELEASE_UNSTARTED: &str = "UPDATE txoutbox_messages SET status = 'pending', \
+const RELEASE_UNSTARTED: &str = "UPDATE txoutbox_messages SET status = 'pending', \
      attempts = greatest(attempts - 1, 0), lease_owner = NULL, lease_expires_at = NULL, \
      lease_token = NULL, at_most_once = false \
      WHERE status = 'in_flight' AND lease_owner = $1 AND id <> ALL($2::uuid[]) RETURNING id";
+/// Gives back the rows `owner` holds whose sink was never called (all but `called`); returns
+/// how many.
+pub(crate) async fn release_unstarted(
+    conn: &impl TxExecutor,
+    owner: &str,
+    called: &[Uuid],
+) -> Result<u64> {
+    let rows = conn
+        .rows(
+            RELEASE_UNSTARTED,
+            &[(&owner, Type::TEXT), (&called, Type::UUID_ARRAY)],
+        )
+        .await?;
+    Ok(rows.len() as u64)
+}
 
 /// Takes back rows whose lease expired (their relay died, paused or lost the network): pending
 /// again with the same key, or `unknown` for at-most-once destinations, where the attempt may
 /// have reached the downstream and must not be repeated blindly. At most $1 rows per call.
-pub const RECLAIM_EXPIRED: &str = "WITH expired AS ( \
+const RECLAIM_EXPIRED: &str = "WITH expired AS ( \
      SELECT id, destination, lease_owner, lease_token, attempts, downstream_key, \
          attempt_started_at, at_most_once FROM txoutbox_messages \
      WHERE status = 'in_flight' AND lease_expires_at < now() \
@@ -245,14 +337,34 @@ pub const RECLAIM_EXPIRED: &str = "WITH expired AS ( \
          COALESCE(e.attempt_started_at, now()) \
      FROM expired e JOIN moved mv ON mv.id = e.id) \
  SELECT count(*) FROM moved";
-
-/// The channel the write path's hint arrives on.
-pub const LISTEN: &str = concat!("LISTEN ", wake_channel!());
+/// Takes back up to `limit` rows whose lease expired (it logs their attempts in
+/// `txoutbox_attempts` too); returns how many.
+pub(crate) async fn reclaim_expired(conn: &impl TxExecutor, limit: i64) -> Result<i64> {
+    let rows = conn.rows(RECLAIM_EXPIRED, &[(&limit, Type::INT8)]).await?;
+    Ok(rows.first().map(|r| r.try_get(0)).transpose()?.unwrap_or(0))
+}
 
 /// The backlog gauges: pending rows, and how long the longest-waiting due row has been due. Both
 /// read only the partial index `txoutbox_messages_due` (the literal `'pending'` selects it): a
 /// count over it, and its first entry.
-pub const SAMPLE_BACKLOG: &str = "SELECT \
+const SAMPLE_BACKLOG: &str = "SELECT \
      (SELECT count(*) FROM txoutbox_messages WHERE status = 'pending'), \
      COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(next_attempt_at))::float8 \
          FROM txoutbox_messages WHERE status = 'pending' AND next_attempt_at <= now()), 0)::float8";
+/// The backlog: pending rows, and the age in seconds of the longest-waiting due row.
+pub(crate) struct Backlog {
+    pub pending: i64,
+    pub oldest_secs: f64,
+}
+
+/// Samples the backlog; `None` if the statement returned no row.
+pub(crate) async fn sample_backlog(conn: &impl TxExecutor) -> Result<Option<Backlog>> {
+    let rows = conn.rows(SAMPLE_BACKLOG, &[]).await?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    Ok(Some(Backlog {
+        pending: row.try_get(0)?,
+        oldest_secs: row.try_get(1)?,
+    }))
+}

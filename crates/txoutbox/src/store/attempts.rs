@@ -1,0 +1,131 @@
+//! `txoutbox_attempts`, the attempt log: the relay's completion of a batch of attempts, which
+//! logs every attempt and, in the same statement, moves delivered rows from `txoutbox_messages`
+//! to `txoutbox_delivered` and sends the others back to pending, `failed` or `unknown`. (The
+//! lease reclaim, mainly about the hot table, logs its attempts from `messages`.)
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::types::Type;
+use uuid::Uuid;
+
+use super::{Result, TxExecutor};
+
+/// Completes a batch of attempts, fenced by their lease tokens: only rows still leased under the
+/// token the attempt ran with change. Delivered rows move to `txoutbox_delivered`; retried rows go
+/// back to pending with their next attempt time; dead rows become `failed`; rows given back at
+/// shutdown go back to pending at once (`released`: the sink may have been called; `unstarted`:
+/// it was not, so the attempt is not counted), or to `unknown` for an at-most-once destination
+/// whose call may have reached the downstream. Every attempt is logged, including those whose
+/// lease was lost (a completion that came too late), so the log shows every call a downstream
+/// received. Inputs are matched to rows by (id, lease token), so two outcomes of one row (an old
+/// lease's and a new one's) never collide. The next row of a delivered row's ordering key is
+/// unparked.
+/// Returns the ids whose completion took effect. A lease token is set only while a row is
+/// in flight (claim sets it; completion, reclaim and replay clear it), so matching the token is
+/// the whole fence: no `status = 'in_flight'` test, which would steer the planner to the lease
+/// index and a nested loop that rescans the batch once per row.
+const COMPLETE: &str = "WITH input AS ( \
+     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
+         $6::float8[], $7::timestamptz[], $8::timestamptz[], $9::int4[], $10::text[], \
+         $12::text[]) \
+         AS i(id, token, kind, error, receipt, delay, started, finished, attempt, downstream_key, \
+             destination)), \
+ delivered AS ( \
+     DELETE FROM txoutbox_messages m \
+     WHERE m.id = ANY($1::uuid[]) AND (m.id, m.lease_token) IN ( \
+         SELECT i.id, i.token FROM input i WHERE i.kind = 'delivered') \
+     RETURNING m.id, m.seq, m.destination, m.payload, m.headers, m.downstream_key, \
+         m.ordering_key, m.attempts, m.created_at, m.lease_token), \
+ history AS ( \
+     INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, downstream_key, \
+         ordering_key, attempts, created_at, delivered_at, receipt) \
+     SELECT d.id, d.seq, d.destination, d.payload, d.headers, d.downstream_key, \
+         d.ordering_key, d.attempts, d.created_at, i.finished, i.receipt \
+     FROM delivered d JOIN input i ON i.id = d.id AND i.token = d.lease_token), \
+ unparked AS ( \
+     UPDATE txoutbox_messages m SET next_attempt_at = LEAST(m.next_attempt_at, now()) \
+     FROM (SELECT DISTINCT ON (n.ordering_key) n.id FROM txoutbox_messages n \
+             JOIN delivered d ON n.ordering_key = d.ordering_key AND n.seq > d.seq \
+             ORDER BY n.ordering_key, n.seq) nx \
+     WHERE m.id = nx.id AND m.status = 'pending' AND m.id <> ALL($1::uuid[])), \
+ updated AS ( \
+     UPDATE txoutbox_messages m SET \
+         status = CASE WHEN i.kind IN ('failed', 'unknown') THEN i.kind ELSE 'pending' END, \
+         next_attempt_at = CASE WHEN i.kind IN ('failed', 'unknown') THEN m.next_attempt_at \
+             ELSE now() + make_interval(secs => i.delay) END, \
+         attempts = CASE WHEN i.kind = 'unstarted' THEN m.attempts - 1 ELSE m.attempts END, \
+         last_error = COALESCE(i.error, m.last_error), \
+         lease_owner = NULL, lease_expires_at = NULL, lease_token = NULL \
+     FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $6::float8[]) \
+         AS i(id, token, kind, error, delay) \
+     WHERE m.id = i.id AND m.lease_token = i.token AND i.kind <> 'delivered' \
+     RETURNING m.id, i.token), \
+ logged AS ( \
+     INSERT INTO txoutbox_attempts (message_id, destination, attempt, downstream_key, relay, \
+         lease_token, outcome, error, receipt, started_at, finished_at) \
+     SELECT i.id, i.destination, i.attempt, i.downstream_key, $11, i.token, \
+         CASE WHEN d.id IS NULL AND u.id IS NULL THEN 'lease_lost' ELSE i.kind END, \
+         CASE WHEN d.id IS NULL AND u.id IS NULL \
+             THEN concat_ws(': ', 'the lease was lost before the ' || i.kind || ' outcome was recorded', i.error) \
+             ELSE i.error END, \
+         i.receipt, i.started, i.finished \
+     FROM input i LEFT JOIN delivered d ON d.id = i.id AND d.lease_token = i.token \
+         LEFT JOIN updated u ON u.id = i.id AND u.token = i.token \
+     WHERE i.kind <> 'unstarted') \
+ SELECT id FROM delivered UNION ALL SELECT id FROM updated";
+/// One attempt's outcome, to complete.
+pub(crate) struct FinishedAttempt<'a> {
+    pub id: Uuid,
+    /// The lease token the attempt ran under (the fence).
+    pub token: i64,
+    /// The outcome, as the attempt log stores it (`delivered`, `retry`, `failed`, …).
+    pub kind: &'a str,
+    pub error: Option<&'a str>,
+    pub receipt: Option<&'a str>,
+    /// Until the next attempt, for a retry.
+    pub delay_secs: f64,
+    pub started: DateTime<Utc>,
+    pub finished: DateTime<Utc>,
+    pub attempt: i32,
+    pub downstream_key: &'a str,
+    pub destination: &'a str,
+}
+
+/// Completes a batch of attempts of relay `relay`, fenced by their lease tokens; returns the
+/// ids whose completion took effect.
+pub(crate) async fn complete_attempts(
+    conn: &impl TxExecutor,
+    relay: &str,
+    batch: &[FinishedAttempt<'_>],
+) -> Result<Vec<Uuid>> {
+    let ids: Vec<Uuid> = batch.iter().map(|a| a.id).collect();
+    let tokens: Vec<i64> = batch.iter().map(|a| a.token).collect();
+    let kinds: Vec<&str> = batch.iter().map(|a| a.kind).collect();
+    let errors: Vec<Option<&str>> = batch.iter().map(|a| a.error).collect();
+    let receipts: Vec<Option<&str>> = batch.iter().map(|a| a.receipt).collect();
+    let delays: Vec<f64> = batch.iter().map(|a| a.delay_secs).collect();
+    let started: Vec<DateTime<Utc>> = batch.iter().map(|a| a.started).collect();
+    let finished: Vec<DateTime<Utc>> = batch.iter().map(|a| a.finished).collect();
+    let attempts: Vec<i32> = batch.iter().map(|a| a.attempt).collect();
+    let keys: Vec<&str> = batch.iter().map(|a| a.downstream_key).collect();
+    let destinations: Vec<&str> = batch.iter().map(|a| a.destination).collect();
+    let rows = conn
+        .rows(
+            COMPLETE,
+            &[
+                (&ids, Type::UUID_ARRAY),
+                (&tokens, Type::INT8_ARRAY),
+                (&kinds, Type::TEXT_ARRAY),
+                (&errors, Type::TEXT_ARRAY),
+                (&receipts, Type::TEXT_ARRAY),
+                (&delays, Type::FLOAT8_ARRAY),
+                (&started, Type::TIMESTAMPTZ_ARRAY),
+                (&finished, Type::TIMESTAMPTZ_ARRAY),
+                (&attempts, Type::INT4_ARRAY),
+                (&keys, Type::TEXT_ARRAY),
+                (&relay, Type::TEXT),
+                (&destinations, Type::TEXT_ARRAY),
+            ],
+        )
+        .await?;
+    rows.iter().map(|r| r.try_get(0)).collect()
+}

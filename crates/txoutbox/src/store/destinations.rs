@@ -1,0 +1,129 @@
+//! `txoutbox_destinations`, flow control per destination: the rate limits a relay registers and
+//! the breaker columns its outcomes feed back. (The claim reads and spends these rows in its own
+//! statement, in `messages`.)
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::types::Type;
+
+use super::{Result, TxExecutor};
+
+/// Records the rate limits of a relay's destinations (NULL: none) and gives every destination
+/// it serves its flow-control row. A relay starting writes its configuration over the last one.
+const REGISTER_DESTINATIONS: &str = "INSERT INTO txoutbox_destinations AS d \
+         (destination, rate_per_sec, burst, tokens) \
+     SELECT destination, rate, burst, COALESCE(burst, 0) \
+     FROM unnest($1::text[], $2::float8[], $3::float8[]) AS i(destination, rate, burst) \
+     ON CONFLICT (destination) DO UPDATE SET rate_per_sec = EXCLUDED.rate_per_sec, \
+         burst = EXCLUDED.burst, tokens = least(d.tokens, COALESCE(EXCLUDED.burst, d.tokens)), \
+         updated_at = now() \
+     WHERE d.rate_per_sec IS DISTINCT FROM EXCLUDED.rate_per_sec \
+         OR d.burst IS DISTINCT FROM EXCLUDED.burst";
+/// Gives destinations $1 their flow-control row if they have none (before [`LOCK_DESTINATIONS`]).
+const ENSURE_DESTINATIONS: &str = "INSERT INTO txoutbox_destinations (destination) \
+     SELECT unnest($1::text[]) ON CONFLICT (destination) DO NOTHING";
+/// Locks the breaker columns of destinations $1 for a feedback write.
+const LOCK_DESTINATIONS: &str = "SELECT destination, breaker, failures, opens, open_until, \
+         open_reason, probe_until, now() AS now \
+     FROM txoutbox_destinations WHERE destination = ANY($1::text[]) \
+     ORDER BY destination FOR NO KEY UPDATE";
+/// Writes the breaker columns computed from a batch's outcomes.
+const UPDATE_BREAKERS: &str = "UPDATE txoutbox_destinations d SET breaker = u.breaker, \
+         failures = u.failures, opens = u.opens, open_until = u.open_until, \
+         open_reason = u.open_reason, probe_until = u.probe_until, updated_at = now() \
+     FROM unnest($1::text[], $2::text[], $3::int4[], $4::int4[], $5::timestamptz[], $6::text[], \
+         $7::timestamptz[]) AS u(destination, breaker, failures, opens, open_until, open_reason, \
+         probe_until) \
+     WHERE d.destination = u.destination";
+/// Records the rate limits (`rates`, `bursts`; `None`: no limit) of `destinations` and gives
+/// each its row.
+pub(crate) async fn register_destinations(
+    conn: &impl TxExecutor,
+    destinations: &[&String],
+    rates: &[Option<f64>],
+    bursts: &[Option<f64>],
+) -> Result<()> {
+    conn.rows(
+        REGISTER_DESTINATIONS,
+        &[
+            (&destinations, Type::TEXT_ARRAY),
+            (&rates, Type::FLOAT8_ARRAY),
+            (&bursts, Type::FLOAT8_ARRAY),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Gives `destinations` their row if they have none.
+pub(crate) async fn ensure_destinations(
+    conn: &impl TxExecutor,
+    destinations: &[&str],
+) -> Result<()> {
+    conn.rows(ENSURE_DESTINATIONS, &[(&destinations, Type::TEXT_ARRAY)])
+        .await?;
+    Ok(())
+}
+
+/// A destination's breaker columns.
+#[derive(Debug, Clone)]
+pub(crate) struct BreakerRow {
+    pub destination: String,
+    /// `closed`, `open` or `half_open`.
+    pub breaker: String,
+    pub failures: i32,
+    pub opens: i32,
+    pub open_until: Option<DateTime<Utc>>,
+    pub open_reason: Option<String>,
+    pub probe_until: Option<DateTime<Utc>>,
+}
+
+/// Locks the breaker columns of `destinations` (in the caller's transaction) and reads them,
+/// each with the database's `now()`.
+pub(crate) async fn lock_breakers(
+    tx: &impl TxExecutor,
+    destinations: &[&str],
+) -> Result<Vec<(BreakerRow, DateTime<Utc>)>> {
+    let rows = tx
+        .rows(LOCK_DESTINATIONS, &[(&destinations, Type::TEXT_ARRAY)])
+        .await?;
+    let mut breakers = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let row_now = row.try_get("now")?;
+        let breaker = BreakerRow {
+            destination: row.try_get("destination")?,
+            breaker: row.try_get("breaker")?,
+            failures: row.try_get("failures")?,
+            opens: row.try_get("opens")?,
+            open_until: row.try_get("open_until")?,
+            open_reason: row.try_get("open_reason")?,
+            probe_until: row.try_get("probe_until")?,
+        };
+        breakers.push((breaker, row_now));
+    }
+    Ok(breakers)
+}
+
+/// Writes the breaker columns of destinations locked by [`lock_breakers`].
+pub(crate) async fn update_breakers(tx: &impl TxExecutor, updated: &[BreakerRow]) -> Result<()> {
+    let names: Vec<&str> = updated.iter().map(|s| s.destination.as_str()).collect();
+    let breakers: Vec<&str> = updated.iter().map(|s| s.breaker.as_str()).collect();
+    let failures: Vec<i32> = updated.iter().map(|s| s.failures).collect();
+    let opens: Vec<i32> = updated.iter().map(|s| s.opens).collect();
+    let open_until: Vec<Option<DateTime<Utc>>> = updated.iter().map(|s| s.open_until).collect();
+    let reasons: Vec<Option<&str>> = updated.iter().map(|s| s.open_reason.as_deref()).collect();
+    let probe_until: Vec<Option<DateTime<Utc>>> = updated.iter().map(|s| s.probe_until).collect();
+    tx.rows(
+        UPDATE_BREAKERS,
+        &[
+            (&names, Type::TEXT_ARRAY),
+            (&breakers, Type::TEXT_ARRAY),
+            (&failures, Type::INT4_ARRAY),
+            (&opens, Type::INT4_ARRAY),
+            (&open_until, Type::TIMESTAMPTZ_ARRAY),
+            (&reasons, Type::TEXT_ARRAY),
+            (&probe_until, Type::TIMESTAMPTZ_ARRAY),
+        ],
+    )
+    .await?;
+    Ok(())
+}
