@@ -3,32 +3,35 @@
 //! once against one database; row locks coordinate them.
 //!
 //! Layout, by phase: this module runs the claim loop and the shutdown; [`config`] holds the knobs
-//! and the builder that refuses what cannot work; `deliver` runs one attempt, bounded by the
-//! lease; `complete` writes outcomes in batches (a row whose outcome cannot be written never
-//! blocks the others); `maintenance` takes back expired leases and samples the backlog.
+//! and the builder that refuses what cannot work; `claim` takes due rows under a lease (and gives
+//! back unstarted ones at shutdown), and `held` tracks them until their outcome is written;
+//! `deliver` runs one attempt, bounded by the lease; `complete` writes outcomes in batches (a row whose outcome cannot be written never
+//! blocks the others); `maintenance` takes back expired leases and samples the backlog; `flow`
+//! is flow control. Every statement is in `crate::store`.
 //!
 //! Delivered rows are moved to `txoutbox_delivered` by the completion statement, so the hot table
 //! holds only work in progress and its partial index stays small whatever the history.
 
 mod backoff;
+mod claim;
 mod complete;
 mod config;
 mod deliver;
 mod flow;
+mod held;
 mod listener;
 mod maintenance;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use uuid::Uuid;
 
 pub use backoff::RetryPolicy;
 pub use config::{
@@ -37,8 +40,10 @@ pub use config::{
 };
 pub use maintenance::reclaim_expired;
 
+use claim::{claim, release_unstarted};
+use held::{Held, Stage};
+
 use crate::sink::{Completion, CompletionHook, Delivery, Sink};
-use crate::store::{self, Pooled};
 use crate::{PgConfig, Result};
 
 /// The relay engine. `run` it in its own process (`txoutbox relay`) or inside a service.
@@ -147,101 +152,6 @@ struct Finished {
     /// What the attempt tells the destination's breaker (none for a permanent failure or a row
     /// given back).
     signal: Option<flow::Signal>,
-}
-
-/// Where a held row is: from its claim until its outcome is written, a row is in this relay's
-/// [`Held`] map, and the claim never takes a row it holds (a relay never runs two attempts of one
-/// row).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    /// Claimed; its sink was not called.
-    Claimed,
-    /// The sink call may have started.
-    Calling,
-    /// Its outcome is queued for the completer.
-    Finished,
-}
-
-/// The rows this relay holds, by id.
-#[derive(Clone, Default)]
-struct Held(Arc<Mutex<HashMap<Uuid, (Lease, Stage)>>>);
-
-impl Held {
-    fn insert(&self, lease: Lease) {
-        if let Ok(mut held) = self.0.lock() {
-            held.insert(lease.delivery.id, (lease, Stage::Claimed));
-        }
-    }
-
-    fn set(&self, id: Uuid, token: i64, stage: Stage) {
-        if let Ok(mut held) = self.0.lock() {
-            if let Some(entry) = held.get_mut(&id).filter(|(l, _)| l.token == token) {
-                entry.1 = stage;
-            }
-        }
-    }
-
-    /// Forgets the rows whose outcome was written (or given up on).
-    fn forget(&self, written: &[Finished]) {
-        if let Ok(mut held) = self.0.lock() {
-            for f in written {
-                let id = f.lease.delivery.id;
-                if held.get(&id).is_some_and(|(l, _)| l.token == f.lease.token) {
-                    held.remove(&id);
-                }
-            }
-        }
-    }
-
-    fn contains(&self, id: Uuid) -> bool {
-        self.0.lock().map(|h| h.contains_key(&id)).unwrap_or(false)
-    }
-
-    /// How many rows this relay holds per destination.
-    fn per_destination(&self) -> HashMap<String, usize> {
-        let mut counts = HashMap::new();
-        if let Ok(held) = self.0.lock() {
-            for (lease, _) in held.values() {
-                *counts
-                    .entry(lease.delivery.destination.clone())
-                    .or_insert(0) += 1;
-            }
-        }
-        counts
-    }
-
-    fn ids(&self) -> Vec<Uuid> {
-        self.0
-            .lock()
-            .map(|h| h.keys().copied().collect())
-            .unwrap_or_default()
-    }
-
-    /// The ids whose sink call started and whose outcome is not written.
-    fn called(&self) -> Vec<Uuid> {
-        self.0
-            .lock()
-            .map(|h| {
-                h.iter()
-                    .filter(|(_, (_, s))| *s != Stage::Claimed)
-                    .map(|(id, _)| *id)
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// The rows whose outcome was never produced (claimed, or cut off mid-call), for give-back.
-    fn unfinished(&self) -> Vec<(Lease, Stage)> {
-        self.0
-            .lock()
-            .map(|h| {
-                h.values()
-                    .filter(|(_, s)| *s != Stage::Finished)
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
 }
 
 /// How long the claim loop waits, at shutdown, for a claim already sent: its UPDATE commits on
@@ -506,73 +416,6 @@ fn given_back(inner: &Inner, lease: Lease, outcome: Outcome) -> Finished {
     }
 }
 
-/// Claims up to `want` due rows, none of those in `held`, within the flow-control bounds;
-/// returns them with how many rows waiting behind an ordering-key head the claim parked, and how
-/// long until a destination it held back may have rows again.
-async fn claim(
-    inner: &Inner,
-    want: usize,
-    held: Vec<Uuid>,
-    bounds: &flow::Bounds,
-) -> Result<(Vec<Lease>, u64, Option<Duration>)> {
-    let client = inner.pool.get().await?;
-    let claimed = store::messages::claim_due(
-        &Pooled::new(&client, inner.config.prepared_statements),
-        &store::messages::ClaimDue {
-            limit: want as i64,
-            owner: &inner.config.owner,
-            lease_secs: inner.config.lease.as_secs_f64(),
-            held: &held,
-            bounded: &bounds.destinations,
-            room: &bounds.room,
-        },
-    )
-    .await?;
-    let gates: Vec<flow::Gate> = match claimed.gates {
-        Some(json) => serde_json::from_str(&json).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "unreadable flow-control state");
-            Vec::new()
-        }),
-        None => Vec::new(),
-    };
-    let next_change = inner.flow.observe(&gates, bounds, inner.sinks.keys());
-    let leases = claimed.rows.into_iter().map(Lease::from).collect();
-    Ok((
-        leases,
-        u64::try_from(claimed.parked).unwrap_or(0),
-        next_change,
-    ))
-}
-
-impl From<store::messages::ClaimedRow> for Lease {
-    fn from(row: store::messages::ClaimedRow) -> Self {
-        Lease {
-            delivery: Delivery {
-                id: row.id,
-                destination: row.destination,
-                payload: row.payload,
-                headers: serde_json::from_value(row.headers).unwrap_or_default(),
-                downstream_key: row.downstream_key,
-                ordering_key: row.ordering_key,
-                attempt: u32::try_from(row.attempts).unwrap_or(0),
-                created_at: row.created_at,
-            },
-            token: row.lease_token,
-            started: row.attempt_started_at,
-            claimed_at: std::time::Instant::now(),
-        }
-    }
-}
-
-/// Gives back the rows this relay holds whose sink was never called (all but `called`).
-async fn release_unstarted(inner: &Inner, called: Vec<Uuid>) -> Result<u64> {
-    let client = inner.pool.get().await?;
-    Ok(
-        store::messages::release_unstarted(&Pooled::unnamed(&client), &inner.config.owner, &called)
-            .await?,
-    )
-}
-
 /// Text the database will store: no NUL (Postgres text cannot hold it) and at most
 /// [`MAX_TEXT`] bytes, cut at a character boundary, with the full length said. Error text and
 /// receipts come from downstreams: a hostile one must not make an outcome unwritable.
@@ -596,56 +439,4 @@ fn storable(text: String) -> String {
 const MAX_TEXT: usize = 2048;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn storable_text_has_no_nul_and_a_bounded_length() {
-        assert_eq!(storable("a\0b".into()), "a\u{FFFD}b");
-        let long = "é".repeat(5000);
-        let stored = storable(long);
-        assert!(stored.len() < MAX_TEXT + 40, "{}", stored.len());
-        assert!(stored.ends_with("(10000 bytes in all)"));
-        assert_eq!(storable("fine".into()), "fine");
-    }
-
-    #[test]
-    fn the_call_limit_leaves_a_margin_for_the_completion() {
-        let config = |lease| RelayConfig {
-            lease,
-            ..RelayConfig::default()
-        };
-        assert_eq!(
-            config(Duration::from_secs(30)).call_limit(),
-            Duration::from_secs(28)
-        );
-        assert_eq!(
-            config(Duration::from_secs(1)).call_limit(),
-            Duration::from_millis(800)
-        );
-    }
-
-    #[test]
-    fn outcomes_are_stored_by_their_column_value() {
-        let all = [
-            Outcome::Delivered,
-            Outcome::Retry,
-            Outcome::Failed,
-            Outcome::Unknown,
-            Outcome::Released,
-            Outcome::Unstarted,
-        ];
-        let names: Vec<_> = all.iter().map(|o| o.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "delivered",
-                "retry",
-                "failed",
-                "unknown",
-                "released",
-                "unstarted"
-            ]
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,78 @@
+//! The claim: due rows taken under a lease, within the flow-control bounds, and given back at
+//! shutdown when their sink was never called.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::{flow, Inner, Lease};
+use crate::sink::Delivery;
+use crate::store::{self, Pooled};
+use crate::Result;
+
+/// Claims up to `want` due rows, none of those in `held`, within the flow-control bounds;
+/// returns them with how many rows waiting behind an ordering-key head the claim parked, and how
+/// long until a destination it held back may have rows again.
+pub(super) async fn claim(
+    inner: &Inner,
+    want: usize,
+    held: Vec<Uuid>,
+    bounds: &flow::Bounds,
+) -> Result<(Vec<Lease>, u64, Option<Duration>)> {
+    let client = inner.pool.get().await?;
+    let claimed = store::messages::claim_due(
+        &Pooled::new(&client, inner.config.prepared_statements),
+        &store::messages::ClaimDue {
+            limit: want as i64,
+            owner: &inner.config.owner,
+            lease_secs: inner.config.lease.as_secs_f64(),
+            held: &held,
+            bounded: &bounds.destinations,
+            room: &bounds.room,
+        },
+    )
+    .await?;
+    let gates: Vec<flow::Gate> = match claimed.gates {
+        Some(json) => serde_json::from_str(&json).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "unreadable flow-control state");
+            Vec::new()
+        }),
+        None => Vec::new(),
+    };
+    let next_change = inner.flow.observe(&gates, bounds, inner.sinks.keys());
+    let leases = claimed.rows.into_iter().map(Lease::from).collect();
+    Ok((
+        leases,
+        u64::try_from(claimed.parked).unwrap_or(0),
+        next_change,
+    ))
+}
+
+impl From<store::messages::ClaimedRow> for Lease {
+    fn from(row: store::messages::ClaimedRow) -> Self {
+        Lease {
+            delivery: Delivery {
+                id: row.id,
+                destination: row.destination,
+                payload: row.payload,
+                headers: serde_json::from_value(row.headers).unwrap_or_default(),
+                downstream_key: row.downstream_key,
+                ordering_key: row.ordering_key,
+                attempt: u32::try_from(row.attempts).unwrap_or(0),
+                created_at: row.created_at,
+            },
+            token: row.lease_token,
+            started: row.attempt_started_at,
+            claimed_at: std::time::Instant::now(),
+        }
+    }
+}
+
+/// Gives back the rows this relay holds whose sink was never called (all but `called`).
+pub(super) async fn release_unstarted(inner: &Inner, called: Vec<Uuid>) -> Result<u64> {
+    let client = inner.pool.get().await?;
+    Ok(
+        store::messages::release_unstarted(&Pooled::unnamed(&client), &inner.config.owner, &called)
+            .await?,
+    )
+}

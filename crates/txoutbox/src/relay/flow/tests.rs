@@ -1,0 +1,164 @@
+use super::*;
+
+fn closed() -> Shared {
+    Shared {
+        breaker: "closed",
+        failures: 0,
+        opens: 0,
+        open_until: None,
+        open_reason: None,
+        probe_until: None,
+    }
+}
+
+const FAIL: Signal = Signal::Failed { retry_after: None };
+
+fn at(secs: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap_or_default()
+}
+
+#[test]
+fn the_breaker_opens_at_the_threshold_and_not_before() {
+    let policy = Breaker::default();
+    let cap = Duration::from_secs(900);
+    let nine = closed().apply(&[FAIL; 9], Some(&policy), cap, at(0));
+    assert_eq!((nine.breaker, nine.failures), ("closed", 9));
+    let ten = nine.apply(&[FAIL], Some(&policy), cap, at(1));
+    assert_eq!(ten.breaker, "open");
+    assert_eq!(ten.opens, 1);
+    assert_eq!(ten.open_until, Some(at(6)), "the first cool-down: 5 s");
+    assert!(ten
+        .open_reason
+        .as_deref()
+        .unwrap_or("")
+        .contains("10 consecutive failures"));
+}
+
+#[test]
+fn a_delivery_resets_the_count_and_closes() {
+    let policy = Breaker::default();
+    let cap = Duration::from_secs(900);
+    let s = closed().apply(
+        &[FAIL, FAIL, FAIL, Signal::Delivered, FAIL],
+        Some(&policy),
+        cap,
+        at(0),
+    );
+    assert_eq!((s.breaker, s.failures), ("closed", 1));
+    let half = Shared {
+        breaker: "half_open",
+        opens: 2,
+        probe_until: Some(at(30)),
+        ..closed()
+    };
+    assert_eq!(
+        half.apply(&[Signal::Delivered], Some(&policy), cap, at(1)),
+        closed()
+    );
+}
+
+#[test]
+fn a_failed_probe_opens_again_for_twice_as_long_up_to_the_cap() {
+    let policy = Breaker {
+        failures: 3,
+        cool_down: Duration::from_secs(5),
+        max_cool_down: Duration::from_secs(12),
+    };
+    let cap = Duration::from_secs(900);
+    let half = Shared {
+        breaker: "half_open",
+        failures: 3,
+        opens: 1,
+        ..closed()
+    };
+    let again = half.apply(&[FAIL], Some(&policy), cap, at(0));
+    assert_eq!((again.breaker, again.opens), ("open", 2));
+    assert_eq!(again.open_until, Some(at(10)));
+    let third = Shared {
+        breaker: "half_open",
+        ..again
+    }
+    .apply(&[FAIL], Some(&policy), cap, at(20));
+    assert_eq!(
+        third.open_until,
+        Some(at(32)),
+        "20 s doubled, capped at 12 s"
+    );
+    // Late failures of calls already out while open change nothing but the count.
+    let late = third
+        .clone()
+        .apply(&[FAIL, FAIL], Some(&policy), cap, at(21));
+    assert_eq!(late.open_until, third.open_until);
+}
+
+#[test]
+fn a_retry_after_opens_until_then_even_without_a_breaker() {
+    let cap = Duration::from_secs(60);
+    let wait = Signal::Failed {
+        retry_after: Some(Duration::from_secs(2)),
+    };
+    let s = closed().apply(&[wait], None, cap, at(0));
+    assert_eq!((s.breaker, s.open_until), ("open", Some(at(2))));
+    assert!(s
+        .open_reason
+        .as_deref()
+        .unwrap_or("")
+        .contains("Retry-After"));
+    let huge = Signal::Failed {
+        retry_after: Some(Duration::from_secs(10_000_000)),
+    };
+    let capped = closed().apply(&[huge], None, cap, at(0));
+    assert_eq!(capped.open_until, Some(at(60)), "capped at the retry cap");
+    assert_eq!(
+        closed().apply(&[FAIL; 50], None, cap, at(0)).breaker,
+        "closed"
+    );
+}
+
+#[test]
+fn the_calls_of_a_rate_limited_destination_are_spaced_at_its_rate() {
+    let flow = Flow::default();
+    let gate = Gate {
+        destination: "stripe".into(),
+        state: "closed".into(),
+        tokens: Some(0.5),
+        rate: Some(100.0),
+        open_for: None,
+        failures: 0,
+    };
+    let next = flow.observe(&[gate], &Bounds::default(), std::iter::empty());
+    assert_eq!(
+        next,
+        Some(Duration::from_millis(5)),
+        "half a token missing at 100/s"
+    );
+    let long = Duration::from_secs(1);
+    assert_eq!(flow.slot("stripe", long), None, "the first goes at once");
+    let slots: Vec<Instant> = (0..4).filter_map(|_| flow.slot("stripe", long)).collect();
+    assert_eq!(slots.len(), 4);
+    for pair in slots.windows(2) {
+        assert_eq!(
+            pair[1] - pair[0],
+            Duration::from_millis(10),
+            "one every 10 ms"
+        );
+    }
+    assert_eq!(flow.slot("email", long), None, "no rate, no pacing");
+    let now = Instant::now();
+    let furthest = (0..200)
+        .filter_map(|_| flow.slot("stripe", Duration::from_millis(50)))
+        .max()
+        .unwrap_or(now);
+    assert!(
+        furthest <= Instant::now() + Duration::from_millis(50),
+        "no slot beyond the longest wait"
+    );
+}
+
+#[test]
+fn durations_read_as_an_operator_writes_them() {
+    assert_eq!(humanize(Duration::from_secs(5)), "5s");
+    assert_eq!(humanize(Duration::from_millis(1500)), "1.5s");
+    assert_eq!(humanize(Duration::from_secs(150)), "2m 30s");
+    assert_eq!(humanize(Duration::from_secs(300)), "5m");
+}
