@@ -61,15 +61,14 @@ mod wake;
 
 pub use admin::{
     activity, destination_flows, discard, failure_groups, list_messages, lookup_key,
-    pause_destination, prune_expired_keys, purge, purge_with_progress, replay,
-    replay_downstream_key, replay_with_progress, resume_destination, show_message, stats,
-    AdminError, AttemptRecord, DestinationFlow, DestinationStats, DiscardOptions, DiscardReport,
-    DiscardedMessage, FailureGroup, FailureRate, IdempotencyRecord, KeyLookup, ListCursor,
-    MessageDetail, MessageFilter, MessageSummary, MinuteActivity, OutboxStats, PurgeOptions,
-    PurgeReport, ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage, Retention,
-    SkippedMessage, StatusCounts, TimeBound, DEFAULT_FAILED_RETENTION, DEFAULT_PRUNE_BATCH,
-    DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION, EXACT_DELIVERED_COUNT_MAX, EXACT_HOT_COUNT_MAX,
-    FAILURE_RATE_WINDOW,
+    pause_destination, prune_expired_keys, purge, replay, replay_downstream_key,
+    resume_destination, show_message, stats, AdminError, AttemptRecord, DestinationFlow,
+    DestinationStats, DiscardOptions, DiscardReport, DiscardedMessage, FailureGroup, FailureRate,
+    IdempotencyRecord, KeyLookup, ListCursor, MessageDetail, MessageFilter, MessageSummary,
+    MinuteActivity, OutboxStats, PurgeOptions, PurgeReport, ReplayOptions, ReplayReport,
+    ReplaySelection, ReplayedMessage, Retention, SkippedMessage, StatusCounts, TimeBound,
+    DEFAULT_FAILED_RETENTION, DEFAULT_PRUNE_BATCH, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION,
+    EXACT_DELIVERED_COUNT_MAX, EXACT_HOT_COUNT_MAX, FAILURE_RATE_WINDOW,
 };
 pub use error::{Error, Result};
 pub use executor::{Params, TxExecutor};

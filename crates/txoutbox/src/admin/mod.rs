@@ -23,12 +23,11 @@ pub use inspect::{
     IdempotencyRecord, KeyLookup, MessageDetail, MessageSummary, MinuteActivity,
 };
 pub use purge::{
-    prune_expired_keys, purge, purge_with_progress, PurgeOptions, PurgeReport, Retention,
-    DEFAULT_FAILED_RETENTION, DEFAULT_PRUNE_BATCH, DEFAULT_RETENTION,
+    prune_expired_keys, purge, PurgeOptions, PurgeReport, Retention, DEFAULT_FAILED_RETENTION,
+    DEFAULT_PRUNE_BATCH, DEFAULT_RETENTION,
 };
 pub use replay::{
-    replay, replay_downstream_key, replay_with_progress, ReplayOptions, ReplayReport,
-    ReplayedMessage, SkippedMessage,
+    replay, replay_downstream_key, ReplayOptions, ReplayReport, ReplayedMessage, SkippedMessage,
 };
 pub use stats::{
     stats, DestinationStats, FailureRate, OutboxStats, StatusCounts, EXACT_DELIVERED_COUNT_MAX,
@@ -37,3 +36,10 @@ pub use stats::{
 
 /// How many rows a replay by filter changes per transaction by default.
 pub const DEFAULT_REPLAY_BATCH: usize = 500;
+
+/// Tells a long command's caller how far it got: (rows done, rows in all).
+fn tell(progress: &mut Option<&mut (dyn FnMut(u64, u64) + Send)>, done: u64, total: u64) {
+    if let Some(progress) = progress {
+        progress(done, total);
+    }
+}

@@ -9,7 +9,7 @@ use serde::Serialize;
 use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
-use super::{sql, AdminError};
+use super::{sql, tell, AdminError};
 use crate::sql as write_sql;
 
 /// How long delivered rows are kept by default: 7 days.
@@ -95,16 +95,12 @@ pub struct PurgeReport {
 /// discarded rows) with their attempt-log rows, attempt-log rows of messages already gone, and (by
 /// default) expired idempotency keys, in bounded batches that each commit on their own, so no long
 /// lock is held and relays are never waited for. A failed or unknown head that is purged stops
-/// blocking its ordering key: the next row is due at once.
-pub async fn purge(client: &Client, options: &PurgeOptions) -> Result<PurgeReport, AdminError> {
-    purge_with_progress(client, options, |_, _| {}).await
-}
-
-/// [`purge`], calling `progress(done, total)` (in rows) after each batch.
-pub async fn purge_with_progress(
+/// blocking its ordering key: the next row is due at once. `progress`, when given, is called with
+/// (rows deleted, rows to delete) after each batch.
+pub async fn purge(
     client: &Client,
     options: &PurgeOptions,
-    mut progress: impl FnMut(u64, u64),
+    mut progress: Option<&mut (dyn FnMut(u64, u64) + Send)>,
 ) -> Result<PurgeReport, AdminError> {
     let cutoff_of = |retention: Duration| async move {
         let secs = retention.as_secs_f64();
@@ -158,7 +154,7 @@ pub async fn purge_with_progress(
             deleted += rows as u64;
             logs += attempts as u64;
             done += rows as u64;
-            progress(done.min(total), total);
+            tell(&mut progress, done.min(total), total);
             if rows < batch {
                 return Ok(deleted);
             }
@@ -202,7 +198,7 @@ pub async fn purge_with_progress(
             .len() as i64;
         logs += rows as u64;
         done += rows as u64;
-        progress(done.min(total), total);
+        tell(&mut progress, done.min(total), total);
         if rows < batch {
             break;
         }

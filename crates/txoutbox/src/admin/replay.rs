@@ -29,7 +29,7 @@ use tokio_postgres::{Client, GenericClient, Transaction};
 use uuid::Uuid;
 
 use super::filter::FilterParams;
-use super::{sql, AdminError, MessageFilter, ReplaySelection, DEFAULT_REPLAY_BATCH};
+use super::{sql, tell, AdminError, MessageFilter, ReplaySelection, DEFAULT_REPLAY_BATCH};
 use crate::outbox::lock_ordering_keys;
 use crate::{MessageStatus, DOWNSTREAM_KEY_NAMESPACE};
 
@@ -114,21 +114,13 @@ pub fn replay_downstream_key(id: Uuid, current: &str) -> String {
 }
 
 /// Replays messages (see the module's replay rules). `client` runs the replay's own
-/// transactions.
+/// transactions; `progress`, when given, is called with (rows done, rows selected) after each
+/// batch.
 pub async fn replay(
     client: &mut Client,
     selection: &ReplaySelection,
     options: &ReplayOptions,
-) -> Result<ReplayReport, AdminError> {
-    replay_with_progress(client, selection, options, |_, _| {}).await
-}
-
-/// [`replay`], calling `progress(done, total)` after each batch.
-pub async fn replay_with_progress(
-    client: &mut Client,
-    selection: &ReplaySelection,
-    options: &ReplayOptions,
-    mut progress: impl FnMut(u64, u64),
+    mut progress: Option<&mut (dyn FnMut(u64, u64) + Send)>,
 ) -> Result<ReplayReport, AdminError> {
     let mut report = ReplayReport {
         dry_run: options.dry_run,
@@ -147,7 +139,7 @@ pub async fn replay_with_progress(
             let batch = replay_batch(&tx, &ids, &allowed, true, options).await?;
             finish(tx, &batch, options).await?;
             report.replayed = batch.replayed;
-            progress(ids.len() as u64, ids.len() as u64);
+            tell(&mut progress, ids.len() as u64, ids.len() as u64);
         }
         ReplaySelection::Filter(filter) => {
             let allowed = replayed_statuses(filter, options)?;
@@ -169,7 +161,7 @@ pub async fn replay_with_progress(
                 report.replayed.extend(batch.replayed);
                 report.skipped.extend(batch.skipped);
                 done += chunk.len() as u64;
-                progress(done, total);
+                tell(&mut progress, done, total);
             }
         }
     }
