@@ -56,6 +56,7 @@ mod relay;
 mod sink;
 mod sql;
 mod state;
+mod store;
 pub mod telemetry;
 mod wake;
 

@@ -18,13 +18,13 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::Utc;
 use serde::Serialize;
-use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 use uuid::Uuid;
 
 use super::filter::FilterParams;
 use super::replay::{check_max, not_found, Candidate};
-use super::{sql, AdminError, ReplaySelection, SkippedMessage, DEFAULT_REPLAY_BATCH};
+use super::{AdminError, ReplaySelection, SkippedMessage, DEFAULT_REPLAY_BATCH};
+use crate::store::admin as store;
 use crate::MessageStatus;
 
 /// How to discard.
@@ -135,14 +135,7 @@ pub async fn discard(
                     )))
                 }
             };
-            let names: Vec<&str> = allowed.iter().map(|s| s.as_str()).collect();
-            let p = FilterParams::new(filter)?;
-            let ids: Vec<Uuid> = client
-                .query_typed(sql::DISCARD_SELECT, &p.bind((&names, Type::TEXT_ARRAY)))
-                .await?
-                .iter()
-                .map(|r| r.try_get(0))
-                .collect::<Result<_, _>>()?;
+            let ids = store::discard::select(client, &allowed, &FilterParams::new(filter)?).await?;
             check_max(ids.len() as u64, options.max_rows)?;
             for chunk in ids.chunks(options.batch_size.max(1)) {
                 let tx = client.transaction().await?;
@@ -179,27 +172,12 @@ async fn discard_batch(
     if ids.is_empty() {
         return Ok(batch);
     }
-    tx.query_typed(sql::LOCK_TIMEOUT, &[]).await?;
-    let hot = if options.dry_run {
-        sql::READ_HOT
-    } else {
-        sql::LOCK_HOT
-    };
-    let ids_vec = ids.to_vec();
-    let mut found: HashMap<Uuid, Candidate> = HashMap::new();
-    for row in tx.query_typed(hot, &[(&ids_vec, Type::UUID_ARRAY)]).await? {
-        let candidate = Candidate {
-            id: row.try_get(0)?,
-            status: row.try_get::<_, String>(1)?.parse()?,
-            destination: row.try_get(2)?,
-            downstream_key: row.try_get(3)?,
-            ordering_key: row.try_get(4)?,
-            lease_owner: row.try_get(5)?,
-            lease_expires_at: row.try_get(6)?,
-            leased: row.try_get(7)?,
-        };
-        found.insert(candidate.id, candidate);
-    }
+    store::replay::set_lock_timeout(tx).await?;
+    let mut found: HashMap<Uuid, Candidate> = store::replay::hot_rows(tx, ids, options.dry_run)
+        .await?
+        .into_iter()
+        .map(|c| (c.id, c))
+        .collect();
     for id in ids {
         let Some(c) = found.remove(id) else {
             if strict {
@@ -254,16 +232,8 @@ async fn discard_batch(
     }
     let ids: Vec<Uuid> = batch.discarded.iter().map(|d| d.id).collect();
     let note = discard_note(reason, options.operator.as_deref());
-    tx.query_typed(
-        sql::DISCARD,
-        &[
-            (&ids, Type::UUID_ARRAY),
-            (&reason, Type::TEXT),
-            (&note, Type::TEXT),
-        ],
-    )
-    .await?;
-    tx.query_typed(sql::NOTIFY, &[]).await?;
+    store::discard::discard(tx, &ids, reason, &note).await?;
+    store::notify(tx).await?;
     Ok(batch)
 }
 

@@ -6,7 +6,6 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use super::AdminError;
@@ -90,45 +89,24 @@ pub enum ReplaySelection {
     Filter(MessageFilter),
 }
 
-/// A filter's parameters, as the statements bind them.
-pub(super) struct FilterParams {
-    destination: Option<String>,
-    since_at: Option<DateTime<Utc>>,
-    since_ago: Option<f64>,
-    until_at: Option<DateTime<Utc>>,
-    until_ago: Option<f64>,
-    downstream_key: Option<String>,
-    ordering_key: Option<String>,
-    limit: Option<i64>,
-    error_contains: Option<String>,
-    error_class: Option<String>,
-    before_at: Option<DateTime<Utc>>,
-    before_seq: Option<i64>,
+/// A filter's parameters, as the statements bind them (`store::admin` binds them).
+pub(crate) struct FilterParams {
+    pub(crate) destination: Option<String>,
+    pub(crate) since_at: Option<DateTime<Utc>>,
+    pub(crate) since_ago: Option<f64>,
+    pub(crate) until_at: Option<DateTime<Utc>>,
+    pub(crate) until_ago: Option<f64>,
+    pub(crate) downstream_key: Option<String>,
+    pub(crate) ordering_key: Option<String>,
+    pub(crate) limit: Option<i64>,
+    pub(crate) error_contains: Option<String>,
+    pub(crate) error_class: Option<String>,
+    pub(crate) before_at: Option<DateTime<Utc>>,
+    pub(crate) before_seq: Option<i64>,
 }
 
-type Param<'a> = (&'a (dyn tokio_postgres::types::ToSql + Sync), Type);
-
 impl FilterParams {
-    /// The statement's parameters: `first` as $1, then the filter's ($2..$13).
-    pub(super) fn bind<'a>(&'a self, first: Param<'a>) -> [Param<'a>; 13] {
-        [
-            first,
-            (&self.destination, Type::TEXT),
-            (&self.since_at, Type::TIMESTAMPTZ),
-            (&self.since_ago, Type::FLOAT8),
-            (&self.until_at, Type::TIMESTAMPTZ),
-            (&self.until_ago, Type::FLOAT8),
-            (&self.downstream_key, Type::TEXT),
-            (&self.ordering_key, Type::TEXT),
-            (&self.limit, Type::INT8),
-            (&self.error_contains, Type::TEXT),
-            (&self.error_class, Type::TEXT),
-            (&self.before_at, Type::TIMESTAMPTZ),
-            (&self.before_seq, Type::INT8),
-        ]
-    }
-
-    pub(super) fn new(filter: &MessageFilter) -> Result<Self, AdminError> {
+    pub(crate) fn new(filter: &MessageFilter) -> Result<Self, AdminError> {
         let split = |bound: Option<TimeBound>| match bound {
             None => (None, None),
             Some(TimeBound::At(at)) => (Some(at), None),

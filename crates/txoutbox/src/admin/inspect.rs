@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use tokio_postgres::types::Type;
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::filter::FilterParams;
-use super::{sql, AdminError, ListCursor, MessageFilter};
+use super::{AdminError, ListCursor, MessageFilter};
+use crate::store::admin as store;
 use crate::MessageStatus;
 
 /// A message as [`list_messages`] shows it (no payload: see [`show_message`]).
@@ -106,12 +106,7 @@ pub async fn list_messages(
     client: &impl GenericClient,
     filter: &MessageFilter,
 ) -> Result<Vec<MessageSummary>, AdminError> {
-    let status = filter.status.map(MessageStatus::as_str);
-    let p = FilterParams::new(filter)?;
-    let rows = client
-        .query_typed(sql::LIST, &p.bind((&status, Type::TEXT)))
-        .await?;
-    rows.iter().map(summary_from_row).collect()
+    store::inspect::list(client, filter.status, &FilterParams::new(filter)?).await
 }
 
 /// One message with its payload, headers, receipt and full attempt history.
@@ -119,34 +114,15 @@ pub async fn show_message(
     client: &impl GenericClient,
     id: Uuid,
 ) -> Result<MessageDetail, AdminError> {
-    let row = client
-        .query_typed_opt(sql::SHOW, &[(&id, Type::UUID)])
+    let shown = store::inspect::show(client, id)
         .await?
         .ok_or(AdminError::NotFound(id))?;
-    let headers: serde_json::Value = row.try_get(15)?;
-    let history = client
-        .query_typed(sql::HISTORY, &[(&id, Type::UUID)])
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(AttemptRecord {
-                attempt: r.try_get(0)?,
-                downstream_key: r.try_get(1)?,
-                relay: r.try_get(2)?,
-                lease_token: r.try_get(3)?,
-                outcome: r.try_get(4)?,
-                error: r.try_get(5)?,
-                receipt: r.try_get(6)?,
-                started_at: r.try_get(7)?,
-                finished_at: r.try_get(8)?,
-            })
-        })
-        .collect::<Result<Vec<_>, AdminError>>()?;
+    let history = store::inspect::history(client, id).await?;
     Ok(MessageDetail {
-        message: summary_from_row(&row)?,
-        payload: row.try_get(14)?,
-        headers: serde_json::from_value(headers).unwrap_or_default(),
-        receipt: row.try_get(16)?,
+        message: shown.message,
+        payload: shown.payload,
+        headers: serde_json::from_value(shown.headers).unwrap_or_default(),
+        receipt: shown.receipt,
         history,
     })
 }
@@ -176,21 +152,7 @@ pub async fn failure_groups(
     limit: u64,
 ) -> Result<Vec<FailureGroup>, AdminError> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    client
-        .query_typed(sql::FAILURE_GROUPS, &[(&limit, Type::INT8)])
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(FailureGroup {
-                destination: r.try_get(0)?,
-                error: r.try_get(1)?,
-                count: r.try_get::<_, i64>(2)? as u64,
-                first_seen: r.try_get(3)?,
-                last_seen: r.try_get(4)?,
-                example: r.try_get(5)?,
-            })
-        })
-        .collect()
+    store::inspect::failure_groups(client, limit).await
 }
 
 /// One minute of the outbox's recent life: [`activity`].
@@ -214,20 +176,7 @@ pub async fn activity(
     minutes: u32,
 ) -> Result<Vec<MinuteActivity>, AdminError> {
     let minutes = i32::try_from(minutes.clamp(1, 24 * 60)).unwrap_or(60);
-    client
-        .query_typed(sql::ACTIVITY, &[(&minutes, Type::INT4)])
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(MinuteActivity {
-                minute: r.try_get(0)?,
-                delivered: r.try_get::<_, i64>(1)? as u64,
-                failed: r.try_get::<_, i64>(2)? as u64,
-                latency_p50: r.try_get(3)?,
-                latency_p99: r.try_get(4)?,
-            })
-        })
-        .collect()
+    store::inspect::activity(client, minutes).await
 }
 
 /// One idempotency key as stored: [`lookup_key`].
@@ -275,69 +224,38 @@ pub async fn lookup_key(
     key: &str,
     effects: &[String],
 ) -> Result<Option<KeyLookup>, AdminError> {
-    let Some(row) = client
-        .query_typed_opt(sql::KEY, &[(&scope, Type::TEXT), (&key, Type::TEXT)])
-        .await?
-    else {
+    let Some(row) = store::inspect::key(client, scope, key).await? else {
         return Ok(None);
     };
-    let headers: Option<serde_json::Value> = row.try_get(5)?;
-    let status: Option<i16> = row.try_get(4)?;
-    let fingerprint: Vec<u8> = row.try_get(2)?;
     let record = IdempotencyRecord {
-        scope: row.try_get(0)?,
-        key: row.try_get(1)?,
-        fingerprint: fingerprint.iter().map(|b| format!("{b:02x}")).collect(),
-        state: row.try_get(3)?,
-        response_status: status.and_then(|s| u16::try_from(s).ok()),
-        response_headers: headers
+        scope: row.scope,
+        key: row.key,
+        fingerprint: row.fingerprint.iter().map(|b| format!("{b:02x}")).collect(),
+        state: row.state,
+        response_status: row.response_status.and_then(|s| u16::try_from(s).ok()),
+        response_headers: row
+            .response_headers
             .and_then(|h| serde_json::from_value(h).ok())
             .unwrap_or_default(),
-        response_body: row.try_get(6)?,
-        claimed_at: row.try_get(7)?,
-        expires_at: row.try_get(8)?,
-        expired: row.try_get(10)?,
+        response_body: row.response_body,
+        claimed_at: row.claimed_at,
+        expires_at: row.expires_at,
+        expired: row.expired,
     };
-    let claimed_micros: i64 = row.try_get(9)?;
     let derived: Vec<String> = match crate::IdempotencyKey::parse(key) {
         Ok(parsed) => effects
             .iter()
             .map(|effect| {
-                crate::outbox::derive_claim_downstream_key(scope, &parsed, claimed_micros, effect)
+                crate::outbox::derive_claim_downstream_key(
+                    scope,
+                    &parsed,
+                    row.claimed_micros,
+                    effect,
+                )
             })
             .collect(),
         Err(_) => Vec::new(),
     };
-    let messages = client
-        .query_typed(
-            sql::KEY_MESSAGES,
-            &[
-                (&record.claimed_at, Type::TIMESTAMPTZ),
-                (&derived, Type::TEXT_ARRAY),
-            ],
-        )
-        .await?
-        .iter()
-        .map(summary_from_row)
-        .collect::<Result<_, _>>()?;
+    let messages = store::inspect::key_messages(client, &record.claimed_at, &derived).await?;
     Ok(Some(KeyLookup { record, messages }))
-}
-
-fn summary_from_row(row: &Row) -> Result<MessageSummary, AdminError> {
-    Ok(MessageSummary {
-        id: row.try_get(0)?,
-        seq: row.try_get(1)?,
-        destination: row.try_get(2)?,
-        status: row.try_get::<_, String>(3)?.parse()?,
-        downstream_key: row.try_get(4)?,
-        ordering_key: row.try_get(5)?,
-        attempts: row.try_get(6)?,
-        created_at: row.try_get(7)?,
-        next_attempt_at: row.try_get(8)?,
-        delivered_at: row.try_get(9)?,
-        last_error: row.try_get(10)?,
-        lease_owner: row.try_get(11)?,
-        lease_expires_at: row.try_get(12)?,
-        discarded_at: row.try_get(13)?,
-    })
 }

@@ -9,13 +9,13 @@ mod flow;
 mod inspect;
 mod purge;
 mod replay;
-mod sql;
 mod stats;
 #[cfg(test)]
 mod tests;
 
 pub use discard::{discard, DiscardOptions, DiscardReport, DiscardedMessage};
 pub use error::AdminError;
+pub(crate) use filter::FilterParams;
 pub use filter::{ListCursor, MessageFilter, ReplaySelection, TimeBound};
 pub use flow::{destination_flows, pause_destination, resume_destination, DestinationFlow};
 pub use inspect::{

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
-use super::{sql, tell, AdminError};
-use crate::sql as write_sql;
+use super::{tell, AdminError};
+use crate::store::admin as store;
+use crate::store::admin::purge::{Cutoffs, Doomed};
+use crate::MessageStatus;
 
 /// How long delivered rows are kept by default: 7 days.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
@@ -102,110 +103,66 @@ pub async fn purge(
     options: &PurgeOptions,
     mut progress: Option<&mut (dyn FnMut(u64, u64) + Send)>,
 ) -> Result<PurgeReport, AdminError> {
-    let cutoff_of = |retention: Duration| async move {
-        let secs = retention.as_secs_f64();
-        let at: DateTime<Utc> = client
-            .query_typed_one(sql::PURGE_CUTOFF, &[(&secs, Type::FLOAT8)])
-            .await?
-            .try_get(0)?;
-        Ok::<_, AdminError>(at)
-    };
+    let cutoff_of = |retention: Duration| store::purge::cutoff(client, retention.as_secs_f64());
     let r = &options.retention;
-    let cutoff = cutoff_of(r.delivered).await?;
-    let failed_cutoff = cutoff_of(r.failed).await?;
-    let unknown_cutoff = cutoff_of(r.unknown).await?;
-    let discarded_cutoff = cutoff_of(r.discarded).await?;
-    let counts = client
-        .query_typed_one(
-            sql::PURGE_COUNTS,
-            &[
-                (&cutoff, Type::TIMESTAMPTZ),
-                (&failed_cutoff, Type::TIMESTAMPTZ),
-                (&unknown_cutoff, Type::TIMESTAMPTZ),
-                (&discarded_cutoff, Type::TIMESTAMPTZ),
-            ],
-        )
-        .await?;
-    let count = |i: usize| -> Result<u64, AdminError> { Ok(counts.try_get::<_, i64>(i)? as u64) };
+    let cutoffs = Cutoffs {
+        delivered: cutoff_of(r.delivered).await?,
+        failed: cutoff_of(r.failed).await?,
+        unknown: cutoff_of(r.unknown).await?,
+        discarded: cutoff_of(r.discarded).await?,
+    };
+    let counts = store::purge::counts(client, &cutoffs).await?;
     let mut report = PurgeReport {
         dry_run: options.dry_run,
-        cutoff,
-        delivered: count(0)?,
-        failed: count(1)?,
-        unknown: count(2)?,
-        discarded: count(3)?,
-        attempts: count(4)? + count(5)?,
-        expired_keys: if options.expired_keys { count(6)? } else { 0 },
+        cutoff: cutoffs.delivered,
+        delivered: counts.delivered,
+        failed: counts.failed,
+        unknown: counts.unknown,
+        discarded: counts.discarded,
+        attempts: counts.attempts + counts.orphans,
+        expired_keys: if options.expired_keys {
+            counts.expired_keys
+        } else {
+            0
+        },
     };
     if options.dry_run {
         return Ok(report);
     }
     let batch = options.batch.max(1);
-    let total = report.delivered + report.failed + report.unknown + report.discarded + count(5)?;
+    let total =
+        report.delivered + report.failed + report.unknown + report.discarded + counts.orphans;
     let (mut done, mut logs) = (0u64, 0u64);
-    // Runs one batch statement until a batch comes back short; returns the rows it deleted.
-    let mut drain = async |statement: &str,
-                           params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)]|
-           -> Result<u64, AdminError> {
+    // Deletes batches of `doomed` until one comes back short; returns the rows it deleted.
+    let mut drain = async |doomed: Doomed| -> Result<u64, AdminError> {
         let mut deleted = 0;
         loop {
-            let row = client.query_typed_one(statement, params).await?;
-            let (rows, attempts): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-            deleted += rows as u64;
-            logs += attempts as u64;
-            done += rows as u64;
+            let (rows, attempts) = store::purge::delete_batch(client, doomed, batch).await?;
+            deleted += rows;
+            logs += attempts;
+            done += rows;
             tell(&mut progress, done.min(total), total);
-            if rows < batch {
+            if rows < batch as u64 {
                 return Ok(deleted);
             }
         }
     };
-    report.delivered = drain(
-        sql::PURGE_DELIVERED_BATCH,
-        &[(&cutoff, Type::TIMESTAMPTZ), (&batch, Type::INT8)],
-    )
-    .await?;
-    report.discarded = drain(
-        sql::PURGE_DISCARDED_BATCH,
-        &[(&discarded_cutoff, Type::TIMESTAMPTZ), (&batch, Type::INT8)],
-    )
-    .await?;
-    report.failed = drain(
-        sql::PURGE_HOT_BATCH,
-        &[
-            (&"failed", Type::TEXT),
-            (&failed_cutoff, Type::TIMESTAMPTZ),
-            (&batch, Type::INT8),
-        ],
-    )
-    .await?;
-    report.unknown = drain(
-        sql::PURGE_HOT_BATCH,
-        &[
-            (&"unknown", Type::TEXT),
-            (&unknown_cutoff, Type::TIMESTAMPTZ),
-            (&batch, Type::INT8),
-        ],
-    )
-    .await?;
+    report.delivered = drain(Doomed::Delivered(cutoffs.delivered)).await?;
+    report.discarded = drain(Doomed::Discarded(cutoffs.discarded)).await?;
+    report.failed = drain(Doomed::Hot(MessageStatus::Failed, cutoffs.failed)).await?;
+    report.unknown = drain(Doomed::Hot(MessageStatus::Unknown, cutoffs.unknown)).await?;
     loop {
-        let rows = client
-            .query_typed(
-                sql::PURGE_ORPHAN_ATTEMPTS_BATCH,
-                &[(&cutoff, Type::TIMESTAMPTZ), (&batch, Type::INT8)],
-            )
-            .await?
-            .len() as i64;
-        logs += rows as u64;
-        done += rows as u64;
+        let rows = store::purge::delete_orphan_attempts(client, cutoffs.delivered, batch).await?;
+        logs += rows;
+        done += rows;
         tell(&mut progress, done.min(total), total);
-        if rows < batch {
+        if rows < batch as u64 {
             break;
         }
     }
     report.attempts = logs;
     if report.failed + report.unknown > 0 {
-        client.query_typed(sql::NOTIFY, &[]).await?;
+        store::notify(client).await?;
     }
     report.expired_keys = if options.expired_keys {
         prune_expired_keys(client, batch).await?
@@ -224,10 +181,7 @@ pub async fn prune_expired_keys(client: &Client, batch: i64) -> crate::Result<u6
     let batch = batch.max(1);
     let mut total = 0;
     loop {
-        let deleted = client
-            .query_typed(write_sql::keys::PRUNE_EXPIRED, &[(&batch, Type::INT8)])
-            .await?
-            .len() as u64;
+        let deleted = store::purge::prune_expired_keys_batch(client, batch).await?;
         total += deleted;
         if deleted < batch as u64 {
             return Ok(total);

@@ -22,15 +22,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde::Serialize;
-use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient, Transaction};
 use uuid::Uuid;
 
 use super::filter::FilterParams;
-use super::{sql, tell, AdminError, MessageFilter, ReplaySelection, DEFAULT_REPLAY_BATCH};
+use super::{tell, AdminError, MessageFilter, ReplaySelection, DEFAULT_REPLAY_BATCH};
 use crate::outbox::lock_ordering_keys;
+use crate::store::admin as store;
+pub(super) use crate::store::admin::replay::Candidate;
 use crate::{MessageStatus, DOWNSTREAM_KEY_NAMESPACE};
 
 /// How to replay.
@@ -143,14 +144,7 @@ pub async fn replay(
         }
         ReplaySelection::Filter(filter) => {
             let allowed = replayed_statuses(filter, options)?;
-            let names: Vec<&str> = allowed.iter().map(|s| s.as_str()).collect();
-            let p = FilterParams::new(filter)?;
-            let ids: Vec<Uuid> = client
-                .query_typed(sql::REPLAY_SELECT, &p.bind((&names, Type::TEXT_ARRAY)))
-                .await?
-                .iter()
-                .map(|r| r.try_get(0))
-                .collect::<Result<_, _>>()?;
+            let ids = store::replay::select(client, &allowed, &FilterParams::new(filter)?).await?;
             let total = ids.len() as u64;
             check_bound(total, options)?;
             let mut done = 0;
@@ -209,10 +203,7 @@ pub(super) async fn not_found(
     client: &impl GenericClient,
     id: Uuid,
 ) -> Result<AdminError, AdminError> {
-    let discarded: bool = client
-        .query_typed_one(sql::IS_DISCARDED, &[(&id, Type::UUID)])
-        .await?
-        .try_get(0)?;
+    let discarded = store::replay::is_discarded(client, id).await?;
     Ok(if discarded {
         AdminError::NotReplayable {
             id,
@@ -235,19 +226,8 @@ pub(super) fn check_max(count: u64, max_rows: Option<u64>) -> Result<(), AdminEr
     }
 }
 
-/// A selected row as the replay found it, locked.
-pub(super) struct Candidate {
-    pub(super) id: Uuid,
-    pub(super) status: MessageStatus,
-    pub(super) destination: String,
-    pub(super) downstream_key: String,
-    pub(super) ordering_key: Option<String>,
-    pub(super) lease_owner: Option<String>,
-    pub(super) lease_expires_at: Option<DateTime<Utc>>,
-    pub(super) leased: bool,
-}
-
 /// What one replay transaction did.
+#[derive(Default)]
 struct Batch {
     replayed: Vec<ReplayedMessage>,
     skipped: Vec<SkippedMessage>,
@@ -287,6 +267,17 @@ fn refusal(candidate: &Candidate, allowed: &[MessageStatus]) -> Option<AdminErro
     })
 }
 
+/// The writes one replay transaction makes: hot rows reset, delivered rows moved back, each with
+/// the key it carries from now on, and the attempt-log note of every replayed row.
+#[derive(Default)]
+struct Plan {
+    hot_ids: Vec<Uuid>,
+    hot_keys: Vec<String>,
+    back_ids: Vec<Uuid>,
+    back_keys: Vec<String>,
+    notes: Vec<String>,
+}
+
 /// Locks and checks `ids`, then (unless a dry run) replays them. `strict` (a replay by ids) turns
 /// every refusal into the error of the whole replay; otherwise refused rows are skipped.
 async fn replay_batch(
@@ -296,60 +287,57 @@ async fn replay_batch(
     strict: bool,
     options: &ReplayOptions,
 ) -> Result<Batch, AdminError> {
-    let mut batch = Batch {
-        replayed: Vec::new(),
-        skipped: Vec::new(),
-        delivered: Vec::new(),
-    };
+    let mut batch = Batch::default();
     if ids.is_empty() {
         return Ok(batch);
     }
-    tx.query_typed(sql::LOCK_TIMEOUT, &[]).await?;
-    let (hot, delivered) = if options.dry_run {
-        (sql::READ_HOT, sql::READ_DELIVERED)
-    } else {
-        (sql::LOCK_HOT, sql::LOCK_DELIVERED)
-    };
-    let ids_vec = ids.to_vec();
-    let mut found: HashMap<Uuid, Candidate> = HashMap::new();
-    for row in tx.query_typed(hot, &[(&ids_vec, Type::UUID_ARRAY)]).await? {
-        let candidate = Candidate {
-            id: row.try_get(0)?,
-            status: row.try_get::<_, String>(1)?.parse()?,
-            destination: row.try_get(2)?,
-            downstream_key: row.try_get(3)?,
-            ordering_key: row.try_get(4)?,
-            lease_owner: row.try_get(5)?,
-            lease_expires_at: row.try_get(6)?,
-            leased: row.try_get(7)?,
-        };
-        found.insert(candidate.id, candidate);
+    let found = lock(tx, ids, options.dry_run).await?;
+    let plan = plan(tx, ids, found, allowed, strict, options, &mut batch).await?;
+    if options.dry_run || batch.replayed.is_empty() {
+        return Ok(batch);
     }
+    apply(tx, &plan, &batch).await?;
+    Ok(batch)
+}
+
+/// The rows among `ids`, hot or delivered, locked (read only in a dry run), by id.
+async fn lock(
+    tx: &Transaction<'_>,
+    ids: &[Uuid],
+    dry_run: bool,
+) -> Result<HashMap<Uuid, Candidate>, AdminError> {
+    store::replay::set_lock_timeout(tx).await?;
+    let mut found: HashMap<Uuid, Candidate> = store::replay::hot_rows(tx, ids, dry_run)
+        .await?
+        .into_iter()
+        .map(|c| (c.id, c))
+        .collect();
     let rest: Vec<Uuid> = ids
         .iter()
         .filter(|id| !found.contains_key(id))
         .copied()
         .collect();
     if !rest.is_empty() {
-        for row in tx
-            .query_typed(delivered, &[(&rest, Type::UUID_ARRAY)])
-            .await?
-        {
-            let candidate = Candidate {
-                id: row.try_get(0)?,
-                status: MessageStatus::Delivered,
-                destination: row.try_get(1)?,
-                downstream_key: row.try_get(2)?,
-                ordering_key: row.try_get(3)?,
-                lease_owner: None,
-                lease_expires_at: None,
-                leased: false,
-            };
-            found.insert(candidate.id, candidate);
+        for c in store::replay::delivered_rows(tx, &rest, dry_run).await? {
+            found.insert(c.id, c);
         }
     }
+    Ok(found)
+}
 
-    let mut plan = Vec::new();
+/// Decides, row by row, what is replayed and with which key: the refused rows (and those whose
+/// key is taken) go to `batch.skipped`, or fail the whole replay when `strict`; the others to
+/// `batch.replayed`.
+async fn plan(
+    tx: &Transaction<'_>,
+    ids: &[Uuid],
+    mut found: HashMap<Uuid, Candidate>,
+    allowed: &[MessageStatus],
+    strict: bool,
+    options: &ReplayOptions,
+    batch: &mut Batch,
+) -> Result<Plan, AdminError> {
+    let mut replayable = Vec::new();
     for id in ids {
         let Some(candidate) = found.remove(id) else {
             if strict {
@@ -367,51 +355,17 @@ async fn replay_batch(
                 id: *id,
                 reason: refused.to_string(),
             }),
-            None => plan.push(candidate),
+            None => replayable.push(candidate),
         }
     }
+    let taken = if options.new_key {
+        HashMap::new()
+    } else {
+        taken_keys(tx, &replayable).await?
+    };
 
-    // A delivered row that keeps its key must not meet the same (destination, key) in the hot
-    // table: the effect was enqueued again since, or another row of this replay takes it back.
-    let mut taken: HashMap<Uuid, Uuid> = HashMap::new();
-    if !options.new_key {
-        let back: Vec<&Candidate> = plan
-            .iter()
-            .filter(|c| c.status == MessageStatus::Delivered)
-            .collect();
-        if !back.is_empty() {
-            let ids: Vec<Uuid> = back.iter().map(|c| c.id).collect();
-            let destinations: Vec<&str> = back.iter().map(|c| c.destination.as_str()).collect();
-            let keys: Vec<&str> = back.iter().map(|c| c.downstream_key.as_str()).collect();
-            for row in tx
-                .query_typed(
-                    sql::KEY_TAKEN,
-                    &[
-                        (&ids, Type::UUID_ARRAY),
-                        (&destinations, Type::TEXT_ARRAY),
-                        (&keys, Type::TEXT_ARRAY),
-                    ],
-                )
-                .await?
-            {
-                taken.insert(row.try_get(0)?, row.try_get(1)?);
-            }
-            let mut first: HashMap<(&str, &str), Uuid> = HashMap::new();
-            for c in &back {
-                let earlier = *first
-                    .entry((c.destination.as_str(), c.downstream_key.as_str()))
-                    .or_insert(c.id);
-                if earlier != c.id {
-                    taken.entry(c.id).or_insert(earlier);
-                }
-            }
-        }
-    }
-
-    let (mut hot_ids, mut hot_keys) = (Vec::new(), Vec::new());
-    let (mut back_ids, mut back_keys) = (Vec::new(), Vec::new());
-    let mut notes = Vec::new();
-    for c in plan {
+    let mut plan = Plan::default();
+    for c in replayable {
         if let Some(other) = taken.get(&c.id) {
             let conflict = AdminError::KeyConflict {
                 id: c.id,
@@ -436,7 +390,7 @@ async fn replay_batch(
             Some(name) => format!("operator {name}"),
             None => "an operator".to_owned(),
         };
-        notes.push(if options.new_key {
+        plan.notes.push(if options.new_key {
             format!(
                 "replayed from {} by {by}; new downstream key {key} replaces {}",
                 c.status, c.downstream_key
@@ -445,12 +399,12 @@ async fn replay_batch(
             format!("replayed from {} by {by}; downstream key kept", c.status)
         });
         if c.status == MessageStatus::Delivered {
-            back_ids.push(c.id);
-            back_keys.push(key.clone());
+            plan.back_ids.push(c.id);
+            plan.back_keys.push(key.clone());
             batch.delivered.push(c.ordering_key.clone());
         } else {
-            hot_ids.push(c.id);
-            hot_keys.push(key.clone());
+            plan.hot_ids.push(c.id);
+            plan.hot_keys.push(key.clone());
         }
         batch.replayed.push(ReplayedMessage {
             id: c.id,
@@ -460,29 +414,53 @@ async fn replay_batch(
             downstream_key: key,
         });
     }
-    if options.dry_run || batch.replayed.is_empty() {
-        return Ok(batch);
-    }
+    Ok(plan)
+}
 
-    if !hot_ids.is_empty() {
-        tx.query_typed(
-            sql::REPLAY_HOT,
-            &[(&hot_ids, Type::UUID_ARRAY), (&hot_keys, Type::TEXT_ARRAY)],
-        )
-        .await?;
+/// The delivered rows among `replayable` that cannot go back with their key, each with the row
+/// that carries it: a delivered row that keeps its key must not meet the same (destination, key)
+/// in the hot table (the effect was enqueued again since, or another row of this replay takes it
+/// back).
+async fn taken_keys(
+    tx: &Transaction<'_>,
+    replayable: &[Candidate],
+) -> Result<HashMap<Uuid, Uuid>, AdminError> {
+    let back: Vec<&Candidate> = replayable
+        .iter()
+        .filter(|c| c.status == MessageStatus::Delivered)
+        .collect();
+    if back.is_empty() {
+        return Ok(HashMap::new());
     }
-    if !back_ids.is_empty() {
+    let ids: Vec<Uuid> = back.iter().map(|c| c.id).collect();
+    let destinations: Vec<&str> = back.iter().map(|c| c.destination.as_str()).collect();
+    let keys: Vec<&str> = back.iter().map(|c| c.downstream_key.as_str()).collect();
+    let mut taken: HashMap<Uuid, Uuid> = store::replay::keys_taken(tx, &ids, &destinations, &keys)
+        .await?
+        .into_iter()
+        .collect();
+    let mut first: HashMap<(&str, &str), Uuid> = HashMap::new();
+    for c in &back {
+        let earlier = *first
+            .entry((c.destination.as_str(), c.downstream_key.as_str()))
+            .or_insert(c.id);
+        if earlier != c.id {
+            taken.entry(c.id).or_insert(earlier);
+        }
+    }
+    Ok(taken)
+}
+
+/// Makes the planned writes, logs them and hints the relays.
+async fn apply(tx: &Transaction<'_>, plan: &Plan, batch: &Batch) -> Result<(), AdminError> {
+    if !plan.hot_ids.is_empty() {
+        store::replay::replay_hot(tx, &plan.hot_ids, &plan.hot_keys).await?;
+    }
+    if !plan.back_ids.is_empty() {
         // Re-inserted rows take a new seq: under the ordering-key locks enqueue takes, so that
         // seq stays commit order within a key.
         lock_ordering_keys(tx, &batch.delivered).await?;
-        tx.query_typed(
-            sql::MOVE_DELIVERED,
-            &[
-                (&back_ids, Type::UUID_ARRAY),
-                (&back_keys, Type::TEXT_ARRAY),
-            ],
-        )
-        .await?;
+        store::replay::move_delivered(tx, &plan.back_ids, &plan.back_keys).await?;
     }
     let ids: Vec<Uuid> = batch.replayed.iter().map(|r| r.id).collect();
     let keys: Vec<&str> = batch
@@ -490,17 +468,8 @@ async fn replay_batch(
         .iter()
         .map(|r| r.downstream_key.as_str())
         .collect();
-    tx.query_typed(
-        sql::LOG_REPLAYS,
-        &[
-            (&ids, Type::UUID_ARRAY),
-            (&keys, Type::TEXT_ARRAY),
-            (&notes, Type::TEXT_ARRAY),
-        ],
-    )
-    .await?;
-    tx.query_typed(sql::NOTIFY, &[]).await?;
-    Ok(batch)
+    store::replay::log_replays(tx, &ids, &keys, &plan.notes).await?;
+    store::notify(tx).await
 }
 
 /// Commits a batch's transaction, or rolls a dry run's back.

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 
-use super::{destination_flows, sql, AdminError, DestinationFlow};
+use super::{destination_flows, AdminError, DestinationFlow};
+use crate::store::admin::{self as store, stats::Groups};
 use crate::MessageStatus;
 
 /// Up to this many delivered rows, [`stats`] counts them exactly (reading at most this many index
@@ -138,70 +138,50 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
     let hot_bound = EXACT_HOT_COUNT_MAX + 1;
     // The planner's size of the hot table (-1: never analysed) spares a large backlog the
     // bounded exact read; a table that grew since is caught by the bound.
-    let tuples = client
-        .query_typed_one(sql::STATS_HOT_TUPLES, &[])
-        .await?
-        .try_get::<_, f64>(0)?;
+    let tuples = store::stats::hot_tuples(client).await?;
     let counted = if tuples > 4.0 * hot_bound as f64 {
         None
     } else {
-        Some(
-            client
-                .query_typed(sql::STATS_COUNTS, &[(&hot_bound, Type::INT8)])
-                .await?,
-        )
+        Some(store::stats::groups(client, Groups::Counted(hot_bound)).await?)
     };
     let exact_total: Option<i64> = counted
         .as_ref()
-        .map(|rows| rows.iter().map(|r| r.try_get::<_, i64>(2)).sum())
-        .transpose()?;
+        .map(|groups| groups.iter().map(|g| g.count).sum());
     let hot_estimated = exact_total.is_none_or(|n| n >= hot_bound);
-    let mut hot_rows = match counted {
-        Some(rows) if !hot_estimated => rows,
+    let mut hot_groups = match counted {
+        Some(groups) if !hot_estimated => groups,
         _ => {
             // Enough pages for about 20 000 rows, whatever the backlog's size.
             let size = tuples.max(hot_bound as f64);
             let percent = (100.0 * 20_000.0 / size).clamp(0.01, 100.0) as f32;
-            let mut rows = client
-                .query_typed(sql::STATS_HOT_SAMPLE, &[(&percent, Type::FLOAT4)])
-                .await?;
-            rows.extend(client.query_typed(sql::STATS_HOT_FEW, &[]).await?);
-            rows
+            let mut groups = store::stats::groups(client, Groups::Sampled(percent)).await?;
+            groups.extend(store::stats::groups(client, Groups::Few).await?);
+            groups
         }
     };
-    hot_rows.extend(client.query_typed(sql::STATS_DISCARDED, &[]).await?);
-    for row in &hot_rows {
-        let status: MessageStatus = row.try_get::<_, String>(1)?.parse()?;
-        let n: i64 = row.try_get(2)?;
-        let age: Option<f64> = row.try_get(3)?;
-        let stats = destination_entry(&mut by_destination, row.try_get(0)?);
-        stats.counts.add(status, n as u64);
-        if status == MessageStatus::Pending {
-            stats.oldest_pending_age = age.map(|s| Duration::from_secs_f64(s.max(0.0)));
+    hot_groups.extend(store::stats::groups(client, Groups::Discarded).await?);
+    for group in hot_groups {
+        let stats = destination_entry(&mut by_destination, group.destination);
+        stats.counts.add(group.status, group.count as u64);
+        if group.status == MessageStatus::Pending {
+            stats.oldest_pending_age = group
+                .oldest_age
+                .map(|s| Duration::from_secs_f64(s.max(0.0)));
         }
     }
     let bound = EXACT_DELIVERED_COUNT_MAX + 1;
-    let exact = client
-        .query_typed(sql::STATS_DELIVERED_EXACT, &[(&bound, Type::INT8)])
-        .await?;
-    let mut counted: Vec<(String, i64)> = Vec::with_capacity(exact.len());
-    for row in &exact {
-        counted.push((row.try_get(0)?, row.try_get(1)?));
-    }
+    let counted = store::stats::delivered_counts(client, bound).await?;
     let delivered_estimated = counted.iter().map(|(_, n)| n).sum::<i64>() >= bound;
     let mut estimated_total = 0;
     if delivered_estimated {
-        let row = client
-            .query_typed_one(sql::STATS_DELIVERED_ESTIMATE, &[])
-            .await?;
+        let estimate = store::stats::delivered_estimate(client).await?;
         // Never analysed (-1) or analysed while smaller: at least what was just counted.
-        let tuples = row.try_get::<_, f64>(0)?.max(bound as f64);
-        let values: Option<Vec<String>> = row.try_get(1)?;
-        let freqs: Option<Vec<f64>> = row.try_get(2)?;
-        for (destination, freq) in values
+        let tuples = estimate.tuples.max(bound as f64);
+        for (destination, freq) in estimate
+            .destinations
             .unwrap_or_default()
             .into_iter()
-            .zip(freqs.unwrap_or_default())
+            .zip(estimate.frequencies.unwrap_or_default())
         {
             destination_entry(&mut by_destination, destination)
                 .counts
@@ -217,14 +197,10 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
     }
     let window = FAILURE_RATE_WINDOW.as_secs_f64();
     let (mut attempts, mut failures) = (0, 0);
-    for row in client
-        .query_typed(sql::STATS_ATTEMPTS, &[(&window, Type::FLOAT8)])
-        .await?
-    {
-        let (n, failed): (i64, i64) = (row.try_get(1)?, row.try_get(2)?);
+    for (destination, n, failed) in store::stats::attempts(client, window).await? {
         attempts += n as u64;
         failures += failed as u64;
-        destination_entry(&mut by_destination, row.try_get(0)?).last_hour =
+        destination_entry(&mut by_destination, destination).last_hour =
             FailureRate::new(n as u64, failed as u64);
     }
     let mut total = StatusCounts::default();
@@ -239,10 +215,8 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
     }
     let oldest_pending_age = if hot_estimated {
         // The sample's oldest rows are not the backlog's: read the oldest one exactly.
-        client
-            .query_typed_one(sql::STATS_OLDEST_PENDING, &[])
+        store::stats::oldest_pending(client)
             .await?
-            .try_get::<_, Option<f64>>(0)?
             .map(|s| Duration::from_secs_f64(s.max(0.0)))
     } else {
         by_destination
