@@ -785,7 +785,7 @@ fn show_text(out: &mut String, detail: &txoutbox::MessageDetail) -> Result<()> {
             vec![
                 time(&a.started_at),
                 a.attempt.to_string(),
-                a.outcome.clone(),
+                a.outcome.to_string(),
                 a.relay.clone(),
                 a.downstream_key.clone(),
                 a.error

@@ -92,6 +92,6 @@ pub use sink::{
     error_chain, parse_retry_after, Completion, CompletionHook, Delivery, DeliveryError, Receipt,
     Sink,
 };
-pub use state::MessageStatus;
+pub use state::{AttemptOutcome, MessageStatus};
 pub use telemetry::{describe_metrics, register_destinations, register_scopes, Traceparent};
 pub use wake::{notify_in_transaction, RelayWaker, HINT_SPACING, WAKE_CHANNEL};

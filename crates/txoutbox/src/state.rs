@@ -79,3 +79,84 @@ impl FromStr for MessageStatus {
         }
     }
 }
+
+/// What one row of the attempt log records: the outcome of a relay's attempt, or an operator's
+/// action. The names are the `outcome` column's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// The downstream accepted it.
+    Delivered,
+    /// It failed retryably: pending again after a delay.
+    Retry,
+    /// Dead-lettered: a permanent failure or the last attempt allowed.
+    Failed,
+    /// The lease ran out mid-attempt: a relay took the row back.
+    Expired,
+    /// An at-most-once attempt whose outcome was lost.
+    Unknown,
+    /// An outcome that came after another relay took the row (not applied).
+    LeaseLost,
+    /// Given back at shutdown after its call started.
+    Released,
+    /// An operator's replay.
+    Replayed,
+    /// An operator's discard.
+    Discarded,
+    /// An operator paused the destination (a row without a message).
+    Paused,
+    /// An operator resumed the destination (a row without a message).
+    Resumed,
+}
+
+impl AttemptOutcome {
+    /// Every outcome.
+    pub const ALL: [AttemptOutcome; 11] = [
+        AttemptOutcome::Delivered,
+        AttemptOutcome::Retry,
+        AttemptOutcome::Failed,
+        AttemptOutcome::Expired,
+        AttemptOutcome::Unknown,
+        AttemptOutcome::LeaseLost,
+        AttemptOutcome::Released,
+        AttemptOutcome::Replayed,
+        AttemptOutcome::Discarded,
+        AttemptOutcome::Paused,
+        AttemptOutcome::Resumed,
+    ];
+
+    /// The column value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Delivered => "delivered",
+            AttemptOutcome::Retry => "retry",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Expired => "expired",
+            AttemptOutcome::Unknown => "unknown",
+            AttemptOutcome::LeaseLost => "lease_lost",
+            AttemptOutcome::Released => "released",
+            AttemptOutcome::Replayed => "replayed",
+            AttemptOutcome::Discarded => "discarded",
+            AttemptOutcome::Paused => "paused",
+            AttemptOutcome::Resumed => "resumed",
+        }
+    }
+}
+
+impl fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AttemptOutcome {
+    type Err = AdminError;
+
+    /// Parses a column value.
+    fn from_str(s: &str) -> Result<Self, AdminError> {
+        AttemptOutcome::ALL
+            .into_iter()
+            .find(|o| o.as_str() == s)
+            .ok_or_else(|| AdminError::Invalid(format!("{s:?} is not an attempt outcome")))
+    }
+}

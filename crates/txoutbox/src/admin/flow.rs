@@ -10,6 +10,7 @@ use tokio_postgres::{Client, GenericClient};
 
 use super::AdminError;
 use crate::store::admin as store;
+use crate::AttemptOutcome;
 
 /// A destination's flow-control state, as `txoutbox stats` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -70,7 +71,7 @@ pub async fn pause_destination(
     store::flow::log_action(
         &tx,
         destination,
-        "paused",
+        AttemptOutcome::Paused,
         &format!("{} (by {by})", reason.trim()),
     )
     .await?;
@@ -95,7 +96,13 @@ pub async fn resume_destination(
             "destination {destination:?} is not paused"
         )));
     }
-    store::flow::log_action(&tx, destination, "resumed", &format!("by {by}")).await?;
+    store::flow::log_action(
+        &tx,
+        destination,
+        AttemptOutcome::Resumed,
+        &format!("by {by}"),
+    )
+    .await?;
     store::notify(&tx).await?;
     let flow = store::flow::state(&tx, destination).await?;
     tx.commit().await?;

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::filter::FilterParams;
 use super::{AdminError, ListCursor, MessageFilter};
 use crate::store::admin as store;
-use crate::MessageStatus;
+use crate::{AttemptOutcome, MessageStatus};
 
 /// A message as [`list_messages`] shows it (no payload: see [`show_message`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -85,9 +85,8 @@ pub struct AttemptRecord {
     pub relay: String,
     /// The fencing token of the claim the attempt ran under.
     pub lease_token: Option<i64>,
-    /// `delivered`, `retry`, `failed`, `expired`, `unknown`, `lease_lost`, `released`,
-    /// `replayed` or `discarded`.
-    pub outcome: String,
+    /// What the attempt came to, or what the operator did.
+    pub outcome: AttemptOutcome,
     /// The error text (for a replay: what the operator changed, and who; for a discard: the
     /// reason, and who gave it).
     pub error: Option<String>,

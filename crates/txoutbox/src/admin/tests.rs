@@ -69,3 +69,14 @@ fn replay_by_filter_takes_failed_rows_unless_unknown_is_asked_for() {
         Some(vec![MessageStatus::Delivered])
     );
 }
+
+#[test]
+fn attempt_outcomes_parse_from_their_column_values() {
+    for outcome in crate::AttemptOutcome::ALL {
+        assert_eq!(
+            outcome.as_str().parse::<crate::AttemptOutcome>().ok(),
+            Some(outcome)
+        );
+    }
+    assert!("unstarted".parse::<crate::AttemptOutcome>().is_err());
+}

@@ -4,6 +4,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 
 use crate::admin::{AdminError, DestinationFlow};
+use crate::AttemptOutcome;
 
 /// The flow-control state of every destination with a row ([`FLOW_STATE`]'s columns).
 const FLOW_STATES: &str = concat!(flow_state!(), " ORDER BY destination");
@@ -98,7 +99,7 @@ pub(crate) async fn resume(tx: &Transaction<'_>, destination: &str) -> Result<bo
 pub(crate) async fn log_action(
     client: &impl GenericClient,
     destination: &str,
-    outcome: &str,
+    outcome: AttemptOutcome,
     note: &str,
 ) -> Result<(), AdminError> {
     client
@@ -106,7 +107,7 @@ pub(crate) async fn log_action(
             LOG_DESTINATION_ACTION,
             &[
                 (&destination, Type::TEXT),
-                (&outcome, Type::TEXT),
+                (&outcome.as_str(), Type::TEXT),
                 (&note, Type::TEXT),
             ],
         )

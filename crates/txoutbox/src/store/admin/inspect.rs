@@ -172,7 +172,7 @@ pub(crate) async fn history(
                 downstream_key: r.try_get(1)?,
                 relay: r.try_get(2)?,
                 lease_token: r.try_get(3)?,
-                outcome: r.try_get(4)?,
+                outcome: r.try_get::<_, String>(4)?.parse()?,
                 error: r.try_get(5)?,
                 receipt: r.try_get(6)?,
                 started_at: r.try_get(7)?,
