@@ -434,11 +434,13 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
                 ..ReplayOptions::default()
             };
             let mut progress = Progress::new("replaying", options.batch_size as u64);
-            let report =
-                txoutbox::replay_with_progress(&mut client, &selection, &options, |done, total| {
-                    progress.update(done, total)
-                })
-                .await;
+            let report = txoutbox::replay(
+                &mut client,
+                &selection,
+                &options,
+                Some(&mut |done, total| progress.update(done, total)),
+            )
+            .await;
             progress.finish();
             let report = match report {
                 Err(AdminError::TooMany { count, max }) => bail!(
@@ -477,9 +479,11 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
                 dry_run: args.dry_run,
             };
             let mut progress = Progress::new("purging", args.batch as u64);
-            let report = txoutbox::purge_with_progress(&client, &options, |done, total| {
-                progress.update(done, total)
-            })
+            let report = txoutbox::purge(
+                &client,
+                &options,
+                Some(&mut |done, total| progress.update(done, total)),
+            )
             .await;
             progress.finish();
             let report = report?;
@@ -781,7 +785,7 @@ fn show_text(out: &mut String, detail: &txoutbox::MessageDetail) -> Result<()> {
             vec![
                 time(&a.started_at),
                 a.attempt.to_string(),
-                a.outcome.clone(),
+                a.outcome.to_string(),
                 a.relay.clone(),
                 a.downstream_key.clone(),
                 a.error

@@ -209,6 +209,7 @@ pub(crate) async fn replay_one(
                 &mut client,
                 &ReplaySelection::Ids(vec![id]),
                 &options(&body, &who),
+                None,
             )
             .await?)
         }
@@ -227,7 +228,7 @@ pub(crate) async fn replay(
             let body: ReplayBody = body(&bytes)?;
             let selection = selection(&body.ids, &body.filter)?;
             let mut client = app.client().await?;
-            Ok(txoutbox::replay(&mut client, &selection, &options(&body, &who)).await?)
+            Ok(txoutbox::replay(&mut client, &selection, &options(&body, &who), None).await?)
         }
         .await,
     )

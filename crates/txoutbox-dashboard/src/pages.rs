@@ -770,6 +770,7 @@ pub(crate) async fn replay_one(
             &mut client,
             &ReplaySelection::Ids(vec![id]),
             &options(&pairs, &who),
+            None,
         )
         .await?;
         Ok(id)
@@ -795,6 +796,7 @@ pub(crate) async fn replay_selected(
             &mut client,
             &ReplaySelection::Ids(ids),
             &options(&pairs, &who),
+            None,
         )
         .await?;
         Ok(report_page(&base, &who, &report))
@@ -821,11 +823,11 @@ pub(crate) async fn replay_filter(
         let selection = ReplaySelection::Filter(filter);
         if let Some(count) = confirmed {
             opts.max_rows = Some(count);
-            let report = txoutbox::replay(&mut client, &selection, &opts).await?;
+            let report = txoutbox::replay(&mut client, &selection, &opts, None).await?;
             return Ok(report_page(&base, &who, &report));
         }
         opts.dry_run = true;
-        let report = txoutbox::replay(&mut client, &selection, &opts).await?;
+        let report = txoutbox::replay(&mut client, &selection, &opts, None).await?;
         let n = report.replayed.len();
         let b = &base.0;
         let body = html! {

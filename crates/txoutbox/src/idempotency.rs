@@ -12,10 +12,8 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 
 use crate::key::MAX_KEY_LEN;
-use crate::outbox::{
-    check_downstream_key, check_name, derive_claim_downstream_key, lock_ordering_keys,
-    message_columns, Enqueued,
-};
+use crate::downstream_key::{check_downstream_key, derive_claim_downstream_key};
+use crate::outbox::{check_name, lock_ordering_keys, message_columns, Enqueued};
 use crate::store::{keys, TxExecutor};
 use crate::telemetry::{
     IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS, TRACEPARENT,

@@ -52,23 +52,23 @@ mod key;
 mod migrate;
 mod outbox;
 mod pg;
-mod prune;
 mod relay;
 mod sink;
+mod state;
 mod store;
 pub mod telemetry;
 mod wake;
 
 pub use admin::{
     activity, destination_flows, discard, failure_groups, list_messages, lookup_key,
-    pause_destination, purge, purge_with_progress, replay, replay_downstream_key,
-    replay_with_progress, resume_destination, show_message, stats, AdminError, AttemptRecord,
-    DestinationFlow, DestinationStats, DiscardOptions, DiscardReport, DiscardedMessage,
-    FailureGroup, FailureRate, IdempotencyRecord, KeyLookup, ListCursor, MessageDetail,
-    MessageFilter, MessageStatus, MessageSummary, MinuteActivity, OutboxStats, PurgeOptions,
-    PurgeReport, ReplayOptions, ReplayReport, ReplaySelection, ReplayedMessage, Retention,
-    SkippedMessage, StatusCounts, TimeBound, DEFAULT_FAILED_RETENTION, DEFAULT_REPLAY_BATCH,
-    DEFAULT_RETENTION, EXACT_DELIVERED_COUNT_MAX, EXACT_HOT_COUNT_MAX, FAILURE_RATE_WINDOW,
+    pause_destination, prune_expired_keys, purge, replay, replay_downstream_key,
+    resume_destination, show_message, stats, AdminError, AttemptRecord, DestinationFlow,
+    DestinationStats, DiscardOptions, DiscardReport, DiscardedMessage, FailureGroup, FailureRate,
+    IdempotencyRecord, KeyLookup, ListCursor, MessageDetail, MessageFilter, MessageSummary,
+    MinuteActivity, OutboxStats, PurgeOptions, PurgeReport, ReplayOptions, ReplayReport,
+    ReplaySelection, ReplayedMessage, Retention, SkippedMessage, StatusCounts, TimeBound,
+    DEFAULT_FAILED_RETENTION, DEFAULT_PRUNE_BATCH, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION,
+    EXACT_DELIVERED_COUNT_MAX, EXACT_HOT_COUNT_MAX, FAILURE_RATE_WINDOW,
 };
 pub use downstream_key::{derive_downstream_key, DOWNSTREAM_KEY_NAMESPACE};
 pub use error::{Error, Result};
@@ -81,7 +81,6 @@ pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use migrate::{embedded_migrations, migrate, HISTORY_TABLE};
 pub use outbox::{enqueue, Enqueued, OutboxMessage};
 pub use pg::{MakeTls, PgConfig, PgConnection, PgStream, SslMode, TlsConnector, TlsError};
-pub use prune::{prune_expired_keys, DEFAULT_PRUNE_BATCH};
 pub use relay::{
     reclaim_expired, Breaker, DestinationPolicy, FlowControl, RateLimit, Relay, RelayBuilder,
     RelayConfig, RelayReport, RetryPolicy, Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
@@ -90,6 +89,7 @@ pub use sink::{
     error_chain, parse_retry_after, Completion, CompletionHook, Delivery, DeliveryError, Receipt,
     Sink,
 };
+pub use state::{AttemptOutcome, MessageStatus};
 pub use store::{Params, TxExecutor};
 pub use telemetry::{describe_metrics, register_destinations, register_scopes, Traceparent};
 pub use wake::{notify_in_transaction, RelayWaker, HINT_SPACING, WAKE_CHANNEL};

@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use uuid::Uuid;
 
-// `admin` reaches these through `outbox`.
-pub(crate) use crate::downstream_key::{check_downstream_key, derive_claim_downstream_key};
+use crate::downstream_key::check_downstream_key;
 use crate::store::messages::{self, MessageColumns};
 use crate::store::TxExecutor;
 use crate::{Error, Result};

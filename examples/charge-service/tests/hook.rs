@@ -76,6 +76,7 @@ async fn a_declined_charge_replayed_with_a_new_key_is_marked_succeeded() -> anyh
             new_key: true,
             ..ReplayOptions::default()
         },
+        None,
     )
     .await?;
     assert_eq!(report.replayed.len(), 1, "{report:?}");

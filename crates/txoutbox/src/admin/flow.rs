@@ -6,10 +6,11 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use tokio_postgres::types::Type;
-use tokio_postgres::{Client, GenericClient, Row};
+use tokio_postgres::{Client, GenericClient};
 
-use super::{sql, AdminError};
+use super::AdminError;
+use crate::store::admin as store;
+use crate::AttemptOutcome;
 
 /// A destination's flow-control state, as `txoutbox stats` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -42,33 +43,13 @@ impl DestinationFlow {
     pub fn is_notable(&self) -> bool {
         self.state != "closed" || self.rate_per_sec.is_some() || self.failures > 0
     }
-
-    fn from_row(row: &Row) -> Result<Self, AdminError> {
-        Ok(Self {
-            destination: row.try_get("destination")?,
-            state: row.try_get("state")?,
-            paused_at: row.try_get("paused_at")?,
-            paused_by: row.try_get("paused_by")?,
-            paused_reason: row.try_get("paused_reason")?,
-            rate_per_sec: row.try_get("rate_per_sec")?,
-            tokens: row.try_get("tokens")?,
-            failures: row.try_get("failures")?,
-            open_until: row.try_get("open_until")?,
-            open_reason: row.try_get("open_reason")?,
-        })
-    }
 }
 
 /// Every destination with a flow-control row, by name.
 pub async fn destination_flows(
     client: &impl GenericClient,
 ) -> Result<Vec<DestinationFlow>, AdminError> {
-    client
-        .query_typed(sql::FLOW_STATES, &[])
-        .await?
-        .iter()
-        .map(DestinationFlow::from_row)
-        .collect()
+    store::flow::states(client).await
 }
 
 /// Pauses `destination` for every relay until [`resume_destination`]: its rows stay pending,
@@ -86,23 +67,15 @@ pub async fn pause_destination(
     let by = operator.unwrap_or("operator");
     check_text("operator", by)?;
     let tx = client.transaction().await?;
-    tx.execute_typed(
-        sql::PAUSE,
-        &[
-            (&destination, Type::TEXT),
-            (&by, Type::TEXT),
-            (&reason.trim(), Type::TEXT),
-        ],
-    )
-    .await?;
-    log(
+    store::flow::pause(&tx, destination, by, reason.trim()).await?;
+    store::flow::log_action(
         &tx,
         destination,
-        "paused",
+        AttemptOutcome::Paused,
         &format!("{} (by {by})", reason.trim()),
     )
     .await?;
-    let flow = one(&tx, destination).await?;
+    let flow = store::flow::state(&tx, destination).await?;
     tx.commit().await?;
     Ok(flow)
 }
@@ -118,48 +91,22 @@ pub async fn resume_destination(
     let by = operator.unwrap_or("operator");
     check_text("operator", by)?;
     let tx = client.transaction().await?;
-    let resumed = tx
-        .query_typed(sql::RESUME, &[(&destination, Type::TEXT)])
-        .await?;
-    if resumed.is_empty() {
+    if !store::flow::resume(&tx, destination).await? {
         return Err(AdminError::Invalid(format!(
             "destination {destination:?} is not paused"
         )));
     }
-    log(&tx, destination, "resumed", &format!("by {by}")).await?;
-    tx.batch_execute(sql::NOTIFY).await?;
-    let flow = one(&tx, destination).await?;
+    store::flow::log_action(
+        &tx,
+        destination,
+        AttemptOutcome::Resumed,
+        &format!("by {by}"),
+    )
+    .await?;
+    store::notify(&tx).await?;
+    let flow = store::flow::state(&tx, destination).await?;
     tx.commit().await?;
     Ok(flow)
-}
-
-async fn one(
-    client: &impl GenericClient,
-    destination: &str,
-) -> Result<DestinationFlow, AdminError> {
-    let row = client
-        .query_typed_one(sql::FLOW_STATE, &[(&destination, Type::TEXT)])
-        .await?;
-    DestinationFlow::from_row(&row)
-}
-
-async fn log(
-    client: &impl GenericClient,
-    destination: &str,
-    outcome: &str,
-    note: &str,
-) -> Result<(), AdminError> {
-    client
-        .execute_typed(
-            sql::LOG_DESTINATION_ACTION,
-            &[
-                (&destination, Type::TEXT),
-                (&outcome, Type::TEXT),
-                (&note, Type::TEXT),
-            ],
-        )
-        .await?;
-    Ok(())
 }
 
 fn check_text(what: &str, text: &str) -> Result<(), AdminError> {

@@ -5,7 +5,8 @@
 //! Layout: [`keys`] (`txoutbox_idempotency_keys`), [`messages`] (`txoutbox_messages`: enqueue,
 //! claim, reclaim), [`attempts`] (`txoutbox_attempts`: the completion of a batch of attempts),
 //! [`destinations`] (`txoutbox_destinations`: flow control), [`wake`] (the wake-up channel) and
-//! [`schema`] (the migration lock). A statement that writes several tables lives with the table it
+//! [`schema`] (the migration lock); [`admin`] holds the operator commands' statements, one file
+//! a command, since each reads several tables. A statement that writes several tables lives with the table it
 //! is mainly about and says so.
 //!
 //! This file is the executor: [`TxExecutor`] runs a statement on a connection. The caller's
@@ -13,6 +14,7 @@
 //! one-round-trip unnamed statements); the library's own connections (the relay's pool, the
 //! pruner's client) are wrapped in [`Pooled`] or [`Unnamed`], which say how statements are sent.
 
+pub(crate) mod admin;
 pub(crate) mod attempts;
 pub(crate) mod destinations;
 pub(crate) mod keys;

@@ -1,0 +1,190 @@
+//! Purge: rows past their state's retention deleted, with their attempt-log rows, and expired
+//! idempotency keys pruned; in bounded batches that each commit on their own, so no long lock is
+//! held and a relay or a request holding a row is skipped, not waited for.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio_postgres::Client;
+
+use super::{tell, AdminError};
+use crate::store::admin as store;
+use crate::store::admin::purge::{Cutoffs, Doomed};
+use crate::MessageStatus;
+
+/// How long delivered rows are kept by default: 7 days.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// How long failed, unknown and discarded rows are kept by default: 90 days (an operator decides
+/// about them, or decided, and may need to look back).
+pub const DEFAULT_FAILED_RETENTION: Duration = Duration::from_secs(90 * 24 * 60 * 60);
+
+/// How long rows are kept, by state. A row's age is its delivery or discard time; for a failed
+/// or unknown row (still in the hot table), its last attempt-log entry's (else its enqueue time).
+/// Attempt-log rows go with their message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Delivered rows (default 7 days).
+    pub delivered: Duration,
+    /// Failed (dead-lettered) rows (default 90 days).
+    pub failed: Duration,
+    /// Unknown rows (default 90 days).
+    pub unknown: Duration,
+    /// Discarded rows (default 90 days).
+    pub discarded: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            delivered: DEFAULT_RETENTION,
+            failed: DEFAULT_FAILED_RETENTION,
+            unknown: DEFAULT_FAILED_RETENTION,
+            discarded: DEFAULT_FAILED_RETENTION,
+        }
+    }
+}
+
+/// How to purge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeOptions {
+    /// How long rows are kept, by state (7 days delivered, 90 days the others).
+    pub retention: Retention,
+    /// Rows per batch, each batch its own transaction (default 1000).
+    pub batch: i64,
+    /// Also delete idempotency keys whose own window has passed (default true). Keys are never
+    /// deleted by `retention`: their window is the retry contract published to clients.
+    pub expired_keys: bool,
+    /// Change nothing; count what would be deleted.
+    pub dry_run: bool,
+}
+
+impl Default for PurgeOptions {
+    fn default() -> Self {
+        Self {
+            retention: Retention::default(),
+            batch: DEFAULT_PRUNE_BATCH,
+            expired_keys: true,
+            dry_run: false,
+        }
+    }
+}
+
+/// What a purge deleted (or, in a dry run, would delete).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PurgeReport {
+    /// True when nothing was changed.
+    pub dry_run: bool,
+    /// Rows delivered before this were purged.
+    pub cutoff: DateTime<Utc>,
+    /// Delivered rows deleted.
+    pub delivered: u64,
+    /// Failed rows deleted (idle since before their retention).
+    pub failed: u64,
+    /// Unknown rows deleted.
+    pub unknown: u64,
+    /// Discarded rows deleted.
+    pub discarded: u64,
+    /// Attempt-log rows deleted (of the purged rows, and older orphans).
+    pub attempts: u64,
+    /// Expired idempotency keys deleted.
+    pub expired_keys: u64,
+}
+
+/// Deletes rows past their state's retention ([`Retention`]: delivered, failed, unknown and
+/// discarded rows) with their attempt-log rows, attempt-log rows of messages already gone, and (by
+/// default) expired idempotency keys, in bounded batches that each commit on their own, so no long
+/// lock is held and relays are never waited for. A failed or unknown head that is purged stops
+/// blocking its ordering key: the next row is due at once. `progress`, when given, is called with
+/// (rows deleted, rows to delete) after each batch.
+pub async fn purge(
+    client: &Client,
+    options: &PurgeOptions,
+    mut progress: Option<&mut (dyn FnMut(u64, u64) + Send)>,
+) -> Result<PurgeReport, AdminError> {
+    let cutoff_of = |retention: Duration| store::purge::cutoff(client, retention.as_secs_f64());
+    let r = &options.retention;
+    let cutoffs = Cutoffs {
+        delivered: cutoff_of(r.delivered).await?,
+        failed: cutoff_of(r.failed).await?,
+        unknown: cutoff_of(r.unknown).await?,
+        discarded: cutoff_of(r.discarded).await?,
+    };
+    let counts = store::purge::counts(client, &cutoffs).await?;
+    let mut report = PurgeReport {
+        dry_run: options.dry_run,
+        cutoff: cutoffs.delivered,
+        delivered: counts.delivered,
+        failed: counts.failed,
+        unknown: counts.unknown,
+        discarded: counts.discarded,
+        attempts: counts.attempts + counts.orphans,
+        expired_keys: if options.expired_keys {
+            counts.expired_keys
+        } else {
+            0
+        },
+    };
+    if options.dry_run {
+        return Ok(report);
+    }
+    let batch = options.batch.max(1);
+    let total =
+        report.delivered + report.failed + report.unknown + report.discarded + counts.orphans;
+    let (mut done, mut logs) = (0u64, 0u64);
+    // Deletes batches of `doomed` until one comes back short; returns the rows it deleted.
+    let mut drain = async |doomed: Doomed| -> Result<u64, AdminError> {
+        let mut deleted = 0;
+        loop {
+            let (rows, attempts) = store::purge::delete_batch(client, doomed, batch).await?;
+            deleted += rows;
+            logs += attempts;
+            done += rows;
+            tell(&mut progress, done.min(total), total);
+            if rows < batch as u64 {
+                return Ok(deleted);
+            }
+        }
+    };
+    report.delivered = drain(Doomed::Delivered(cutoffs.delivered)).await?;
+    report.discarded = drain(Doomed::Discarded(cutoffs.discarded)).await?;
+    report.failed = drain(Doomed::Hot(MessageStatus::Failed, cutoffs.failed)).await?;
+    report.unknown = drain(Doomed::Hot(MessageStatus::Unknown, cutoffs.unknown)).await?;
+    loop {
+        let rows = store::purge::delete_orphan_attempts(client, cutoffs.delivered, batch).await?;
+        logs += rows;
+        done += rows;
+        tell(&mut progress, done.min(total), total);
+        if rows < batch as u64 {
+            break;
+        }
+    }
+    report.attempts = logs;
+    if report.failed + report.unknown > 0 {
+        store::notify(client).await?;
+    }
+    report.expired_keys = if options.expired_keys {
+        prune_expired_keys(client, batch).await?
+    } else {
+        0
+    };
+    Ok(report)
+}
+
+/// The default number of keys deleted per batch.
+pub const DEFAULT_PRUNE_BATCH: i64 = 1_000;
+
+/// Deletes expired keys, `batch` at a time, until none is left. Returns how many were deleted.
+/// After a key is pruned, a request with it is new again: the key window is the retry contract.
+pub async fn prune_expired_keys(client: &Client, batch: i64) -> crate::Result<u64> {
+    let batch = batch.max(1);
+    let mut total = 0;
+    loop {
+        let deleted = crate::store::keys::prune_expired(&crate::store::Unnamed(client), batch).await?;
+        total += deleted;
+        if deleted < batch as u64 {
+            return Ok(total);
+        }
+    }
+}
