@@ -44,6 +44,6 @@ mod request;
 mod sink;
 mod transport;
 
-pub use classify::{classify, parse_retry_after, ApiError, StripeFailure};
+pub use classify::{classify, ApiError, StripeFailure};
 pub use request::{NewPaymentIntent, NewRefund, StripeRequest, DESTINATION};
 pub use sink::{ConfigError, StripeSink, DEFAULT_API_BASE, DEFAULT_TIMEOUT};

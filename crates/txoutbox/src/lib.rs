@@ -89,8 +89,8 @@ pub use relay::{
     RelayConfig, RelayReport, RetryPolicy, Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
 };
 pub use sink::{
-    error_chain, parse_retry_after, Completion, CompletionHook, Delivery, DeliveryError, Receipt,
-    Sink,
+    crypto_provider, ensure_crypto_provider, error_chain, parse_retry_after, Completion,
+    CompletionHook, Delivery, DeliveryError, Receipt, Sink,
 };
 pub use telemetry::{describe_metrics, register_destinations, register_scopes, Traceparent};
 pub use wake::{notify_in_transaction, RelayWaker, HINT_SPACING, WAKE_CHANNEL};

@@ -74,15 +74,6 @@ impl fmt::Display for SslMode {
     }
 }
 
-/// The crypto provider of every Postgres TLS connection (the workspace's, ring), chosen here
-/// once rather than taken from the process default.
-fn provider() -> Arc<CryptoProvider> {
-    static PROVIDER: std::sync::OnceLock<Arc<CryptoProvider>> = std::sync::OnceLock::new();
-    PROVIDER
-        .get_or_init(|| Arc::new(rustls::crypto::ring::default_provider()))
-        .clone()
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Verify {
     None,
@@ -95,7 +86,7 @@ pub(super) fn client_config(
     root: Option<&Path>,
     client_auth: Option<&(PathBuf, PathBuf)>,
 ) -> Result<rustls::ClientConfig> {
-    let provider = provider();
+    let provider = crate::sink::crypto_provider();
     let identity = client_auth.map(read_identity).transpose()?;
     let verifier: Arc<dyn ServerCertVerifier> = match (verify, root) {
         (Verify::None, _) | (_, None) => Arc::new(AcceptAny(provider.clone())),
