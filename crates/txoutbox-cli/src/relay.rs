@@ -305,8 +305,8 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
             Some(timeout) => sink.with_ack_timeout(timeout),
             None => sink,
         };
-        builder = builder.sink(txoutbox_nats::DEFAULT_DESTINATION, sink);
-        sinks.push(txoutbox_nats::DEFAULT_DESTINATION.to_owned());
+        builder = builder.sink(txoutbox_nats::DESTINATION, sink);
+        sinks.push(txoutbox_nats::DESTINATION.to_owned());
     }
     anyhow::ensure!(
         !sinks.is_empty(),

@@ -130,12 +130,12 @@ async fn the_relay_process_registers_the_built_in_sinks_from_its_configuration(
     let tx = client.transaction().await?;
     let email = txoutbox_email::Email::new("shop@example.com", "buyer@example.com", "Receipt")
         .text("Thank you.")
-        .outbox_message()?
+        .into_outbox_message()?
         .with_downstream_key("receipt-1");
     let intent = txoutbox_stripe::NewPaymentIntent::new(1500, "eur")
         .with_customer("cus_1")
         .with_payment_method("pm_card_visa")
-        .into_message()?
+        .into_outbox_message()?
         .with_downstream_key("charge-1");
     enqueue(&tx, &[email, intent]).await?;
     tx.commit().await?;
@@ -190,7 +190,7 @@ async fn the_relay_process_greets_the_smtp_server_with_its_helo_name() -> anyhow
     let tx = client.transaction().await?;
     let email = txoutbox_email::Email::new("shop@example.com", "buyer@example.com", "Receipt")
         .text("Thank you.")
-        .outbox_message()?
+        .into_outbox_message()?
         .with_downstream_key("receipt-ehlo");
     enqueue(&tx, &[email]).await?;
     tx.commit().await?;

@@ -12,7 +12,7 @@
 //!     .text("Thank you for your order #42.")
 //!     .reply_to("support@example.com")
 //!     .header("X-Order", "42");
-//! txoutbox::enqueue(tx, &[receipt.outbox_message()?.with_downstream_key("order-42-receipt")]).await?;
+//! txoutbox::enqueue(tx, &[receipt.into_outbox_message()?.with_downstream_key("order-42-receipt")]).await?;
 //!
 //! // In the relay: deliver the "email" rows over SMTP (STARTTLS required, pooled connections).
 //! let sink = EmailSink::smtp("smtp://relay-user:secret@mail.example.com:587?tls=required")?;
@@ -21,7 +21,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Inside an idempotent request, `claim.enqueue("receipt", email.outbox_message()?)` derives the
+//! Inside an idempotent request, `claim.enqueue("receipt", email.into_outbox_message()?)` derives the
 //! downstream key from the request's key instead.
 //!
 //! # One row, one Message-ID
@@ -51,26 +51,23 @@
 //! - A 4xx reply, a refused or dropped connection, a timeout ([`SmtpConfig::timeout`]) or TLS
 //!   trouble is retryable: the relay backs off and tries again with the same Message-ID.
 //! - A payload that is not a valid [`Email`] (bad address, no body, header injection) is
-//!   permanent. [`Email::outbox_message`] runs the same checks before the row is written.
+//!   permanent. [`Email::into_outbox_message`] runs the same checks before the row is written.
 //! - With several recipients, one refused recipient (5xx to `RCPT TO`) refuses the message.
 //!
-//! Layout: `email` holds [`Email`], the payload type, with its checks and its MIME form;
+//! Layout: `message` holds [`Email`], the payload type, and [`DESTINATION`], with its checks and its MIME form;
 //! `message_id` holds the Message-ID rule; `hello` the `EHLO` name (a configured one's checks,
 //! the default from the host name, `/etc/hosts` or the route to the server; see
 //! [`SmtpConfig::hello_name`]); `sink` holds [`EmailSink`] (SMTP through lettre's pooled async
 //! transport, or lettre's file transport) and the classification of failures.
 
-mod email;
 mod hello;
+mod message;
 mod message_id;
 mod sink;
 
-pub use email::Email;
+pub use message::{Email, DESTINATION};
 pub use message_id::message_id;
 pub use sink::{EmailSink, SmtpConfig, MAIL_DIR_VAR, SMTP_HELO_NAME_VAR, SMTP_URL_VAR};
-
-/// The destination name of email rows: register [`EmailSink`] under it.
-pub const DESTINATION: &str = "email";
 
 /// Why an email or an email sink could not be built.
 #[derive(Debug, thiserror::Error)]

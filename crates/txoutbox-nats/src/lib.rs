@@ -4,30 +4,30 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use txoutbox_nats::{NatsMessage, NatsSink};
+//! use txoutbox_nats::{NatsMessage, NatsSink, DESTINATION};
 //!
 //! # async fn example(tx: &tokio_postgres::Transaction<'_>, pg: tokio_postgres::Config)
 //! #     -> Result<(), Box<dyn std::error::Error>> {
 //! // In the business transaction: enqueue the event.
 //! let event = NatsMessage::new(serde_json::json!({ "order": 42 })).to_subject("orders.paid");
-//! txoutbox::enqueue(tx, &[event.message()?.with_downstream_key("order-42-paid")]).await?;
+//! txoutbox::enqueue(tx, &[event.into_outbox_message()?.with_downstream_key("order-42-paid")]).await?;
 //!
-//! // In the relay: the sink for destination "nats".
+//! // In the relay: the sink for destination "nats" (DESTINATION).
 //! let sink = NatsSink::connect("nats://127.0.0.1:4222").await?;
 //! sink.ensure_stream("ORDERS", &["orders.>"], Duration::from_secs(10 * 60)).await?;
-//! let relay = txoutbox::Relay::builder(pg).sink("nats", sink).build()?;
+//! let relay = txoutbox::Relay::builder(pg).sink(DESTINATION, sink).build()?;
 //! relay.run(std::future::pending::<()>()).await?;
 //! # Ok(())
 //! # }
 //! ```
 //!
 //! Layout: `message` holds [`NatsMessage`], the payload a service enqueues (subject and JSON
-//! data); `sink` holds [`NatsSink`] (connect, per-destination subject, ack timeout, a stream
+//! data), and [`DESTINATION`]; `sink` holds [`NatsSink`] (connect, per-destination subject, ack timeout, a stream
 //! helper for tests and demos), the classification of publish failures, and
 //! [`PublishReceipt`], the stored ack (stream, sequence, duplicate).
 
 mod message;
 mod sink;
 
-pub use message::{NatsMessage, DEFAULT_DESTINATION};
+pub use message::{NatsMessage, DESTINATION};
 pub use sink::{NatsError, NatsSink, PublishReceipt, DEFAULT_ACK_TIMEOUT, NATS_MSG_ID};

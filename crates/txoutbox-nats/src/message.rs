@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 use txoutbox::OutboxMessage;
 
-/// The destination name [`NatsMessage::message`] enqueues for.
-pub const DEFAULT_DESTINATION: &str = "nats";
+/// The destination name of nats rows by default ([`NatsMessage::into_outbox_message`]'s).
+pub const DESTINATION: &str = "nats";
 
 /// One message to publish, as stored in the outbox row's payload. The JetStream message's
 /// body is `data` as JSON; its headers are the row's headers (`OutboxMessage::with_header`, for
@@ -34,14 +34,14 @@ impl NatsMessage {
     }
 
     /// The outbox message for the default destination, `"nats"`.
-    pub fn message(&self) -> txoutbox::Result<OutboxMessage> {
-        self.message_for(DEFAULT_DESTINATION)
+    pub fn into_outbox_message(self) -> txoutbox::Result<OutboxMessage> {
+        self.into_outbox_message_for(DESTINATION)
     }
 
     /// The outbox message for a named destination (`"nats:orders"`): register a
     /// [`crate::NatsSink`] under that name.
-    pub fn message_for(&self, destination: &str) -> txoutbox::Result<OutboxMessage> {
-        OutboxMessage::new(destination, self)
+    pub fn into_outbox_message_for(self, destination: &str) -> txoutbox::Result<OutboxMessage> {
+        OutboxMessage::new(destination, &self)
     }
 }
 
@@ -53,10 +53,16 @@ mod tests {
     fn message_goes_to_the_named_destination_and_round_trips() {
         let m = NatsMessage::new(serde_json::json!({"order": 1})).to_subject("orders.paid");
         assert_eq!(
-            m.message_for("nats:orders").expect("ok").destination(),
+            m.clone()
+                .into_outbox_message_for("nats:orders")
+                .expect("ok")
+                .destination(),
             "nats:orders"
         );
-        assert_eq!(m.message().expect("ok").destination(), "nats");
+        assert_eq!(
+            m.clone().into_outbox_message().expect("ok").destination(),
+            "nats"
+        );
         let json = serde_json::to_value(&m).expect("json");
         assert_eq!(
             serde_json::from_value::<NatsMessage>(json).expect("back"),

@@ -71,7 +71,7 @@ impl Drop for TestStream {
 
 async fn enqueue(client: &mut Client, message: NatsMessage, key: &str) -> TestResult {
     let row = message
-        .message_for(DESTINATION)?
+        .into_outbox_message_for(DESTINATION)?
         .with_downstream_key(key)
         .with_header(
             "traceparent",

@@ -5,7 +5,7 @@
 //! first result again instead of charging twice. What cannot succeed by repeating it (a declined
 //! card, a bad parameter, a wrong key) is permanent.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use txoutbox::DeliveryError;
 
@@ -170,18 +170,12 @@ fn classify_api(error: &ApiError) -> DeliveryError {
     }
 }
 
-/// Reads a `Retry-After` header: seconds (`"3"`) or an HTTP date (a date in the past is zero).
-pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
-    let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
+    use txoutbox::parse_retry_after;
+
     use super::*;
 
     fn api(status: u16, error_type: &str, code: Option<&str>, message: &str) -> StripeFailure {

@@ -11,7 +11,7 @@
 //!     .with_customer("cus_123")
 //!     .with_payment_method("pm_card_visa")
 //!     .with_metadata("order_id", "42")
-//!     .into_message()?
+//!     .into_outbox_message()?
 //!     .with_downstream_key("order-42-charge"); // or Claim::enqueue, which derives one
 //! txoutbox::enqueue(tx, &[charge]).await?;
 //!
@@ -32,7 +32,7 @@
 //! (`card_declined: Your card was declined.`); 409, 429, 5xx, timeouts and connection failures
 //! are retried with the relay's backoff, or after `Retry-After` when Stripe sends one.
 //!
-//! Layout: `request` holds the payloads ([`StripeRequest`], [`NewPaymentIntent`],
+//! Layout: `message` holds the payloads ([`StripeRequest`], [`NewPaymentIntent`],
 //! [`NewRefund`]) and their mapping onto async-stripe's typed requests; `transport` sends those
 //! requests through async-stripe's `StripeClient` trait over reqwest (keeping the headers and
 //! statuses async-stripe's own client drops); `classify` ([`classify`], [`StripeFailure`]) turns
@@ -40,10 +40,10 @@
 //! Tests run against the fake Stripe API in `txoutbox-test-support` (`fake_stripe`).
 
 mod classify;
-mod request;
+mod message;
 mod sink;
 mod transport;
 
-pub use classify::{classify, parse_retry_after, ApiError, StripeFailure};
-pub use request::{NewPaymentIntent, NewRefund, StripeRequest, DESTINATION};
+pub use classify::{classify, ApiError, StripeFailure};
+pub use message::{NewPaymentIntent, NewRefund, StripeRequest, DESTINATION};
 pub use sink::{ConfigError, StripeSink, DEFAULT_API_BASE, DEFAULT_TIMEOUT};

@@ -7,7 +7,7 @@ use stripe_client_core::{IdempotencyKey, RequestStrategy, StripeRequest as _};
 use txoutbox::{Delivery, DeliveryError, Receipt, Sink};
 
 use crate::classify::{classify, StripeFailure};
-use crate::request::StripeRequest;
+use crate::message::StripeRequest;
 use crate::transport::Transport;
 
 /// Stripe's API.

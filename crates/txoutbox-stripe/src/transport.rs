@@ -8,13 +8,14 @@
 //! `Idempotency-Key`: a generated key would change on every redelivery and defeat Stripe's
 //! deduplication.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
 use stripe_client_core::{CustomizedStripeRequest, RequestStrategy, StripeClient, StripeMethod};
 
-use crate::classify::{parse_retry_after, ApiError, StripeFailure};
+use txoutbox::parse_retry_after;
+
+use crate::classify::{ApiError, StripeFailure};
 
 const USER_AGENT: &str = concat!("txoutbox-stripe/", env!("CARGO_PKG_VERSION"));
 
@@ -54,8 +55,7 @@ impl Transport {
         timeout: Duration,
     ) -> Result<Self, String> {
         use rustls_platform_verifier::BuilderVerifierExt;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        let mut tls = rustls::ClientConfig::builder_with_provider(txoutbox::crypto_provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS versions: {e}"))?
             .with_platform_verifier()

@@ -107,7 +107,7 @@ async fn intent_is_created_with_the_forwarded_key_and_its_id_is_the_receipt() ->
     let mut client = db.connect().await?;
     enqueue(
         &mut client,
-        charge("pm_card_visa").into_message()?,
+        charge("pm_card_visa").into_outbox_message()?,
         "order-42-charge",
     )
     .await?;
@@ -140,7 +140,7 @@ async fn relay_crash_after_stripe_created_the_intent_yields_exactly_one_intent()
     let mut client = db.connect().await?;
     enqueue(
         &mut client,
-        charge("pm_card_visa").into_message()?,
+        charge("pm_card_visa").into_outbox_message()?,
         "order-7-charge",
     )
     .await?;
@@ -214,7 +214,7 @@ async fn relay_crash_after_stripe_created_the_intent_yields_exactly_one_intent()
 async fn declined_card_is_dead_lettered_at_once_with_stripes_code() -> TestResult {
     let (db, fake) = (test_db().await?, FakeStripe::start().await?);
     let mut client = db.connect().await?;
-    let message = charge("pm_card_chargeDeclined").into_message()?;
+    let message = charge("pm_card_chargeDeclined").into_outbox_message()?;
     enqueue(&mut client, message, "order-9-charge").await?;
     let relay = relay_with(&db, sink(&fake)?, 5)?;
 
@@ -237,7 +237,7 @@ async fn stripe_500_is_retried_with_the_same_key_then_delivered() -> TestResult 
     fake.fail_next(500, 2);
     enqueue(
         &mut client,
-        charge("pm_card_visa").into_message()?,
+        charge("pm_card_visa").into_outbox_message()?,
         "order-5-charge",
     )
     .await?;
@@ -267,7 +267,7 @@ async fn stripe_429_is_retried_after_its_retry_after_then_delivered() -> TestRes
     fake.fail_next_with_retry_after(429, 1, Duration::from_secs(1));
     enqueue(
         &mut client,
-        charge("pm_card_visa").into_message()?,
+        charge("pm_card_visa").into_outbox_message()?,
         "order-6-charge",
     )
     .await?;
@@ -310,7 +310,7 @@ async fn timed_out_request_is_retried_with_the_same_key_and_creates_one_intent()
     fake.set_latency(Duration::from_millis(1500));
     enqueue(
         &mut client,
-        charge("pm_card_visa").into_message()?,
+        charge("pm_card_visa").into_outbox_message()?,
         "order-8-charge",
     )
     .await?;
@@ -353,7 +353,7 @@ async fn reused_key_with_other_parameters_is_dead_lettered_as_idempotency_error(
     sink(&fake)?.send(&earlier, "order-3-charge").await?;
     enqueue(
         &mut client,
-        charge("pm_card_visa").into_message()?,
+        charge("pm_card_visa").into_outbox_message()?,
         "order-3-charge",
     )
     .await?;
@@ -374,7 +374,7 @@ async fn wrong_secret_key_is_dead_lettered_with_stripes_message() -> TestResult 
     let mut client = db.connect().await?;
     enqueue(
         &mut client,
-        charge("pm_card_visa").into_message()?,
+        charge("pm_card_visa").into_outbox_message()?,
         "order-4-charge",
     )
     .await?;
@@ -400,7 +400,7 @@ async fn refund_of_a_delivered_intent_is_created_with_its_own_key() -> TestResul
     let relay = relay_with(&db, sink(&fake)?, 5)?;
     enqueue(
         &mut client,
-        charge("pm_card_visa").into_message()?,
+        charge("pm_card_visa").into_outbox_message()?,
         "order-2-charge",
     )
     .await?;
@@ -409,7 +409,7 @@ async fn refund_of_a_delivered_intent_is_created_with_its_own_key() -> TestResul
     let refund = NewRefund::new(&intent)
         .with_amount(500)
         .with_metadata("reason", "damaged")
-        .into_message()?;
+        .into_outbox_message()?;
     enqueue(&mut client, refund, "order-2-refund").await?;
     let (receipt, attempts) = delivered(&client, "order-2-refund").await?;
     relay.stop().await?;

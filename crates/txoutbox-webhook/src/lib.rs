@@ -8,7 +8,7 @@
 //! #     -> Result<(), Box<dyn std::error::Error>> {
 //! // In the business transaction: enqueue the event for the "webhook:orders" endpoint.
 //! let event = Webhook::new("order.paid", serde_json::json!({ "order": 42 }));
-//! let message = event.message_for("webhook:orders")?.with_downstream_key("order-42-paid");
+//! let message = event.into_outbox_message_for("webhook:orders")?.with_downstream_key("order-42-paid");
 //! txoutbox::enqueue(tx, &[message]).await?;
 //!
 //! // In the relay: one sink per endpoint, each with its own secret.
@@ -24,7 +24,7 @@
 //! algorithm: HMAC-SHA256 of `{id}.{timestamp}.{body}`, constant-time compared, timestamp
 //! within five minutes) and keeps the `webhook-id`s it has processed.
 //!
-//! Layout: `message` holds [`Webhook`], the payload a service enqueues, and the body it
+//! Layout: `message` holds [`Webhook`], the payload a service enqueues, [`DESTINATION`], and the body it
 //! becomes; `signature` holds [`WebhookSecret`] (`whsec_` form or raw bytes), [`sign`] and
 //! [`verify`]; `sink` holds [`WebhookSink`] and [`WebhookConfig`]: the POST, its timeouts, and
 //! the classification of the answer (2xx delivered; 408, 429, 5xx and connections that could
@@ -37,7 +37,7 @@ mod message;
 mod signature;
 mod sink;
 
-pub use message::{Webhook, DEFAULT_DESTINATION};
+pub use message::{Webhook, DESTINATION};
 pub use signature::{
     sign, verify, verify_at, SecretError, VerifyError, WebhookSecret, TIMESTAMP_TOLERANCE,
     WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,

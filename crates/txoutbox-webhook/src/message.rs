@@ -4,8 +4,8 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use txoutbox::OutboxMessage;
 
-/// The destination name [`Webhook::message`] enqueues for.
-pub const DEFAULT_DESTINATION: &str = "webhook";
+/// The destination name of webhook rows by default ([`Webhook::into_outbox_message`]'s).
+pub const DESTINATION: &str = "webhook";
 
 /// One webhook event, as stored in the outbox row's payload.
 ///
@@ -40,14 +40,14 @@ impl Webhook {
     }
 
     /// The outbox message for the default destination, `"webhook"`.
-    pub fn message(&self) -> txoutbox::Result<OutboxMessage> {
-        self.message_for(DEFAULT_DESTINATION)
+    pub fn into_outbox_message(self) -> txoutbox::Result<OutboxMessage> {
+        self.into_outbox_message_for(DESTINATION)
     }
 
     /// The outbox message for a named endpoint's destination (`"webhook:orders"`): register a
     /// [`crate::WebhookSink`] under that name.
-    pub fn message_for(&self, destination: &str) -> txoutbox::Result<OutboxMessage> {
-        OutboxMessage::new(destination, self)
+    pub fn into_outbox_message_for(self, destination: &str) -> txoutbox::Result<OutboxMessage> {
+        OutboxMessage::new(destination, &self)
     }
 
     /// The request body: minified JSON, deterministic for one row.
@@ -88,9 +88,18 @@ mod tests {
     #[test]
     fn message_goes_to_the_named_destination_and_round_trips() {
         let hook = Webhook::new("order.paid", serde_json::json!({"order": 7})).to_url("http://x/y");
-        let message = hook.message_for("webhook:orders").expect("message");
+        let message = hook
+            .clone()
+            .into_outbox_message_for("webhook:orders")
+            .expect("message");
         assert_eq!(message.destination(), "webhook:orders");
-        assert_eq!(hook.message().expect("message").destination(), "webhook");
+        assert_eq!(
+            hook.clone()
+                .into_outbox_message()
+                .expect("message")
+                .destination(),
+            "webhook"
+        );
         let json = serde_json::to_value(&hook).expect("json");
         assert_eq!(serde_json::from_value::<Webhook>(json).expect("back"), hook);
     }

@@ -100,7 +100,7 @@ impl WebhookSink {
             url: url.to_owned(),
             reason,
         })?;
-        install_crypto_provider();
+        txoutbox::ensure_crypto_provider();
         let client = reqwest::Client::builder()
             .timeout(config.timeout)
             .connect_timeout(config.connect_timeout)
@@ -314,16 +314,6 @@ fn parse_url(url: &str) -> Result<reqwest::Url, String> {
     match parsed.scheme() {
         "http" | "https" => Ok(parsed),
         other => Err(format!("the scheme must be http or https, not {other}")),
-    }
-}
-
-/// reqwest is built with rustls but without a bundled crypto provider (to use ring, as the
-/// rest of the workspace does, rather than compile aws-lc); it needs a process default before a
-/// client is built. An application that installed its own keeps it.
-fn install_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Losing a race with another thread installing one is fine: a provider is then installed.
-        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 

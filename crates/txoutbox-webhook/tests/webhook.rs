@@ -153,7 +153,9 @@ fn secret() -> WebhookSecret {
 /// Enqueues one webhook for `DESTINATION` with downstream key `key`.
 async fn enqueue_event(client: &mut Client, key: &str, traceparent: Option<&str>) -> TestResult {
     let event = Webhook::new("order.paid", serde_json::json!({ "order": 42 }));
-    let mut message = event.message_for(DESTINATION)?.with_downstream_key(key);
+    let mut message = event
+        .into_outbox_message_for(DESTINATION)?
+        .with_downstream_key(key);
     if let Some(tp) = traceparent {
         message = message.with_header("traceparent", tp);
     }

@@ -86,8 +86,8 @@ pub use relay::{
     RelayConfig, RelayReport, RetryPolicy, Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
 };
 pub use sink::{
-    error_chain, parse_retry_after, Completion, CompletionHook, Delivery, DeliveryError, Receipt,
-    Sink,
+    crypto_provider, ensure_crypto_provider, error_chain, parse_retry_after, Completion,
+    CompletionHook, Delivery, DeliveryError, Receipt, Sink,
 };
 pub use state::{AttemptOutcome, MessageStatus};
 pub use store::{Params, TxExecutor};

@@ -202,6 +202,28 @@ pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Dura
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
+/// The rustls crypto provider of every TLS connection the workspace opens itself (ring): the
+/// core's Postgres connections and the sinks' HTTP clients, chosen once here rather than taken
+/// from the process default, so an application's own choice of a default is left alone.
+pub fn crypto_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
+    static PROVIDER: std::sync::OnceLock<std::sync::Arc<rustls::crypto::CryptoProvider>> =
+        std::sync::OnceLock::new();
+    PROVIDER
+        .get_or_init(|| std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .clone()
+}
+
+/// Installs ring as the process's default rustls provider, unless one is installed already
+/// (an application that installed its own keeps it). For clients that take the process default,
+/// such as reqwest built without a bundled provider (the workspace's, to use ring rather than
+/// compile aws-lc): it needs a default before a client is built.
+pub fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another thread installing one is fine: a provider is then installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

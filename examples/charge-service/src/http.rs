@@ -196,7 +196,7 @@ async fn create_charge(State(app): State<App>, request: Idempotent) -> Result<Re
         .with_payment_method("pm_card_visa")
         .with_metadata("charge_id", charge_id.to_string())
         .with_metadata("customer_id", charge.customer_id.clone())
-        .into_message()
+        .into_outbox_message()
         .map_err(|e| invalid(e.to_string()))?;
     // The hook finds the charge by this id, which a replay with a new key leaves alone.
     let payment_message_id = intent.id();
@@ -225,7 +225,7 @@ async fn create_charge(State(app): State<App>, request: Idempotent) -> Result<Re
         charge.amount,
         currency.to_uppercase()
     ))
-    .outbox_message()
+    .into_outbox_message()
     .map_err(|e| invalid(e.to_string()))?;
     claim.enqueue("receipt", receipt)?;
     let answer = (

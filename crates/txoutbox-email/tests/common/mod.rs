@@ -34,7 +34,14 @@ pub fn delivery(key: &str) -> anyhow::Result<Delivery> {
 /// Enqueues `email` with downstream key `key` in a transaction of its own.
 pub async fn enqueue(client: &mut Client, email: &Email, key: &str) -> anyhow::Result<()> {
     let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[email.outbox_message()?.with_downstream_key(key)]).await?;
+    txoutbox::enqueue(
+        &tx,
+        &[email
+            .clone()
+            .into_outbox_message()?
+            .with_downstream_key(key)],
+    )
+    .await?;
     tx.commit().await?;
     Ok(())
 }

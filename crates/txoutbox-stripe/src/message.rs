@@ -116,8 +116,8 @@ impl NewPaymentIntent {
     }
 
     /// Validates it and wraps it in an [`OutboxMessage`] for [`DESTINATION`].
-    pub fn into_message(self) -> txoutbox::Result<OutboxMessage> {
-        StripeRequest::CreatePaymentIntent(self).to_message()
+    pub fn into_outbox_message(self) -> txoutbox::Result<OutboxMessage> {
+        StripeRequest::CreatePaymentIntent(self).into_outbox_message()
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -207,8 +207,8 @@ impl NewRefund {
     }
 
     /// Validates it and wraps it in an [`OutboxMessage`] for [`DESTINATION`].
-    pub fn into_message(self) -> txoutbox::Result<OutboxMessage> {
-        StripeRequest::CreateRefund(self).to_message()
+    pub fn into_outbox_message(self) -> txoutbox::Result<OutboxMessage> {
+        StripeRequest::CreateRefund(self).into_outbox_message()
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -246,9 +246,9 @@ impl StripeRequest {
     /// Checks what Stripe would refuse for certain (so the mistake surfaces in the business
     /// transaction, not as a dead letter), then wraps the request in an [`OutboxMessage`] for
     /// [`DESTINATION`]. Fails with [`txoutbox::Error::Invalid`].
-    pub fn to_message(&self) -> txoutbox::Result<OutboxMessage> {
+    pub fn into_outbox_message(self) -> txoutbox::Result<OutboxMessage> {
         self.validate().map_err(txoutbox::Error::Invalid)?;
-        OutboxMessage::new(DESTINATION, self)
+        OutboxMessage::new(DESTINATION, &self)
     }
 
     /// What Stripe would refuse for certain, if anything.
@@ -403,28 +403,32 @@ mod tests {
     fn what_stripe_would_refuse_is_refused_at_enqueue() {
         assert!(NewPaymentIntent::new(0, "usd")
             .with_customer("cus_1")
-            .into_message()
+            .into_outbox_message()
             .is_err());
         assert!(NewPaymentIntent::new(100, "dollars")
             .with_customer("cus_1")
-            .into_message()
+            .into_outbox_message()
             .is_err());
-        assert!(NewPaymentIntent::new(100, "usd").into_message().is_err());
+        assert!(NewPaymentIntent::new(100, "usd")
+            .into_outbox_message()
+            .is_err());
         assert!(NewPaymentIntent::new(100, "usd")
             .with_customer("cus_1")
             .with_metadata("k".repeat(41), "v")
-            .into_message()
+            .into_outbox_message()
             .is_err());
         assert!(NewRefund::new("pi_1")
             .with_amount(0)
-            .into_message()
+            .into_outbox_message()
             .is_err());
-        assert!(NewRefund::new("").into_message().is_err());
+        assert!(NewRefund::new("").into_outbox_message().is_err());
     }
 
     #[test]
     fn messages_go_to_the_stripe_destination() {
-        let message = NewRefund::new("pi_1").into_message().expect("test value");
+        let message = NewRefund::new("pi_1")
+            .into_outbox_message()
+            .expect("test value");
         assert_eq!(message.destination(), DESTINATION);
     }
 }

@@ -1,0 +1,230 @@
+//! The connection-string parser and the TLS error text, without a server.
+
+use tokio_postgres::config::Host;
+
+use super::tls::bare_name;
+use super::*;
+
+fn parse(text: &str) -> Result<PgConfig> {
+    PgConfig::parse_with_env(text, |_| None)
+}
+
+/// The message of the `Error::Config` that parsing `text` fails with.
+fn config_error(text: &str) -> String {
+    match parse(text) {
+        Err(Error::Config(message)) => message,
+        other => panic!("{text}: expected Error::Config, got {other:?}"),
+    }
+}
+
+#[test]
+fn url_keeps_tls_parameters_tokio_postgres_refuses() -> Result<()> {
+    let pg = parse("postgres://app:pw@db.example:6543/shop?sslmode=require&application_name=x")?;
+    assert_eq!(pg.ssl_mode(), SslMode::Require);
+    assert_eq!(pg.config().get_dbname(), Some("shop"));
+    assert_eq!(pg.config().get_application_name(), Some("x"));
+    assert_eq!(
+        pg.config().get_ssl_mode(),
+        tokio_postgres::config::SslMode::Require
+    );
+    Ok(())
+}
+
+#[test]
+fn key_value_form_with_quotes_survives_stripping() -> Result<()> {
+    let pg = parse(r"host=localhost user=app password='it\'s x' sslmode = disable dbname=a\ b")?;
+    assert_eq!(pg.ssl_mode(), SslMode::Disable);
+    assert_eq!(pg.config().get_password(), Some(&b"it's x"[..]));
+    assert_eq!(pg.config().get_dbname(), Some("a b"));
+    Ok(())
+}
+
+#[test]
+fn default_is_prefer_like_libpq() -> Result<()> {
+    let pg = parse("host=localhost")?;
+    assert_eq!(pg.ssl_mode(), SslMode::Prefer);
+    assert_eq!(
+        pg.config().get_ssl_mode(),
+        tokio_postgres::config::SslMode::Prefer
+    );
+    Ok(())
+}
+
+#[test]
+fn unknown_sslmode_is_a_config_error_naming_sslmode() {
+    let message = config_error("host=x sslmode=allow");
+    assert!(
+        message.starts_with("sslmode: \"allow\" is not one of"),
+        "{message}"
+    );
+    let message = config_error("postgres://x/db?sslmode=verify_full");
+    assert!(message.starts_with("sslmode: \"verify_full\""), "{message}");
+}
+
+#[test]
+fn verify_full_without_a_ca_is_a_config_error_naming_sslrootcert() {
+    for text in [
+        "host=localhost sslmode=verify-full",
+        "postgres://localhost/db?sslmode=verify-ca",
+    ] {
+        let message = config_error(text);
+        assert!(
+            message.starts_with("sslrootcert: sslmode=verify-"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn sslcert_without_sslkey_and_the_reverse_are_config_errors() {
+    let message = config_error("host=x sslcert=/etc/client.pem");
+    assert!(message.starts_with("sslkey: sslcert is set"), "{message}");
+    let message = config_error("host=x sslkey=/etc/client.key");
+    assert!(message.starts_with("sslcert: sslkey is set"), "{message}");
+}
+
+#[test]
+fn missing_files_are_config_errors_naming_the_setting_and_the_path() {
+    let message =
+        config_error("postgres://localhost/db?sslmode=verify-ca&sslrootcert=%2Fnowhere%2Fca.pem");
+    assert!(
+        message.starts_with("sslrootcert: cannot read /nowhere/ca.pem"),
+        "{message}"
+    );
+    let message = config_error("host=x sslcert=/nowhere/c.pem sslkey=/nowhere/c.key");
+    assert!(
+        message.starts_with("sslcert: cannot read /nowhere/c.pem"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_ca_file_without_a_certificate_is_a_config_error() -> std::io::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ca.pem");
+    std::fs::write(&path, "not a certificate\n")?;
+    let message = config_error(&format!(
+        "host=x sslmode=verify-full sslrootcert='{}'",
+        path.display()
+    ));
+    assert_eq!(
+        message,
+        format!("sslrootcert: {} holds no PEM certificate", path.display())
+    );
+    Ok(())
+}
+
+#[test]
+fn unsupported_tls_settings_are_refused_by_name() {
+    for (text, setting) in [
+        ("host=x sslcrl=/x", "sslcrl"),
+        ("host=x sslpassword=p", "sslpassword"),
+        (
+            "postgres://x/db?ssl_min_protocol_version=TLSv1.3",
+            "ssl_min_protocol_version",
+        ),
+    ] {
+        let message = config_error(text);
+        assert!(
+            message.starts_with(&format!("{setting}: not supported")),
+            "{message}"
+        );
+    }
+    let message = config_error("host=x sslmode=verify-full sslrootcert=system");
+    assert!(message.starts_with("sslrootcert: \"system\""), "{message}");
+}
+
+#[test]
+fn malformed_strings_are_config_errors() {
+    assert!(config_error("host=x user='open").contains("unterminated"));
+    assert!(config_error("host x").contains("expected ="));
+    assert!(config_error("postgres://x/db?sslrootcert=%zz").contains("percent-escape"));
+    assert_eq!(
+        config_error("postgres://x/db?bogus=1"),
+        "connection string: invalid connection string: unknown option `bogus`"
+    );
+}
+
+#[test]
+fn environment_fills_what_the_string_leaves_out() -> Result<()> {
+    let pg = PgConfig::parse_with_env("dbname=x", |name| match name {
+        "PGHOST" => Some("db1".into()),
+        "PGUSER" => Some("u".into()),
+        "PGSSLMODE" => Some("require".into()),
+        "PGDATABASE" => Some("ignored".into()),
+        _ => None,
+    })?;
+    assert_eq!(pg.ssl_mode(), SslMode::Require);
+    assert_eq!(pg.config().get_user(), Some("u"));
+    assert_eq!(pg.config().get_dbname(), Some("x"));
+    assert!(matches!(pg.config().get_hosts(), [Host::Tcp(h)] if h == "db1"));
+    Ok(())
+}
+
+#[test]
+fn the_string_wins_over_the_environment() -> Result<()> {
+    let pg = PgConfig::parse_with_env("host=a sslmode=disable", |name| match name {
+        "PGSSLMODE" => Some("verify-full".into()),
+        "PGHOST" => Some("b".into()),
+        _ => None,
+    })?;
+    assert_eq!(pg.ssl_mode(), SslMode::Disable);
+    assert!(matches!(pg.config().get_hosts(), [Host::Tcp(h)] if h == "a"));
+    Ok(())
+}
+
+#[test]
+fn an_unknown_sslmode_in_the_environment_names_sslmode() {
+    let err = PgConfig::parse_with_env("host=x", |name| {
+        (name == "PGSSLMODE").then(|| "on".to_owned())
+    });
+    assert!(
+        matches!(&err, Err(Error::Config(m)) if m.starts_with("sslmode: \"on\"")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_hostaddr_without_host_names_the_server_for_tls() -> Result<()> {
+    let pg = parse("hostaddr=127.0.0.1 sslmode=require")?;
+    assert!(matches!(pg.config().get_hosts(), [Host::Tcp(h)] if h == "127.0.0.1"));
+    Ok(())
+}
+
+#[test]
+fn unix_sockets_ignore_sslmode_as_libpq_does() -> Result<()> {
+    let pg = parse("host=/var/run/postgresql sslmode=require")?;
+    assert_eq!(pg.ssl_mode(), SslMode::Require);
+    assert_eq!(
+        pg.config().get_ssl_mode(),
+        tokio_postgres::config::SslMode::Disable
+    );
+    Ok(())
+}
+
+#[test]
+fn sslnegotiation_is_passed_to_tokio_postgres() -> Result<()> {
+    let pg = parse("host=x sslmode=require sslnegotiation=direct")?;
+    assert_eq!(
+        pg.config().get_ssl_negotiation(),
+        tokio_postgres::config::SslNegotiation::Direct
+    );
+    Ok(())
+}
+
+#[test]
+fn a_tokio_postgres_config_keeps_its_sslmode() {
+    let mut config = Config::new();
+    config
+        .host("x")
+        .ssl_mode(tokio_postgres::config::SslMode::Require);
+    assert_eq!(PgConfig::from(config).ssl_mode(), SslMode::Require);
+    assert_eq!(PgConfig::from(Config::new()).ssl_mode(), SslMode::Prefer);
+}
+
+#[test]
+fn presented_names_are_shown_bare() {
+    assert_eq!(bare_name("DnsName(\"db.example\")"), "db.example");
+    assert_eq!(bare_name("IpAddress(10.0.0.1)"), "10.0.0.1");
+    assert_eq!(bare_name("something else"), "something else");
+}
