@@ -14,7 +14,7 @@ use txoutbox::{
     Semantics, Sink,
 };
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
-use txoutbox_test_support::{test_db, TestDb};
+use txoutbox_test_support::{count, test_db, TestDb};
 use uuid::Uuid;
 
 type TestResult = anyhow::Result<()>;
@@ -97,10 +97,6 @@ async fn enqueue(
     txoutbox::enqueue(&tx, &[message]).await?;
     tx.commit().await?;
     Ok(id)
-}
-
-async fn count(client: &Client, sql: &str) -> anyhow::Result<i64> {
-    Ok(client.query_one(sql, &[]).await?.get(0))
 }
 
 async fn status_of(client: &Client, id: Uuid) -> anyhow::Result<String> {

@@ -12,13 +12,9 @@ use txoutbox::{
 use txoutbox_test_support::relay::{
     quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay, ScriptedSink,
 };
-use txoutbox_test_support::{test_db, wait_for_count, Cluster, ClusterOptions, TestDb};
+use txoutbox_test_support::{count, test_db, wait_for_count, Cluster, ClusterOptions, TestDb};
 
 type TestResult = anyhow::Result<()>;
-
-async fn count(client: &Client, sql: &str) -> anyhow::Result<i64> {
-    Ok(client.query_one(sql, &[]).await?.get(0))
-}
 
 /// Enqueues `n` messages to `destination` with keys `{prefix}-{i}`, in batches of 500.
 async fn enqueue_many(

@@ -17,13 +17,9 @@ use txoutbox::{
 use txoutbox_test_support::relay::{
     quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay,
 };
-use txoutbox_test_support::{test_db, wait_for_count};
+use txoutbox_test_support::{count, test_db, wait_for_count};
 
 type TestResult = anyhow::Result<()>;
-
-async fn count(client: &Client, sql: &str) -> anyhow::Result<i64> {
-    Ok(client.query_one(sql, &[]).await?.get(0))
-}
 
 /// Enqueues one message per (destination, downstream key), in one transaction.
 async fn enqueue_rows(client: &mut Client, rows: &[(&str, String)]) -> anyhow::Result<()> {
