@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use txoutbox::{enqueue, OutboxMessage};
+use txoutbox_test_support::factory::message;
 use txoutbox_test_support::{test_db, wait_for_count, TestDb};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
@@ -159,20 +159,14 @@ fn txoutbox() -> Command {
 
 /// Enqueues `n` webhook rows to `destination`, keys `{destination}-{i}`.
 async fn enqueue_rows(db: &TestDb, destination: &str, n: usize) -> anyhow::Result<()> {
-    let mut client = db.connect().await?;
-    let tx = client.transaction().await?;
-    let messages = (0..n)
-        .map(|i| {
-            let key = format!("{destination}-{i}");
-            OutboxMessage::new(
-                destination,
-                &serde_json::json!({ "event_type": "test.event", "data": { "key": key } }),
-            )
-            .map(|m| m.with_downstream_key(key))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    enqueue(&tx, &messages).await?;
-    tx.commit().await?;
+    message(db)
+        .destination(destination)
+        .key(destination)
+        .payload_with(
+            |key, _| serde_json::json!({ "event_type": "test.event", "data": { "key": key } }),
+        )
+        .create_many(n)
+        .await?;
     Ok(())
 }
 
