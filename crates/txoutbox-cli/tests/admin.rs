@@ -13,7 +13,7 @@ use txoutbox::{
     Delivery, DeliveryError, DestinationPolicy, Receipt, RelayConfig, RetryPolicy, Semantics, Sink,
 };
 use txoutbox_test_support::factory::message;
-use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
+use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay, ScriptedSink};
 use txoutbox_test_support::{count, test_db, TestDb};
 use uuid::Uuid;
 
@@ -155,13 +155,12 @@ impl Sink for HangingSink {
     }
 }
 
-fn relay_config(owner: &str) -> RelayConfig {
+/// The test timings, under the name `owner`, with a short shutdown grace.
+fn relay_named(owner: &str) -> RelayConfig {
     RelayConfig {
         owner: owner.to_owned(),
-        poll_interval: Duration::from_millis(50),
-        reclaim_interval: Duration::from_millis(100),
         shutdown_grace: Duration::from_millis(100),
-        ..RelayConfig::default()
+        ..relay_config()
     }
 }
 
@@ -170,7 +169,7 @@ fn relay_config(owner: &str) -> RelayConfig {
 async fn make_unknown(db: &TestDb, client: &Client, destination: &str, n: i64) -> TestResult {
     let relay = RunningRelay::start(
         db.relay()?
-            .config(relay_config("amo-relay"))
+            .config(relay_named("amo-relay"))
             .sink(destination, HangingSink::default())
             .policy(
                 destination,
@@ -744,7 +743,7 @@ async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
     let sink = HangingSink::default();
     let relay = RunningRelay::start(
         db.relay()?
-            .config(relay_config("relay-under-test"))
+            .config(relay_named("relay-under-test"))
             .sink("email", sink.clone())
             .build()?,
     );
