@@ -14,7 +14,7 @@ use txoutbox::{
 };
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay, ScriptedSink};
-use txoutbox_test_support::{count, test_db, TestDb};
+use txoutbox_test_support::{count, test_db, wait_for_exact_count, TestDb};
 use uuid::Uuid;
 
 type TestResult = anyhow::Result<()>;
@@ -92,29 +92,15 @@ async fn status_of(client: &Client, id: Uuid) -> anyhow::Result<String> {
     Ok(row.map(|r| r.get(0)).unwrap_or_else(|| "gone".into()))
 }
 
-async fn wait_until(client: &Client, sql: &str, want: i64) -> anyhow::Result<()> {
-    let start = std::time::Instant::now();
-    loop {
-        let n = count(client, sql).await?;
-        if n == want {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            start.elapsed() < Duration::from_secs(20),
-            "{sql} is {n}, not {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Delivers every pending row of `destination` with a real relay.
 async fn deliver(db: &TestDb, client: &Client, destination: &str) -> anyhow::Result<RecordingSink> {
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink(destination, sink.clone()).build()?);
-    wait_until(
+    wait_for_exact_count(
         client,
         &format!("SELECT count(*) FROM txoutbox_messages WHERE destination = '{destination}'"),
         0,
+        Duration::from_secs(20),
     )
     .await?;
     relay.stop().await?;
@@ -128,13 +114,14 @@ async fn dead_letter(db: &TestDb, client: &Client, destination: &str, n: usize) 
         (0..n).map(|_| Err(DeliveryError::permanent("422 rejected by the downstream"))),
     );
     let relay = RunningRelay::start(db.relay()?.sink(destination, sink).build()?);
-    wait_until(
+    wait_for_exact_count(
         client,
         &format!(
             "SELECT count(*) FROM txoutbox_messages \
              WHERE destination = '{destination}' AND status = 'failed'"
         ),
         n as i64,
+        Duration::from_secs(20),
     )
     .await?;
     relay.stop().await?;
@@ -180,20 +167,22 @@ async fn make_unknown(db: &TestDb, client: &Client, destination: &str, n: i64) -
             )
             .build()?,
     );
-    wait_until(
+    wait_for_exact_count(
         client,
         "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
         n,
+        Duration::from_secs(20),
     )
     .await?;
     relay.stop().await?;
-    wait_until(
+    wait_for_exact_count(
         client,
         &format!(
             "SELECT count(*) FROM txoutbox_messages \
              WHERE destination = '{destination}' AND status = 'unknown'"
         ),
         n,
+        Duration::from_secs(20),
     )
     .await
 }
@@ -503,10 +492,11 @@ async fn show_prints_payload_key_and_the_attempt_history_in_order() -> TestResul
             .policy("flaky", fast)
             .build()?,
     );
-    wait_until(
+    wait_for_exact_count(
         &client,
         "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
         1,
+        Duration::from_secs(20),
     )
     .await?;
     relay.stop().await?;
@@ -747,10 +737,11 @@ async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
             .sink("email", sink.clone())
             .build()?,
     );
-    wait_until(
+    wait_for_exact_count(
         &client,
         "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
         1,
+        Duration::from_secs(20),
     )
     .await?;
     let token: i64 = client
@@ -1302,12 +1293,13 @@ async fn purging_a_failed_head_lets_the_row_behind_it_be_claimed_at_once() -> Te
         .await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
     let relay = RunningRelay::start(db.relay()?.sink("pay", sink).build()?);
-    wait_until(
+    wait_for_exact_count(
         &client,
         &format!(
             "SELECT count(*) FROM txoutbox_messages WHERE id = '{head}' AND status = 'failed'"
         ),
         1,
+        Duration::from_secs(20),
     )
     .await?;
     wait_parked(&client, next).await?;
@@ -1315,10 +1307,11 @@ async fn purging_a_failed_head_lets_the_row_behind_it_be_claimed_at_once() -> Te
 
     let started = std::time::Instant::now();
     ok(&db, &["purge"]).await?;
-    wait_until(
+    wait_for_exact_count(
         &client,
         &format!("SELECT count(*) FROM txoutbox_delivered WHERE id = '{next}'"),
         1,
+        Duration::from_secs(20),
     )
     .await?;
     let waited = started.elapsed();
@@ -1400,13 +1393,14 @@ async fn stats_counts_by_status_and_destination_with_the_failure_rate() -> TestR
 
 /// Waits until `id` was parked by a claim (it waits behind the head of its ordering key).
 async fn wait_parked(client: &Client, id: Uuid) -> TestResult {
-    wait_until(
+    wait_for_exact_count(
         client,
         &format!(
             "SELECT count(*) FROM txoutbox_messages WHERE id = '{id}' AND status = 'pending' \
              AND next_attempt_at > now() + interval '10 seconds'"
         ),
         1,
+        Duration::from_secs(20),
     )
     .await
 }
@@ -1430,12 +1424,13 @@ async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_be
         .await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
     let relay = RunningRelay::start(db.relay()?.sink("pay", sink.clone()).build()?);
-    wait_until(
+    wait_for_exact_count(
         &client,
         &format!(
             "SELECT count(*) FROM txoutbox_messages WHERE id = '{head}' AND status = 'failed'"
         ),
         1,
+        Duration::from_secs(20),
     )
     .await?;
     wait_parked(&client, next).await?;
@@ -1447,10 +1442,11 @@ async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_be
     )
     .await?;
     assert!(out.starts_with("discarded 1 message"), "{out}");
-    wait_until(
+    wait_for_exact_count(
         &client,
         &format!("SELECT count(*) FROM txoutbox_delivered WHERE id = '{next}'"),
         1,
+        Duration::from_secs(20),
     )
     .await?;
     let waited = started.elapsed();

@@ -11,12 +11,11 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{json, Value};
-use tokio_postgres::Client;
 use txoutbox::DeliveryError;
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::{test_db, wait_for_exact_count};
 use uuid::Uuid;
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
@@ -227,21 +226,6 @@ impl Session<'_> {
     }
 }
 
-async fn wait_count(client: &Client, sql: &str, want: i64) -> anyhow::Result<()> {
-    let started = Instant::now();
-    loop {
-        let n: i64 = client.query_one(sql, &[]).await?.get(0);
-        if n == want {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(20),
-            "{sql}: {n}, not {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Waits (up to 20 s, without navigating) until `css` shows `wanted`.
 async fn wait_for_text(session: &Session<'_>, css: &str, wanted: &str) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -275,7 +259,13 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
             .await?;
     }
     let relay = RunningRelay::start(db.relay()?.sink("email", RecordingSink::new()).build()?);
-    wait_count(&client, "SELECT count(*) FROM txoutbox_delivered", 6).await?;
+    wait_for_exact_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        6,
+        Duration::from_secs(20),
+    )
+    .await?;
     relay.stop().await?;
     let mut charges = Vec::new();
     for amount in [1200, 4500, 990, 300] {
@@ -293,10 +283,11 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         )))
     }));
     let relay = RunningRelay::start(db.relay()?.sink("stripe", declining).build()?);
-    wait_count(
+    wait_for_exact_count(
         &client,
         "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
         4,
+        Duration::from_secs(20),
     )
     .await?;
     relay.stop().await?;
@@ -375,11 +366,12 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     alice
         .click("form[action$='/destinations/webhook:orders/resume'] button")
         .await?;
-    wait_count(
+    wait_for_exact_count(
         &client,
         "SELECT count(*) FROM txoutbox_destinations \
          WHERE destination = 'webhook:orders' AND paused_at IS NULL",
         1,
+        Duration::from_secs(20),
     )
     .await?;
     alice.open(&format!("{plain}/messages")).await?;
