@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use txoutbox::{enqueue, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
 use txoutbox_test_support::prometheus::sample;
-use txoutbox_test_support::{test_db, Cluster, ClusterOptions, TestDb};
+use txoutbox_test_support::{free_addr, test_db, Cluster, ClusterOptions, TestDb};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -104,7 +104,7 @@ impl RelayProcess {
         extra: &[String],
         env: &[(&str, String)],
     ) -> anyhow::Result<Self> {
-        let metrics = free_port()?;
+        let metrics = free_addr()?;
         let child = Command::new(env!("CARGO_BIN_EXE_txoutbox"))
             .args([
                 "relay",
@@ -169,11 +169,6 @@ impl RelayProcess {
         }
         anyhow::bail!("the relay did not stop on SIGTERM")
     }
-}
-
-fn free_port() -> anyhow::Result<SocketAddr> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?)
 }
 
 /// A plain HTTP/1.1 GET: status and body.

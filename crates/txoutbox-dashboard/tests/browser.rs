@@ -15,16 +15,10 @@ use txoutbox::DeliveryError;
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
-use txoutbox_test_support::{test_db, wait_for_exact_count};
+use txoutbox_test_support::{free_port, test_db, wait_for_exact_count};
 use uuid::Uuid;
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
 
 fn http() -> anyhow::Result<reqwest::Client> {
     if rustls::crypto::CryptoProvider::get_default().is_none() {

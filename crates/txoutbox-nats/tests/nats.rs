@@ -11,7 +11,7 @@ use tokio_postgres::Client;
 use txoutbox::{Delivery, DestinationPolicy, RelayConfig, RetryPolicy, Sink};
 use txoutbox_nats::{NatsMessage, NatsSink, PublishReceipt, NATS_MSG_ID};
 use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
-use txoutbox_test_support::{test_db, wait_for_count};
+use txoutbox_test_support::{free_port, test_db, wait_for_count};
 
 type TestResult = anyhow::Result<()>;
 
@@ -227,9 +227,7 @@ struct PrivateServer {
 
 impl PrivateServer {
     fn new() -> anyhow::Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = free_port()?;
         let store =
             std::env::temp_dir().join(format!("txoutbox-nats-{}", uuid::Uuid::new_v4().simple()));
         Ok(Self {
