@@ -10,11 +10,11 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_postgres::Client;
 use txoutbox::{
-    Delivery, DeliveryError, DestinationPolicy, OutboxMessage, Receipt, RelayConfig, RetryPolicy,
-    Semantics, Sink,
+    Delivery, DeliveryError, DestinationPolicy, Receipt, RelayConfig, RetryPolicy, Semantics, Sink,
 };
-use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
-use txoutbox_test_support::{test_db, TestDb};
+use txoutbox_test_support::factory::message;
+use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay, ScriptedSink};
+use txoutbox_test_support::{count, test_db, wait_for_exact_count, TestDb};
 use uuid::Uuid;
 
 type TestResult = anyhow::Result<()>;
@@ -81,28 +81,6 @@ async fn listed(db: &TestDb, args: &[&str]) -> anyhow::Result<Vec<String>> {
     Ok(ids_of(&json_lines(&ok(db, &all).await?)?))
 }
 
-async fn enqueue(
-    client: &mut Client,
-    destination: &str,
-    key: &str,
-    ordering: Option<&str>,
-) -> anyhow::Result<Uuid> {
-    let mut message = OutboxMessage::new(destination, &serde_json::json!({ "key": key }))?
-        .with_downstream_key(key);
-    if let Some(ordering) = ordering {
-        message = message.with_ordering_key(ordering);
-    }
-    let id = message.id();
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[message]).await?;
-    tx.commit().await?;
-    Ok(id)
-}
-
-async fn count(client: &Client, sql: &str) -> anyhow::Result<i64> {
-    Ok(client.query_one(sql, &[]).await?.get(0))
-}
-
 async fn status_of(client: &Client, id: Uuid) -> anyhow::Result<String> {
     let row = client
         .query_opt(
@@ -114,29 +92,15 @@ async fn status_of(client: &Client, id: Uuid) -> anyhow::Result<String> {
     Ok(row.map(|r| r.get(0)).unwrap_or_else(|| "gone".into()))
 }
 
-async fn wait_until(client: &Client, sql: &str, want: i64) -> anyhow::Result<()> {
-    let start = std::time::Instant::now();
-    loop {
-        let n = count(client, sql).await?;
-        if n == want {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            start.elapsed() < Duration::from_secs(20),
-            "{sql} is {n}, not {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Delivers every pending row of `destination` with a real relay.
 async fn deliver(db: &TestDb, client: &Client, destination: &str) -> anyhow::Result<RecordingSink> {
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink(destination, sink.clone()).build()?);
-    wait_until(
+    wait_for_exact_count(
         client,
         &format!("SELECT count(*) FROM txoutbox_messages WHERE destination = '{destination}'"),
         0,
+        Duration::from_secs(20),
     )
     .await?;
     relay.stop().await?;
@@ -150,13 +114,14 @@ async fn dead_letter(db: &TestDb, client: &Client, destination: &str, n: usize) 
         (0..n).map(|_| Err(DeliveryError::permanent("422 rejected by the downstream"))),
     );
     let relay = RunningRelay::start(db.relay()?.sink(destination, sink).build()?);
-    wait_until(
+    wait_for_exact_count(
         client,
         &format!(
             "SELECT count(*) FROM txoutbox_messages \
              WHERE destination = '{destination}' AND status = 'failed'"
         ),
         n as i64,
+        Duration::from_secs(20),
     )
     .await?;
     relay.stop().await?;
@@ -177,13 +142,12 @@ impl Sink for HangingSink {
     }
 }
 
-fn relay_config(owner: &str) -> RelayConfig {
+/// The test timings, under the name `owner`, with a short shutdown grace.
+fn relay_named(owner: &str) -> RelayConfig {
     RelayConfig {
         owner: owner.to_owned(),
-        poll_interval: Duration::from_millis(50),
-        reclaim_interval: Duration::from_millis(100),
         shutdown_grace: Duration::from_millis(100),
-        ..RelayConfig::default()
+        ..relay_config()
     }
 }
 
@@ -192,7 +156,7 @@ fn relay_config(owner: &str) -> RelayConfig {
 async fn make_unknown(db: &TestDb, client: &Client, destination: &str, n: i64) -> TestResult {
     let relay = RunningRelay::start(
         db.relay()?
-            .config(relay_config("amo-relay"))
+            .config(relay_named("amo-relay"))
             .sink(destination, HangingSink::default())
             .policy(
                 destination,
@@ -203,20 +167,22 @@ async fn make_unknown(db: &TestDb, client: &Client, destination: &str, n: i64) -
             )
             .build()?,
     );
-    wait_until(
+    wait_for_exact_count(
         client,
         "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
         n,
+        Duration::from_secs(20),
     )
     .await?;
     relay.stop().await?;
-    wait_until(
+    wait_for_exact_count(
         client,
         &format!(
             "SELECT count(*) FROM txoutbox_messages \
              WHERE destination = '{destination}' AND status = 'unknown'"
         ),
         n,
+        Duration::from_secs(20),
     )
     .await
 }
@@ -228,11 +194,23 @@ async fn make_unknown(db: &TestDb, client: &Client, destination: &str, n: i64) -
 async fn list_shows_every_state_in_an_aligned_table() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let failed = enqueue(&mut client, "doomed", "f-1", None).await?;
+    let failed = message(&mut client)
+        .destination("doomed")
+        .key("f-1")
+        .create()
+        .await?;
     dead_letter(&db, &client, "doomed", 1).await?;
-    let delivered = enqueue(&mut client, "email", "d-1", None).await?;
+    let delivered = message(&mut client)
+        .destination("email")
+        .key("d-1")
+        .create()
+        .await?;
     deliver(&db, &client, "email").await?;
-    let pending = enqueue(&mut client, "email", "p-1", None).await?;
+    let pending = message(&mut client)
+        .destination("email")
+        .key("p-1")
+        .create()
+        .await?;
 
     let out = ok(&db, &["list"]).await?;
     let lines: Vec<&str> = out.lines().collect();
@@ -266,8 +244,17 @@ async fn list_shows_every_state_in_an_aligned_table() -> TestResult {
 async fn list_json_is_one_object_per_line() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "email", "j-1", Some("order-1")).await?;
-    enqueue(&mut client, "email", "j-2", None).await?;
+    let id = message(&mut client)
+        .destination("email")
+        .key("j-1")
+        .ordering_key("order-1")
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("email")
+        .key("j-2")
+        .create()
+        .await?;
     let rows = json_lines(&ok(&db, &["list", "--json"]).await?)?;
     assert_eq!(rows.len(), 2);
     let row = rows
@@ -286,11 +273,23 @@ async fn list_json_is_one_object_per_line() -> TestResult {
 async fn list_status_filter_selects_one_state() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let failed = enqueue(&mut client, "doomed", "f-1", None).await?;
+    let failed = message(&mut client)
+        .destination("doomed")
+        .key("f-1")
+        .create()
+        .await?;
     dead_letter(&db, &client, "doomed", 1).await?;
-    let delivered = enqueue(&mut client, "email", "d-1", None).await?;
+    let delivered = message(&mut client)
+        .destination("email")
+        .key("d-1")
+        .create()
+        .await?;
     deliver(&db, &client, "email").await?;
-    let pending = enqueue(&mut client, "email", "p-1", None).await?;
+    let pending = message(&mut client)
+        .destination("email")
+        .key("p-1")
+        .create()
+        .await?;
     assert_eq!(
         listed(&db, &["--status", "failed"]).await?,
         sorted(&[failed])
@@ -312,9 +311,17 @@ async fn list_status_filter_selects_one_state() -> TestResult {
 async fn list_status_filter_finds_unknown_rows() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let sms = enqueue(&mut client, "sms", "s-1", None).await?;
+    let sms = message(&mut client)
+        .destination("sms")
+        .key("s-1")
+        .create()
+        .await?;
     make_unknown(&db, &client, "sms", 1).await?;
-    enqueue(&mut client, "email", "p-1", None).await?;
+    message(&mut client)
+        .destination("email")
+        .key("p-1")
+        .create()
+        .await?;
     assert_eq!(listed(&db, &["--status", "unknown"]).await?, sorted(&[sms]));
     Ok(())
 }
@@ -323,8 +330,16 @@ async fn list_status_filter_finds_unknown_rows() -> TestResult {
 async fn list_destination_filter_selects_one_destination() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let email = enqueue(&mut client, "email", "e-1", None).await?;
-    enqueue(&mut client, "sms", "s-1", None).await?;
+    let email = message(&mut client)
+        .destination("email")
+        .key("e-1")
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("sms")
+        .key("s-1")
+        .create()
+        .await?;
     assert_eq!(
         listed(&db, &["--destination", "email"]).await?,
         sorted(&[email])
@@ -337,8 +352,16 @@ async fn list_destination_filter_selects_one_destination() -> TestResult {
 async fn list_since_and_until_take_durations_ago_and_rfc3339_times() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let old = enqueue(&mut client, "email", "old", None).await?;
-    let new = enqueue(&mut client, "email", "new", None).await?;
+    let old = message(&mut client)
+        .destination("email")
+        .key("old")
+        .create()
+        .await?;
+    let new = message(&mut client)
+        .destination("email")
+        .key("new")
+        .create()
+        .await?;
     // Time passing: the old row was enqueued three hours ago.
     client
         .execute(
@@ -365,8 +388,16 @@ async fn list_since_and_until_take_durations_ago_and_rfc3339_times() -> TestResu
 async fn list_key_filter_selects_by_downstream_key() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let wanted = enqueue(&mut client, "email", "receipt-42", None).await?;
-    enqueue(&mut client, "email", "receipt-43", None).await?;
+    let wanted = message(&mut client)
+        .destination("email")
+        .key("receipt-42")
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("email")
+        .key("receipt-43")
+        .create()
+        .await?;
     assert_eq!(
         listed(&db, &["--key", "receipt-42"]).await?,
         sorted(&[wanted])
@@ -378,10 +409,29 @@ async fn list_key_filter_selects_by_downstream_key() -> TestResult {
 async fn list_ordering_key_filter_selects_by_ordering_key() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let a = enqueue(&mut client, "email", "o-1", Some("order-7")).await?;
-    let b = enqueue(&mut client, "email", "o-2", Some("order-7")).await?;
-    enqueue(&mut client, "email", "o-3", Some("order-8")).await?;
-    enqueue(&mut client, "email", "o-4", None).await?;
+    let a = message(&mut client)
+        .destination("email")
+        .key("o-1")
+        .ordering_key("order-7")
+        .create()
+        .await?;
+    let b = message(&mut client)
+        .destination("email")
+        .key("o-2")
+        .ordering_key("order-7")
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("email")
+        .key("o-3")
+        .ordering_key("order-8")
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("email")
+        .key("o-4")
+        .create()
+        .await?;
     assert_eq!(
         listed(&db, &["--ordering-key", "order-7"]).await?,
         sorted(&[a, b])
@@ -395,7 +445,13 @@ async fn list_shows_50_rows_unless_told_and_newest_first() -> TestResult {
     let mut client = db.connect().await?;
     let mut ids = Vec::new();
     for i in 0..60 {
-        ids.push(enqueue(&mut client, "email", &format!("k-{i}"), None).await?);
+        ids.push(
+            message(&mut client)
+                .destination("email")
+                .key(&format!("k-{i}"))
+                .create()
+                .await?,
+        );
     }
     let rows = json_lines(&ok(&db, &["list", "--json"]).await?)?;
     assert_eq!(rows.len(), 50);
@@ -413,7 +469,11 @@ async fn list_shows_50_rows_unless_told_and_newest_first() -> TestResult {
 async fn show_prints_payload_key_and_the_attempt_history_in_order() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "flaky", "fl-1", None).await?;
+    let id = message(&mut client)
+        .destination("flaky")
+        .key("fl-1")
+        .create()
+        .await?;
     let sink = ScriptedSink::new([
         Err(DeliveryError::retryable("timed out")),
         Err(DeliveryError::permanent("card declined")),
@@ -432,10 +492,11 @@ async fn show_prints_payload_key_and_the_attempt_history_in_order() -> TestResul
             .policy("flaky", fast)
             .build()?,
     );
-    wait_until(
+    wait_for_exact_count(
         &client,
         "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
         1,
+        Duration::from_secs(20),
     )
     .await?;
     relay.stop().await?;
@@ -485,7 +546,11 @@ async fn show_of_an_unknown_id_exits_1_with_one_line() -> TestResult {
 async fn replay_keeps_the_downstream_key_and_a_relay_delivers_it_again() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "stripe", "charge-1", None).await?;
+    let id = message(&mut client)
+        .destination("stripe")
+        .key("charge-1")
+        .create()
+        .await?;
     dead_letter(&db, &client, "stripe", 1).await?;
 
     let out = ok(&db, &["replay", &id.to_string()]).await?;
@@ -528,7 +593,11 @@ async fn replay_keeps_the_downstream_key_and_a_relay_delivers_it_again() -> Test
 async fn replay_with_a_new_key_delivers_with_the_new_key_it_recorded() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "stripe", "charge-1", None).await?;
+    let id = message(&mut client)
+        .destination("stripe")
+        .key("charge-1")
+        .create()
+        .await?;
     dead_letter(&db, &client, "stripe", 1).await?;
 
     let out = ok(&db, &["replay", "--new-key", &id.to_string()]).await?;
@@ -572,7 +641,12 @@ async fn replay_with_a_new_key_delivers_with_the_new_key_it_recorded() -> TestRe
 async fn replay_of_a_delivered_row_needs_include_delivered_and_moves_it_back() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "email", "mail-1", Some("user-1")).await?;
+    let id = message(&mut client)
+        .destination("email")
+        .key("mail-1")
+        .ordering_key("user-1")
+        .create()
+        .await?;
     deliver(&db, &client, "email").await?;
 
     let refused = txoutbox(&db, &["replay", &id.to_string()]).await?;
@@ -601,10 +675,18 @@ async fn replay_of_a_delivered_row_needs_include_delivered_and_moves_it_back() -
 async fn replay_of_a_delivered_row_whose_effect_was_enqueued_again_needs_a_new_key() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let first = enqueue(&mut client, "email", "digest-1", None).await?;
+    let first = message(&mut client)
+        .destination("email")
+        .key("digest-1")
+        .create()
+        .await?;
     deliver(&db, &client, "email").await?;
     // The same effect enqueued again after its delivery: a hot row now carries the key.
-    let again = enqueue(&mut client, "email", "digest-1", None).await?;
+    let again = message(&mut client)
+        .destination("email")
+        .key("digest-1")
+        .create()
+        .await?;
 
     let out = txoutbox(&db, &["replay", "--include-delivered", &first.to_string()]).await?;
     let (code, err) = one_line_error(&out);
@@ -643,18 +725,23 @@ async fn replay_of_a_delivered_row_whose_effect_was_enqueued_again_needs_a_new_k
 async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "email", "busy-1", None).await?;
+    let id = message(&mut client)
+        .destination("email")
+        .key("busy-1")
+        .create()
+        .await?;
     let sink = HangingSink::default();
     let relay = RunningRelay::start(
         db.relay()?
-            .config(relay_config("relay-under-test"))
+            .config(relay_named("relay-under-test"))
             .sink("email", sink.clone())
             .build()?,
     );
-    wait_until(
+    wait_for_exact_count(
         &client,
         "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
         1,
+        Duration::from_secs(20),
     )
     .await?;
     let token: i64 = client
@@ -699,7 +786,11 @@ async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
 async fn replay_dry_run_prints_what_would_be_replayed_and_changes_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "stripe", "charge-1", None).await?;
+    let id = message(&mut client)
+        .destination("stripe")
+        .key("charge-1")
+        .create()
+        .await?;
     dead_letter(&db, &client, "stripe", 1).await?;
 
     for args in [
@@ -734,11 +825,23 @@ async fn replay_dry_run_prints_what_would_be_replayed_and_changes_nothing() -> T
 async fn replay_by_filter_takes_failed_rows_and_unknown_ones_only_when_asked() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let failed = enqueue(&mut client, "stripe", "charge-1", None).await?;
+    let failed = message(&mut client)
+        .destination("stripe")
+        .key("charge-1")
+        .create()
+        .await?;
     dead_letter(&db, &client, "stripe", 1).await?;
-    let unknown = enqueue(&mut client, "sms", "sms-1", None).await?;
+    let unknown = message(&mut client)
+        .destination("sms")
+        .key("sms-1")
+        .create()
+        .await?;
     make_unknown(&db, &client, "sms", 1).await?;
-    let pending = enqueue(&mut client, "email", "mail-1", None).await?;
+    let pending = message(&mut client)
+        .destination("email")
+        .key("mail-1")
+        .create()
+        .await?;
 
     let out = ok(&db, &["replay"]).await?;
     assert!(out.starts_with("replayed 1 message\n"), "{out}");
@@ -769,9 +872,21 @@ async fn replay_by_filter_takes_failed_rows_and_unknown_ones_only_when_asked() -
 async fn replay_by_filter_takes_only_the_matching_failed_rows() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let old = enqueue(&mut client, "stripe", "charge-old", None).await?;
-    let new = enqueue(&mut client, "stripe", "charge-new", None).await?;
-    let other = enqueue(&mut client, "webhook", "hook-1", None).await?;
+    let old = message(&mut client)
+        .destination("stripe")
+        .key("charge-old")
+        .create()
+        .await?;
+    let new = message(&mut client)
+        .destination("stripe")
+        .key("charge-new")
+        .create()
+        .await?;
+    let other = message(&mut client)
+        .destination("webhook")
+        .key("hook-1")
+        .create()
+        .await?;
     dead_letter(&db, &client, "stripe", 2).await?;
     dead_letter(&db, &client, "webhook", 1).await?;
     client
@@ -792,7 +907,11 @@ async fn replay_of_more_than_ten_rows_needs_yes() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
     for i in 0..12 {
-        enqueue(&mut client, "doomed", &format!("d-{i}"), None).await?;
+        message(&mut client)
+            .destination("doomed")
+            .key(&format!("d-{i}"))
+            .create()
+            .await?;
     }
     dead_letter(&db, &client, "doomed", 12).await?;
 
@@ -827,7 +946,11 @@ async fn replay_of_more_than_ten_rows_needs_yes() -> TestResult {
 async fn replay_of_an_unknown_id_exits_1_and_changes_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "stripe", "charge-1", None).await?;
+    let id = message(&mut client)
+        .destination("stripe")
+        .key("charge-1")
+        .create()
+        .await?;
     dead_letter(&db, &client, "stripe", 1).await?;
     let missing = Uuid::now_v7();
     let out = txoutbox(&db, &["replay", &id.to_string(), &missing.to_string()]).await?;
@@ -868,10 +991,22 @@ async fn store_key(client: &mut Client, scope: &str, key: &str, window: Duration
 async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let old = enqueue(&mut client, "email", "old", None).await?;
-    let recent = enqueue(&mut client, "email", "recent", None).await?;
+    let old = message(&mut client)
+        .destination("email")
+        .key("old")
+        .create()
+        .await?;
+    let recent = message(&mut client)
+        .destination("email")
+        .key("recent")
+        .create()
+        .await?;
     deliver(&db, &client, "email").await?;
-    let failed = enqueue(&mut client, "doomed", "doomed-1", None).await?;
+    let failed = message(&mut client)
+        .destination("doomed")
+        .key("doomed-1")
+        .create()
+        .await?;
     dead_letter(&db, &client, "doomed", 1).await?;
     // Time passing: the old row was delivered eight days ago.
     client
@@ -941,7 +1076,11 @@ async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult 
 async fn purge_retention_and_skip_keys_are_honoured() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "email", "two-days", None).await?;
+    let id = message(&mut client)
+        .destination("email")
+        .key("two-days")
+        .create()
+        .await?;
     deliver(&db, &client, "email").await?;
     client
         .execute(
@@ -977,7 +1116,11 @@ async fn purge_retention_and_skip_keys_are_honoured() -> TestResult {
 async fn purge_dry_run_counts_and_deletes_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "email", "old", None).await?;
+    let id = message(&mut client)
+        .destination("email")
+        .key("old")
+        .create()
+        .await?;
     deliver(&db, &client, "email").await?;
     client
         .execute(
@@ -1045,7 +1188,11 @@ async fn attempt_rows(client: &Client, id: Uuid) -> anyhow::Result<i64> {
 async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let delivered = enqueue(&mut client, "email", "d-10", None).await?;
+    let delivered = message(&mut client)
+        .destination("email")
+        .key("d-10")
+        .create()
+        .await?;
     deliver(&db, &client, "email").await?;
     client
         .execute(
@@ -1053,10 +1200,26 @@ async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() ->
             &[],
         )
         .await?;
-    let old_failed = enqueue(&mut client, "pay", "f-100", None).await?;
-    let young_failed = enqueue(&mut client, "pay", "f-10", None).await?;
-    let old_discarded = enqueue(&mut client, "pay", "x-100", None).await?;
-    let young_discarded = enqueue(&mut client, "pay", "x-10", None).await?;
+    let old_failed = message(&mut client)
+        .destination("pay")
+        .key("f-100")
+        .create()
+        .await?;
+    let young_failed = message(&mut client)
+        .destination("pay")
+        .key("f-10")
+        .create()
+        .await?;
+    let old_discarded = message(&mut client)
+        .destination("pay")
+        .key("x-100")
+        .create()
+        .await?;
+    let young_discarded = message(&mut client)
+        .destination("pay")
+        .key("x-10")
+        .create()
+        .await?;
     dead_letter(&db, &client, "pay", 4).await?;
     for id in [old_discarded, young_discarded] {
         ok(&db, &["discard", &id.to_string(), "--reason", "test"]).await?;
@@ -1116,16 +1279,27 @@ async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() ->
 async fn purging_a_failed_head_lets_the_row_behind_it_be_claimed_at_once() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let head = enqueue(&mut client, "pay", "k-head", Some("order-9")).await?;
-    let next = enqueue(&mut client, "pay", "k-next", Some("order-9")).await?;
+    let head = message(&mut client)
+        .destination("pay")
+        .key("k-head")
+        .ordering_key("order-9")
+        .create()
+        .await?;
+    let next = message(&mut client)
+        .destination("pay")
+        .key("k-next")
+        .ordering_key("order-9")
+        .create()
+        .await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
     let relay = RunningRelay::start(db.relay()?.sink("pay", sink).build()?);
-    wait_until(
+    wait_for_exact_count(
         &client,
         &format!(
             "SELECT count(*) FROM txoutbox_messages WHERE id = '{head}' AND status = 'failed'"
         ),
         1,
+        Duration::from_secs(20),
     )
     .await?;
     wait_parked(&client, next).await?;
@@ -1133,10 +1307,11 @@ async fn purging_a_failed_head_lets_the_row_behind_it_be_claimed_at_once() -> Te
 
     let started = std::time::Instant::now();
     ok(&db, &["purge"]).await?;
-    wait_until(
+    wait_for_exact_count(
         &client,
         &format!("SELECT count(*) FROM txoutbox_delivered WHERE id = '{next}'"),
         1,
+        Duration::from_secs(20),
     )
     .await?;
     let waited = started.elapsed();
@@ -1152,12 +1327,28 @@ async fn purging_a_failed_head_lets_the_row_behind_it_be_claimed_at_once() -> Te
 async fn stats_counts_by_status_and_destination_with_the_failure_rate() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue(&mut client, "doomed", "f-1", None).await?;
+    message(&mut client)
+        .destination("doomed")
+        .key("f-1")
+        .create()
+        .await?;
     dead_letter(&db, &client, "doomed", 1).await?;
-    enqueue(&mut client, "email", "d-1", None).await?;
-    enqueue(&mut client, "email", "d-2", None).await?;
+    message(&mut client)
+        .destination("email")
+        .key("d-1")
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("email")
+        .key("d-2")
+        .create()
+        .await?;
     deliver(&db, &client, "email").await?;
-    let pending = enqueue(&mut client, "email", "p-1", None).await?;
+    let pending = message(&mut client)
+        .destination("email")
+        .key("p-1")
+        .create()
+        .await?;
     client
         .execute(
             "UPDATE txoutbox_messages SET created_at = now() - interval '90 seconds' WHERE id = $1",
@@ -1202,13 +1393,14 @@ async fn stats_counts_by_status_and_destination_with_the_failure_rate() -> TestR
 
 /// Waits until `id` was parked by a claim (it waits behind the head of its ordering key).
 async fn wait_parked(client: &Client, id: Uuid) -> TestResult {
-    wait_until(
+    wait_for_exact_count(
         client,
         &format!(
             "SELECT count(*) FROM txoutbox_messages WHERE id = '{id}' AND status = 'pending' \
              AND next_attempt_at > now() + interval '10 seconds'"
         ),
         1,
+        Duration::from_secs(20),
     )
     .await
 }
@@ -1218,16 +1410,27 @@ async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_be
 ) -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let head = enqueue(&mut client, "pay", "k-head", Some("order-7")).await?;
-    let next = enqueue(&mut client, "pay", "k-next", Some("order-7")).await?;
+    let head = message(&mut client)
+        .destination("pay")
+        .key("k-head")
+        .ordering_key("order-7")
+        .create()
+        .await?;
+    let next = message(&mut client)
+        .destination("pay")
+        .key("k-next")
+        .ordering_key("order-7")
+        .create()
+        .await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
     let relay = RunningRelay::start(db.relay()?.sink("pay", sink.clone()).build()?);
-    wait_until(
+    wait_for_exact_count(
         &client,
         &format!(
             "SELECT count(*) FROM txoutbox_messages WHERE id = '{head}' AND status = 'failed'"
         ),
         1,
+        Duration::from_secs(20),
     )
     .await?;
     wait_parked(&client, next).await?;
@@ -1239,10 +1442,11 @@ async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_be
     )
     .await?;
     assert!(out.starts_with("discarded 1 message"), "{out}");
-    wait_until(
+    wait_for_exact_count(
         &client,
         &format!("SELECT count(*) FROM txoutbox_delivered WHERE id = '{next}'"),
         1,
+        Duration::from_secs(20),
     )
     .await?;
     let waited = started.elapsed();
@@ -1270,7 +1474,11 @@ async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_be
 async fn a_discard_is_shown_with_its_reason_listed_and_counted() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "pay", "k-1", None).await?;
+    let id = message(&mut client)
+        .destination("pay")
+        .key("k-1")
+        .create()
+        .await?;
     dead_letter(&db, &client, "pay", 1).await?;
     ok(
         &db,
@@ -1320,7 +1528,11 @@ async fn a_discard_is_shown_with_its_reason_listed_and_counted() -> TestResult {
 async fn discard_refuses_pending_rows_and_needs_a_reason_changing_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let pending = enqueue(&mut client, "pay", "k-1", None).await?;
+    let pending = message(&mut client)
+        .destination("pay")
+        .key("k-1")
+        .create()
+        .await?;
     let out = txoutbox(&db, &["discard", &pending.to_string(), "--reason", "x"]).await?;
     let (code, err) = one_line_error(&out);
     assert_eq!(code, Some(1));
@@ -1340,7 +1552,11 @@ async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing(
     let db = test_db().await?;
     let mut client = db.connect().await?;
     for i in 0..11 {
-        enqueue(&mut client, "pay", &format!("k-{i}"), None).await?;
+        message(&mut client)
+            .destination("pay")
+            .key(&format!("k-{i}"))
+            .create()
+            .await?;
     }
     dead_letter(&db, &client, "pay", 11).await?;
     let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
@@ -1401,7 +1617,11 @@ async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing(
 async fn a_discarded_row_is_not_replayed() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "pay", "k-1", None).await?;
+    let id = message(&mut client)
+        .destination("pay")
+        .key("k-1")
+        .create()
+        .await?;
     dead_letter(&db, &client, "pay", 1).await?;
     ok(&db, &["discard", &id.to_string(), "--reason", "not wanted"]).await?;
     let out = txoutbox(&db, &["replay", &id.to_string()]).await?;
@@ -1451,7 +1671,11 @@ async fn stats_and_list_of_delivered_rows_read_no_more_than_an_index_page_of_a_l
     client
         .batch_execute("VACUUM ANALYZE txoutbox_delivered")
         .await?;
-    enqueue(&mut client, "email", "pending-1", None).await?;
+    message(&mut client)
+        .destination("email")
+        .key("pending-1")
+        .create()
+        .await?;
     let (explained, mut plans) = explaining_client(&db).await?;
 
     let stats = txoutbox::stats(&explained).await?;

@@ -3,115 +3,17 @@
 //! Retry-After, 503 while "down", 200). Rate limits shared by two relays, a downstream's
 //! Retry-After pausing its destination, the circuit breaker, and an operator's pause and resume.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use txoutbox::{enqueue, OutboxMessage};
+use axum::http::StatusCode;
+use txoutbox_test_support::factory::message;
+use txoutbox_test_support::webhook::{Call, WebhookReceiver};
 use txoutbox_test_support::{test_db, wait_for_count, TestDb};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
-
-/// What the receiver answers a call to `path` that arrives `since` after the first call to it.
-type Script = dyn Fn(&str, Duration) -> (StatusCode, Option<u64>) + Send + Sync;
-
-/// One call as the receiver saw it.
-#[derive(Debug, Clone)]
-struct Call {
-    path: String,
-    /// Since the receiver started.
-    at: Duration,
-    webhook_id: String,
-    status: u16,
-    retry_after: Option<u64>,
-}
-
-#[derive(Clone)]
-struct Receiver {
-    started: Instant,
-    calls: Arc<Mutex<Vec<Call>>>,
-    first: Arc<Mutex<HashMap<String, Instant>>>,
-    script: Arc<Script>,
-}
-
-impl Receiver {
-    async fn start(
-        script: impl Fn(&str, Duration) -> (StatusCode, Option<u64>) + Send + Sync + 'static,
-    ) -> anyhow::Result<(Self, SocketAddr)> {
-        let receiver = Receiver {
-            started: Instant::now(),
-            calls: Arc::default(),
-            first: Arc::default(),
-            script: Arc::new(script),
-        };
-        let router = axum::Router::new()
-            .route("/{path}", axum::routing::post(receive))
-            .with_state(receiver.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
-        Ok((receiver, addr))
-    }
-
-    fn calls(&self, path: &str) -> Vec<Call> {
-        self.calls
-            .lock()
-            .map(|c| c.iter().filter(|c| c.path == path).cloned().collect())
-            .unwrap_or_default()
-    }
-
-    fn delivered(&self, path: &str) -> usize {
-        self.calls(path).iter().filter(|c| c.status == 200).count()
-    }
-
-    async fn wait_delivered(&self, path: &str, n: usize, limit: Duration) -> usize {
-        let start = Instant::now();
-        while self.delivered(path) < n && start.elapsed() < limit {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        self.delivered(path)
-    }
-}
-
-async fn receive(
-    State(receiver): State<Receiver>,
-    Path(path): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let now = Instant::now();
-    let since = {
-        let mut first = receiver.first.lock().expect("not poisoned");
-        now - *first.entry(path.clone()).or_insert(now)
-    };
-    let (status, retry_after) = (receiver.script)(&path, since);
-    if let Ok(mut calls) = receiver.calls.lock() {
-        calls.push(Call {
-            path,
-            at: now - receiver.started,
-            webhook_id: headers
-                .get("webhook-id")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned(),
-            status: status.as_u16(),
-            retry_after,
-        });
-    }
-    let mut response = status.into_response();
-    if let Some(secs) = retry_after {
-        response
-            .headers_mut()
-            .insert("retry-after", HeaderValue::from(secs));
-    }
-    response
-}
 
 /// A relay process, killed when dropped.
 struct RelayProcess(Child);
@@ -159,20 +61,14 @@ fn txoutbox() -> Command {
 
 /// Enqueues `n` webhook rows to `destination`, keys `{destination}-{i}`.
 async fn enqueue_rows(db: &TestDb, destination: &str, n: usize) -> anyhow::Result<()> {
-    let mut client = db.connect().await?;
-    let tx = client.transaction().await?;
-    let messages = (0..n)
-        .map(|i| {
-            let key = format!("{destination}-{i}");
-            OutboxMessage::new(
-                destination,
-                &serde_json::json!({ "event_type": "test.event", "data": { "key": key } }),
-            )
-            .map(|m| m.with_downstream_key(key))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    enqueue(&tx, &messages).await?;
-    tx.commit().await?;
+    message(db)
+        .destination(destination)
+        .key(destination)
+        .payload_with(
+            |key, _| serde_json::json!({ "event_type": "test.event", "data": { "key": key } }),
+        )
+        .create_many(n)
+        .await?;
     Ok(())
 }
 
@@ -187,7 +83,7 @@ fn delivered_once(calls: &[Call], rows: usize) {
 #[tokio::test]
 async fn two_relays_share_one_rate_limit() -> anyhow::Result<()> {
     let db = test_db().await?;
-    let (receiver, addr) = Receiver::start(|_, _| (StatusCode::OK, None)).await?;
+    let (receiver, addr) = WebhookReceiver::start(|_, _| (StatusCode::OK, None)).await?;
     enqueue_rows(&db, "webhook:x", 400).await?;
     let limit = ["--rate-limit", "webhook:*=20/s"];
     let _a = RelayProcess::start(&db, addr, &["webhook:x"], &limit)?;
@@ -229,7 +125,7 @@ async fn two_relays_share_one_rate_limit() -> anyhow::Result<()> {
 async fn a_retry_after_pauses_the_whole_destination_until_then() -> anyhow::Result<()> {
     let db = test_db().await?;
     // 429 with Retry-After: 2 for the first 5 s, then 200.
-    let (receiver, addr) = Receiver::start(|_, since| {
+    let (receiver, addr) = WebhookReceiver::start(|_, since| {
         if since < Duration::from_secs(5) {
             (StatusCode::TOO_MANY_REQUESTS, Some(2))
         } else {
@@ -295,7 +191,7 @@ async fn an_open_breaker_stops_calling_a_dead_destination_and_the_others_flow() 
     let db = test_db().await?;
     const DOWN: Duration = Duration::from_secs(30);
     let started = Instant::now();
-    let (receiver, addr) = Receiver::start(move |path, _| {
+    let (receiver, addr) = WebhookReceiver::start(move |path, _| {
         if path == "webhook:x" && started.elapsed() < DOWN {
             (StatusCode::SERVICE_UNAVAILABLE, None)
         } else {
@@ -381,7 +277,7 @@ async fn an_open_breaker_stops_calling_a_dead_destination_and_the_others_flow() 
 #[tokio::test]
 async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyhow::Result<()> {
     let db = test_db().await?;
-    let (receiver, addr) = Receiver::start(|_, _| (StatusCode::OK, None)).await?;
+    let (receiver, addr) = WebhookReceiver::start(|_, _| (StatusCode::OK, None)).await?;
     let paths = ["webhook:x", "webhook:y"];
     let _a = RelayProcess::start(&db, addr, &paths, &[])?;
     let _b = RelayProcess::start(&db, addr, &paths, &[])?;

@@ -1,85 +1,18 @@
 //! `txoutbox relay --metrics-addr`: what an operator sees without SQL. A real relay process
 //! delivers to a real HTTP receiver; the tests scrape its endpoints over TCP.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use txoutbox::{enqueue, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
 use txoutbox_test_support::prometheus::sample;
-use txoutbox_test_support::{test_db, Cluster, ClusterOptions, TestDb};
+use txoutbox_test_support::webhook::WebhookReceiver;
+use txoutbox_test_support::{free_addr, test_db, Cluster, ClusterOptions, TestDb};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-
-/// A webhook receiver: records each request's path and `traceparent`, and answers 503 to the
-/// first `failures` requests of a path, 200 after.
-type Seen = Vec<(String, Option<String>)>;
-
-#[derive(Clone, Default)]
-struct Receiver {
-    seen: Arc<Mutex<Seen>>,
-    failures: Arc<Mutex<HashMap<String, u32>>>,
-}
-
-impl Receiver {
-    async fn start(failures: &[(&str, u32)]) -> anyhow::Result<(Self, SocketAddr)> {
-        let receiver = Receiver::default();
-        if let Ok(mut f) = receiver.failures.lock() {
-            for (path, n) in failures {
-                f.insert((*path).to_owned(), *n);
-            }
-        }
-        let router = axum::Router::new()
-            .route("/{path}", axum::routing::post(receive))
-            .with_state(receiver.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
-        Ok((receiver, addr))
-    }
-
-    fn seen(&self) -> Seen {
-        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-}
-
-async fn receive(
-    State(receiver): State<Receiver>,
-    Path(path): Path<String>,
-    headers: HeaderMap,
-) -> StatusCode {
-    let traceparent = headers
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    if let Ok(mut seen) = receiver.seen.lock() {
-        seen.push((path.clone(), traceparent));
-    }
-    let fail = receiver
-        .failures
-        .lock()
-        .map(|mut f| match f.get_mut(&path) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                true
-            }
-            _ => false,
-        })
-        .unwrap_or(false);
-    if fail {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::OK
-    }
-}
 
 /// A relay process, killed when dropped (the tests stop it with SIGTERM first).
 struct RelayProcess {
@@ -104,7 +37,7 @@ impl RelayProcess {
         extra: &[String],
         env: &[(&str, String)],
     ) -> anyhow::Result<Self> {
-        let metrics = free_port()?;
+        let metrics = free_addr()?;
         let child = Command::new(env!("CARGO_BIN_EXE_txoutbox"))
             .args([
                 "relay",
@@ -171,11 +104,6 @@ impl RelayProcess {
     }
 }
 
-fn free_port() -> anyhow::Result<SocketAddr> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?)
-}
-
 /// A plain HTTP/1.1 GET: status and body.
 async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
     let exchange = async {
@@ -231,7 +159,7 @@ fn message(destination: &str, key: &str) -> anyhow::Result<OutboxMessage> {
 #[tokio::test]
 async fn metrics_count_deliveries_retries_and_dead_letters_by_destination() -> anyhow::Result<()> {
     let db = test_db().await?;
-    let (receiver, addr) = Receiver::start(&[("flaky", 1)]).await?;
+    let (receiver, addr) = WebhookReceiver::failing_first(&[("flaky", 1)]).await?;
     let relay = RelayProcess::start(&db.url(), &webhook_args(addr, &["hooks", "flaky"])).await?;
     enqueue_all(
         &db,
@@ -311,7 +239,7 @@ async fn metrics_count_deliveries_retries_and_dead_letters_by_destination() -> a
 #[tokio::test]
 async fn every_relay_series_exists_at_zero_before_any_delivery() -> anyhow::Result<()> {
     let db = test_db().await?;
-    let (receiver, addr) = Receiver::start(&[]).await?;
+    let (receiver, addr) = WebhookReceiver::failing_first(&[]).await?;
     let relay = RelayProcess::start(&db.url(), &webhook_args(addr, &["hooks", "mail"])).await?;
     let (_, scrape) = relay
         .wait_for("/metrics", Duration::from_secs(30), |_, body| {
@@ -374,7 +302,7 @@ async fn the_idempotency_counters_of_declared_scopes_exist_at_zero() -> anyhow::
 async fn the_backlog_gauges_show_rows_waiting_for_a_stuck_destination() -> anyhow::Result<()> {
     let db = test_db().await?;
     // Always 503: the rows stay pending between retries.
-    let (_receiver, addr) = Receiver::start(&[("stuck", u32::MAX)]).await?;
+    let (_receiver, addr) = WebhookReceiver::failing_first(&[("stuck", u32::MAX)]).await?;
     let relay = RelayProcess::start(&db.url(), &webhook_args(addr, &["stuck"])).await?;
     enqueue_all(
         &db,
@@ -431,7 +359,7 @@ async fn readyz_is_503_while_postgres_is_down_and_200_when_it_is_back() -> anyho
 #[tokio::test]
 async fn a_traceparent_given_at_enqueue_reaches_the_webhook_receiver() -> anyhow::Result<()> {
     let db = test_db().await?;
-    let (receiver, addr) = Receiver::start(&[]).await?;
+    let (receiver, addr) = WebhookReceiver::failing_first(&[]).await?;
     let relay = RelayProcess::start(&db.url(), &webhook_args(addr, &["direct", "request"])).await?;
     enqueue_all(
         &db,
@@ -861,7 +789,7 @@ mod collector {
 async fn delivery_attempts_are_exported_as_spans_of_the_enqueued_trace() -> anyhow::Result<()> {
     let db = test_db().await?;
     // One 503 first: two attempts, two spans.
-    let (receiver, addr) = Receiver::start(&[("flaky", 1)]).await?;
+    let (receiver, addr) = WebhookReceiver::failing_first(&[("flaky", 1)]).await?;
     let (collector, otlp) = collector::Collector::start().await?;
     let relay = RelayProcess::start_with_env(
         &db.url(),

@@ -11,20 +11,14 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{json, Value};
-use tokio_postgres::Client;
-use txoutbox::{DeliveryError, OutboxMessage};
+use txoutbox::DeliveryError;
 use txoutbox_dashboard::{DashboardConfig, User};
+use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::{free_port, test_db, wait_for_exact_count};
 use uuid::Uuid;
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
 
 fn http() -> anyhow::Result<reqwest::Client> {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
@@ -226,31 +220,6 @@ impl Session<'_> {
     }
 }
 
-async fn enqueue(client: &mut Client, destination: &str, payload: &Value) -> anyhow::Result<Uuid> {
-    let message =
-        OutboxMessage::new(destination, payload)?.with_downstream_key(Uuid::now_v7().to_string());
-    let id = message.id();
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[message]).await?;
-    tx.commit().await?;
-    Ok(id)
-}
-
-async fn wait_count(client: &Client, sql: &str, want: i64) -> anyhow::Result<()> {
-    let started = Instant::now();
-    loop {
-        let n: i64 = client.query_one(sql, &[]).await?.get(0);
-        if n == want {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(20),
-            "{sql}: {n}, not {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Waits (up to 20 s, without navigating) until `css` shows `wanted`.
 async fn wait_for_text(session: &Session<'_>, css: &str, wanted: &str) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -277,25 +246,29 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     let mut client = db.connect().await?;
     // Some history: delivered receipts, dead-lettered charges, a pending webhook.
     for i in 0..6 {
-        enqueue(
-            &mut client,
-            "email",
-            &json!({"email": format!("customer{i}@example.com"), "template": "receipt"}),
-        )
-        .await?;
+        message(&mut client)
+            .destination("email")
+            .payload(json!({"email": format!("customer{i}@example.com"), "template": "receipt"}))
+            .create()
+            .await?;
     }
     let relay = RunningRelay::start(db.relay()?.sink("email", RecordingSink::new()).build()?);
-    wait_count(&client, "SELECT count(*) FROM txoutbox_delivered", 6).await?;
+    wait_for_exact_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        6,
+        Duration::from_secs(20),
+    )
+    .await?;
     relay.stop().await?;
     let mut charges = Vec::new();
     for amount in [1200, 4500, 990, 300] {
         charges.push(
-            enqueue(
-                &mut client,
-                "stripe",
-                &json!({"amount": amount, "currency": "eur"}),
-            )
-            .await?,
+            message(&mut client)
+                .destination("stripe")
+                .payload(json!({"amount": amount, "currency": "eur"}))
+                .create()
+                .await?,
         );
     }
     let declining = ScriptedSink::new((0..4).map(|i| {
@@ -304,14 +277,19 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         )))
     }));
     let relay = RunningRelay::start(db.relay()?.sink("stripe", declining).build()?);
-    wait_count(
+    wait_for_exact_count(
         &client,
         "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
         4,
+        Duration::from_secs(20),
     )
     .await?;
     relay.stop().await?;
-    enqueue(&mut client, "webhook:orders", &json!({"order": 7})).await?;
+    message(&mut client)
+        .destination("webhook:orders")
+        .payload(json!({"order": 7}))
+        .create()
+        .await?;
     let email_row: Uuid = client
         .query_one("SELECT id FROM txoutbox_delivered LIMIT 1", &[])
         .await?
@@ -382,11 +360,12 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     alice
         .click("form[action$='/destinations/webhook:orders/resume'] button")
         .await?;
-    wait_count(
+    wait_for_exact_count(
         &client,
         "SELECT count(*) FROM txoutbox_destinations \
          WHERE destination = 'webhook:orders' AND paused_at IS NULL",
         1,
+        Duration::from_secs(20),
     )
     .await?;
     alice.open(&format!("{plain}/messages")).await?;
@@ -407,7 +386,11 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .open(&format!("{plain}/messages?destination=late"))
         .await?;
     assert!(alice.text("#results").await?.contains("No message matches"));
-    let late = enqueue(&mut client, "late", &json!({})).await?;
+    let late = message(&mut client)
+        .destination("late")
+        .payload(json!({}))
+        .create()
+        .await?;
     wait_for_text(&alice, "#results", &late.to_string()).await?;
 
     // A redacted field is not in the page.

@@ -10,6 +10,7 @@ use txoutbox::{
     Begin, DeliveryError, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
 use txoutbox_dashboard::{DashboardConfig, User};
+use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
 use txoutbox_test_support::{test_db, TestDb};
 use uuid::Uuid;
@@ -118,25 +119,6 @@ fn users() -> anyhow::Result<DashboardConfig> {
 const ALICE: Option<(&str, &str)> = Some(("alice", "op-secret"));
 const VICTOR: Option<(&str, &str)> = Some(("victor", "view-secret"));
 
-/// Enqueues one message (committed); its id.
-async fn enqueue(
-    client: &mut Client,
-    destination: &str,
-    key: &str,
-    ordering: Option<&str>,
-    payload: Value,
-) -> anyhow::Result<Uuid> {
-    let mut message = OutboxMessage::new(destination, &payload)?.with_downstream_key(key);
-    if let Some(ordering) = ordering {
-        message = message.with_ordering_key(ordering);
-    }
-    let id = message.id();
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[message]).await?;
-    tx.commit().await?;
-    Ok(id)
-}
-
 /// Puts a row where a relay's permanent failure would: failed, with its error and attempt.
 async fn fail(client: &Client, id: Uuid, error: &str) -> TestResult {
     client
@@ -187,9 +169,24 @@ fn ids_in(rows: &Value) -> Vec<String> {
 async fn overview_counts_rows_by_destination_and_state() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue(&mut client, "email", "e-1", None, json!({})).await?;
-    enqueue(&mut client, "email", "e-2", None, json!({})).await?;
-    let failed = enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    message(&mut client)
+        .destination("email")
+        .key("e-1")
+        .payload(json!({}))
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("email")
+        .key("e-2")
+        .payload(json!({}))
+        .create()
+        .await?;
+    let failed = message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     fail(&client, failed, "card declined").await?;
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
 
@@ -215,7 +212,12 @@ async fn overview_counts_rows_by_destination_and_state() -> TestResult {
 async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "email", "e-1", None, json!({"to": "x"})).await?;
+    let id = message(&mut client)
+        .destination("email")
+        .key("e-1")
+        .payload(json!({"to": "x"}))
+        .create()
+        .await?;
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
     for path in [
         "",
@@ -248,9 +250,25 @@ async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
 async fn message_filters_narrow_the_list() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let email = enqueue(&mut client, "email", "e-1", Some("order-7"), json!({})).await?;
-    let stripe = enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
-    let declined = enqueue(&mut client, "stripe", "s-2", None, json!({})).await?;
+    let email = message(&mut client)
+        .destination("email")
+        .key("e-1")
+        .ordering_key("order-7")
+        .payload(json!({}))
+        .create()
+        .await?;
+    let stripe = message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
+    let declined = message(&mut client)
+        .destination("stripe")
+        .key("s-2")
+        .payload(json!({}))
+        .create()
+        .await?;
     fail(&client, stripe, "500 upstream timeout").await?;
     fail(&client, declined, "402 card declined").await?;
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
@@ -293,7 +311,11 @@ async fn pagination_is_stable_while_rows_are_inserted() -> TestResult {
     let mut first = Vec::new();
     for i in 0..7 {
         first.push(
-            enqueue(&mut client, "email", &format!("old-{i}"), None, json!({}))
+            message(&mut client)
+                .destination("email")
+                .key(&format!("old-{i}"))
+                .payload(json!({}))
+                .create()
                 .await?
                 .to_string(),
         );
@@ -306,14 +328,12 @@ async fn pagination_is_stable_while_rows_are_inserted() -> TestResult {
         let rows = dash.api(&path).await?;
         let ids = ids_in(&rows);
         // New rows arrive between pages: none of them shows up on a later page.
-        enqueue(
-            &mut client,
-            "email",
-            &format!("new-{}", seen.len()),
-            None,
-            json!({}),
-        )
-        .await?;
+        message(&mut client)
+            .destination("email")
+            .key(&format!("new-{}", seen.len()))
+            .payload(json!({}))
+            .create()
+            .await?;
         seen.extend(ids.clone());
         let Some(cursor) = rows
             .as_array()
@@ -382,10 +402,30 @@ async fn message_page_shows_payload_headers_keys_trace_link_and_attempts() -> Te
 async fn failures_are_grouped_by_destination_and_normalised_error() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let a = enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
-    let b = enqueue(&mut client, "stripe", "s-2", None, json!({})).await?;
-    let c = enqueue(&mut client, "stripe", "s-3", None, json!({})).await?;
-    let d = enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    let a = message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
+    let b = message(&mut client)
+        .destination("stripe")
+        .key("s-2")
+        .payload(json!({}))
+        .create()
+        .await?;
+    let c = message(&mut client)
+        .destination("stripe")
+        .key("s-3")
+        .payload(json!({}))
+        .create()
+        .await?;
+    let d = message(&mut client)
+        .destination("email")
+        .key("e-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     fail(
         &client,
         a,
@@ -466,7 +506,12 @@ async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueu
     };
     claim.complete(&tx, &response).await?;
     tx.commit().await?;
-    let other = enqueue(&mut client, "email", "unrelated", None, json!({})).await?;
+    let other = message(&mut client)
+        .destination("email")
+        .key("unrelated")
+        .payload(json!({}))
+        .create()
+        .await?;
     let dash = Dashboard::start(
         &db,
         DashboardConfig {
@@ -526,8 +571,18 @@ async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueu
 async fn api_messages_answers_the_documented_json_shape() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
-    enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    let id = message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("email")
+        .key("e-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     fail(&client, id, "402 card declined").await?;
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
 
@@ -571,7 +626,12 @@ async fn replay_through_the_api_with_a_relay_running_is_delivered_and_logged_wit
 ) -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "stripe", "s-1", None, json!({"amount": 5})).await?;
+    let id = message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({"amount": 5}))
+        .create()
+        .await?;
     // A real relay dead-letters it.
     let declining = ScriptedSink::new([Err(DeliveryError::permanent("402 card declined"))]);
     let relay = RunningRelay::start(db.relay()?.sink("stripe", declining).build()?);
@@ -627,11 +687,21 @@ async fn replay_of_everything_a_filter_matches_shows_a_dry_run_count_then_replay
     let mut client = db.connect().await?;
     let mut stripe = Vec::new();
     for i in 0..3 {
-        let id = enqueue(&mut client, "stripe", &format!("s-{i}"), None, json!({})).await?;
+        let id = message(&mut client)
+            .destination("stripe")
+            .key(&format!("s-{i}"))
+            .payload(json!({}))
+            .create()
+            .await?;
         fail(&client, id, "402 card declined").await?;
         stripe.push(id);
     }
-    let email = enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    let email = message(&mut client)
+        .destination("email")
+        .key("e-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     fail(&client, email, "550 no such user").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -682,9 +752,24 @@ async fn replay_of_everything_a_filter_matches_shows_a_dry_run_count_then_replay
 async fn a_selection_is_replayed_from_the_list_form() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let a = enqueue(&mut client, "stripe", "s-a", None, json!({})).await?;
-    let b = enqueue(&mut client, "stripe", "s-b", None, json!({})).await?;
-    let c = enqueue(&mut client, "stripe", "s-c", None, json!({})).await?;
+    let a = message(&mut client)
+        .destination("stripe")
+        .key("s-a")
+        .payload(json!({}))
+        .create()
+        .await?;
+    let b = message(&mut client)
+        .destination("stripe")
+        .key("s-b")
+        .payload(json!({}))
+        .create()
+        .await?;
+    let c = message(&mut client)
+        .destination("stripe")
+        .key("s-c")
+        .payload(json!({}))
+        .create()
+        .await?;
     for id in [a, b, c] {
         fail(&client, id, "402 card declined").await?;
     }
@@ -771,7 +856,12 @@ async fn last_attempt(dash: &Dashboard, id: Uuid) -> anyhow::Result<Value> {
 async fn failed_rows(client: &mut Client, n: usize, prefix: &str) -> anyhow::Result<Vec<Uuid>> {
     let mut ids = Vec::new();
     for i in 0..n {
-        let id = enqueue(client, "stripe", &format!("{prefix}-{i}"), None, json!({})).await?;
+        let id = message(&mut *client)
+            .destination("stripe")
+            .key(&format!("{prefix}-{i}"))
+            .payload(json!({}))
+            .create()
+            .await?;
         fail(client, id, "402 card declined").await?;
         ids.push(id);
     }
@@ -855,8 +945,18 @@ async fn discard_of_everything_a_filter_matches_shows_a_dry_run_count_then_disca
     let db = test_db().await?;
     let mut client = db.connect().await?;
     let stripe = failed_rows(&mut client, 3, "s").await?;
-    let waiting = enqueue(&mut client, "stripe", "s-pending", None, json!({})).await?;
-    let email = enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    let waiting = message(&mut client)
+        .destination("stripe")
+        .key("s-pending")
+        .payload(json!({}))
+        .create()
+        .await?;
+    let email = message(&mut client)
+        .destination("email")
+        .key("e-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     fail(&client, email, "550 no such user").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -917,7 +1017,12 @@ async fn discard_of_everything_a_filter_matches_shows_a_dry_run_count_then_disca
 async fn a_pending_row_is_not_discarded_and_says_why_changing_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let waiting = enqueue(&mut client, "stripe", "s-pending", None, json!({})).await?;
+    let waiting = message(&mut client)
+        .destination("stripe")
+        .key("s-pending")
+        .payload(json!({}))
+        .create()
+        .await?;
     let failed = failed_rows(&mut client, 1, "s").await?[0];
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1189,7 +1294,12 @@ async fn a_destination_paused_from_the_overview_is_paused_and_logged_with_the_us
 ) -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     let (_, html) = dash.get_as("", ALICE).await?;
@@ -1246,7 +1356,12 @@ async fn a_paused_destination_resumed_from_the_overview_is_open_again_and_logged
 ) -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     txoutbox::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob")).await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1279,7 +1394,12 @@ async fn a_paused_destination_resumed_from_the_overview_is_open_again_and_logged
 async fn resuming_a_destination_that_is_not_paused_says_so_and_changes_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     let (status, html) = dash
@@ -1310,7 +1430,12 @@ async fn resuming_a_destination_that_is_not_paused_says_so_and_changes_nothing()
 async fn a_pause_without_a_reason_is_a_400_and_pauses_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     for form in [vec![("reason", "   ")], vec![]] {
@@ -1345,7 +1470,12 @@ async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> Tes
     let db = test_db().await?;
     let mut client = db.connect().await?;
     for destination in ["stripe", "webhook", "email", "sms"] {
-        enqueue(&mut client, destination, "k-1", None, json!({})).await?;
+        message(&mut client)
+            .destination(destination)
+            .key("k-1")
+            .payload(json!({}))
+            .create()
+            .await?;
     }
     txoutbox::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob")).await?;
     // Where a relay's breaker and rate limit would put them.
@@ -1396,8 +1526,18 @@ async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> Tes
 async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
-    enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("email")
+        .key("e-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     txoutbox::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob")).await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1450,8 +1590,18 @@ async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResul
 async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
-    enqueue(&mut client, "email", "e-1", None, json!({})).await?;
+    message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("email")
+        .key("e-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     txoutbox::pause_destination(&mut client, "email", "SMTP relay down", Some("bob")).await?;
     let dash = Dashboard::start(&db, users()?).await?;
     let form = "reason=win+a+prize";
@@ -1506,7 +1656,12 @@ async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestRe
 async fn pause_list_and_resume_through_the_api() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     let res = dash
@@ -1563,8 +1718,18 @@ async fn a_destination_named_with_colons_slashes_or_spaces_is_paused_and_resumed
 ) -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue(&mut client, "webhook:orders", "w-1", None, json!({})).await?;
-    enqueue(&mut client, "partner/eu west", "p-1", None, json!({})).await?;
+    message(&mut client)
+        .destination("webhook:orders")
+        .key("w-1")
+        .payload(json!({}))
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("partner/eu west")
+        .key("p-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     let (_, html) = dash.get_as("", ALICE).await?;
@@ -1642,7 +1807,12 @@ async fn without_credentials_every_answer_is_401_with_a_basic_challenge() -> Tes
 async fn a_viewer_reads_sees_no_action_and_a_forged_action_is_403() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    let id = message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     fail(&client, id, "402 card declined").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1685,7 +1855,12 @@ async fn a_viewer_reads_sees_no_action_and_a_forged_action_is_403() -> TestResul
 async fn a_cross_site_post_is_refused_and_changes_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = enqueue(&mut client, "stripe", "s-1", None, json!({})).await?;
+    let id = message(&mut client)
+        .destination("stripe")
+        .key("s-1")
+        .payload(json!({}))
+        .create()
+        .await?;
     fail(&client, id, "402 card declined").await?;
     let dash = Dashboard::start(&db, users()?).await?;
     let path = format!("/messages/{id}/replay");

@@ -12,7 +12,7 @@ use common::{
 use tokio::sync::Notify;
 use txoutbox::{RelayConfig, Sink};
 use txoutbox_email::{Email, EmailError, EmailSink, SmtpConfig, DESTINATION};
-use txoutbox_test_support::relay::{HangAfter, RunningRelay};
+use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
 use txoutbox_test_support::smtp::{SmtpServer, SmtpServerOptions};
 use txoutbox_test_support::test_db;
 
@@ -116,12 +116,7 @@ async fn a_relay_crash_after_the_server_accepted_redelivers_with_the_same_messag
 
     let sent = Arc::new(Notify::new());
     let doomed = txoutbox::Relay::builder(db.info().config()?)
-        .config(RelayConfig {
-            lease: Duration::from_secs(1),
-            poll_interval: Duration::from_millis(50),
-            reclaim_interval: Duration::from_millis(100),
-            ..RelayConfig::default()
-        })
+        .config(short_lease())
         .sink(
             DESTINATION,
             HangAfter::with_signal(EmailSink::smtp(&server.url())?, sent.clone()),

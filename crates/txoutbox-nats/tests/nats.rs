@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 use tokio_postgres::Client;
 use txoutbox::{Delivery, DestinationPolicy, RelayConfig, RetryPolicy, Sink};
 use txoutbox_nats::{NatsMessage, NatsSink, PublishReceipt, NATS_MSG_ID};
-use txoutbox_test_support::relay::{HangAfter, RunningRelay};
-use txoutbox_test_support::{test_db, wait_for_count};
+use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
+use txoutbox_test_support::{free_port, test_db, wait_for_count};
 
 type TestResult = anyhow::Result<()>;
 
@@ -92,15 +92,6 @@ async fn receipt(client: &Client, key: &str) -> anyhow::Result<PublishReceipt> {
         .await?
         .get(0);
     Ok(PublishReceipt::parse(&text)?)
-}
-
-fn short_lease() -> RelayConfig {
-    RelayConfig {
-        lease: Duration::from_secs(1),
-        poll_interval: Duration::from_millis(50),
-        reclaim_interval: Duration::from_millis(100),
-        ..RelayConfig::default()
-    }
 }
 
 #[tokio::test]
@@ -236,9 +227,7 @@ struct PrivateServer {
 
 impl PrivateServer {
     fn new() -> anyhow::Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = free_port()?;
         let store =
             std::env::temp_dir().join(format!("txoutbox-nats-{}", uuid::Uuid::new_v4().simple()));
         Ok(Self {

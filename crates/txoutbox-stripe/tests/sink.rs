@@ -9,7 +9,7 @@ use tokio_postgres::Client;
 use txoutbox::{DestinationPolicy, OutboxMessage, RelayConfig, RetryPolicy, Sink};
 use txoutbox_stripe::{NewPaymentIntent, NewRefund, StripeRequest, StripeSink, DESTINATION};
 use txoutbox_test_support::fake_stripe::FakeStripe;
-use txoutbox_test_support::relay::{HangAfter, RunningRelay};
+use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
 use txoutbox_test_support::{test_db, TestDb};
 
 type TestResult = anyhow::Result<()>;
@@ -144,12 +144,7 @@ async fn relay_crash_after_stripe_created_the_intent_yields_exactly_one_intent()
         "order-7-charge",
     )
     .await?;
-    let short_lease = RelayConfig {
-        lease: Duration::from_secs(1),
-        poll_interval: Duration::from_millis(50),
-        reclaim_interval: Duration::from_millis(100),
-        ..RelayConfig::default()
-    };
+    let short_lease = short_lease();
     let answered = Arc::new(Notify::new());
     let crashing = RunningRelay::start(
         db.relay()?

@@ -11,9 +11,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Notify;
 use tokio_postgres::Client;
-use txoutbox::{RelayConfig, Sink};
+use txoutbox::Sink;
 use txoutbox_test_support::raw_http::{closed_port, response, Behaviour, RawHttpServer};
-use txoutbox_test_support::relay::{HangAfter, RunningRelay};
+use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
 use txoutbox_test_support::{test_db, wait_for_count};
 use txoutbox_webhook::{verify, Webhook, WebhookConfig, WebhookSecret, WebhookSink};
 
@@ -179,15 +179,6 @@ fn short_timeout(url: &str) -> anyhow::Result<WebhookSink> {
         ..WebhookConfig::default()
     };
     Ok(WebhookSink::with_config(url, secret(), config)?)
-}
-
-fn short_lease() -> RelayConfig {
-    RelayConfig {
-        lease: Duration::from_secs(1),
-        poll_interval: Duration::from_millis(50),
-        reclaim_interval: Duration::from_millis(100),
-        ..RelayConfig::default()
-    }
 }
 
 #[tokio::test]

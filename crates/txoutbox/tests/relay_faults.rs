@@ -9,40 +9,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio_postgres::Client;
 use txoutbox::{
     enqueue, Completion, CompletionHook, Delivery, DeliveryError, DestinationPolicy, OutboxMessage,
     Receipt, RelayConfig, RetryPolicy, Semantics, Sink,
 };
+use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{
     quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay,
 };
-use txoutbox_test_support::{test_db, wait_for_count};
+use txoutbox_test_support::{count, test_db, wait_for_count};
 
 type TestResult = anyhow::Result<()>;
-
-async fn count(client: &Client, sql: &str) -> anyhow::Result<i64> {
-    Ok(client.query_one(sql, &[]).await?.get(0))
-}
-
-/// Enqueues one message per (destination, downstream key), in one transaction.
-async fn enqueue_rows(client: &mut Client, rows: &[(&str, String)]) -> anyhow::Result<()> {
-    let tx = client.transaction().await?;
-    let messages = rows
-        .iter()
-        .map(|(destination, key)| {
-            OutboxMessage::new(destination, &serde_json::json!({ "key": key }))
-                .map(|m| m.with_downstream_key(key.clone()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    enqueue(&tx, &messages).await?;
-    tx.commit().await?;
-    Ok(())
-}
-
-fn keys(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}-{i}")).collect()
-}
 
 /// Answers every call with the same error (and records the calls).
 #[derive(Clone)]
@@ -69,9 +46,16 @@ fn calls_per_key(sink: &RecordingSink) -> HashMap<String, usize> {
 async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let mut rows = vec![("webhook", "poison".to_owned())];
-    rows.extend(keys("good", 10).into_iter().map(|k| ("email", k)));
-    enqueue_rows(&mut client, &rows).await?;
+    message(&mut client)
+        .destination("webhook")
+        .key("poison")
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("email")
+        .key("good")
+        .create_many(10)
+        .await?;
     let poison = Failing(
         RecordingSink::new(),
         DeliveryError::retryable("HTTP 500: \0\0\u{1}binary\0body"),
@@ -131,7 +115,11 @@ async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResul
 async fn a_retry_after_of_ten_trillion_seconds_waits_the_policys_cap() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_rows(&mut client, &[("stripe", "later".to_owned())]).await?;
+    message(&mut client)
+        .destination("stripe")
+        .key("later")
+        .create()
+        .await?;
     let sink = txoutbox_test_support::relay::ScriptedSink::new([Err(DeliveryError::retry_after(
         "429 Too Many Requests",
         Duration::from_secs(10_000_000_000_000),
@@ -172,9 +160,16 @@ async fn a_completion_the_database_refuses_does_not_hold_its_batch() -> TestResu
                FOR EACH ROW EXECUTE FUNCTION refuse_marker();",
         )
         .await?;
-    let mut rows = vec![("webhook", "poison".to_owned())];
-    rows.extend(keys("good", 20).into_iter().map(|k| ("email", k)));
-    enqueue_rows(&mut client, &rows).await?;
+    message(&mut client)
+        .destination("webhook")
+        .key("poison")
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("email")
+        .key("good")
+        .create_many(20)
+        .await?;
     let poison = Failing(RecordingSink::new(), DeliveryError::retryable("refuse-me"));
     let good = RecordingSink::new();
     let relay = RunningRelay::start(
@@ -223,14 +218,11 @@ async fn a_completion_the_database_refuses_does_not_hold_its_batch() -> TestResu
 async fn shutdown_returns_in_time_when_no_completion_can_be_written() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_rows(
-        &mut client,
-        &keys("wedged", 100)
-            .into_iter()
-            .map(|k| ("email", k))
-            .collect::<Vec<_>>(),
-    )
-    .await?;
+    message(&mut client)
+        .destination("email")
+        .key("wedged")
+        .create_many(100)
+        .await?;
     // Every delivered completion waits for this lock: the completer is wedged.
     let mut locker = db.connect().await?;
     let lock = locker.transaction().await?;
@@ -295,14 +287,11 @@ async fn a_shutdown_during_a_claim_leaves_no_row_leased() -> TestResult {
                FOR EACH ROW EXECUTE FUNCTION slow_claim();",
         )
         .await?;
-    enqueue_rows(
-        &mut client,
-        &keys("mid-claim", 50)
-            .into_iter()
-            .map(|k| ("sms", k))
-            .collect::<Vec<_>>(),
-    )
-    .await?;
+    message(&mut client)
+        .destination("sms")
+        .key("mid-claim")
+        .create_many(50)
+        .await?;
     let sink = RecordingSink::new();
     let at_most_once = DestinationPolicy {
         semantics: Semantics::AtMostOnce,
@@ -433,7 +422,11 @@ impl Sink for SlowFirstCall {
 async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_rows(&mut client, &[("webhook", "slow".to_owned())]).await?;
+    message(&mut client)
+        .destination("webhook")
+        .key("slow")
+        .create()
+        .await?;
     let sink = SlowFirstCall {
         first: Duration::from_secs(3),
         ..SlowFirstCall::default()
@@ -565,14 +558,11 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
              ANALYZE txoutbox_messages;",
         )
         .await?;
-    enqueue_rows(
-        &mut client,
-        &keys("other", 2000)
-            .into_iter()
-            .map(|k| ("email", k))
-            .collect::<Vec<_>>(),
-    )
-    .await?;
+    message(&mut client)
+        .destination("email")
+        .key("other")
+        .create_many(2000)
+        .await?;
     let read = "SELECT idx_tup_read FROM pg_stat_user_indexes \
                 WHERE indexrelname = 'txoutbox_messages_due'";
     client
@@ -629,7 +619,11 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
 async fn the_default_policy_at_most_once_applies_to_every_destination() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_rows(&mut client, &[("sms", "amo-default".to_owned())]).await?;
+    message(&mut client)
+        .destination("sms")
+        .key("amo-default")
+        .create()
+        .await?;
     let at_most_once = DestinationPolicy {
         semantics: Semantics::AtMostOnce,
         ..DestinationPolicy::default()
@@ -675,14 +669,16 @@ async fn the_default_policy_at_most_once_applies_to_every_destination() -> TestR
 async fn an_at_most_once_call_without_an_answer_is_unknown_and_not_repeated() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_rows(
-        &mut client,
-        &[
-            ("sms", "no-answer".to_owned()),
-            ("push", "retried".to_owned()),
-        ],
-    )
-    .await?;
+    message(&mut client)
+        .destination("sms")
+        .key("no-answer")
+        .create()
+        .await?;
+    message(&mut client)
+        .destination("push")
+        .key("retried")
+        .create()
+        .await?;
     let sms = Failing(
         RecordingSink::new(),
         DeliveryError::indeterminate("timed out after sending"),
@@ -822,7 +818,11 @@ async fn a_failing_hook_keeps_the_attempt_and_its_receipt_in_the_log() -> TestRe
              INSERT INTO charges VALUES ('hooked', 'pending')",
         )
         .await?;
-    enqueue_rows(&mut client, &[("stripe", "hooked".to_owned())]).await?;
+    message(&mut client)
+        .destination("stripe")
+        .key("hooked")
+        .create()
+        .await?;
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let entered = Arc::new(tokio::sync::Notify::new());
     let sink = RecordingSink::new();
@@ -893,7 +893,11 @@ async fn a_slow_hook_does_not_hold_other_completions() -> TestResult {
              INSERT INTO charges VALUES ('slow-hook', 'pending')",
         )
         .await?;
-    enqueue_rows(&mut client, &[("stripe", "slow-hook".to_owned())]).await?;
+    message(&mut client)
+        .destination("stripe")
+        .key("slow-hook")
+        .create()
+        .await?;
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let entered = Arc::new(tokio::sync::Notify::new());
     let relay = RunningRelay::start(
@@ -911,14 +915,11 @@ async fn a_slow_hook_does_not_hold_other_completions() -> TestResult {
             .build()?,
     );
     tokio::time::timeout(Duration::from_secs(10), entered.notified()).await?;
-    enqueue_rows(
-        &mut client,
-        &keys("meanwhile", 20)
-            .into_iter()
-            .map(|k| ("email", k))
-            .collect::<Vec<_>>(),
-    )
-    .await?;
+    message(&mut client)
+        .destination("email")
+        .key("meanwhile")
+        .create_many(20)
+        .await?;
     let delivered = wait_for_count(
         &client,
         "SELECT count(*) FROM txoutbox_delivered WHERE destination = 'email'",
@@ -944,11 +945,11 @@ async fn a_slow_hook_does_not_hold_other_completions() -> TestResult {
 async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let rows: Vec<_> = keys("row", 3_000)
-        .into_iter()
-        .map(|k| ("email", k))
-        .collect();
-    enqueue_rows(&mut client, &rows).await?;
+    message(&mut client)
+        .destination("email")
+        .key("row")
+        .create_many(3_000)
+        .await?;
     // Every new session of this role in this database: 1 ms, less than claiming 500 rows takes.
     client
         .batch_execute(&format!(
@@ -994,9 +995,16 @@ async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestRe
 async fn every_attempt_row_names_its_destination() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let mut rows: Vec<_> = keys("ok", 3).into_iter().map(|k| ("email", k)).collect();
-    rows.extend(keys("bad", 2).into_iter().map(|k| ("webhook", k)));
-    enqueue_rows(&mut client, &rows).await?;
+    message(&mut client)
+        .destination("email")
+        .key("ok")
+        .create_many(3)
+        .await?;
+    message(&mut client)
+        .destination("webhook")
+        .key("bad")
+        .create_many(2)
+        .await?;
     let relay = RunningRelay::start(
         db.relay()?
             .sink("email", RecordingSink::new())

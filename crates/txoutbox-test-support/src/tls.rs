@@ -1,5 +1,5 @@
 //! Certificates for TLS tests: a CA of the test's own and server certificates it signs, for a
-//! [`Cluster`](crate::Cluster) started with [`ClusterOptions::tls`](crate::ClusterOptions), and
+//! [`Cluster`] started with [`ClusterOptions::tls`](crate::ClusterOptions), and
 //! [`TlsServer`], such a cluster with its CA's file ready for `sslrootcert`.
 
 use std::path::{Path, PathBuf};

@@ -9,44 +9,23 @@ use txoutbox::{
     enqueue, Completion, CompletionHook, Delivery, DeliveryError, DestinationPolicy, OutboxMessage,
     Receipt, RelayConfig, Semantics, Sink, WakeMode,
 };
+use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{
     quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay, ScriptedSink,
 };
-use txoutbox_test_support::{test_db, wait_for_count, Cluster, ClusterOptions, TestDb};
+use txoutbox_test_support::{count, test_db, wait_for_count, Cluster, ClusterOptions, TestDb};
 
 type TestResult = anyhow::Result<()>;
-
-async fn count(client: &Client, sql: &str) -> anyhow::Result<i64> {
-    Ok(client.query_one(sql, &[]).await?.get(0))
-}
-
-/// Enqueues `n` messages to `destination` with keys `{prefix}-{i}`, in batches of 500.
-async fn enqueue_many(
-    client: &mut Client,
-    destination: &str,
-    prefix: &str,
-    n: usize,
-) -> anyhow::Result<()> {
-    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
-        let tx = client.transaction().await?;
-        let messages = chunk
-            .iter()
-            .map(|i| {
-                OutboxMessage::new(destination, &serde_json::json!({ "n": i }))
-                    .map(|m| m.with_downstream_key(format!("{prefix}-{i}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        enqueue(&tx, &messages).await?;
-        tx.commit().await?;
-    }
-    Ok(())
-}
 
 #[tokio::test]
 async fn committed_rows_are_delivered_and_leave_the_hot_table() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "email", "k", 100).await?;
+    message(&mut client)
+        .destination("email")
+        .key("k")
+        .create_many(100)
+        .await?;
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
     assert_eq!(sink.wait_for(100, Duration::from_secs(20)).await, 100);
@@ -88,7 +67,11 @@ async fn attempt_log(client: &Client, key: &str) -> anyhow::Result<Vec<(String, 
 async fn ten_thousand_rows_three_relays_each_delivered_exactly_once() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "email", "bulk", 10_000).await?;
+    message(&mut client)
+        .destination("email")
+        .key("bulk")
+        .create_many(10_000)
+        .await?;
     let sink = RecordingSink::new();
     let relays: Vec<RunningRelay> = (0..3)
         .map(|_| {
@@ -128,7 +111,11 @@ async fn ten_thousand_rows_three_relays_each_delivered_exactly_once() -> TestRes
 async fn a_killed_relay_is_redelivered_with_the_same_key_after_its_lease() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "email", "crash", 1).await?;
+    message(&mut client)
+        .destination("email")
+        .key("crash")
+        .create_many(1)
+        .await?;
     let first_sink = HangAfter::new(RecordingSink::new());
     let delivered = first_sink.delivered.clone();
     let config = db.relay()?;
@@ -164,7 +151,11 @@ async fn a_killed_relay_is_redelivered_with_the_same_key_after_its_lease() -> Te
 async fn a_retryable_failure_is_retried_then_delivered() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "email", "retry", 1).await?;
+    message(&mut client)
+        .destination("email")
+        .key("retry")
+        .create_many(1)
+        .await?;
     let sink = ScriptedSink::new([
         Err(DeliveryError::retryable("connection reset")),
         Err(DeliveryError::retryable("timed out")),
@@ -277,7 +268,11 @@ async fn each_attempt_forwards_its_own_span_of_the_enqueued_trace() -> TestResul
 async fn retry_after_from_the_sink_is_honoured() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "email", "later", 1).await?;
+    message(&mut client)
+        .destination("email")
+        .key("later")
+        .create_many(1)
+        .await?;
     let sink = ScriptedSink::new([Err(DeliveryError::retry_after(
         "429 slow down",
         Duration::from_millis(1500),
@@ -320,7 +315,11 @@ async fn retry_after_from_the_sink_is_honoured() -> TestResult {
 async fn a_permanent_error_dead_letters_at_once() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "email", "perm", 1).await?;
+    message(&mut client)
+        .destination("email")
+        .key("perm")
+        .create_many(1)
+        .await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("550 no such user"))]);
     let relay = RunningRelay::start(
         db.relay()?
@@ -359,7 +358,11 @@ async fn a_permanent_error_dead_letters_at_once() -> TestResult {
 async fn the_last_attempt_dead_letters() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "email", "max", 1).await?;
+    message(&mut client)
+        .destination("email")
+        .key("max")
+        .create_many(1)
+        .await?;
     let sink =
         ScriptedSink::new((0..10).map(|i| Err(DeliveryError::retryable(format!("fail {i}")))));
     let relay = RunningRelay::start(
@@ -398,7 +401,11 @@ async fn the_last_attempt_dead_letters() -> TestResult {
 async fn an_unknown_destination_is_a_recorded_permanent_error() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "carrier-pigeon", "coo", 1).await?;
+    message(&mut client)
+        .destination("carrier-pigeon")
+        .key("coo")
+        .create_many(1)
+        .await?;
     let relay = RunningRelay::start(db.relay()?.sink("email", RecordingSink::new()).build()?);
     assert_eq!(
         wait_for_count(
@@ -440,7 +447,11 @@ impl Sink for PanicsOnBoom {
 async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "email", "boom", 5).await?;
+    message(&mut client)
+        .destination("email")
+        .key("boom")
+        .create_many(5)
+        .await?;
     let sink = PanicsOnBoom::default();
     let relay = RunningRelay::start(
         db.relay()?
@@ -488,7 +499,11 @@ impl Sink for SlowSink {
 async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "slow", "s", 4).await?;
+    message(&mut client)
+        .destination("slow")
+        .key("s")
+        .create_many(4)
+        .await?;
     let slow = SlowSink(RecordingSink::new(), Duration::from_secs(5));
     let fast = RecordingSink::new();
     let relay = RunningRelay::start(
@@ -503,7 +518,11 @@ async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
             .build()?,
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    enqueue_many(&mut client, "fast", "f", 20).await?;
+    message(&mut client)
+        .destination("fast")
+        .key("f")
+        .create_many(20)
+        .await?;
     assert_eq!(fast.wait_for(20, Duration::from_secs(3)).await, 20);
     assert_eq!(slow.0.count(), 0, "the slow deliveries are still running");
     relay.stop().await?;
@@ -625,7 +644,11 @@ async fn a_postgres_restart_while_relaying_loses_no_row() -> TestResult {
     let cluster = Cluster::private(&ClusterOptions::default())?;
     let db = TestDb::create_on(&cluster.admin()).await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "email", "restart", 3_000).await?;
+    message(&mut client)
+        .destination("email")
+        .key("restart")
+        .create_many(3_000)
+        .await?;
     drop(client);
     let sink = SlowSink(RecordingSink::new(), Duration::from_millis(2));
     let relay = RunningRelay::start(
@@ -692,7 +715,11 @@ impl Sink for PausedSink {
 async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "email", "fence", 1).await?;
+    message(&mut client)
+        .destination("email")
+        .key("fence")
+        .create_many(1)
+        .await?;
     // Relay A is paused mid-call past A's lease; relay B takes the row over and delivers it.
     let sleepy = PausedSink(RecordingSink::new(), Duration::from_millis(2500));
     // A runs on a runtime of its own, as a process of its own would.
@@ -785,7 +812,11 @@ async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redeliv
 {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "sms", "amo", 1).await?;
+    message(&mut client)
+        .destination("sms")
+        .key("amo")
+        .create_many(1)
+        .await?;
     let at_most_once = DestinationPolicy {
         semantics: Semantics::AtMostOnce,
         ..DestinationPolicy::default()
@@ -839,7 +870,11 @@ async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redeliv
 async fn shutdown_lets_in_flight_deliveries_finish() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "email", "drain", 10).await?;
+    message(&mut client)
+        .destination("email")
+        .key("drain")
+        .create_many(10)
+        .await?;
     let sink = SlowSink(RecordingSink::new(), Duration::from_millis(500));
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
     wait_for_count(
@@ -866,7 +901,11 @@ async fn shutdown_lets_in_flight_deliveries_finish() -> TestResult {
 async fn shutdown_releases_what_does_not_finish_within_the_grace_period() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    enqueue_many(&mut client, "email", "cut", 5).await?;
+    message(&mut client)
+        .destination("email")
+        .key("cut")
+        .create_many(5)
+        .await?;
     let sink = SlowSink(RecordingSink::new(), Duration::from_secs(60));
     let relay = RunningRelay::start(
         db.relay()?
@@ -916,7 +955,11 @@ async fn poll_only_mode_delivers_without_listen() -> TestResult {
             .build()?,
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    enqueue_many(&mut client, "email", "poll", 3).await?;
+    message(&mut client)
+        .destination("email")
+        .key("poll")
+        .create_many(3)
+        .await?;
     assert_eq!(sink.wait_for(3, Duration::from_secs(10)).await, 3);
     relay.stop().await?;
     Ok(())
@@ -943,7 +986,11 @@ async fn the_write_paths_hint_wakes_a_listening_relay_before_its_poll() -> TestR
     }
     // Let the first (empty) claim pass, so the relay is waiting on its 300 s poll.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    enqueue_many(&mut client, "email", "hint", 1).await?;
+    message(&mut client)
+        .destination("email")
+        .key("hint")
+        .create_many(1)
+        .await?;
     txoutbox::RelayWaker::spawn(db.pool(1)?).wake();
     assert_eq!(
         sink.wait_for(1, Duration::from_secs(10)).await,
@@ -995,7 +1042,11 @@ async fn a_completion_hook_commits_with_the_completion() -> TestResult {
              INSERT INTO charges VALUES ('hook-0', 'pending')",
         )
         .await?;
-    enqueue_many(&mut client, "stripe", "hook", 1).await?;
+    message(&mut client)
+        .destination("stripe")
+        .key("hook")
+        .create_many(1)
+        .await?;
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(

@@ -1,7 +1,6 @@
 //! Throwaway Postgres clusters started from the server binaries on this machine.
 
 use std::fs::{self, File};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -9,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::tls::ServerCert;
-use crate::ConnInfo;
+use crate::{free_port, ConnInfo};
 
 /// How a cluster is set up.
 #[derive(Debug, Clone)]
@@ -314,8 +313,4 @@ fn run_as_server_user(program: &Path, dir: &Path, args: impl FnOnce(&mut Command
         );
     }
     Ok(())
-}
-
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

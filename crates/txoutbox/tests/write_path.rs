@@ -9,7 +9,7 @@ use txoutbox::{
     begin, enqueue, Begin, Error, Fingerprint, IdempotencyKey, KeyError, OutboxMessage, RelayWaker,
     Scope, StoredResponse,
 };
-use txoutbox_test_support::{test_db, Cluster, ClusterOptions, TestDb};
+use txoutbox_test_support::{count, test_db, Cluster, ClusterOptions, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -45,13 +45,6 @@ async fn db_with_orders() -> anyhow::Result<(TestDb, Client)> {
         .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, note text NOT NULL)")
         .await?;
     Ok((db, client))
-}
-
-async fn count(client: &Client, table: &str) -> anyhow::Result<i64> {
-    Ok(client
-        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
-        .await?
-        .get(0))
 }
 
 /// The handler every test runs: one business row, two effects, a 201.

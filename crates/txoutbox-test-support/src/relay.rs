@@ -1,5 +1,5 @@
-//! Relay helpers for tests: a recording sink, a scripted sink, and a relay running in the
-//! background with a handle to stop it.
+//! Relay helpers for tests: a recording sink, a scripted sink, a relay running in the background
+//! with a handle to stop it, and test timings ([`relay_config`], [`short_lease`]).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -208,6 +208,24 @@ impl<S: Sink> Sink for HangAfter<S> {
         self.inner.deliver(delivery).await?;
         self.delivered.notify_one();
         std::future::pending().await
+    }
+}
+
+/// Test-friendly relay timings: poll every 50 ms, reclaim expired leases every 100 ms (what
+/// [`TestDb::relay`](crate::TestDb::relay) starts from).
+pub fn relay_config() -> txoutbox::RelayConfig {
+    txoutbox::RelayConfig {
+        poll_interval: Duration::from_millis(50),
+        reclaim_interval: Duration::from_millis(100),
+        ..txoutbox::RelayConfig::default()
+    }
+}
+
+/// [`relay_config`] with a lease of 1 s, for tests where a lease expires.
+pub fn short_lease() -> txoutbox::RelayConfig {
+    txoutbox::RelayConfig {
+        lease: Duration::from_secs(1),
+        ..relay_config()
     }
 }
 

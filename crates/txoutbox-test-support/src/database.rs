@@ -181,13 +181,7 @@ impl TestDb {
     /// A relay builder over this database, with test-friendly timings (poll 50 ms, reclaim
     /// 100 ms); sinks and policies are the test's to add.
     pub fn relay(&self) -> Result<txoutbox::RelayBuilder> {
-        Ok(
-            txoutbox::Relay::builder(self.info.config()?).config(txoutbox::RelayConfig {
-                poll_interval: std::time::Duration::from_millis(50),
-                reclaim_interval: std::time::Duration::from_millis(100),
-                ..txoutbox::RelayConfig::default()
-            }),
-        )
+        Ok(txoutbox::Relay::builder(self.info.config()?).config(crate::relay::relay_config()))
     }
 
     /// The connection configuration of this database.

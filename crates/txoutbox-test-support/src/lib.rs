@@ -14,17 +14,26 @@
 //! [`prometheus::sample`] reads one series of a metrics scrape; [`raw_http::RawHttpServer`] is a
 //! hostile HTTP peer (binary or endless bodies, silence, dropped connections) for the sinks' tests;
 //! [`tls::TestCa`] makes the certificates of a TLS cluster ([`ClusterOptions::tls`]).
+//!
+//! Arranging a test: [`factory::message`] writes outbox rows in any state; [`count`] and
+//! [`wait_for_count`] read counts; [`relay::relay_config`] and [`relay::short_lease`] are relay
+//! timings for tests; [`webhook::WebhookReceiver`] is a scripted HTTP receiver for real relays;
+//! [`free_port`] picks a loopback port.
 
 mod cluster;
+mod counts;
 mod database;
+pub mod factory;
 pub mod fake_stripe;
+mod port;
 pub mod prometheus;
 pub mod raw_http;
 pub mod relay;
 pub mod smtp;
 pub mod tls;
-mod wait;
+pub mod webhook;
 
 pub use cluster::{Cluster, ClusterOptions};
+pub use counts::{count, wait_for_count, wait_for_exact_count};
 pub use database::{test_db, ConnInfo, TestDb};
-pub use wait::wait_for_count;
+pub use port::{free_addr, free_port};

@@ -1,1 +1,0 @@
-//! End-to-end tests live in the `[[test]]` targets beside this file.
