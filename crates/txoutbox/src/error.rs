@@ -24,9 +24,15 @@ pub enum Error {
     /// A payload or header could not be serialised to JSON.
     #[error("the payload does not serialise to JSON: {0}")]
     Payload(#[from] serde_json::Error),
-    /// A message, scope or response that the library refuses to write (the text says why).
+    /// Caller input the library refuses to write: a message, scope, effect name, traceparent or
+    /// response (the text says why). A client's mistake or the service's: answer 400.
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// A state the library's own invariants rule out (a claimed key missing from its own
+    /// transaction, a query that must return a row returned none): a bug or a misuse such as
+    /// completing a claim on another connection. Answer 500.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// A configuration that cannot work, refused at start (the text names the setting).
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -47,7 +53,7 @@ impl Error {
             Error::StoreUnavailable(_) => 503,
             Error::Key(_) | Error::Invalid(_) | Error::Payload(_) => 400,
             Error::Conflict(_) => 409,
-            Error::Database(_) | Error::Migration(_) | Error::Config(_) => 500,
+            Error::Database(_) | Error::Migration(_) | Error::Config(_) | Error::Internal(_) => 500,
         }
     }
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 
-use crate::key::MAX_KEY_LEN;
 use crate::downstream_key::{check_downstream_key, derive_claim_downstream_key};
+use crate::key::MAX_KEY_LEN;
 use crate::outbox::{check_name, lock_ordering_keys, message_columns, Enqueued};
 use crate::store::{keys, TxExecutor};
 use crate::telemetry::{
@@ -269,7 +269,7 @@ pub async fn begin(
     }
     let row = keys::lookup_key(tx, &scope.name, key.as_str())
         .await?
-        .ok_or_else(|| Error::Invalid("the key vanished between claim and lookup".into()))?;
+        .ok_or_else(|| Error::Internal("the key vanished between claim and lookup".into()))?;
     if row.fingerprint != fp {
         count(IDEMPOTENCY_MISMATCHES, scope);
         return Ok(Begin::Mismatch);
@@ -420,7 +420,7 @@ impl Claim {
         )
         .await?
         .ok_or_else(|| {
-            Error::Invalid(
+            Error::Internal(
                 "the claimed key is not in this transaction (was it begun on another connection?)"
                     .into(),
             )

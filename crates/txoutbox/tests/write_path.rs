@@ -885,3 +885,34 @@ async fn the_callers_lock_timeout_is_restored_after_a_replay() -> TestResult {
     assert_eq!(timeout, "7s");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_claim_completed_in_another_transaction_is_an_internal_error_not_a_client_one(
+) -> TestResult {
+    let (db, mut client) = db_with_orders().await?;
+    let mut other = db.connect().await?;
+    let scope = Scope::new("charges")?;
+    let tx = client.transaction().await?;
+    let Begin::New(claim) = begin(&tx, &scope, &key("k-elsewhere"), &charge_fp(1)).await? else {
+        panic!("new key");
+    };
+    // The key row is not committed, so the other connection's transaction cannot see it.
+    let elsewhere = other.transaction().await?;
+    let err = claim
+        .complete(
+            &elsewhere,
+            &StoredResponse {
+                status: 201,
+                headers: vec![],
+                body: vec![],
+            },
+        )
+        .await
+        .expect_err("the key is not in that transaction");
+    assert!(matches!(err, Error::Internal(_)), "{err:?}");
+    assert_eq!(err.http_status(), 500);
+    drop(elsewhere);
+    drop(tx);
+    assert_eq!(count(&client, "txoutbox_idempotency_keys").await?, 0);
+    Ok(())
+}

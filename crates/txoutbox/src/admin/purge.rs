@@ -181,7 +181,8 @@ pub async fn prune_expired_keys(client: &Client, batch: i64) -> crate::Result<u6
     let batch = batch.max(1);
     let mut total = 0;
     loop {
-        let deleted = crate::store::keys::prune_expired(&crate::store::Unnamed(client), batch).await?;
+        let deleted =
+            crate::store::keys::prune_expired(&crate::store::Unnamed(client), batch).await?;
         total += deleted;
         if deleted < batch as u64 {
             return Ok(total);

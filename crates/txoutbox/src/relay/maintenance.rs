@@ -67,7 +67,7 @@ async fn sample_backlog(pool: &deadpool_postgres::Pool) -> Result<(i64, f64)> {
     let client = pool.get().await?;
     let backlog = store::messages::sample_backlog(&Pooled::unnamed(&client))
         .await?
-        .ok_or_else(|| Error::Invalid("the backlog sample returned no row".into()))?;
+        .ok_or_else(|| Error::Internal("the backlog sample returned no row".into()))?;
     Ok((backlog.pending, backlog.oldest_secs))
 }
 
