@@ -44,6 +44,7 @@ use claim::{claim, release_unstarted};
 use held::{Held, Stage};
 
 use crate::sink::{Completion, CompletionHook, Delivery, Sink};
+use crate::state::AttemptOutcome;
 use crate::{PgConfig, Result};
 
 /// The relay engine. `run` it in its own process (`txoutbox relay`) or inside a service.
@@ -127,15 +128,22 @@ enum Outcome {
 }
 
 impl Outcome {
-    fn as_str(self) -> &'static str {
+    /// What the attempt log stores for it ([`AttemptOutcome`]); `None` for an unstarted row,
+    /// which is given back without an attempt row.
+    fn logged(self) -> Option<AttemptOutcome> {
         match self {
-            Outcome::Delivered => "delivered",
-            Outcome::Retry => "retry",
-            Outcome::Failed => "failed",
-            Outcome::Unknown => "unknown",
-            Outcome::Released => "released",
-            Outcome::Unstarted => "unstarted",
+            Outcome::Delivered => Some(AttemptOutcome::Delivered),
+            Outcome::Retry => Some(AttemptOutcome::Retry),
+            Outcome::Failed => Some(AttemptOutcome::Failed),
+            Outcome::Unknown => Some(AttemptOutcome::Unknown),
+            Outcome::Released => Some(AttemptOutcome::Released),
+            Outcome::Unstarted => None,
         }
+    }
+
+    /// The value the completion statement reads (`unstarted` is the relay's own).
+    fn as_str(self) -> &'static str {
+        self.logged().map_or("unstarted", AttemptOutcome::as_str)
     }
 }
 
