@@ -201,7 +201,10 @@ fn split_pair<'a>(text: &'a str, form: &str) -> Result<(&'a str, &'a str), Strin
 
 /// Runs the relay until SIGINT or SIGTERM.
 pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
-    let signalled = shutdown_signal()?;
+    // Installed first, so a signal that arrives while the relay is still starting stops it
+    // gracefully instead of killing it. One signal stops both the relay and the metrics server.
+    let shutdown =
+        txoutbox::Shutdown::on_signal().context("installing the SIGINT and SIGTERM handlers")?;
     let pg = txoutbox::PgConfig::parse(url).context("DATABASE_URL")?;
     // Installed before anything records, so the first deliveries are counted too.
     let prometheus = match args.observability.metrics_addr {
@@ -365,23 +368,14 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         ),
         _ => None,
     };
-    // One signal stops both the relay and the metrics server.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        signalled.await;
-        let _ = stop_tx.send(true);
-    });
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
     tracing::info!(owner = %relay.owner(), sinks = ?sinks, "relay starting");
     let serving = async {
         match server {
-            Some(server) => server.run(stopped(stop_rx.clone())).await,
+            Some(server) => server.run(shutdown.wait()).await,
             None => Ok(()),
         }
     };
-    let (report, served) = tokio::join!(relay.run(stopped(stop_rx.clone())), serving);
+    let (report, served) = tokio::join!(relay.run(shutdown.wait()), serving);
     let report = report?;
     tracing::info!(
         claimed = report.claimed,
@@ -507,29 +501,6 @@ fn webhook_secret(
         .with_context(|| format!("no --webhook-secret for webhook destination {destination}"))?;
     txoutbox_webhook::WebhookSecret::parse(secret)
         .map_err(|e| anyhow::anyhow!("the webhook secret of {destination}: {e}"))
-}
-
-/// Installs the SIGINT and SIGTERM handlers at once, so a signal that arrives while the relay is
-/// still starting stops it gracefully instead of killing it; the future resolves on the first.
-pub(crate) fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-        let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-        Ok(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        })
-    }
-    #[cfg(not(unix))]
-    {
-        Ok(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-    }
 }
 
 /// Writes each delivery as one JSON line on standard output: for audit trails, debugging and

@@ -54,6 +54,7 @@ mod outbox;
 mod pg;
 mod prune;
 mod relay;
+mod shutdown;
 mod sink;
 mod sql;
 pub mod telemetry;
@@ -88,6 +89,7 @@ pub use relay::{
     reclaim_expired, Breaker, DestinationPolicy, FlowControl, RateLimit, Relay, RelayBuilder,
     RelayConfig, RelayReport, RetryPolicy, Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
 };
+pub use shutdown::Shutdown;
 pub use sink::{
     error_chain, parse_retry_after, Completion, CompletionHook, Delivery, DeliveryError, Receipt,
     Sink,
