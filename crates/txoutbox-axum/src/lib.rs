@@ -40,10 +40,13 @@
 //! `type` resolves to its documentation ([`set_problem_base`]; by default the README).
 //!
 //! Layout: `extract` holds the [`Idempotent`] extractor and the begin/complete steps; `problem`
-//! holds [`Problem`], the error answer; `prometheus` (feature `prometheus`) a recorder sized for
-//! txoutbox's histograms and the `GET /metrics` route.
+//! holds [`Problem`], the error answer; [`health`] the `/healthz` and `/readyz` routes of a
+//! process that runs a relay (and, with the feature `prometheus`, `MetricsServer`, those two with
+//! `/metrics` on an address of their own); `prometheus` (feature `prometheus`) a recorder sized
+//! for txoutbox's histograms and the `GET /metrics` route.
 
 mod extract;
+pub mod health;
 mod problem;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
