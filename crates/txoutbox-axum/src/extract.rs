@@ -2,20 +2,17 @@
 //! or refuse), the handler's own work, complete (store the answer and commit).
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use deadpool_postgres::Transaction;
+use txoutbox::telemetry::TRACEPARENT;
 use txoutbox::{Begin, Claim, Enqueued, Fingerprint, IdempotencyKey, Scope, StoredResponse};
 
-use crate::Problem;
+use crate::{IdempotencyRejection, Problem};
 
 /// The request header carrying the key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
-
-/// The W3C trace-context request header; its value is attached to the request's effects.
-pub const TRACEPARENT: &str = "traceparent";
 
 /// The response header marking a replayed answer (as Stripe does).
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
@@ -23,7 +20,7 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 /// An idempotent request: its key, its fingerprint and its body, read once.
 ///
 /// Extracting it consumes the body (use [`Idempotent::body`] or [`Idempotent::json`]). It rejects
-/// with 400 a request other than GET/HEAD without a key, any request with a malformed key, and
+/// ([`IdempotencyRejection`]) with 400 a request other than GET/HEAD without a key, any request with a malformed key, and
 /// one with two `Idempotency-Key` fields (or a list in one). The key is read as
 /// [`IdempotencyKey::from_header`] says: `"8e03978e-…"` (an RFC 8941 sf-string, as the
 /// draft defines the header) and `8e03978e-…` (bare) are the same key. A key shorter than the
@@ -47,7 +44,7 @@ pub enum Started {
 }
 
 impl<S: Send + Sync> FromRequest<S> for Idempotent {
-    type Rejection = Response;
+    type Rejection = IdempotencyRejection;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         let method = request.method().clone();
@@ -57,7 +54,7 @@ impl<S: Send + Sync> FromRequest<S> for Idempotent {
             .path_and_query()
             .map(|p| p.as_str().to_owned())
             .unwrap_or_else(|| request.uri().path().to_owned());
-        let key = key_from(request.headers(), &method).map_err(IntoResponse::into_response)?;
+        let key = key_from(request.headers(), &method)?;
         // The caller's trace context, for the effects; a malformed one is ignored (W3C: a
         // receiver restarts the trace rather than refusing the request).
         let traceparent = request
@@ -68,7 +65,7 @@ impl<S: Send + Sync> FromRequest<S> for Idempotent {
             .map(str::to_owned);
         let body = Bytes::from_request(request, state)
             .await
-            .map_err(|rejection| body_problem(&rejection).into_response())?;
+            .map_err(IdempotencyRejection::Body)?;
         Ok(Self {
             fingerprint: Fingerprint::new(method.as_str(), &route, &body),
             key,
@@ -78,38 +75,29 @@ impl<S: Send + Sync> FromRequest<S> for Idempotent {
     }
 }
 
-/// A body that could not be read (over the size limit: 413) as a problem document, like every
-/// other refusal of the extractor.
-fn body_problem(rejection: &BytesRejection) -> Problem {
-    let status = rejection.status();
-    if status == StatusCode::PAYLOAD_TOO_LARGE {
-        return Problem::body_too_large(rejection.body_text());
-    }
-    let mut problem = Problem::invalid_body(rejection.body_text());
-    problem.status = status;
-    problem
-}
-
 /// The request's key: one `Idempotency-Key` field holding one sf-string (or bare key).
-fn key_from(headers: &HeaderMap, method: &Method) -> Result<Option<IdempotencyKey>, Problem> {
+fn key_from(
+    headers: &HeaderMap,
+    method: &Method,
+) -> Result<Option<IdempotencyKey>, IdempotencyRejection> {
     let mut fields = headers.get_all(IDEMPOTENCY_KEY).iter();
     let Some(value) = fields.next() else {
         return if method == Method::GET || method == Method::HEAD {
             Ok(None)
         } else {
-            Err(Problem::missing_key())
+            Err(IdempotencyRejection::MissingKey)
         };
     };
     // The draft: a client MUST NOT send more than one; which one would be the key is a guess.
     if fields.next().is_some() {
-        return Err(Problem::multiple_keys());
+        return Err(IdempotencyRejection::MultipleKeys);
     }
     let text = value
         .to_str()
-        .map_err(|_| Problem::malformed_key("the key must be visible ASCII"))?;
+        .map_err(|_| IdempotencyRejection::NotVisibleAscii)?;
     IdempotencyKey::from_header(text)
         .map(Some)
-        .map_err(|e| Problem::from(&e))
+        .map_err(IdempotencyRejection::InvalidKey)
 }
 
 impl Idempotent {

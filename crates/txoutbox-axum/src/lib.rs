@@ -39,18 +39,24 @@
 //! Every error is an RFC 9457 problem document ([`Problem`], `application/problem+json`) whose
 //! `type` resolves to its documentation ([`set_problem_base`]; by default the README).
 //!
-//! Layout: `extract` holds the [`Idempotent`] extractor and the begin/complete steps; `problem`
-//! holds [`Problem`], the error answer; `prometheus` (feature `prometheus`) a recorder sized for
-//! txoutbox's histograms and the `GET /metrics` route.
+//! Layout: `extract` holds the [`Idempotent`] extractor and the begin/complete steps;
+//! `rejection` its refusals ([`IdempotencyRejection`]); `problem` holds [`Problem`], the error
+//! answer; [`health`] the `/healthz` and `/readyz` routes of a process that runs a relay (and,
+//! with the feature `prometheus`, `MetricsServer`: those two and `/metrics` on an address of
+//! their own); `prometheus` (feature `prometheus`) a recorder sized for txoutbox's histograms and
+//! the `GET /metrics` route.
 
 mod extract;
+pub mod health;
 mod problem;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
+mod rejection;
 
-pub use extract::{
-    Idempotent, Prepared, Started, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, TRACEPARENT,
-};
+pub use extract::{Idempotent, Prepared, Started, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use problem::{
     problem_type, set_problem_base, status_title, Problem, DEFAULT_PROBLEM_BASE, PROBLEM_JSON,
 };
+pub use rejection::IdempotencyRejection;
+/// The W3C trace-context request header; its value is attached to the request's effects.
+pub use txoutbox::telemetry::TRACEPARENT;

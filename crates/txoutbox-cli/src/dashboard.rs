@@ -69,7 +69,11 @@ pub async fn run(url: &str, args: DashboardArgs) -> Result<()> {
         .with_context(|| format!("cannot listen on {addr}"))?;
     println!("dashboard on http://{}", listener.local_addr()?);
     axum::serve(listener, router)
-        .with_graceful_shutdown(crate::relay::shutdown_signal()?)
+        .with_graceful_shutdown(
+            txoutbox::Shutdown::on_signal()
+                .context("installing the SIGINT and SIGTERM handlers")?
+                .wait(),
+        )
         .await
         .context("the dashboard server failed")
 }

@@ -1,7 +1,6 @@
 //! `txoutbox relay`: the relay as its own process. Flags (or their env variables) set the
 //! relay's knobs and register the built-in sinks; SIGINT/SIGTERM stop it gracefully.
 
-use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,7 +10,7 @@ use txoutbox::{
     Delivery, DeliveryError, DestinationPolicy, Receipt, Relay, RelayConfig, RetryPolicy,
     Semantics, Sink, WakeMode,
 };
-use txoutbox_axum::prometheus::PrometheusHandle;
+use txoutbox_axum::health::MetricsServer;
 
 /// Options of `txoutbox relay`.
 #[derive(Debug, clap::Args)]
@@ -201,7 +200,10 @@ fn split_pair<'a>(text: &'a str, form: &str) -> Result<(&'a str, &'a str), Strin
 
 /// Runs the relay until SIGINT or SIGTERM.
 pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
-    let signalled = shutdown_signal()?;
+    // Installed first, so a signal that arrives while the relay is still starting stops it
+    // gracefully instead of killing it. One signal stops both the relay and the metrics server.
+    let shutdown =
+        txoutbox::Shutdown::on_signal().context("installing the SIGINT and SIGTERM handlers")?;
     let pg = txoutbox::PgConfig::parse(url).context("DATABASE_URL")?;
     // Installed before anything records, so the first deliveries are counted too.
     let prometheus = match args.observability.metrics_addr {
@@ -365,23 +367,14 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         ),
         _ => None,
     };
-    // One signal stops both the relay and the metrics server.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        signalled.await;
-        let _ = stop_tx.send(true);
-    });
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
     tracing::info!(owner = %relay.owner(), sinks = ?sinks, "relay starting");
     let serving = async {
         match server {
-            Some(server) => server.run(stopped(stop_rx.clone())).await,
+            Some(server) => server.run(shutdown.wait()).await,
             None => Ok(()),
         }
     };
-    let (report, served) = tokio::join!(relay.run(stopped(stop_rx.clone())), serving);
+    let (report, served) = tokio::join!(relay.run(shutdown.wait()), serving);
     let report = report?;
     tracing::info!(
         claimed = report.claimed,
@@ -389,104 +382,6 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         "relay stopped"
     );
     served.context("the metrics server failed")
-}
-
-/// How long `/readyz` waits for the database's `SELECT 1`.
-const READY_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The relay process's observability endpoints: `/metrics` (Prometheus text), `/healthz` (200
-/// while the process runs) and `/readyz` (200 when the database answers through the relay's pool
-/// and, unless poll-only, the LISTEN connection is up; 503 with the reason otherwise).
-pub struct MetricsServer {
-    listener: tokio::net::TcpListener,
-    prometheus: PrometheusHandle,
-    state: ServerState,
-}
-
-/// What `/readyz` checks.
-#[derive(Clone)]
-struct ServerState {
-    relay: Relay,
-    poll_only: bool,
-}
-
-impl MetricsServer {
-    /// Binds `addr` (so a taken port fails before the relay starts).
-    pub async fn bind(
-        addr: SocketAddr,
-        prometheus: PrometheusHandle,
-        relay: &Relay,
-        poll_only: bool,
-    ) -> Result<Self> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        tracing::info!(addr = %listener.local_addr()?, "metrics server listening");
-        Ok(Self {
-            listener,
-            prometheus,
-            state: ServerState {
-                relay: relay.clone(),
-                poll_only,
-            },
-        })
-    }
-
-    /// Serves until `shutdown` resolves, then finishes the requests in progress and returns.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
-        use axum::routing::get;
-        let router = axum::Router::new()
-            .route(
-                "/metrics",
-                txoutbox_axum::prometheus::route(self.prometheus),
-            )
-            .route("/healthz", get(|| async { "ok\n" }))
-            .route("/readyz", get(readiness))
-            .with_state(self.state);
-        axum::serve(self.listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await?;
-        Ok(())
-    }
-}
-
-async fn readiness(
-    axum::extract::State(state): axum::extract::State<ServerState>,
-) -> (axum::http::StatusCode, String) {
-    use axum::http::StatusCode;
-    let pool = state.relay.pool().clone();
-    let probe = tokio::time::timeout(READY_TIMEOUT, async move {
-        let client = pool.get().await.map_err(|e| e.to_string())?;
-        client
-            .simple_query("SELECT 1")
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
-    .await;
-    match probe {
-        Err(_) => {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "not ready: the database did not answer within {}\n",
-                    humantime::format_duration(READY_TIMEOUT)
-                ),
-            )
-        }
-        Ok(Err(e)) => {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("not ready: the database is unreachable: {e}\n"),
-            )
-        }
-        Ok(Ok(())) => {}
-    }
-    if !state.poll_only && !state.relay.listener_connected() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the LISTEN connection is down\n".to_owned(),
-        );
-    }
-    (StatusCode::OK, "ready\n".to_owned())
 }
 
 /// The secret given for `destination` (`DESTINATION=SECRET`), else the one given without a name.
@@ -507,29 +402,6 @@ fn webhook_secret(
         .with_context(|| format!("no --webhook-secret for webhook destination {destination}"))?;
     txoutbox_webhook::WebhookSecret::parse(secret)
         .map_err(|e| anyhow::anyhow!("the webhook secret of {destination}: {e}"))
-}
-
-/// Installs the SIGINT and SIGTERM handlers at once, so a signal that arrives while the relay is
-/// still starting stops it gracefully instead of killing it; the future resolves on the first.
-pub(crate) fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-        let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-        Ok(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        })
-    }
-    #[cfg(not(unix))]
-    {
-        Ok(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-    }
 }
 
 /// Writes each delivery as one JSON line on standard output: for audit trails, debugging and

@@ -53,6 +53,7 @@ mod migrate;
 mod outbox;
 mod pg;
 mod relay;
+mod shutdown;
 mod sink;
 mod state;
 mod store;
@@ -85,6 +86,7 @@ pub use relay::{
     reclaim_expired, Breaker, DestinationPolicy, FlowControl, RateLimit, Relay, RelayBuilder,
     RelayConfig, RelayReport, RetryPolicy, Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
 };
+pub use shutdown::Shutdown;
 pub use sink::{
     crypto_provider, ensure_crypto_provider, error_chain, parse_retry_after, Completion,
     CompletionHook, Delivery, DeliveryError, Receipt, Sink,

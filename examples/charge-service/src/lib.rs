@@ -5,7 +5,8 @@
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
 //! let settings = charge_service::Settings::from_env()?;   // DATABASE_URL, BIND, STRIPE_*, SMTP_URL|MAIL_DIR
-//! charge_service::serve(settings, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! let shutdown = txoutbox::Shutdown::on_signal()?;                 // SIGTERM or ctrl-c
+//! charge_service::serve(settings, shutdown.wait()).await?;
 //! # Ok(()) }
 //! ```
 //!
@@ -200,13 +201,9 @@ pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> an
     tracing::info!(addr = %listener.local_addr()?, relay = settings.relay, "charge-service listening");
     // Scripts and tests wait for this line to know the port.
     println!("listening on http://{}", listener.local_addr()?);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let relay_task = relay.map(|relay| {
-        let mut stop = stop_rx.clone();
-        tokio::spawn(relay.run(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }))
-    });
+    // One stop for the relay and the HTTP server, triggered when `shutdown` resolves.
+    let stop = txoutbox::Shutdown::new();
+    let relay_task = relay.map(|relay| tokio::spawn(relay.run(stop.wait())));
     let mut routes = router(app);
     if !settings.dashboard_users.is_empty() {
         routes = routes.nest("/outbox", dashboard(pool.clone(), settings.dashboard_users));
@@ -214,13 +211,10 @@ pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> an
     if let Some(handle) = settings.metrics {
         routes = routes.route("/metrics", txoutbox_axum::prometheus::route(handle));
     }
-    let mut stop = stop_rx.clone();
-    let server = axum::serve(listener, routes).with_graceful_shutdown(async move {
-        let _ = stop.wait_for(|s| *s).await;
-    });
+    let server = axum::serve(listener, routes).with_graceful_shutdown(stop.wait());
     let server = tokio::spawn(async move { server.await });
     shutdown.await;
-    let _ = stop_tx.send(true);
+    stop.trigger();
     server.await??;
     if let Some(task) = relay_task {
         task.await??;

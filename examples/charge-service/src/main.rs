@@ -31,8 +31,6 @@ async fn main() -> anyhow::Result<()> {
     let mut settings = charge_service::Settings::from_env()?;
     settings.relay = !args.no_relay;
     settings.metrics = Some(txoutbox_axum::prometheus::install_recorder()?);
-    charge_service::serve(settings, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await
+    let shutdown = txoutbox::Shutdown::on_signal()?;
+    charge_service::serve(settings, shutdown.wait()).await
 }

@@ -1,0 +1,130 @@
+//! Health of a process that runs a relay: `/healthz` (the process answers), `/readyz` (its
+//! database answers through the relay's pool and its LISTEN connection is up), as routes to mount
+//! in a service's router, and, with the `prometheus` feature, [`MetricsServer`], the three
+//! endpoints with `/metrics` on an address of their own (what `txoutbox relay --metrics-addr`
+//! serves).
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use txoutbox::Relay;
+
+/// How long `/readyz` waits for the database's `SELECT 1`.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What `/readyz` checks.
+#[derive(Clone)]
+struct Readiness {
+    relay: Relay,
+    poll_only: bool,
+}
+
+/// `GET /healthz` (200 `ok` while the process runs) and `GET /readyz` (200 `ready` when the
+/// database answers through `relay`'s pool within [`READY_TIMEOUT`] and, unless `poll_only`, the
+/// relay's LISTEN connection is up; 503 with the reason otherwise). Merge them into a service's
+/// router: `router.merge(txoutbox_axum::health::routes(&relay, false))`.
+pub fn routes<S>(relay: &Relay, poll_only: bool) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readiness))
+        .with_state(Readiness {
+            relay: relay.clone(),
+            poll_only,
+        })
+}
+
+async fn readiness(State(state): State<Readiness>) -> (StatusCode, String) {
+    let pool = state.relay.pool().clone();
+    let probe = tokio::time::timeout(READY_TIMEOUT, async move {
+        let client = pool.get().await.map_err(|e| e.to_string())?;
+        client
+            .simple_query("SELECT 1")
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    match probe {
+        Err(_) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "not ready: the database did not answer within {}\n",
+                    humantime::format_duration(READY_TIMEOUT)
+                ),
+            )
+        }
+        Ok(Err(e)) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: the database is unreachable: {e}\n"),
+            )
+        }
+        Ok(Ok(())) => {}
+    }
+    if !state.poll_only && !state.relay.listener_connected() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the LISTEN connection is down\n".to_owned(),
+        );
+    }
+    (StatusCode::OK, "ready\n".to_owned())
+}
+
+#[cfg(feature = "prometheus")]
+pub use server::MetricsServer;
+
+#[cfg(feature = "prometheus")]
+mod server {
+    use std::future::Future;
+    use std::net::SocketAddr;
+
+    use metrics_exporter_prometheus::PrometheusHandle;
+    use txoutbox::Relay;
+
+    /// A relay process's observability endpoints on an address of their own: `/metrics`
+    /// (Prometheus text), `/healthz` and `/readyz` (see [`routes`](super::routes)). Built with
+    /// [`bind`](Self::bind), served by [`run`](Self::run) until its shutdown resolves.
+    pub struct MetricsServer {
+        listener: tokio::net::TcpListener,
+        router: axum::Router,
+    }
+
+    impl MetricsServer {
+        /// Binds `addr` (so a taken port fails before the relay starts).
+        pub async fn bind(
+            addr: SocketAddr,
+            prometheus: PrometheusHandle,
+            relay: &Relay,
+            poll_only: bool,
+        ) -> std::io::Result<Self> {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            tracing::info!(addr = %listener.local_addr()?, "metrics server listening");
+            let router = axum::Router::new()
+                .route("/metrics", crate::prometheus::route(prometheus))
+                .merge(super::routes(relay, poll_only));
+            Ok(Self { listener, router })
+        }
+
+        /// The address it listens on.
+        pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+            self.listener.local_addr()
+        }
+
+        /// Serves until `shutdown` resolves, then finishes the requests in progress and returns.
+        pub async fn run(
+            self,
+            shutdown: impl Future<Output = ()> + Send + 'static,
+        ) -> std::io::Result<()> {
+            axum::serve(self.listener, self.router)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
+}
