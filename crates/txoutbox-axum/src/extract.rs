@@ -61,7 +61,7 @@ impl<S: Send + Sync> FromRequest<S> for Idempotent {
             .headers()
             .get(TRACEPARENT)
             .and_then(|v| v.to_str().ok())
-            .filter(|v| txoutbox::Traceparent::parse(v.trim()).is_ok())
+            .filter(|v| txoutbox::telemetry::Traceparent::parse(v.trim()).is_ok())
             .map(str::to_owned);
         let body = Bytes::from_request(request, state)
             .await

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use txoutbox::Relay;
+use txoutbox::relay::Relay;
 
 /// How long `/readyz` waits for the database's `SELECT 1`.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -86,7 +86,7 @@ mod server {
     use std::net::SocketAddr;
 
     use metrics_exporter_prometheus::PrometheusHandle;
-    use txoutbox::Relay;
+    use txoutbox::relay::Relay;
 
     /// A relay process's observability endpoints on an address of their own: `/metrics`
     /// (Prometheus text), `/healthz` and `/readyz` (see [`routes`](super::routes)). Built with

@@ -287,12 +287,14 @@ impl From<txoutbox::Error> for Problem {
     }
 }
 
-impl From<&txoutbox::KeyError> for Problem {
-    fn from(err: &txoutbox::KeyError) -> Self {
+impl From<&txoutbox::idempotency::KeyError> for Problem {
+    fn from(err: &txoutbox::idempotency::KeyError) -> Self {
         match err {
-            txoutbox::KeyError::Missing => Problem::missing_key(),
-            txoutbox::KeyError::Multiple => Problem::multiple_keys(),
-            txoutbox::KeyError::TooShort { .. } => Problem::key_too_short(err.to_string()),
+            txoutbox::idempotency::KeyError::Missing => Problem::missing_key(),
+            txoutbox::idempotency::KeyError::Multiple => Problem::multiple_keys(),
+            txoutbox::idempotency::KeyError::TooShort { .. } => {
+                Problem::key_too_short(err.to_string())
+            }
             _ => Problem::malformed_key(err.to_string()),
         }
     }
@@ -334,10 +336,9 @@ mod tests {
 
     #[test]
     fn a_short_key_is_its_own_400_problem() {
-        let problem = Problem::from(txoutbox::Error::Key(txoutbox::KeyError::TooShort {
-            len: 8,
-            min: 16,
-        }));
+        let problem = Problem::from(txoutbox::Error::Key(
+            txoutbox::idempotency::KeyError::TooShort { len: 8, min: 16 },
+        ));
         assert_eq!(problem.status, StatusCode::BAD_REQUEST);
         assert_eq!(problem.kind, problem_type("problem-key-too-short"));
         assert!(problem.detail.contains("16"), "{}", problem.detail);

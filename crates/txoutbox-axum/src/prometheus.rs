@@ -38,7 +38,7 @@ pub fn builder() -> Result<PrometheusBuilder, BuildError> {
 /// descriptions of txoutbox's metrics. Once per process: a second call fails.
 pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
     let handle = builder()?.install_recorder()?;
-    txoutbox::describe_metrics();
+    txoutbox::telemetry::describe_metrics();
     Ok(handle)
 }
 

@@ -4,7 +4,7 @@
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use txoutbox::KeyError;
+use txoutbox::idempotency::KeyError;
 
 use crate::Problem;
 

@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use txoutbox::{DestinationPolicy, FlowControl, OutboxMessage, RateLimit, RelayConfig};
+use txoutbox::{
+    relay::{DestinationPolicy, FlowControl, RateLimit, RelayConfig},
+    OutboxMessage,
+};
 use txoutbox_test_support::relay::RunningRelay;
 use txoutbox_test_support::TestDb;
 

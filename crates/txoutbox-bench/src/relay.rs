@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use txoutbox::{
-    Delivery, DeliveryError, OutboxMessage, Receipt, Relay, RelayConfig, RelayWaker, Sink,
+    relay::{Relay, RelayConfig, RelayWaker},
+    sink::{Delivery, DeliveryError, Receipt, Sink},
+    OutboxMessage,
 };
 use txoutbox_test_support::TestDb;
 

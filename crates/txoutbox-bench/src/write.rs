@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use txoutbox::{
-    Begin, Fingerprint, IdempotencyKey, OutboxMessage, RelayWaker, Scope, StoredResponse,
+    relay::RelayWaker, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
 use txoutbox_test_support::TestDb;
 
@@ -254,7 +254,7 @@ async fn one_request(
         OutboxMessage::new("email", &serde_json::json!({"order": id, "to": customer}))?,
     )?;
     if mode == Mode::FullNotifyInTx {
-        txoutbox::notify_in_transaction(&tx).await?;
+        txoutbox::relay::notify_in_transaction(&tx).await?;
     }
     let response = StoredResponse {
         status: 201,

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use txoutbox::{
+use txoutbox::admin::{
     AdminError, DiscardOptions, DiscardReport, ListCursor, MessageFilter, MessageStatus,
     MessageSummary, PurgeOptions, ReplayOptions, ReplayReport, ReplaySelection, Retention,
     TimeBound,
@@ -370,7 +370,7 @@ pub struct PurgeArgs {
     #[arg(long)]
     skip_keys: bool,
     /// Rows per batch (each batch is its own short transaction).
-    #[arg(long, default_value_t = txoutbox::DEFAULT_PRUNE_BATCH, value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, default_value_t = txoutbox::admin::DEFAULT_PRUNE_BATCH, value_parser = clap::value_parser!(i64).range(1..))]
     batch: i64,
     /// Change nothing; print what would be deleted.
     #[arg(long)]
@@ -395,7 +395,7 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
                 .filter
                 .filter(args.status.map(Into::into), Some(args.limit));
             filter.before = args.before;
-            let rows = txoutbox::list_messages(&client, &filter).await?;
+            let rows = txoutbox::admin::list_messages(&client, &filter).await?;
             if let Some(last) = rows.last().filter(|_| rows.len() as u64 == args.limit) {
                 eprintln!(
                     "more rows may follow: add --before {} for the next page",
@@ -412,7 +412,7 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
             }
         }
         AdminCommand::Show(args) => {
-            let detail = txoutbox::show_message(&client, args.id).await?;
+            let detail = txoutbox::admin::show_message(&client, args.id).await?;
             if args.json {
                 out.push_str(&serde_json::to_string(&detail)?);
                 out.push('\n');
@@ -434,7 +434,7 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
                 ..ReplayOptions::default()
             };
             let mut progress = Progress::new("replaying", options.batch_size as u64);
-            let report = txoutbox::replay(
+            let report = txoutbox::admin::replay(
                 &mut client,
                 &selection,
                 &options,
@@ -462,7 +462,7 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
                 max_rows: (!args.yes && !args.dry_run).then_some(args.max_without_confirm),
                 ..DiscardOptions::new(args.reason)
             };
-            let report = match txoutbox::discard(&mut client, &selection, &options).await {
+            let report = match txoutbox::admin::discard(&mut client, &selection, &options).await {
                 Err(AdminError::TooMany { count, max }) => bail!(
                     "{count} messages would be discarded, more than {max}: run again with --yes \
                      to confirm (--dry-run lists them)"
@@ -479,7 +479,7 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
                 dry_run: args.dry_run,
             };
             let mut progress = Progress::new("purging", args.batch as u64);
-            let report = txoutbox::purge(
+            let report = txoutbox::admin::purge(
                 &client,
                 &options,
                 Some(&mut |done, total| progress.update(done, total)),
@@ -504,7 +504,7 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
             ));
         }
         AdminCommand::Stats(args) => {
-            let stats = txoutbox::stats(&client).await?;
+            let stats = txoutbox::admin::stats(&client).await?;
             if args.json {
                 out.push_str(&serde_json::to_string(&stats)?);
                 out.push('\n');
@@ -515,7 +515,7 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
         }
         AdminCommand::Pause(args) => {
             let by = operator(args.by);
-            let flow = txoutbox::pause_destination(
+            let flow = txoutbox::admin::pause_destination(
                 &mut client,
                 &args.destination,
                 &args.reason,
@@ -530,7 +530,8 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
         AdminCommand::Resume(args) => {
             let by = operator(args.by);
             let flow =
-                txoutbox::resume_destination(&mut client, &args.destination, by.as_deref()).await?;
+                txoutbox::admin::resume_destination(&mut client, &args.destination, by.as_deref())
+                    .await?;
             out.push_str(&format!("resumed {} ({})\n", flow.destination, flow.state));
         }
     }
@@ -735,7 +736,7 @@ fn list_table(out: &mut String, rows: &[MessageSummary]) {
     );
 }
 
-fn show_text(out: &mut String, detail: &txoutbox::MessageDetail) -> Result<()> {
+fn show_text(out: &mut String, detail: &txoutbox::admin::MessageDetail) -> Result<()> {
     let m = &detail.message;
     let mut fields: Vec<(&str, String)> = vec![
         ("id", m.id.to_string()),
@@ -903,7 +904,7 @@ fn count_cell(n: u64, estimated: bool) -> String {
 }
 
 /// Flow control's notable destinations under the counts (nothing when there are none).
-fn flow_table(out: &mut String, flows: &[txoutbox::DestinationFlow]) {
+fn flow_table(out: &mut String, flows: &[txoutbox::admin::DestinationFlow]) {
     if flows.is_empty() {
         return;
     }
@@ -948,13 +949,13 @@ fn rfc3339(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-fn stats_table(out: &mut String, stats: &txoutbox::OutboxStats) {
-    let rate = |r: &txoutbox::FailureRate| match r.rate {
+fn stats_table(out: &mut String, stats: &txoutbox::admin::OutboxStats) {
+    let rate = |r: &txoutbox::admin::FailureRate| match r.rate {
         Some(rate) => format!("{:.1}% ({}/{})", rate * 100.0, r.failures, r.attempts),
         None => "-".into(),
     };
     let mut rows: Vec<Vec<String>> = Vec::new();
-    let counts = |c: &txoutbox::StatusCounts| {
+    let counts = |c: &txoutbox::admin::StatusCounts| {
         [
             count_cell(c.pending, stats.hot_estimated),
             c.in_flight.to_string(),

@@ -42,7 +42,7 @@ fn parse_user(spec: &str) -> Result<User, String> {
 
 /// Serves the dashboard until SIGINT or SIGTERM.
 pub async fn run(url: &str, args: DashboardArgs) -> Result<()> {
-    let pg = txoutbox::PgConfig::parse(url).context("DATABASE_URL")?;
+    let pg = txoutbox::pg::PgConfig::parse(url).context("DATABASE_URL")?;
     let manager = pg.manager(deadpool_postgres::ManagerConfig {
         recycling_method: deadpool_postgres::RecyclingMethod::Fast,
     });
@@ -70,7 +70,7 @@ pub async fn run(url: &str, args: DashboardArgs) -> Result<()> {
     println!("dashboard on http://{}", listener.local_addr()?);
     axum::serve(listener, router)
         .with_graceful_shutdown(
-            txoutbox::Shutdown::on_signal()
+            txoutbox::relay::Shutdown::on_signal()
                 .context("installing the SIGINT and SIGTERM handlers")?
                 .wait(),
         )

@@ -109,7 +109,7 @@ async fn run(cli: Cli) -> Result<()> {
 }
 
 async fn connect(url: &str) -> Result<tokio_postgres::Client> {
-    let pg = txoutbox::PgConfig::parse(url).context("DATABASE_URL")?;
+    let pg = txoutbox::pg::PgConfig::parse(url).context("DATABASE_URL")?;
     let (client, connection) = pg
         .connect()
         .await

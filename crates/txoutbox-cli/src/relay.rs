@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use txoutbox::{
-    Delivery, DeliveryError, DestinationPolicy, Receipt, Relay, RelayConfig, RetryPolicy,
-    Semantics, Sink, WakeMode,
+    relay::{DestinationPolicy, Relay, RelayConfig, RetryPolicy, Semantics, WakeMode},
+    sink::{Delivery, DeliveryError, Receipt, Sink},
 };
 use txoutbox_axum::health::MetricsServer;
 
@@ -98,7 +98,7 @@ pub struct RelayArgs {
     /// At most N calls per second (or minute, hour) to DESTINATION, shared by every relay of the
     /// database (repeatable; `*` matches any text: 'webhook:*=20/s').
     #[arg(long = "rate-limit", value_name = "DESTINATION=N/s", env = "TXOUTBOX_RATE_LIMITS", value_delimiter = ',', value_parser = parse_rate)]
-    rate_limits: Vec<(String, txoutbox::RateLimit)>,
+    rate_limits: Vec<(String, txoutbox::relay::RateLimit)>,
     /// At most N calls to DESTINATION in flight at once on this relay (repeatable; `*` globs).
     #[arg(long = "max-in-flight", value_name = "DESTINATION=N", env = "TXOUTBOX_MAX_IN_FLIGHT", value_delimiter = ',', value_parser = parse_in_flight)]
     max_in_flight: Vec<(String, usize)>,
@@ -129,7 +129,7 @@ struct ObservabilityArgs {
     sample_interval: Duration,
 }
 
-fn parse_rate(text: &str) -> Result<(String, txoutbox::RateLimit), String> {
+fn parse_rate(text: &str) -> Result<(String, txoutbox::relay::RateLimit), String> {
     let (pattern, rate) = split_pair(text, "DESTINATION=N/s")?;
     let rate = rate.parse().map_err(|e: txoutbox::Error| e.to_string())?;
     Ok((pattern.to_owned(), rate))
@@ -165,8 +165,8 @@ fn matches(pattern: &str, name: &str) -> bool {
 
 /// The flow control of `destination` from the flags: the first matching --rate-limit and
 /// --max-in-flight, and the breaker.
-fn flow_of(args: &RelayArgs, destination: &str) -> txoutbox::FlowControl {
-    txoutbox::FlowControl {
+fn flow_of(args: &RelayArgs, destination: &str) -> txoutbox::relay::FlowControl {
+    txoutbox::relay::FlowControl {
         rate_limit: args
             .rate_limits
             .iter()
@@ -177,7 +177,7 @@ fn flow_of(args: &RelayArgs, destination: &str) -> txoutbox::FlowControl {
             .iter()
             .find(|(p, _)| matches(p, destination))
             .map(|(_, n)| *n),
-        breaker: (args.breaker_failures > 0).then_some(txoutbox::Breaker {
+        breaker: (args.breaker_failures > 0).then_some(txoutbox::relay::Breaker {
             failures: args.breaker_failures,
             cool_down: args.breaker_cool_down,
             max_cool_down: args.breaker_max_cool_down,
@@ -202,9 +202,9 @@ fn split_pair<'a>(text: &'a str, form: &str) -> Result<(&'a str, &'a str), Strin
 pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
     // Installed first, so a signal that arrives while the relay is still starting stops it
     // gracefully instead of killing it. One signal stops both the relay and the metrics server.
-    let shutdown =
-        txoutbox::Shutdown::on_signal().context("installing the SIGINT and SIGTERM handlers")?;
-    let pg = txoutbox::PgConfig::parse(url).context("DATABASE_URL")?;
+    let shutdown = txoutbox::relay::Shutdown::on_signal()
+        .context("installing the SIGINT and SIGTERM handlers")?;
+    let pg = txoutbox::pg::PgConfig::parse(url).context("DATABASE_URL")?;
     // Installed before anything records, so the first deliveries are counted too.
     let prometheus = match args.observability.metrics_addr {
         Some(_) => Some(

@@ -10,7 +10,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_postgres::Client;
 use txoutbox::{
-    Delivery, DeliveryError, DestinationPolicy, Receipt, RelayConfig, RetryPolicy, Semantics, Sink,
+    relay::{DestinationPolicy, RelayConfig, RetryPolicy, Semantics},
+    sink::{Delivery, DeliveryError, Receipt, Sink},
 };
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay, ScriptedSink};
@@ -1678,7 +1679,7 @@ async fn stats_and_list_of_delivered_rows_read_no_more_than_an_index_page_of_a_l
         .await?;
     let (explained, mut plans) = explaining_client(&db).await?;
 
-    let stats = txoutbox::stats(&explained).await?;
+    let stats = txoutbox::admin::stats(&explained).await?;
     assert!(stats.delivered_estimated);
     let total = stats.total.delivered as f64;
     assert!((180_000.0..220_000.0).contains(&total), "estimate {total}");
@@ -1690,17 +1691,17 @@ async fn stats_and_list_of_delivered_rows_read_no_more_than_an_index_page_of_a_l
     );
     assert_eq!(stats.total.pending, 1);
 
-    let filter = txoutbox::MessageFilter {
-        status: Some(txoutbox::MessageStatus::Delivered),
+    let filter = txoutbox::admin::MessageFilter {
+        status: Some(txoutbox::admin::MessageStatus::Delivered),
         limit: Some(50),
-        ..txoutbox::MessageFilter::default()
+        ..txoutbox::admin::MessageFilter::default()
     };
-    let page = txoutbox::list_messages(&explained, &filter).await?;
+    let page = txoutbox::admin::list_messages(&explained, &filter).await?;
     assert_eq!(page.len(), 50);
     assert_eq!(page[0].seq, 200_000, "newest first");
-    let next = txoutbox::list_messages(
+    let next = txoutbox::admin::list_messages(
         &explained,
-        &txoutbox::MessageFilter {
+        &txoutbox::admin::MessageFilter {
             before: page.last().map(|m| m.cursor()),
             ..filter
         },
@@ -1770,7 +1771,7 @@ async fn stats_of_a_backlog_beyond_the_exact_bound_samples_pending_and_counts_th
              ANALYZE txoutbox_messages",
         )
         .await?;
-    let stats = txoutbox::stats(&client).await?;
+    let stats = txoutbox::admin::stats(&client).await?;
     assert!(stats.hot_estimated);
     assert_eq!(stats.total.failed, 1000, "failed rows are counted exactly");
     let pending = stats.total.pending as f64;

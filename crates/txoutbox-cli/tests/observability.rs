@@ -282,7 +282,7 @@ async fn the_idempotency_counters_of_declared_scopes_exist_at_zero() -> anyhow::
     let _recording = metrics::set_default_local_recorder(&recorder);
     let charges = Scope::new("tenant:1:charges")?.with_metric_label("charges");
     let refunds = Scope::new("refunds")?;
-    txoutbox::register_scopes([&charges, &refunds]);
+    txoutbox::telemetry::register_scopes([&charges, &refunds]);
     let scrape = recorder.handle().render();
     for scope in ["charges", "refunds"] {
         for name in [
@@ -404,9 +404,14 @@ async fn a_traceparent_given_at_enqueue_reaches_the_webhook_receiver() -> anyhow
     }
     let mut seen = receiver.seen();
     seen.sort();
-    let forwarded: Vec<(String, Option<txoutbox::Traceparent>)> = seen
+    let forwarded: Vec<(String, Option<txoutbox::telemetry::Traceparent>)> = seen
         .into_iter()
-        .map(|(path, tp)| (path, tp.and_then(|t| txoutbox::Traceparent::parse(&t).ok())))
+        .map(|(path, tp)| {
+            (
+                path,
+                tp.and_then(|t| txoutbox::telemetry::Traceparent::parse(&t).ok()),
+            )
+        })
         .collect();
     // Each delivery is a span of its own in the enqueued trace: a new parent id.
     for (_, tp) in &forwarded {

@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::Extension;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use txoutbox::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection};
+use txoutbox::admin::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection};
 use uuid::Uuid;
 
 use crate::auth::Principal;
@@ -40,15 +40,15 @@ pub(crate) async fn stats(State(app): State<Shared>) -> Response {
     #[derive(Serialize)]
     struct Stats {
         #[serde(flatten)]
-        stats: txoutbox::OutboxStats,
-        last_hour_by_minute: Vec<txoutbox::MinuteActivity>,
+        stats: txoutbox::admin::OutboxStats,
+        last_hour_by_minute: Vec<txoutbox::admin::MinuteActivity>,
     }
     answer(
         async {
             let client = app.client().await?;
             Ok(Stats {
-                stats: txoutbox::stats(&**client).await?,
-                last_hour_by_minute: txoutbox::activity(&**client, 60).await?,
+                stats: txoutbox::admin::stats(&**client).await?,
+                last_hour_by_minute: txoutbox::admin::activity(&**client, 60).await?,
             })
         }
         .await,
@@ -61,7 +61,7 @@ pub(crate) async fn messages(State(app): State<Shared>, RawQuery(query): RawQuer
     #[derive(Serialize)]
     struct Row {
         #[serde(flatten)]
-        message: txoutbox::MessageSummary,
+        message: txoutbox::admin::MessageSummary,
         cursor: String,
     }
     answer(
@@ -72,7 +72,7 @@ pub(crate) async fn messages(State(app): State<Shared>, RawQuery(query): RawQuer
             filter.before = cursor;
             filter.limit = Some(limit);
             let client = app.client().await?;
-            let rows = txoutbox::list_messages(&**client, &filter).await?;
+            let rows = txoutbox::admin::list_messages(&**client, &filter).await?;
             Ok(rows
                 .into_iter()
                 .map(|m| Row {
@@ -97,7 +97,7 @@ pub(crate) async fn message(State(app): State<Shared>, Path(id): Path<String>) -
             let client = app.client().await?;
             Ok(redacted_detail(
                 &app.config.redact,
-                txoutbox::show_message(&**client, id).await?,
+                txoutbox::admin::show_message(&**client, id).await?,
             ))
         }
         .await,
@@ -205,7 +205,7 @@ pub(crate) async fn replay_one(
             let id = parse_id(&id)?;
             let body: ReplayBody = body(&bytes)?;
             let mut client = app.client().await?;
-            Ok(txoutbox::replay(
+            Ok(txoutbox::admin::replay(
                 &mut client,
                 &ReplaySelection::Ids(vec![id]),
                 &options(&body, &who),
@@ -228,7 +228,10 @@ pub(crate) async fn replay(
             let body: ReplayBody = body(&bytes)?;
             let selection = selection(&body.ids, &body.filter)?;
             let mut client = app.client().await?;
-            Ok(txoutbox::replay(&mut client, &selection, &options(&body, &who), None).await?)
+            Ok(
+                txoutbox::admin::replay(&mut client, &selection, &options(&body, &who), None)
+                    .await?,
+            )
         }
         .await,
     )
@@ -260,7 +263,10 @@ pub(crate) async fn discard_one(
             }
             let options = discard_body_options(&body, &who)?;
             let mut client = app.client().await?;
-            Ok(txoutbox::discard(&mut client, &ReplaySelection::Ids(vec![id]), &options).await?)
+            Ok(
+                txoutbox::admin::discard(&mut client, &ReplaySelection::Ids(vec![id]), &options)
+                    .await?,
+            )
         }
         .await,
     )
@@ -279,7 +285,7 @@ pub(crate) async fn discard(
             let selection = selection(&body.ids, &body.filter)?;
             let options = discard_body_options(&body, &who)?;
             let mut client = app.client().await?;
-            Ok(txoutbox::discard(&mut client, &selection, &options).await?)
+            Ok(txoutbox::admin::discard(&mut client, &selection, &options).await?)
         }
         .await,
     )
@@ -292,7 +298,7 @@ pub(crate) async fn destinations(State(app): State<Shared>) -> Response {
     answer(
         async {
             let client = app.client().await?;
-            Ok(txoutbox::destination_flows(&**client).await?)
+            Ok(txoutbox::admin::destination_flows(&**client).await?)
         }
         .await,
     )
@@ -325,10 +331,13 @@ pub(crate) async fn pause_destination(
             let reason = pause_reason(body.reason.as_deref())?;
             storable("destination", &destination)?;
             let mut client = app.client().await?;
-            Ok(
-                txoutbox::pause_destination(&mut client, &destination, reason, Some(&who.name))
-                    .await?,
+            Ok(txoutbox::admin::pause_destination(
+                &mut client,
+                &destination,
+                reason,
+                Some(&who.name),
             )
+            .await?)
         }
         .await,
     )
@@ -347,7 +356,10 @@ pub(crate) async fn resume_destination(
             let _: ResumeBody = body(&bytes)?;
             storable("destination", &destination)?;
             let mut client = app.client().await?;
-            Ok(txoutbox::resume_destination(&mut client, &destination, Some(&who.name)).await?)
+            Ok(
+                txoutbox::admin::resume_destination(&mut client, &destination, Some(&who.name))
+                    .await?,
+            )
         }
         .await,
     )
@@ -369,7 +381,7 @@ pub(crate) async fn key(State(app): State<Shared>, RawQuery(query): RawQuery) ->
             storable("scope", &scope)?;
             storable("key", &key)?;
             let client = app.client().await?;
-            let found = txoutbox::lookup_key(&**client, &scope, &key, &app.config.effects)
+            let found = txoutbox::admin::lookup_key(&**client, &scope, &key, &app.config.effects)
                 .await?
                 .ok_or(Failure::NotFound)?;
             let mut record = found.record;

@@ -16,8 +16,8 @@
 //! # }
 //! ```
 //!
-//! Every action goes through the core's admin functions ([`txoutbox::replay`],
-//! [`txoutbox::discard`], [`txoutbox::pause_destination`], [`txoutbox::resume_destination`]), the
+//! Every action goes through the core's admin functions ([`txoutbox::admin::replay`],
+//! [`txoutbox::admin::discard`], [`txoutbox::admin::pause_destination`], [`txoutbox::admin::resume_destination`]), the
 //! same the `txoutbox` command calls, and is recorded in the attempt log with the user's name.
 //!
 //! Layout: `auth` checks users, roles and cross-site requests and sets the security headers;
@@ -171,7 +171,7 @@ pub fn listen_addr(requested: SocketAddr, has_users: bool) -> (SocketAddr, Optio
 #[derive(Debug, thiserror::Error)]
 enum Failure {
     #[error(transparent)]
-    Admin(#[from] txoutbox::AdminError),
+    Admin(#[from] txoutbox::admin::AdminError),
     #[error("the database is unavailable: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("{0}")]
@@ -182,7 +182,7 @@ enum Failure {
 
 impl Failure {
     fn status(&self) -> StatusCode {
-        use txoutbox::AdminError as A;
+        use txoutbox::admin::AdminError as A;
         match self {
             Failure::Admin(A::NotFound(_)) | Failure::NotFound => StatusCode::NOT_FOUND,
             Failure::Admin(

@@ -12,7 +12,7 @@ use axum::Extension;
 use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
-use txoutbox::{
+use txoutbox::admin::{
     DestinationFlow, DiscardOptions, DiscardReport, MessageDetail, MessageStatus, MessageSummary,
     ReplayOptions, ReplayReport, ReplaySelection, StatusCounts,
 };
@@ -180,7 +180,7 @@ fn status_badge(status: MessageStatus) -> Markup {
 // Overview
 
 /// `~` before a count that is an estimate (a large backlog or history).
-fn estimated(stats: &txoutbox::OutboxStats, status: MessageStatus) -> &'static str {
+fn estimated(stats: &txoutbox::admin::OutboxStats, status: MessageStatus) -> &'static str {
     let estimate = match status {
         MessageStatus::Delivered => stats.delivered_estimated,
         MessageStatus::Pending => stats.hot_estimated,
@@ -200,8 +200,8 @@ pub(crate) async fn overview(
 ) -> Response {
     let result = async {
         let client = app.client().await?;
-        let stats = txoutbox::stats(&**client).await?;
-        let minutes = txoutbox::activity(&**client, 60).await?;
+        let stats = txoutbox::admin::stats(&**client).await?;
+        let minutes = txoutbox::admin::activity(&**client, 60).await?;
         let b = &base.0;
         let mut failing: Vec<_> = stats
             .destinations
@@ -479,7 +479,7 @@ pub(crate) async fn messages(
         filter.before = cursor;
         filter.limit = Some(limit + 1);
         let client = app.client().await?;
-        let mut rows = txoutbox::list_messages(&**client, &filter).await?;
+        let mut rows = txoutbox::admin::list_messages(&**client, &filter).await?;
         let more = rows.len() as u64 > limit;
         rows.truncate(limit as usize);
         let b = &base.0;
@@ -598,7 +598,7 @@ pub(crate) async fn message(
         let client = app.client().await?;
         let detail = redacted_detail(
             &app.config.redact,
-            txoutbox::show_message(&**client, id).await?,
+            txoutbox::admin::show_message(&**client, id).await?,
         );
         let m = &detail.message;
         let b = &base.0;
@@ -766,7 +766,7 @@ pub(crate) async fn replay_one(
         let id = Uuid::parse_str(&id).map_err(|_| Failure::NotFound)?;
         let pairs = pairs(&body);
         let mut client = app.client().await?;
-        txoutbox::replay(
+        txoutbox::admin::replay(
             &mut client,
             &ReplaySelection::Ids(vec![id]),
             &options(&pairs, &who),
@@ -792,7 +792,7 @@ pub(crate) async fn replay_selected(
         let pairs = pairs(&body);
         let ids = selected_ids(&pairs, "replay")?;
         let mut client = app.client().await?;
-        let report = txoutbox::replay(
+        let report = txoutbox::admin::replay(
             &mut client,
             &ReplaySelection::Ids(ids),
             &options(&pairs, &who),
@@ -823,11 +823,11 @@ pub(crate) async fn replay_filter(
         let selection = ReplaySelection::Filter(filter);
         if let Some(count) = confirmed {
             opts.max_rows = Some(count);
-            let report = txoutbox::replay(&mut client, &selection, &opts, None).await?;
+            let report = txoutbox::admin::replay(&mut client, &selection, &opts, None).await?;
             return Ok(report_page(&base, &who, &report));
         }
         opts.dry_run = true;
-        let report = txoutbox::replay(&mut client, &selection, &opts, None).await?;
+        let report = txoutbox::admin::replay(&mut client, &selection, &opts, None).await?;
         let n = report.replayed.len();
         let b = &base.0;
         let body = html! {
@@ -951,7 +951,7 @@ pub(crate) async fn discard_one(
         let pairs = pairs(&body);
         let options = discard_options(form_value(&pairs, "reason"), &who)?;
         let mut client = app.client().await?;
-        txoutbox::discard(&mut client, &ReplaySelection::Ids(vec![id]), &options).await?;
+        txoutbox::admin::discard(&mut client, &ReplaySelection::Ids(vec![id]), &options).await?;
         Ok(id)
     }
     .await;
@@ -972,7 +972,8 @@ pub(crate) async fn discard_selected(
         let ids = selected_ids(&pairs, "discard")?;
         let options = discard_options(form_value(&pairs, "reason"), &who)?;
         let mut client = app.client().await?;
-        let report = txoutbox::discard(&mut client, &ReplaySelection::Ids(ids), &options).await?;
+        let report =
+            txoutbox::admin::discard(&mut client, &ReplaySelection::Ids(ids), &options).await?;
         Ok(discard_report_page(&base, &who, &report))
     }
     .await;
@@ -1003,7 +1004,7 @@ pub(crate) async fn discard_filter(
                 ..discard_options(reason, &who)?
             };
             let mut client = app.client().await?;
-            let report = txoutbox::discard(&mut client, &selection, &options).await?;
+            let report = txoutbox::admin::discard(&mut client, &selection, &options).await?;
             return Ok(discard_report_page(&base, &who, &report));
         }
         // A dry run stores nothing: the reason is asked for with the confirmation.
@@ -1012,7 +1013,7 @@ pub(crate) async fn discard_filter(
             ..discard_options(Some(reason.unwrap_or("dry run")), &who)?
         };
         let mut client = app.client().await?;
-        let report = txoutbox::discard(&mut client, &selection, &options).await?;
+        let report = txoutbox::admin::discard(&mut client, &selection, &options).await?;
         let n = report.discarded.len();
         let b = &base.0;
         let body = html! {
@@ -1074,7 +1075,8 @@ pub(crate) async fn pause_destination(
         let reason = pause_reason(form_value(&pairs, "reason"))?;
         storable("destination", &destination)?;
         let mut client = app.client().await?;
-        txoutbox::pause_destination(&mut client, &destination, reason, Some(&who.name)).await?;
+        txoutbox::admin::pause_destination(&mut client, &destination, reason, Some(&who.name))
+            .await?;
         Ok(())
     }
     .await;
@@ -1094,7 +1096,7 @@ pub(crate) async fn resume_destination(
     let result = async {
         storable("destination", &destination)?;
         let mut client = app.client().await?;
-        txoutbox::resume_destination(&mut client, &destination, Some(&who.name)).await?;
+        txoutbox::admin::resume_destination(&mut client, &destination, Some(&who.name)).await?;
         Ok(())
     }
     .await;
@@ -1114,7 +1116,7 @@ pub(crate) async fn failures(
 ) -> Response {
     let result = async {
         let client = app.client().await?;
-        let groups = txoutbox::failure_groups(&**client, 200).await?;
+        let groups = txoutbox::admin::failure_groups(&**client, 200).await?;
         let b = &base.0;
         let body = html! {
             section id="groups" data-live aria-label="Failure groups" {
@@ -1206,7 +1208,7 @@ pub(crate) async fn keys(
             None
         } else {
             let client = app.client().await?;
-            Some(txoutbox::lookup_key(&**client, &scope, &key, &app.config.effects).await?)
+            Some(txoutbox::admin::lookup_key(&**client, &scope, &key, &app.config.effects).await?)
         };
         let body = html! {
             form class="filters" method="get" action={(b) "/keys"} role="search" aria-label="Look up a key" {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use txoutbox::{ListCursor, MessageFilter, MessageStatus, TimeBound};
+use txoutbox::admin::{ListCursor, MessageFilter, MessageStatus, TimeBound};
 
 use crate::Failure;
 

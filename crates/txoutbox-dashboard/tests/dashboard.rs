@@ -7,7 +7,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use txoutbox::{
-    Begin, DeliveryError, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse,
+    sink::DeliveryError, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
@@ -795,7 +795,7 @@ async fn a_selection_is_replayed_from_the_list_form() -> TestResult {
         .get(0);
     assert_eq!(
         key,
-        txoutbox::replay_downstream_key(a, "s-a"),
+        txoutbox::admin::replay_downstream_key(a, "s-a"),
         "a new key was asked for"
     );
     Ok(())
@@ -1362,7 +1362,8 @@ async fn a_paused_destination_resumed_from_the_overview_is_open_again_and_logged
         .payload(json!({}))
         .create()
         .await?;
-    txoutbox::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob")).await?;
+    txoutbox::admin::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob"))
+        .await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     let (status, body) = dash
@@ -1477,7 +1478,8 @@ async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> Tes
             .create()
             .await?;
     }
-    txoutbox::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob")).await?;
+    txoutbox::admin::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob"))
+        .await?;
     // Where a relay's breaker and rate limit would put them.
     client
         .batch_execute(
@@ -1490,7 +1492,7 @@ async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> Tes
         )
         .await?;
     // A destination paused before its first row is listed too.
-    txoutbox::pause_destination(&mut client, "idle", "not yet live", Some("bob")).await?;
+    txoutbox::admin::pause_destination(&mut client, "idle", "not yet live", Some("bob")).await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     let (status, html) = dash.get_as("", VICTOR).await?;
@@ -1538,7 +1540,8 @@ async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResul
         .payload(json!({}))
         .create()
         .await?;
-    txoutbox::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob")).await?;
+    txoutbox::admin::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob"))
+        .await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     let (_, html) = dash.get_as("", VICTOR).await?;
@@ -1602,7 +1605,8 @@ async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestRe
         .payload(json!({}))
         .create()
         .await?;
-    txoutbox::pause_destination(&mut client, "email", "SMTP relay down", Some("bob")).await?;
+    txoutbox::admin::pause_destination(&mut client, "email", "SMTP relay down", Some("bob"))
+        .await?;
     let dash = Dashboard::start(&db, users()?).await?;
     let form = "reason=win+a+prize";
 

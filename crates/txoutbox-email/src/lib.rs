@@ -16,7 +16,7 @@
 //!
 //! // In the relay: deliver the "email" rows over SMTP (STARTTLS required, pooled connections).
 //! let sink = EmailSink::smtp("smtp://relay-user:secret@mail.example.com:587?tls=required")?;
-//! let relay = txoutbox::Relay::builder(pg).sink(DESTINATION, sink).build()?;
+//! let relay = txoutbox::relay::Relay::builder(pg).sink(DESTINATION, sink).build()?;
 //! relay.run(async { /* until shutdown */ }).await?;
 //! # Ok(()) }
 //! ```

@@ -10,7 +10,7 @@ use lettre::transport::smtp::response::Response;
 use lettre::transport::smtp::{AsyncSmtpTransportBuilder, PoolConfig};
 use lettre::{AsyncFileTransport, AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 use tokio::sync::OnceCell;
-use txoutbox::{Delivery, DeliveryError, Receipt, Sink};
+use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 
 use crate::message_id::check_domain;
 use crate::{hello, Email, EmailError};

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use common::{delivered_receipt, enqueue, receipt};
-use txoutbox::{RelayConfig, Sink};
+use txoutbox::{relay::RelayConfig, sink::Sink};
 use txoutbox_email::{EmailSink, DESTINATION};
 use txoutbox_test_support::relay::RunningRelay;
 use txoutbox_test_support::smtp::parse_eml;
@@ -73,7 +73,7 @@ fn the_file_transport_has_no_timeout_of_its_own_and_suits_any_lease() -> anyhow:
         lease: std::time::Duration::from_millis(100),
         ..RelayConfig::default()
     };
-    assert!(txoutbox::Relay::builder(pg)
+    assert!(txoutbox::relay::Relay::builder(pg)
         .config(shortest)
         .sink(DESTINATION, sink)
         .build()

@@ -10,7 +10,7 @@ use common::{
     attempts, delivered_receipt, delivery, enqueue, eventually, fast_retries, receipt, LIMIT,
 };
 use tokio::sync::Notify;
-use txoutbox::{RelayConfig, Sink};
+use txoutbox::{relay::RelayConfig, sink::Sink};
 use txoutbox_email::{Email, EmailError, EmailSink, SmtpConfig, DESTINATION};
 use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
 use txoutbox_test_support::smtp::{SmtpServer, SmtpServerOptions};
@@ -115,7 +115,7 @@ async fn a_relay_crash_after_the_server_accepted_redelivers_with_the_same_messag
     enqueue(&mut client, &receipt(), &key).await?;
 
     let sent = Arc::new(Notify::new());
-    let doomed = txoutbox::Relay::builder(db.info().config()?)
+    let doomed = txoutbox::relay::Relay::builder(db.info().config()?)
         .config(short_lease())
         .sink(
             DESTINATION,
@@ -359,7 +359,7 @@ async fn a_server_that_never_answers_is_a_timeout_whose_outcome_is_unknown() -> 
     // The message may have been taken: retried with the same Message-ID by an at-least-once
     // destination, `unknown` for an at-most-once one, never dead-lettered.
     assert!(
-        matches!(err, txoutbox::DeliveryError::Indeterminate { .. }),
+        matches!(err, txoutbox::sink::DeliveryError::Indeterminate { .. }),
         "{err:?}"
     );
     assert!(err.to_string().contains("no answer"), "{err}");
@@ -495,7 +495,7 @@ async fn a_relay_whose_lease_cannot_hold_the_smtp_timeout_is_refused() -> TestRe
     };
     let sink = EmailSink::smtp("smtp://127.0.0.1:2525")?;
     assert_eq!(sink.timeout(), Some(Duration::from_secs(20)), "the default");
-    let refused = txoutbox::Relay::builder(pg.clone())
+    let refused = txoutbox::relay::Relay::builder(pg.clone())
         .config(ten_seconds.clone())
         .sink(DESTINATION, sink)
         .build();
@@ -516,7 +516,7 @@ async fn a_relay_whose_lease_cannot_hold_the_smtp_timeout_is_refused() -> TestRe
             ..SmtpConfig::default()
         },
     )?;
-    assert!(txoutbox::Relay::builder(pg)
+    assert!(txoutbox::relay::Relay::builder(pg)
         .config(ten_seconds)
         .sink(DESTINATION, fitting)
         .build()

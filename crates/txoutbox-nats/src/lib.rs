@@ -15,7 +15,7 @@
 //! // In the relay: the sink for destination "nats" (DESTINATION).
 //! let sink = NatsSink::connect("nats://127.0.0.1:4222").await?;
 //! sink.ensure_stream("ORDERS", &["orders.>"], Duration::from_secs(10 * 60)).await?;
-//! let relay = txoutbox::Relay::builder(pg).sink(DESTINATION, sink).build()?;
+//! let relay = txoutbox::relay::Relay::builder(pg).sink(DESTINATION, sink).build()?;
 //! relay.run(std::future::pending::<()>()).await?;
 //! # Ok(())
 //! # }

@@ -7,7 +7,7 @@ use async_nats::jetstream::context::{GetStreamByNameErrorKind, PublishError, Pub
 use async_nats::jetstream::{self, ErrorCode};
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
-use txoutbox::{Delivery, DeliveryError, Receipt, Sink};
+use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 
 use crate::message::NatsMessage;
 
@@ -307,7 +307,7 @@ impl Sink for NatsSink {
 fn classify(e: &PublishError, subject: &str) -> DeliveryError {
     let message = format!(
         "JetStream publish to {subject} failed: {}",
-        txoutbox::error_chain(e)
+        txoutbox::sink::error_chain(e)
     );
     let permanent = match e.kind() {
         PublishErrorKind::MaxPayloadExceeded

@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use tokio::sync::Notify;
 use tokio_postgres::Client;
-use txoutbox::{Delivery, DestinationPolicy, RelayConfig, RetryPolicy, Sink};
+use txoutbox::{
+    relay::{DestinationPolicy, RelayConfig, RetryPolicy},
+    sink::{Delivery, Sink},
+};
 use txoutbox_nats::{NatsMessage, NatsSink, PublishReceipt, NATS_MSG_ID};
 use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
 use txoutbox_test_support::{free_port, test_db, wait_for_count};
@@ -387,7 +390,7 @@ async fn a_relay_whose_lease_cannot_hold_the_ack_timeout_is_refused() -> TestRes
     };
     let slow = sink.clone().with_ack_timeout(Duration::from_secs(20));
     assert_eq!(slow.timeout(), Some(Duration::from_secs(20)));
-    let refused = txoutbox::Relay::builder(pg.clone())
+    let refused = txoutbox::relay::Relay::builder(pg.clone())
         .config(ten_seconds.clone())
         .sink(DESTINATION, slow)
         .build();
@@ -402,7 +405,7 @@ async fn a_relay_whose_lease_cannot_hold_the_ack_timeout_is_refused() -> TestRes
         "{line}"
     );
     assert!(
-        txoutbox::Relay::builder(pg)
+        txoutbox::relay::Relay::builder(pg)
             .config(ten_seconds)
             .sink(DESTINATION, sink)
             .build()

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use txoutbox::DeliveryError;
+use txoutbox::sink::DeliveryError;
 
 /// Why a Stripe call did not return an object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -174,7 +174,7 @@ fn classify_api(error: &ApiError) -> DeliveryError {
 mod tests {
     use std::time::SystemTime;
 
-    use txoutbox::parse_retry_after;
+    use txoutbox::sink::parse_retry_after;
 
     use super::*;
 

@@ -16,7 +16,7 @@
 //! txoutbox::enqueue(tx, &[charge]).await?;
 //!
 //! // In the relay: STRIPE_SECRET_KEY, and STRIPE_API_BASE to point it elsewhere.
-//! let relay = txoutbox::Relay::builder(pg)
+//! let relay = txoutbox::relay::Relay::builder(pg)
 //!     .sink(DESTINATION, StripeSink::from_env()?)
 //!     .build()?;
 //! # let _ = relay;

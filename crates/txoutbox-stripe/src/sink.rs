@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use stripe_client_core::{IdempotencyKey, RequestStrategy, StripeRequest as _};
-use txoutbox::{Delivery, DeliveryError, Receipt, Sink};
+use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 
 use crate::classify::{classify, StripeFailure};
 use crate::message::StripeRequest;

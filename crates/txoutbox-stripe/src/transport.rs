@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
 use stripe_client_core::{CustomizedStripeRequest, RequestStrategy, StripeClient, StripeMethod};
 
-use txoutbox::parse_retry_after;
+use txoutbox::sink::parse_retry_after;
 
 use crate::classify::{ApiError, StripeFailure};
 
@@ -55,12 +55,13 @@ impl Transport {
         timeout: Duration,
     ) -> Result<Self, String> {
         use rustls_platform_verifier::BuilderVerifierExt;
-        let mut tls = rustls::ClientConfig::builder_with_provider(txoutbox::crypto_provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS versions: {e}"))?
-            .with_platform_verifier()
-            .map_err(|e| format!("TLS certificate verifier: {e}"))?
-            .with_no_client_auth();
+        let mut tls =
+            rustls::ClientConfig::builder_with_provider(txoutbox::sink::crypto_provider())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("TLS versions: {e}"))?
+                .with_platform_verifier()
+                .map_err(|e| format!("TLS certificate verifier: {e}"))?
+                .with_no_client_auth();
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         let http = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
@@ -125,7 +126,7 @@ impl Transport {
             if e.is_timeout() {
                 StripeFailure::Timeout(timeout)
             } else {
-                StripeFailure::Transport(txoutbox::error_chain(&e))
+                StripeFailure::Transport(txoutbox::sink::error_chain(&e))
             }
         };
         let response = builder.send().await.map_err(failed)?;

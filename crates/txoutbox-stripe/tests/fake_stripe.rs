@@ -11,7 +11,7 @@ type TestResult = anyhow::Result<()>;
 fn http() -> anyhow::Result<reqwest::Client> {
     // The crate's reqwest has no built-in TLS provider; loopback HTTP needs none, but reqwest
     // wants one to build a client.
-    txoutbox::ensure_crypto_provider();
+    txoutbox::sink::ensure_crypto_provider();
     Ok(reqwest::Client::builder().build()?)
 }
 

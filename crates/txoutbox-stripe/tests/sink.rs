@@ -6,7 +6,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tokio_postgres::Client;
-use txoutbox::{DestinationPolicy, OutboxMessage, RelayConfig, RetryPolicy, Sink};
+use txoutbox::{
+    relay::{DestinationPolicy, RelayConfig, RetryPolicy},
+    sink::Sink,
+    OutboxMessage,
+};
 use txoutbox_stripe::{NewPaymentIntent, NewRefund, StripeRequest, StripeSink, DESTINATION};
 use txoutbox_test_support::fake_stripe::FakeStripe;
 use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
@@ -436,7 +440,7 @@ fn a_relay_whose_lease_cannot_hold_the_request_timeout_is_refused() -> TestResul
     };
     let sink = StripeSink::new("sk_test_timeout")?;
     assert_eq!(sink.timeout(), Some(txoutbox_stripe::DEFAULT_TIMEOUT));
-    let refused = txoutbox::Relay::builder(pg.clone())
+    let refused = txoutbox::relay::Relay::builder(pg.clone())
         .config(ten_seconds.clone())
         .sink(DESTINATION, sink.clone())
         .build();
@@ -452,7 +456,7 @@ fn a_relay_whose_lease_cannot_hold_the_request_timeout_is_refused() -> TestResul
     );
     let fitting = sink.with_timeout(Duration::from_secs(5));
     assert_eq!(fitting.timeout(), Some(Duration::from_secs(5)));
-    assert!(txoutbox::Relay::builder(pg)
+    assert!(txoutbox::relay::Relay::builder(pg)
         .config(ten_seconds)
         .sink(DESTINATION, fitting)
         .build()

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, Result};
 use tokio_postgres::config::Host;
 use tokio_postgres::Client;
-use txoutbox::PgConfig;
+use txoutbox::pg::PgConfig;
 
 use crate::Cluster;
 
@@ -180,8 +180,9 @@ impl TestDb {
 
     /// A relay builder over this database, with test-friendly timings (poll 50 ms, reclaim
     /// 100 ms); sinks and policies are the test's to add.
-    pub fn relay(&self) -> Result<txoutbox::RelayBuilder> {
-        Ok(txoutbox::Relay::builder(self.info.config()?).config(crate::relay::relay_config()))
+    pub fn relay(&self) -> Result<txoutbox::relay::RelayBuilder> {
+        Ok(txoutbox::relay::Relay::builder(self.info.config()?)
+            .config(crate::relay::relay_config()))
     }
 
     /// The connection configuration of this database.
@@ -273,7 +274,7 @@ fn admin_info() -> Result<ConnInfo> {
 async fn ensure_template(admin: &ConnInfo) -> Result<String> {
     use sha2::{Digest, Sha256};
     let mut hash = Sha256::new();
-    for (version, name, checksum) in txoutbox::embedded_migrations() {
+    for (version, name, checksum) in txoutbox::admin::embedded_migrations() {
         hash.update(format!("{version}:{name}:{checksum}\n"));
     }
     let template = format!("txoutbox_tmpl_{}", &hex::encode(hash.finalize())[..16]);

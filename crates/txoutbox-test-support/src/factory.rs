@@ -2,7 +2,7 @@
 //!
 //! ```no_run
 //! # async fn f(db: &txoutbox_test_support::TestDb) -> anyhow::Result<()> {
-//! use txoutbox::MessageStatus;
+//! use txoutbox::admin::MessageStatus;
 //! use txoutbox_test_support::factory::message;
 //!
 //! let id = message(db).destination("x").status(MessageStatus::Failed).create().await?;
@@ -19,7 +19,7 @@ use anyhow::{bail, Result};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Client;
-use txoutbox::{MessageStatus, OutboxMessage};
+use txoutbox::{admin::MessageStatus, OutboxMessage};
 use uuid::Uuid;
 
 use crate::TestDb;

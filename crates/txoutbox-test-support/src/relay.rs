@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 use tokio::sync::oneshot;
-use txoutbox::{Delivery, DeliveryError, Receipt, Relay, RelayReport, Sink};
+use txoutbox::{
+    relay::{Relay, RelayReport},
+    sink::{Delivery, DeliveryError, Receipt, Sink},
+};
 
 /// Records every delivery it is handed, and delivers.
 #[derive(Debug, Clone, Default)]
@@ -213,31 +216,31 @@ impl<S: Sink> Sink for HangAfter<S> {
 
 /// Test-friendly relay timings: poll every 50 ms, reclaim expired leases every 100 ms (what
 /// [`TestDb::relay`](crate::TestDb::relay) starts from).
-pub fn relay_config() -> txoutbox::RelayConfig {
-    txoutbox::RelayConfig {
+pub fn relay_config() -> txoutbox::relay::RelayConfig {
+    txoutbox::relay::RelayConfig {
         poll_interval: Duration::from_millis(50),
         reclaim_interval: Duration::from_millis(100),
-        ..txoutbox::RelayConfig::default()
+        ..txoutbox::relay::RelayConfig::default()
     }
 }
 
 /// [`relay_config`] with a lease of 1 s, for tests where a lease expires.
-pub fn short_lease() -> txoutbox::RelayConfig {
-    txoutbox::RelayConfig {
+pub fn short_lease() -> txoutbox::relay::RelayConfig {
+    txoutbox::relay::RelayConfig {
         lease: Duration::from_secs(1),
         ..relay_config()
     }
 }
 
 /// A retry policy for tests: 20 ms to 100 ms between attempts, at most `max_attempts`.
-pub fn quick_retry(max_attempts: u32) -> txoutbox::DestinationPolicy {
-    txoutbox::DestinationPolicy {
-        retry: txoutbox::RetryPolicy {
+pub fn quick_retry(max_attempts: u32) -> txoutbox::relay::DestinationPolicy {
+    txoutbox::relay::DestinationPolicy {
+        retry: txoutbox::relay::RetryPolicy {
             base: Duration::from_millis(20),
             cap: Duration::from_millis(100),
             max_attempts,
         },
-        semantics: txoutbox::Semantics::AtLeastOnce,
+        semantics: txoutbox::relay::Semantics::AtLeastOnce,
         ..Default::default()
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use txoutbox::MessageStatus;
+use txoutbox::admin::MessageStatus;
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::webhook::WebhookReceiver;
 use txoutbox_test_support::{count, test_db, wait_for_exact_count};

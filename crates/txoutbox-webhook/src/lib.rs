@@ -14,7 +14,7 @@
 //! // In the relay: one sink per endpoint, each with its own secret.
 //! let secret = WebhookSecret::parse("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD")?;
 //! let orders = WebhookSink::new("https://receiver.example/hooks/orders", secret)?;
-//! let relay = txoutbox::Relay::builder(pg).sink("webhook:orders", orders).build()?;
+//! let relay = txoutbox::relay::Relay::builder(pg).sink("webhook:orders", orders).build()?;
 //! relay.run(std::future::pending::<()>()).await?;
 //! # Ok(())
 //! # }

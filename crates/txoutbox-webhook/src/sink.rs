@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use txoutbox::{parse_retry_after, Delivery, DeliveryError, Receipt, Sink};
+use txoutbox::sink::{parse_retry_after, Delivery, DeliveryError, Receipt, Sink};
 
 use crate::message::Webhook;
 use crate::signature::{
@@ -100,7 +100,7 @@ impl WebhookSink {
             url: url.to_owned(),
             reason,
         })?;
-        txoutbox::ensure_crypto_provider();
+        txoutbox::sink::ensure_crypto_provider();
         let client = reqwest::Client::builder()
             .timeout(config.timeout)
             .connect_timeout(config.connect_timeout)
@@ -297,7 +297,7 @@ fn classify_status(
 /// connection reset or closed before the answer) is indeterminate: the receiver may have acted
 /// on the request. A request that could not be built cannot succeed later.
 fn classify_transport(e: &reqwest::Error) -> DeliveryError {
-    let cause = txoutbox::error_chain(e);
+    let cause = txoutbox::sink::error_chain(e);
     if e.is_builder() {
         DeliveryError::permanent(format!("webhook request not sent: {cause}"))
     } else if e.is_connect() {

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Notify;
 use tokio_postgres::Client;
-use txoutbox::Sink;
+use txoutbox::sink::Sink;
 use txoutbox_test_support::raw_http::{closed_port, response, Behaviour, RawHttpServer};
 use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
 use txoutbox_test_support::{test_db, wait_for_count};
@@ -199,7 +199,7 @@ async fn delivered_webhook_is_signed_verifiably_and_carries_the_downstream_key()
     assert_eq!(header(request, "idempotency-key"), "evt-1");
     assert_eq!(header(request, "content-type"), "application/json");
     // The relay's attempt continues the enqueued trace as a span of its own.
-    let forwarded = txoutbox::Traceparent::parse(header(request, "traceparent"))?;
+    let forwarded = txoutbox::telemetry::Traceparent::parse(header(request, "traceparent"))?;
     assert_eq!(forwarded.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
     assert_ne!(forwarded.parent_id(), "00f067aa0ba902b7");
     let body: serde_json::Value = serde_json::from_slice(&request.body)?;
@@ -356,9 +356,9 @@ async fn a_receiver_slower_than_the_timeout_is_retried() -> TestResult {
 }
 
 /// One delivery of an event, as the relay would hand it to the sink.
-fn delivery(key: &str) -> anyhow::Result<txoutbox::Delivery> {
+fn delivery(key: &str) -> anyhow::Result<txoutbox::sink::Delivery> {
     let event = Webhook::new("order.paid", serde_json::json!({ "order": 42 }));
-    Ok(txoutbox::Delivery {
+    Ok(txoutbox::sink::Delivery {
         id: uuid::Uuid::now_v7(),
         destination: DESTINATION.to_owned(),
         payload: serde_json::to_value(&event)?,
@@ -371,7 +371,7 @@ fn delivery(key: &str) -> anyhow::Result<txoutbox::Delivery> {
 }
 
 /// The sink's answer to one delivery against `url`, with a short timeout.
-async fn deliver_to(url: &str, timeout: Duration) -> anyhow::Result<txoutbox::DeliveryError> {
+async fn deliver_to(url: &str, timeout: Duration) -> anyhow::Result<txoutbox::sink::DeliveryError> {
     let config = WebhookConfig {
         timeout,
         ..WebhookConfig::default()
@@ -404,7 +404,7 @@ async fn an_error_body_with_nul_bytes_and_invalid_utf8_becomes_clean_bounded_tex
 
     let e = deliver_to(&server.url("/hooks"), Duration::from_secs(5)).await?;
     assert!(
-        matches!(e, txoutbox::DeliveryError::Retryable { .. }),
+        matches!(e, txoutbox::sink::DeliveryError::Retryable { .. }),
         "{e:?}"
     );
     let message = e.to_string();
@@ -433,7 +433,7 @@ async fn an_endless_error_body_is_not_read_to_its_end() -> TestResult {
         started.elapsed()
     );
     assert!(
-        matches!(e, txoutbox::DeliveryError::Retryable { .. }),
+        matches!(e, txoutbox::sink::DeliveryError::Retryable { .. }),
         "{e:?}"
     );
     let message = e.to_string();
@@ -456,7 +456,7 @@ async fn a_huge_or_garbage_retry_after_is_capped_or_ignored() -> TestResult {
         let server = RawHttpServer::start(Behaviour::Answer(answer)).await?;
         let e = deliver_to(&server.url("/hooks"), Duration::from_secs(5)).await?;
         match e {
-            txoutbox::DeliveryError::Retryable { retry_after, .. } => {
+            txoutbox::sink::DeliveryError::Retryable { retry_after, .. } => {
                 assert_eq!(retry_after, expected, "Retry-After: {value}")
             }
             other => panic!("Retry-After: {value}: {other:?}"),
@@ -471,7 +471,7 @@ async fn a_receiver_that_reads_the_request_and_never_answers_is_indeterminate() 
     let e = deliver_to(&server.url("/hooks"), Duration::from_millis(500)).await?;
     assert_eq!(server.requests_read(), 1, "the request did arrive");
     assert!(
-        matches!(e, txoutbox::DeliveryError::Indeterminate { .. }),
+        matches!(e, txoutbox::sink::DeliveryError::Indeterminate { .. }),
         "{e:?}"
     );
     assert!(e.to_string().contains("timed out"), "{e}");
@@ -484,7 +484,7 @@ async fn a_receiver_that_drops_the_connection_after_the_request_is_indeterminate
     let e = deliver_to(&server.url("/hooks"), Duration::from_secs(5)).await?;
     assert_eq!(server.requests_read(), 1, "the request did arrive");
     assert!(
-        matches!(e, txoutbox::DeliveryError::Indeterminate { .. }),
+        matches!(e, txoutbox::sink::DeliveryError::Indeterminate { .. }),
         "{e:?}"
     );
     Ok(())
@@ -496,7 +496,7 @@ async fn a_port_with_nothing_listening_is_retryable() -> TestResult {
     let url = format!("http://127.0.0.1:{port}/hooks");
     let e = deliver_to(&url, Duration::from_secs(5)).await?;
     assert!(
-        matches!(e, txoutbox::DeliveryError::Retryable { .. }),
+        matches!(e, txoutbox::sink::DeliveryError::Retryable { .. }),
         "{e:?}"
     );
     Ok(())

@@ -5,8 +5,8 @@
 
 use uuid::Uuid;
 
+use crate::error::{Error, Result};
 use crate::key::IdempotencyKey;
-use crate::{Error, Result};
 
 /// The namespace of derived downstream keys (a fixed UUID of this project).
 pub const DOWNSTREAM_KEY_NAMESPACE: Uuid =
@@ -16,9 +16,9 @@ pub const DOWNSTREAM_KEY_NAMESPACE: Uuid =
 /// `UUIDv5(DOWNSTREAM_KEY_NAMESPACE, "{scope}\n{key}\n{effect}")`, as a hyphenated lower-case UUID.
 ///
 /// The same (scope, key, effect) always gives the same key, on every host and every version;
-/// two effects give two keys. Effects enqueued on a [`crate::Claim`] get keys that also depend on
+/// two effects give two keys. Effects enqueued on a [`crate::idempotency::Claim`] get keys that also depend on
 /// the claim, so that a key reused after its window makes new effects
-/// ([`crate::Claim::downstream_key`] tells them). Scope and effect names contain no newline (they are
+/// ([`crate::idempotency::Claim::downstream_key`] tells them). Scope and effect names contain no newline (they are
 /// validated) and keys are visible ASCII, so the joined name is unambiguous.
 pub fn derive_downstream_key(scope: &str, key: &IdempotencyKey, effect: &str) -> String {
     let name = format!("{scope}\n{}\n{effect}", key.as_str());

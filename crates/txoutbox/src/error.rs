@@ -1,6 +1,6 @@
 //! The library's one error type. Each variant says what the caller should answer.
 
-use crate::KeyError;
+use crate::key::KeyError;
 
 /// What went wrong in a txoutbox call.
 #[derive(Debug, thiserror::Error)]

@@ -6,19 +6,26 @@
 //! rolls the transaction back, so the key, the business rows and the outbox rows all vanish and the
 //! retry runs the request again.
 
+pub use crate::downstream_key::{derive_downstream_key, DOWNSTREAM_KEY_NAMESPACE};
+pub use crate::key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
+pub use crate::store::{Params, TxExecutor};
+
 use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio_postgres::error::SqlState;
 
 use crate::downstream_key::{check_downstream_key, derive_claim_downstream_key};
-use crate::key::MAX_KEY_LEN;
 use crate::outbox::{check_name, lock_ordering_keys, message_columns, Enqueued};
-use crate::store::{keys, TxExecutor};
+use crate::store::keys;
 use crate::telemetry::{
     IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS, TRACEPARENT,
 };
-use crate::{Error, Fingerprint, IdempotencyKey, KeyError, OutboxMessage, Result};
+use crate::{
+    error::{Error, Result},
+    fingerprint::Fingerprint,
+    outbox::OutboxMessage,
+};
 
 /// The default key window: a retry within 24 hours of the first request is deduplicated.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
@@ -199,11 +206,11 @@ pub struct Claim {
     claimed_at_micros: i64,
     messages: Vec<(String, OutboxMessage)>,
     effects: HashSet<String>,
-    traceparent: Option<crate::Traceparent>,
+    traceparent: Option<crate::telemetry::Traceparent>,
 }
 
 /// The trace context a new claim starts with: the current span's, with the `otel` feature.
-fn enqueue_context() -> Option<crate::Traceparent> {
+fn enqueue_context() -> Option<crate::telemetry::Traceparent> {
     #[cfg(feature = "otel")]
     return crate::telemetry::current_traceparent();
     #[cfg(not(feature = "otel"))]
@@ -332,14 +339,14 @@ impl Claim {
     /// request's trace reaches all its effects. Fails with [`Error::Invalid`] for a malformed
     /// value; the claim is unchanged then.
     pub fn with_traceparent(&mut self, traceparent: &str) -> Result<&mut Self> {
-        self.traceparent = Some(crate::Traceparent::parse(traceparent.trim())?);
+        self.traceparent = Some(crate::telemetry::Traceparent::parse(traceparent.trim())?);
         Ok(self)
     }
 
     /// The trace context attached to this request's effects: the one given to
     /// [`Claim::with_traceparent`], or (with the `otel` feature) the context of the `tracing`
     /// span that was current at [`begin`], when it had a valid one.
-    pub fn traceparent(&self) -> Option<&crate::Traceparent> {
+    pub fn traceparent(&self) -> Option<&crate::telemetry::Traceparent> {
         self.traceparent.as_ref()
     }
 

@@ -29,69 +29,44 @@
 //! # }
 //! ```
 //!
-//! Layout: [`key`](IdempotencyKey) and [`Fingerprint`] validate the request; `idempotency`
-//! ([`begin`], [`Claim`]) claims keys and stores responses; `outbox` ([`OutboxMessage`],
-//! [`enqueue`]) writes rows; [`migrate`] applies the schema; [`prune_expired_keys`] trims the key
-//! table; [`RelayWaker`] hints the relays after commit; `pg` ([`PgConfig`]) reads a connection
-//! string as libpq does and opens its connections with TLS (rustls) as its `sslmode` says.
+//! Layout: the root holds the write path: [`IdempotencyKey`] and [`Fingerprint`] validate the
+//! request, [`begin`] and [`Claim`] claim its key and store its response, [`OutboxMessage`] and
+//! [`enqueue`] write its effects, [`migrate`] applies the schema. The rest is in namespaces:
+//! [`idempotency`] (the key window's limits, downstream keys), [`relay`] (the worker that
+//! delivers, its configuration, the wake-up hint after commit), [`sink`] (what a downstream
+//! implements), [`admin`] (what operators run: list, show, replay, discard, purge, stats, pause),
+//! [`telemetry`] (metric names, trace context) and [`pg`] (connection strings read as libpq
+//! does, TLS by `sslmode`).
 
 /// The channel the relays LISTEN on and the write path's hint NOTIFYs, as a literal for the
-/// statements' text ([`WAKE_CHANNEL`] for code).
+/// statements' text ([`relay::WAKE_CHANNEL`] for code).
 macro_rules! wake_channel {
     () => {
         "txoutbox_wake"
     };
 }
 
-mod admin;
+pub mod admin;
 mod downstream_key;
 mod error;
 mod fingerprint;
-mod idempotency;
+pub mod idempotency;
 mod key;
 mod migrate;
 mod outbox;
-mod pg;
-mod relay;
+pub mod pg;
+pub mod relay;
 mod shutdown;
-mod sink;
+pub mod sink;
 mod state;
 mod store;
 pub mod telemetry;
 mod wake;
 
-pub use admin::{
-    activity, destination_flows, discard, failure_groups, list_messages, lookup_key,
-    pause_destination, prune_expired_keys, purge, replay, replay_downstream_key,
-    resume_destination, show_message, stats, AdminError, AttemptRecord, DestinationFlow,
-    DestinationStats, DiscardOptions, DiscardReport, DiscardedMessage, FailureGroup, FailureRate,
-    IdempotencyRecord, KeyLookup, ListCursor, MessageDetail, MessageFilter, MessageSummary,
-    MinuteActivity, OutboxStats, PurgeOptions, PurgeReport, ReplayOptions, ReplayReport,
-    ReplaySelection, ReplayedMessage, Retention, SkippedMessage, StatusCounts, TimeBound,
-    DEFAULT_FAILED_RETENTION, DEFAULT_PRUNE_BATCH, DEFAULT_REPLAY_BATCH, DEFAULT_RETENTION,
-    EXACT_DELIVERED_COUNT_MAX, EXACT_HOT_COUNT_MAX, FAILURE_RATE_WINDOW,
-};
-pub use downstream_key::{derive_downstream_key, DOWNSTREAM_KEY_NAMESPACE};
 pub use error::{Error, Result};
 pub use fingerprint::Fingerprint;
-pub use idempotency::{
-    begin, Begin, Claim, Scope, StoredResponse, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIN_KEY_LEN,
-    DEFAULT_WINDOW, MAX_LOCK_TIMEOUT, MAX_WINDOW, MIN_WINDOW,
-};
-pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
-pub use migrate::{embedded_migrations, migrate, HISTORY_TABLE};
+pub use idempotency::{begin, Begin, Claim, Scope, StoredResponse};
+pub use key::IdempotencyKey;
+pub use migrate::migrate;
 pub use outbox::{enqueue, Enqueued, OutboxMessage};
-pub use pg::{MakeTls, PgConfig, PgConnection, PgStream, SslMode, TlsConnector, TlsError};
-pub use relay::{
-    reclaim_expired, Breaker, DestinationPolicy, FlowControl, RateLimit, Relay, RelayBuilder,
-    RelayConfig, RelayReport, RetryPolicy, Semantics, WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
-};
-pub use shutdown::Shutdown;
-pub use sink::{
-    crypto_provider, ensure_crypto_provider, error_chain, parse_retry_after, Completion,
-    CompletionHook, Delivery, DeliveryError, Receipt, Sink,
-};
-pub use state::{AttemptOutcome, MessageStatus};
-pub use store::{Params, TxExecutor};
-pub use telemetry::{describe_metrics, register_destinations, register_scopes, Traceparent};
-pub use wake::{notify_in_transaction, RelayWaker, HINT_SPACING, WAKE_CHANNEL};
+pub use store::TxExecutor;

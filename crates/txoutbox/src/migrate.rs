@@ -3,8 +3,8 @@
 
 use tokio_postgres::Client;
 
+use crate::error::{Error, Result};
 use crate::store::{schema, Unnamed};
-use crate::{Error, Result};
 
 mod embedded {
     refinery::embed_migrations!("../../migrations");

@@ -6,11 +6,11 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::downstream_key::check_downstream_key;
+use crate::error::{Error, Result};
 use crate::store::messages::{self, MessageColumns};
 use crate::store::TxExecutor;
-use crate::{Error, Result};
 
-/// What one enqueue wrote ([`enqueue`], [`crate::Claim::complete`]), by message id
+/// What one enqueue wrote ([`enqueue`], [`crate::idempotency::Claim::complete`]), by message id
 /// ([`OutboxMessage::id`]), in the order given.
 ///
 /// A message whose (destination, downstream key) is already in `txoutbox_messages` (pending, in
@@ -101,7 +101,7 @@ impl OutboxMessage {
     /// forward the header. Fails with [`Error::Invalid`] unless `traceparent` is a valid W3C
     /// `traceparent` value (garbage would be forwarded to every downstream).
     pub fn with_traceparent(mut self, traceparent: &str) -> Result<Self> {
-        let parsed = crate::Traceparent::parse(traceparent.trim())?;
+        let parsed = crate::telemetry::Traceparent::parse(traceparent.trim())?;
         self.headers.insert(
             crate::telemetry::TRACEPARENT.to_owned(),
             parsed.as_str().to_owned(),
@@ -147,7 +147,7 @@ impl OutboxMessage {
 
 /// Enqueues messages in the caller's transaction, outside any idempotent request (batch jobs,
 /// consumers). Every message must carry a downstream key ([`OutboxMessage::with_downstream_key`];
-/// [`crate::derive_downstream_key`] builds one from a job's own key). A (destination, downstream key)
+/// [`crate::downstream_key::derive_downstream_key`] builds one from a job's own key). A (destination, downstream key)
 /// already in the outbox is not enqueued again: the answer says which messages were written and
 /// which were skipped ([`Enqueued`]).
 pub async fn enqueue(tx: &impl TxExecutor, messages: &[OutboxMessage]) -> Result<Enqueued> {

@@ -2,14 +2,14 @@
 //!
 //! States are the relay's: `pending`, `in_flight`, `failed` and `unknown` rows live in
 //! `txoutbox_messages`; `delivered` rows were moved to `txoutbox_delivered` by the relay,
-//! `discarded` ones to `txoutbox_discarded` by an operator's [`discard`](crate::discard).
+//! `discarded` ones to `txoutbox_discarded` by an operator's [`discard`](crate::admin::discard).
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::Serialize;
 
-use crate::AdminError;
+use crate::admin::AdminError;
 
 /// Where a message is in its life. The names are the `status` column's values; `delivered` rows
 /// are those the relay moved to `txoutbox_delivered`.

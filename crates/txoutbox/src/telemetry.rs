@@ -5,7 +5,7 @@
 //! `txoutbox relay` command, or a service) installs an exporter and calls [`describe_metrics`].
 //!
 //! Trace context is the W3C `traceparent` header carried in an outbox row's headers: captured at
-//! enqueue ([`crate::OutboxMessage::with_traceparent`], [`crate::Claim::with_traceparent`]) and
+//! enqueue ([`crate::outbox::OutboxMessage::with_traceparent`], [`crate::idempotency::Claim::with_traceparent`]) and
 //! continued by the relay: each delivery attempt is a child span of the stored context (same
 //! trace id, its own span id, recorded on the attempt's `delivery` span as `trace_id`, `span_id`
 //! and `parent_span_id`), and the attempt's context is what the sinks that speak HTTP forward.
@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::num::NonZeroU64;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Rows written to the outbox, by `destination` (counted when the insert runs in the caller's
 /// transaction; a transaction rolled back afterwards still counted).
@@ -163,7 +163,7 @@ pub const ATTEMPT_OUTCOMES: [&str; 4] = ["delivered", "retry", "failed", "unknow
 /// until its first event breaks `rate()` over its first increase and "absent" alerts; a series
 /// at 0 does not. Existing values are not touched (counters are incremented by 0).
 ///
-/// [`crate::Relay::run`] calls it with the destinations of its sinks; a service that enqueues
+/// [`crate::relay::Relay::run`] calls it with the destinations of its sinks; a service that enqueues
 /// to destinations no local relay serves may call it for [`ENQUEUED`]'s sake. Call it after
 /// installing the recorder.
 pub fn register_destinations<S: AsRef<str>>(destinations: impl IntoIterator<Item = S>) {
@@ -195,9 +195,9 @@ pub fn register_destinations<S: AsRef<str>>(destinations: impl IntoIterator<Item
 
 /// Makes the idempotency counters ([`IDEMPOTENCY_REPLAYS`], [`IDEMPOTENCY_MISMATCHES`],
 /// [`IDEMPOTENCY_CONFLICTS`]) exist at 0 for the scopes a service declares, labelled as the
-/// write path labels them ([`crate::Scope::with_metric_label`], else the scope's name). Call it
+/// write path labels them ([`crate::idempotency::Scope::with_metric_label`], else the scope's name). Call it
 /// once at start, after installing the recorder, with every scope the service uses.
-pub fn register_scopes<'a>(scopes: impl IntoIterator<Item = &'a crate::Scope>) {
+pub fn register_scopes<'a>(scopes: impl IntoIterator<Item = &'a crate::idempotency::Scope>) {
     for scope in scopes {
         for name in [
             IDEMPOTENCY_REPLAYS,
@@ -350,7 +350,7 @@ pub(crate) fn set_traceparent(headers: &mut BTreeMap<String, String>, context: &
 }
 
 /// The context of the current `tracing` span, as exported by the OpenTelemetry layer: what a
-/// service passes to [`crate::Claim::with_traceparent`] or [`crate::OutboxMessage::with_traceparent`]
+/// service passes to [`crate::idempotency::Claim::with_traceparent`] or [`crate::outbox::OutboxMessage::with_traceparent`]
 /// so that the effects of a request join its trace. `None` when the current span has no valid
 /// OpenTelemetry context (no layer installed, or the span is disabled).
 #[cfg(feature = "otel")]

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use crate::error::Result;
 use crate::store::{self, Pooled, TxExecutor};
-use crate::Result;
 
 /// The channel the relays LISTEN on for the write path's hint.
 pub const WAKE_CHANNEL: &str = wake_channel!();

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 use txoutbox::{
-    enqueue, Completion, CompletionHook, Delivery, DeliveryError, DestinationPolicy, OutboxMessage,
-    Receipt, RelayConfig, Semantics, Sink, WakeMode,
+    enqueue,
+    relay::{DestinationPolicy, RelayConfig, Semantics, WakeMode},
+    sink::{Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink},
+    OutboxMessage,
 };
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{
@@ -231,7 +233,7 @@ async fn each_attempt_forwards_its_own_span_of_the_enqueued_trace() -> TestResul
     );
     assert_eq!(sink.recorder.wait_for(2, Duration::from_secs(10)).await, 2);
     relay.stop().await?;
-    let forwarded: Vec<txoutbox::Traceparent> = sink
+    let forwarded: Vec<txoutbox::telemetry::Traceparent> = sink
         .recorder
         .deliveries()
         .iter()
@@ -991,7 +993,7 @@ async fn the_write_paths_hint_wakes_a_listening_relay_before_its_poll() -> TestR
         .key("hint")
         .create_many(1)
         .await?;
-    txoutbox::RelayWaker::spawn(db.pool(1)?).wake();
+    txoutbox::relay::RelayWaker::spawn(db.pool(1)?).wake();
     assert_eq!(
         sink.wait_for(1, Duration::from_secs(10)).await,
         1,

@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use txoutbox::{
-    enqueue, Completion, CompletionHook, Delivery, DeliveryError, DestinationPolicy, OutboxMessage,
-    Receipt, RelayConfig, RetryPolicy, Semantics, Sink,
+    enqueue,
+    relay::{DestinationPolicy, RelayConfig, RetryPolicy, Semantics},
+    sink::{Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink},
+    OutboxMessage,
 };
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{
@@ -246,7 +248,7 @@ async fn shutdown_returns_in_time_when_no_completion_can_be_written() -> TestRes
     assert!(sink.wait_for(20, Duration::from_secs(10)).await >= 12);
     let asked = Instant::now();
     let stopped = tokio::time::timeout(
-        grace + txoutbox::SHUTDOWN_FLUSH + Duration::from_secs(3),
+        grace + txoutbox::relay::SHUTDOWN_FLUSH + Duration::from_secs(3),
         relay.stop(),
     )
     .await;
@@ -736,7 +738,7 @@ fn a_sink_whose_timeout_does_not_fit_in_the_lease_is_refused() -> TestResult {
         }
     }
     let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
-    let refused = txoutbox::Relay::builder(pg.clone())
+    let refused = txoutbox::relay::Relay::builder(pg.clone())
         .config(RelayConfig {
             lease: Duration::from_secs(10),
             ..RelayConfig::default()
@@ -750,11 +752,11 @@ fn a_sink_whose_timeout_does_not_fit_in_the_lease_is_refused() -> TestResult {
         line.starts_with("lease: 10s") && line.contains("\"email\"") && !line.contains('\n'),
         "{line}"
     );
-    assert!(txoutbox::Relay::builder(pg.clone())
+    assert!(txoutbox::relay::Relay::builder(pg.clone())
         .sink("email", Slow)
         .build()
         .is_ok());
-    let capped = txoutbox::Relay::builder(pg)
+    let capped = txoutbox::relay::Relay::builder(pg)
         .policy(
             "email",
             DestinationPolicy {

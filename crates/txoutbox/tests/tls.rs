@@ -4,7 +4,11 @@
 use std::time::Duration;
 
 use tokio_postgres::Client;
-use txoutbox::{enqueue, OutboxMessage, PgConfig, SslMode};
+use txoutbox::{
+    enqueue,
+    pg::{PgConfig, SslMode},
+    OutboxMessage,
+};
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
 use txoutbox_test_support::tls::{TestCa, TlsServer};
 use txoutbox_test_support::{Cluster, ConnInfo, TestDb};

@@ -6,8 +6,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio_postgres::{AsyncMessage, Client, IsolationLevel};
 use txoutbox::{
-    begin, enqueue, Begin, Error, Fingerprint, IdempotencyKey, KeyError, OutboxMessage, RelayWaker,
-    Scope, StoredResponse,
+    begin, enqueue, idempotency::KeyError, relay::RelayWaker, Begin, Error, Fingerprint,
+    IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
 use txoutbox_test_support::{count, test_db, Cluster, ClusterOptions, TestDb};
 
@@ -377,7 +377,7 @@ async fn expired_key_is_pruned_and_then_new() -> TestResult {
     charge(&mut client, &short, &k, &charge_fp(1)).await?;
     charge(&mut client, &long, &k, &charge_fp(1)).await?;
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(txoutbox::prune_expired_keys(&client, 1).await?, 1);
+    assert_eq!(txoutbox::admin::prune_expired_keys(&client, 1).await?, 1);
     let scopes: Vec<String> = client
         .query("SELECT scope FROM txoutbox_idempotency_keys", &[])
         .await?
@@ -415,7 +415,7 @@ async fn pruning_runs_in_bounded_batches() -> TestResult {
         charge(&mut client, &short, &key(&format!("k-{i}")), &charge_fp(1)).await?;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(txoutbox::prune_expired_keys(&client, 10).await?, 25);
+    assert_eq!(txoutbox::admin::prune_expired_keys(&client, 10).await?, 25);
     assert_eq!(count(&client, "txoutbox_idempotency_keys").await?, 0);
     Ok(())
 }
@@ -511,7 +511,7 @@ async fn a_key_pruned_then_reused_gets_new_downstream_keys() -> TestResult {
     let k = key("k-pruned");
     let (old_stripe, _) = charge_telling_keys(&mut client, &short, &k).await?;
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(txoutbox::prune_expired_keys(&client, 10).await?, 1);
+    assert_eq!(txoutbox::admin::prune_expired_keys(&client, 10).await?, 1);
     let (new_stripe, _) = charge_telling_keys(&mut client, &short, &k).await?;
     assert_ne!(
         new_stripe, old_stripe,

@@ -219,7 +219,7 @@ pub async fn run_demo() -> anyhow::Result<()> {
         shown["status"], shown["stripe_id"]
     );
 
-    let pg = txoutbox::PgConfig::parse(&database_url)?;
+    let pg = txoutbox::pg::PgConfig::parse(&database_url)?;
     let (db, connection) = pg.connect().await?;
     tokio::spawn(connection);
     let charges: i64 = db

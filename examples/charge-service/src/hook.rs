@@ -5,7 +5,7 @@
 //! The charge is found by the outbox message's id, stored on the charge at enqueue: the id never
 //! changes, while the downstream key does when an operator replays the row with `--new-key`.
 
-use txoutbox::{Completion, CompletionHook, Delivery};
+use txoutbox::sink::{Completion, CompletionHook, Delivery};
 
 use crate::queries;
 

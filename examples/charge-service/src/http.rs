@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
-use txoutbox::{RelayWaker, Scope};
+use txoutbox::{relay::RelayWaker, Scope};
 use txoutbox_axum::{Idempotent, Problem, Started};
 use uuid::Uuid;
 
@@ -84,7 +84,7 @@ impl App {
         let charges = Scope::new("charges")?;
         let reservations = Scope::new("reservations")?;
         // The idempotency counters exist at 0 from start (a no-op without a recorder).
-        txoutbox::register_scopes([&charges, &reservations]);
+        txoutbox::telemetry::register_scopes([&charges, &reservations]);
         Ok(Self {
             inner: Arc::new(Inner {
                 waker: RelayWaker::spawn(pool.clone()),

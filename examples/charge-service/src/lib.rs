@@ -5,7 +5,7 @@
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
 //! let settings = charge_service::Settings::from_env()?;   // DATABASE_URL, BIND, STRIPE_*, SMTP_URL|MAIL_DIR
-//! let shutdown = txoutbox::Shutdown::on_signal()?;                 // SIGTERM or ctrl-c
+//! let shutdown = txoutbox::relay::Shutdown::on_signal()?;                 // SIGTERM or ctrl-c
 //! charge_service::serve(settings, shutdown.wait()).await?;
 //! # Ok(()) }
 //! ```
@@ -92,7 +92,7 @@ impl Settings {
 
 /// Applies txoutbox's migrations, then the service's own, each under an advisory lock so that
 /// instances starting at once apply them once.
-pub async fn migrate(pg: &txoutbox::PgConfig) -> anyhow::Result<()> {
+pub async fn migrate(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<()> {
     let (mut client, connection) = pg.connect().await?;
     tokio::spawn(connection);
     txoutbox::migrate(&mut client).await?;
@@ -112,7 +112,7 @@ pub async fn migrate(pg: &txoutbox::PgConfig) -> anyhow::Result<()> {
 }
 
 /// The HTTP pool: bounded waits, so an unreachable Postgres is a quick 503 rather than a hang.
-pub fn pool(pg: &txoutbox::PgConfig, size: usize) -> anyhow::Result<deadpool_postgres::Pool> {
+pub fn pool(pg: &txoutbox::pg::PgConfig, size: usize) -> anyhow::Result<deadpool_postgres::Pool> {
     let manager = pg.manager(deadpool_postgres::ManagerConfig {
         recycling_method: deadpool_postgres::RecyclingMethod::Fast,
     });
@@ -146,19 +146,19 @@ fn email_sink() -> anyhow::Result<txoutbox_email::EmailSink> {
 }
 
 /// The relay with the Stripe and email sinks (from the environment) and the charge hook.
-pub fn relay(pg: &txoutbox::PgConfig) -> anyhow::Result<txoutbox::Relay> {
+pub fn relay(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<txoutbox::relay::Relay> {
     let stripe = txoutbox_stripe::StripeSink::from_env()
         .context("the relay's Stripe sink (STRIPE_SECRET_KEY, STRIPE_API_BASE)")?
         .with_timeout(SINK_TIMEOUT);
     let email = email_sink().context("the relay's email sink")?;
-    let config = txoutbox::RelayConfig {
+    let config = txoutbox::relay::RelayConfig {
         lease: RELAY_LEASE,
         poll_interval: Duration::from_millis(250),
         reclaim_interval: Duration::from_millis(500),
         shutdown_grace: Duration::from_secs(3),
-        ..txoutbox::RelayConfig::default()
+        ..txoutbox::relay::RelayConfig::default()
     };
-    Ok(txoutbox::Relay::builder(pg.clone())
+    Ok(txoutbox::relay::Relay::builder(pg.clone())
         .config(config)
         .sink(txoutbox_stripe::DESTINATION, stripe)
         .sink(txoutbox_email::DESTINATION, email)
@@ -186,7 +186,7 @@ pub fn dashboard(
 /// Migrates, then serves HTTP (and runs the relay unless `settings.relay` is off) until
 /// `shutdown` resolves.
 pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let pg = txoutbox::PgConfig::parse(&settings.database_url).context("DATABASE_URL")?;
+    let pg = txoutbox::pg::PgConfig::parse(&settings.database_url).context("DATABASE_URL")?;
     migrate(&pg).await?;
     let pool = pool(&pg, 32)?;
     let relay = if settings.relay {
@@ -202,7 +202,7 @@ pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> an
     // Scripts and tests wait for this line to know the port.
     println!("listening on http://{}", listener.local_addr()?);
     // One stop for the relay and the HTTP server, triggered when `shutdown` resolves.
-    let stop = txoutbox::Shutdown::new();
+    let stop = txoutbox::relay::Shutdown::new();
     let relay_task = relay.map(|relay| tokio::spawn(relay.run(stop.wait())));
     let mut routes = router(app);
     if !settings.dashboard_users.is_empty() {

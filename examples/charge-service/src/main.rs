@@ -31,6 +31,6 @@ async fn main() -> anyhow::Result<()> {
     let mut settings = charge_service::Settings::from_env()?;
     settings.relay = !args.no_relay;
     settings.metrics = Some(txoutbox_axum::prometheus::install_recorder()?);
-    let shutdown = txoutbox::Shutdown::on_signal()?;
+    let shutdown = txoutbox::relay::Shutdown::on_signal()?;
     charge_service::serve(settings, shutdown.wait()).await
 }

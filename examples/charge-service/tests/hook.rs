@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 
 use charge_service::{ChargeHook, ServiceProcess};
 use serde_json::Value;
-use txoutbox::{Completion, CompletionHook, Delivery, Receipt, ReplayOptions, ReplaySelection};
+use txoutbox::{
+    admin::{ReplayOptions, ReplaySelection},
+    sink::{Completion, CompletionHook, Delivery, Receipt},
+};
 
 mod common;
 
@@ -69,7 +72,7 @@ async fn a_declined_charge_replayed_with_a_new_key_is_marked_succeeded() -> anyh
         .await?
         .get(0);
     let mut admin = peers.db.connect().await?;
-    let report = txoutbox::replay(
+    let report = txoutbox::admin::replay(
         &mut admin,
         &ReplaySelection::Ids(vec![message_id]),
         &ReplayOptions {

@@ -234,7 +234,7 @@ async fn the_same_key_after_its_window(prune: bool) -> anyhow::Result<()> {
     )
     .await?;
     if prune {
-        assert_eq!(txoutbox::prune_expired_keys(&conn, 10).await?, 1);
+        assert_eq!(txoutbox::admin::prune_expired_keys(&conn, 10).await?, 1);
     }
     let second = post().await?;
     let status = second.status();

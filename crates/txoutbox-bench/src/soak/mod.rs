@@ -403,7 +403,7 @@ async fn enqueue_batch(pool: &deadpool_postgres::Pool, batch: &[OutboxMessage]) 
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     txoutbox::enqueue(&tx, batch).await?;
-    txoutbox::notify_in_transaction(&tx).await?;
+    txoutbox::relay::notify_in_transaction(&tx).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -6,7 +6,10 @@
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
-use txoutbox::{Delivery, DestinationPolicy, RetryPolicy};
+use txoutbox::{
+    relay::{DestinationPolicy, RetryPolicy},
+    sink::Delivery,
+};
 use txoutbox_email::{Email, DESTINATION};
 
 /// Long enough for a loaded CI machine, short enough to fail fast.

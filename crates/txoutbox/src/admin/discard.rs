@@ -24,8 +24,8 @@ use uuid::Uuid;
 use super::filter::FilterParams;
 use super::replay::{check_max, not_found, Candidate};
 use super::{AdminError, ReplaySelection, SkippedMessage, DEFAULT_REPLAY_BATCH};
+use crate::state::MessageStatus;
 use crate::store::admin as store;
-use crate::MessageStatus;
 
 /// How to discard.
 #[derive(Debug, Clone, PartialEq, Eq)]

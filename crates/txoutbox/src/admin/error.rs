@@ -3,7 +3,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use uuid::Uuid;
 
-use crate::{Error, MessageStatus};
+use crate::{error::Error, state::MessageStatus};
 
 /// Why an operator's action was refused or failed.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::AdminError;
 #[cfg(doc)]
 use super::{failure_groups, list_messages, FailureGroup, MessageSummary};
-use crate::MessageStatus;
+use crate::state::MessageStatus;
 
 /// One end of a time range, compared with a message's enqueue time (`created_at`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,8 +9,8 @@ use serde::Serialize;
 use tokio_postgres::{Client, GenericClient};
 
 use super::AdminError;
+use crate::state::AttemptOutcome;
 use crate::store::admin as store;
-use crate::AttemptOutcome;
 
 /// A destination's flow-control state, as `txoutbox stats` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -11,8 +11,8 @@ use uuid::Uuid;
 
 use super::filter::FilterParams;
 use super::{AdminError, ListCursor, MessageFilter};
+use crate::state::{AttemptOutcome, MessageStatus};
 use crate::store::admin as store;
-use crate::{AttemptOutcome, MessageStatus};
 
 /// A message as [`list_messages`] shows it (no payload: see [`show_message`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -215,7 +215,7 @@ pub struct KeyLookup {
 /// Looks up (scope, key) and the messages its request enqueued: those written by the claim's
 /// transaction (same `created_at`, the transaction's time; a message of another transaction that
 /// started in the same microsecond would be listed too) and those whose downstream key is the one
-/// the claim derives for one of `effects` ([`crate::Claim::downstream_key`]). `None` when no such
+/// the claim derives for one of `effects` ([`crate::idempotency::Claim::downstream_key`]). `None` when no such
 /// key is stored (never used, or pruned).
 pub async fn lookup_key(
     client: &impl GenericClient,
@@ -241,7 +241,7 @@ pub async fn lookup_key(
         expires_at: row.expires_at,
         expired: row.expired,
     };
-    let derived: Vec<String> = match crate::IdempotencyKey::parse(key) {
+    let derived: Vec<String> = match crate::key::IdempotencyKey::parse(key) {
         Ok(parsed) => effects
             .iter()
             .map(|effect| {

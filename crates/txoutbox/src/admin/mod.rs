@@ -13,6 +13,8 @@ mod stats;
 #[cfg(test)]
 mod tests;
 
+pub use crate::migrate::{embedded_migrations, HISTORY_TABLE};
+pub use crate::state::{AttemptOutcome, MessageStatus};
 pub use discard::{discard, DiscardOptions, DiscardReport, DiscardedMessage};
 pub use error::AdminError;
 pub(crate) use filter::FilterParams;

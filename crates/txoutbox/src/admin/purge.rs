@@ -9,9 +9,9 @@ use serde::Serialize;
 use tokio_postgres::Client;
 
 use super::{tell, AdminError};
+use crate::state::MessageStatus;
 use crate::store::admin as store;
 use crate::store::admin::purge::{Cutoffs, Doomed};
-use crate::MessageStatus;
 
 /// How long delivered rows are kept by default: 7 days.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
@@ -177,7 +177,7 @@ pub const DEFAULT_PRUNE_BATCH: i64 = 1_000;
 
 /// Deletes expired keys, `batch` at a time, until none is left. Returns how many were deleted.
 /// After a key is pruned, a request with it is new again: the key window is the retry contract.
-pub async fn prune_expired_keys(client: &Client, batch: i64) -> crate::Result<u64> {
+pub async fn prune_expired_keys(client: &Client, batch: i64) -> crate::error::Result<u64> {
     let batch = batch.max(1);
     let mut total = 0;
     loop {

@@ -32,7 +32,7 @@ use super::{tell, AdminError, MessageFilter, ReplaySelection, DEFAULT_REPLAY_BAT
 use crate::outbox::lock_ordering_keys;
 use crate::store::admin as store;
 pub(super) use crate::store::admin::replay::Candidate;
-use crate::{MessageStatus, DOWNSTREAM_KEY_NAMESPACE};
+use crate::{downstream_key::DOWNSTREAM_KEY_NAMESPACE, state::MessageStatus};
 
 /// How to replay.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,8 +9,8 @@ use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use super::{destination_flows, AdminError, DestinationFlow};
+use crate::state::MessageStatus;
 use crate::store::admin::{self as store, stats::Groups};
-use crate::MessageStatus;
 
 /// Up to this many delivered rows, [`stats`] counts them exactly (reading at most this many index
 /// entries); above, it reports the planner's estimate, marked as such.

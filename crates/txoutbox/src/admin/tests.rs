@@ -6,7 +6,7 @@ use uuid::Uuid;
 use super::discard::discard_note;
 use super::replay::replayed_statuses;
 use super::{replay_downstream_key, MessageFilter, ReplayOptions};
-use crate::MessageStatus;
+use crate::state::MessageStatus;
 
 #[test]
 fn replay_keys_are_deterministic_and_new_at_each_replay() {
@@ -72,11 +72,14 @@ fn replay_by_filter_takes_failed_rows_unless_unknown_is_asked_for() {
 
 #[test]
 fn attempt_outcomes_parse_from_their_column_values() {
-    for outcome in crate::AttemptOutcome::ALL {
+    for outcome in crate::state::AttemptOutcome::ALL {
         assert_eq!(
-            outcome.as_str().parse::<crate::AttemptOutcome>().ok(),
+            outcome
+                .as_str()
+                .parse::<crate::state::AttemptOutcome>()
+                .ok(),
             Some(outcome)
         );
     }
-    assert!("unstarted".parse::<crate::AttemptOutcome>().is_err());
+    assert!("unstarted".parse::<crate::state::AttemptOutcome>().is_err());
 }

@@ -16,7 +16,7 @@ use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{Client, Config, Connection, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 mod parse;
 #[cfg(test)]

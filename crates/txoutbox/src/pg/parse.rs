@@ -4,7 +4,7 @@
 
 use tokio_postgres::Config;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The TLS parameters a connection string may hold, before defaults.
 #[derive(Default)]

@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// libpq's `sslmode`: whether TLS is used, and what of the server's certificate is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

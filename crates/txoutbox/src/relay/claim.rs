@@ -6,9 +6,9 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::{flow, Inner, Lease};
+use crate::error::Result;
 use crate::sink::Delivery;
 use crate::store::{self, Pooled};
-use crate::Result;
 
 /// Claims up to `want` due rows, none of those in `held`, within the flow-control bounds;
 /// returns them with how many rows waiting behind an ordering-key head the claim parked, and how

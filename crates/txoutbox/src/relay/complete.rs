@@ -16,8 +16,8 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use super::{storable, Finished, Held, Inner, Outcome};
+use crate::error::{Error, Result};
 use crate::store::{self, Pooled, TxExecutor};
-use crate::{Error, Result};
 
 /// Completion statements in flight at once (each on its own pooled connection).
 const COMPLETION_WRITERS: usize = 2;
@@ -255,7 +255,7 @@ fn hook_failed(inner: &Inner, finished: &Finished, error: &dyn std::error::Error
     let text = format!(
         "the completion hook failed after the {} outcome: {}",
         finished.outcome.as_str(),
-        crate::error_chain(error)
+        crate::sink::error_chain(error)
     );
     let (outcome, delay) = if attempt >= retry.max_attempts {
         (Outcome::Failed, Duration::ZERO)

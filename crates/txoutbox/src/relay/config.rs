@@ -13,7 +13,10 @@ use uuid::Uuid;
 use super::backoff::RetryPolicy;
 use super::{Inner, Relay};
 use crate::sink::{CompletionHook, Sink};
-use crate::{Error, PgConfig, Result};
+use crate::{
+    error::{Error, Result},
+    pg::PgConfig,
+};
 
 /// What a destination's downstream can do with a redelivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -8,9 +8,9 @@ use futures::FutureExt;
 
 use super::flow::Signal;
 use super::{storable, Finished, Held, Inner, Lease, Outcome, Stage};
+use crate::error::Result;
 use crate::sink::{Completion, DeliveryError, Receipt};
 use crate::store::{self, Pooled};
-use crate::Result;
 
 /// Runs one attempt and classifies it. Never panics: a panicking sink is a retryable failure; a
 /// sink call still running at the lease's call limit is cut off, its outcome unknown.

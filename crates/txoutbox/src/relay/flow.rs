@@ -20,9 +20,9 @@ use tokio::time::Instant;
 
 use super::config::Breaker;
 use super::{Finished, Inner};
+use crate::error::Result;
 use crate::store::destinations::{self, BreakerRow};
 use crate::store::Pooled;
-use crate::Result;
 
 /// What an attempt tells the breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

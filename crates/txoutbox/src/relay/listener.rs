@@ -9,8 +9,8 @@ use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 
+use crate::pg::PgConfig;
 use crate::store;
-use crate::PgConfig;
 
 /// Listens until `stop` is notified; `connected` says whether the LISTEN is live.
 pub(crate) async fn listen(

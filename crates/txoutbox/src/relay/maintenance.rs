@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::{listener, Inner, WakeMode};
+use crate::error::{Error, Result};
 use crate::store::{self, Pooled};
-use crate::{Error, Result};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 

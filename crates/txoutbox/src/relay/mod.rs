@@ -2,12 +2,14 @@
 //! the outcome, fenced by the lease token. Many relays (threads, processes, machines) may run at
 //! once against one database; row locks coordinate them.
 //!
-//! Layout, by phase: this module runs the claim loop and the shutdown; [`config`] holds the knobs
+//! Layout, by phase: this module runs the claim loop and the shutdown; `config` holds the knobs
 //! and the builder that refuses what cannot work; `claim` takes due rows under a lease (and gives
 //! back unstarted ones at shutdown), and `held` tracks them until their outcome is written;
-//! `deliver` runs one attempt, bounded by the lease; `complete` writes outcomes in batches (a row whose outcome cannot be written never
-//! blocks the others); `maintenance` takes back expired leases and samples the backlog; `flow`
-//! is flow control. Every statement is in `crate::store`.
+//! `deliver` runs one attempt, bounded by the lease; `complete` writes outcomes in batches (a row
+//! whose outcome cannot be written never blocks the others); `maintenance` takes back expired
+//! leases and samples the backlog; `flow` is flow control. Every statement is in the crate's
+//! `store` module. [`RelayWaker`] and [`notify_in_transaction`] are the write path's side of the
+//! wake-up; [`Shutdown`] is the stop signal every background service here runs with.
 //!
 //! Delivered rows are moved to `txoutbox_delivered` by the completion statement, so the hot table
 //! holds only work in progress and its partial index stays small whatever the history.
@@ -33,6 +35,8 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+pub use crate::shutdown::Shutdown;
+pub use crate::wake::{notify_in_transaction, RelayWaker, HINT_SPACING, WAKE_CHANNEL};
 pub use backoff::RetryPolicy;
 pub use config::{
     Breaker, DestinationPolicy, FlowControl, RateLimit, RelayBuilder, RelayConfig, Semantics,
@@ -45,7 +49,7 @@ use held::{Held, Stage};
 
 use crate::sink::{Completion, CompletionHook, Delivery, Sink};
 use crate::state::AttemptOutcome;
-use crate::{PgConfig, Result};
+use crate::{error::Result, pg::PgConfig};
 
 /// The relay engine. `run` it in its own process (`txoutbox relay`) or inside a service.
 #[derive(Clone)]

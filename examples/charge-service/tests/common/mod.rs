@@ -22,7 +22,7 @@ impl Drop for LocalServer {
     }
 }
 
-pub async fn local_server(pg: &txoutbox::PgConfig) -> anyhow::Result<LocalServer> {
+pub async fn local_server(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<LocalServer> {
     charge_service::migrate(pg).await?;
     let pool = charge_service::pool(pg, 32)?;
     let app = App::new(pool.clone(), None::<CrashPoint>)?;

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::{bind, ids};
 use crate::admin::{AdminError, FilterParams};
-use crate::MessageStatus;
+use crate::state::MessageStatus;
 
 /// The ids a discard by filter selects: hot rows of the statuses $1 matching the filter, in
 /// insertion order, at most $9 (NULL: all). Taken without locks: each batch locks and checks its

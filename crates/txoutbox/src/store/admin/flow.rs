@@ -4,7 +4,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 
 use crate::admin::{AdminError, DestinationFlow};
-use crate::AttemptOutcome;
+use crate::state::AttemptOutcome;
 
 /// The flow-control state of every destination with a row ([`FLOW_STATE`]'s columns).
 const FLOW_STATES: &str = concat!(flow_state!(), " ORDER BY destination");

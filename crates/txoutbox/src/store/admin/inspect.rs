@@ -9,7 +9,7 @@ use super::bind;
 use crate::admin::{
     AdminError, AttemptRecord, FailureGroup, FilterParams, MessageSummary, MinuteActivity,
 };
-use crate::MessageStatus;
+use crate::state::MessageStatus;
 
 /// Lists messages of status $1 (NULL: any, `delivered` and `discarded` included) matching the
 /// filter, newest first (keyset order: (created_at, seq) descending), at most $9 (NULL: all).

@@ -5,7 +5,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 use crate::admin::AdminError;
-use crate::MessageStatus;
+use crate::state::MessageStatus;
 
 /// The purge's cutoff, fixed once so that every batch and the dry run agree.
 const PURGE_CUTOFF: &str = "SELECT now() - make_interval(secs => $1)";

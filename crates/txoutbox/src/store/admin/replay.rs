@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::{bind, ids};
 use crate::admin::{AdminError, FilterParams};
-use crate::MessageStatus;
+use crate::state::MessageStatus;
 
 /// True when $1 was discarded (a replay by id names it: refused with the reason).
 const IS_DISCARDED: &str = "SELECT EXISTS (SELECT 1 FROM txoutbox_discarded WHERE id = $1)";

@@ -4,7 +4,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 
 use crate::admin::AdminError;
-use crate::MessageStatus;
+use crate::state::MessageStatus;
 
 /// Hot rows by destination and status, with the age in seconds of each group's oldest row (used
 /// for `pending`), counted exactly but reading at most $1 rows: when the counts add up to $1, the
