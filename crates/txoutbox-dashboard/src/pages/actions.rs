@@ -33,6 +33,15 @@ const PAUSE_NOTE: &str = "No relay calls a paused destination from its next clai
      interval) until it is resumed: its rows stay pending and spend no attempt; calls already out \
      finish. The reason is shown here and kept in the attempt log with your name.";
 
+/// Where a form's action sends the browser once it is done: to `Ok`'s address, or to the error
+/// page.
+fn back_to(base: &Base, result: Result<String, Failure>) -> Response {
+    match result {
+        Ok(to) => Redirect::to(&to).into_response(),
+        Err(failure) => error_page(base, &failure),
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // Replay and discard
 
@@ -99,10 +108,7 @@ pub(crate) async fn replay_one(
         Ok(id)
     }
     .await;
-    match result {
-        Ok(id) => Redirect::to(&format!("{}/messages/{id}", base.0)).into_response(),
-        Err(failure) => error_page(&base, &failure),
-    }
+    back_to(&base, result.map(|id| format!("{}/messages/{id}", base.0)))
 }
 
 pub(crate) async fn replay_selected(
@@ -278,10 +284,7 @@ pub(crate) async fn discard_one(
         Ok(id)
     }
     .await;
-    match result {
-        Ok(id) => Redirect::to(&format!("{}/messages/{id}", base.0)).into_response(),
-        Err(failure) => error_page(&base, &failure),
-    }
+    back_to(&base, result.map(|id| format!("{}/messages/{id}", base.0)))
 }
 
 pub(crate) async fn discard_selected(
@@ -429,10 +432,7 @@ pub(crate) async fn pause_destination(
         Ok(())
     }
     .await;
-    match result {
-        Ok(()) => Redirect::to(&link(&base.0, "/")).into_response(),
-        Err(failure) => error_page(&base, &failure),
-    }
+    back_to(&base, result.map(|()| link(&base.0, "/")))
 }
 
 /// Ends an operator's pause of a destination; back to the overview.
@@ -449,8 +449,5 @@ pub(crate) async fn resume_destination(
         Ok(())
     }
     .await;
-    match result {
-        Ok(()) => Redirect::to(&link(&base.0, "/")).into_response(),
-        Err(failure) => error_page(&base, &failure),
-    }
+    back_to(&base, result.map(|()| link(&base.0, "/")))
 }
