@@ -1,0 +1,183 @@
+//! One message: its fields and trace link, its actions, the payload as a tree, its headers
+//! and its attempt log, with the configured fields redacted.
+
+use axum::extract::{Path, State};
+use axum::response::Response;
+use axum::Extension;
+use maud::{html, Markup};
+use serde_json::Value;
+use txoutbox::admin::{MessageDetail, MessageStatus};
+use uuid::Uuid;
+
+use super::actions::{DISCARD_NOTE, NEW_KEY_WARNING};
+use super::{layout, render, status_badge, time};
+use crate::auth::{Base, Principal};
+use crate::redact::{is_redacted, redact, REDACTED};
+use crate::{Failure, Shared};
+
+/// A JSON value as nested `<details>`: objects and arrays collapse.
+fn json_tree(value: &Value) -> Markup {
+    match value {
+        Value::Object(map) => html! {
+            details open {
+                summary { "{" (map.len()) " fields}" }
+                ul class="json" {
+                    @for (k, v) in map {
+                        li { span class="key" { (k) ": " } (json_tree(v)) }
+                    }
+                }
+            }
+        },
+        Value::Array(items) => html! {
+            details open {
+                summary { "[" (items.len()) " items]" }
+                ol class="json" start="0" {
+                    @for v in items { li { (json_tree(v)) } }
+                }
+            }
+        },
+        Value::String(s) if s == REDACTED => html! { span class="redacted" { (s) } },
+        other => html! { code { (other.to_string()) } },
+    }
+}
+
+/// The trace id of a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`).
+fn trace_id(traceparent: &str) -> Option<&str> {
+    let mut parts = traceparent.split('-');
+    let _version = parts.next()?;
+    let id = parts.next()?;
+    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
+}
+
+pub(crate) fn redacted_detail(fields: &[String], mut detail: MessageDetail) -> MessageDetail {
+    redact(fields, &mut detail.payload);
+    for (name, value) in detail.headers.iter_mut() {
+        if is_redacted(fields, name) {
+            *value = REDACTED.into();
+        }
+    }
+    detail
+}
+
+pub(crate) async fn message(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Extension(base): Extension<Base>,
+    Path(id): Path<String>,
+) -> Response {
+    let result = async {
+        let id = Uuid::parse_str(&id).map_err(|_| Failure::NotFound)?;
+        let client = app.client().await?;
+        let detail = redacted_detail(
+            &app.config.redact,
+            txoutbox::admin::show_message(&**client, id).await?,
+        );
+        let m = &detail.message;
+        let b = &base.0;
+        let trace = detail
+            .headers
+            .get("traceparent")
+            .and_then(|t| trace_id(t))
+            .map(str::to_owned);
+        let body = html! {
+            section id="summary" data-live aria-labelledby="summary-h" {
+                h2 id="summary-h" { "Message" }
+                dl class="fields" {
+                    dt { "Id" } dd { code { (m.id) } }
+                    dt { "Destination" } dd { (m.destination) }
+                    dt { "State" } dd { (status_badge(m.status)) }
+                    dt { "Attempts" } dd { (m.attempts) }
+                    dt { "Downstream key" } dd { code { (m.downstream_key) } }
+                    dt { "Ordering key" } dd { @match &m.ordering_key { Some(k) => code { (k) }, None => "none" } }
+                    dt { "Enqueued" } dd { (time(m.created_at)) }
+                    @if let Some(at) = m.next_attempt_at { dt { "Next attempt" } dd { (time(at)) } }
+                    @if let Some(at) = m.delivered_at { dt { "Delivered" } dd { (time(at)) } }
+                    @if let Some(e) = &m.last_error { dt { "Last error" } dd class="error" { (e) } }
+                    @if let Some(owner) = &m.lease_owner { dt { "Lease" } dd { (owner) @if let Some(at) = m.lease_expires_at { " until " (time(at)) } } }
+                    @if let Some(r) = &detail.receipt { dt { "Receipt" } dd { code { (r) } } }
+                    @if let Some(t) = &trace {
+                        dt { "Trace" }
+                        dd {
+                            @match &app.config.trace_url {
+                                Some(url) => a href=(url.replace("{trace_id}", t)) { code { (t) } },
+                                None => code { (t) },
+                            }
+                        }
+                    }
+                }
+            }
+            @if who.may_act() && matches!(m.status, MessageStatus::Failed | MessageStatus::Unknown | MessageStatus::Delivered) {
+                section aria-labelledby="actions-h" {
+                    h2 id="actions-h" { "Actions" }
+                    form method="post" action={(b) "/messages/" (m.id) "/replay"} class="actions" {
+                        @if m.status == MessageStatus::Delivered {
+                            input type="hidden" name="include_delivered" value="1";
+                            button type="submit" { "Deliver again (same key)" }
+                            button type="submit" name="new_key" value="1" { "Deliver again with a new key" }
+                        } @else {
+                            button type="submit" { "Replay (same key)" }
+                            button type="submit" name="new_key" value="1" { "Replay with a new key" }
+                        }
+                        p class="warning" { (NEW_KEY_WARNING) }
+                    }
+                    @if m.status != MessageStatus::Delivered {
+                        details class="discard" {
+                            summary { "Discard…" }
+                            form method="post" action={(b) "/messages/" (m.id) "/discard"} class="actions" {
+                                label { "Reason " input name="reason" required placeholder="why it is closed without delivery"; }
+                                button type="submit" { "Discard without delivery" }
+                                p class="warning" { (DISCARD_NOTE) }
+                            }
+                        }
+                    }
+                }
+            }
+            section aria-labelledby="payload-h" {
+                h2 id="payload-h" { "Payload" }
+                div class="tree" { (json_tree(&detail.payload)) }
+            }
+            section aria-labelledby="headers-h" {
+                h2 id="headers-h" { "Headers" }
+                @if detail.headers.is_empty() { p { "None." } } @else {
+                    table { tbody {
+                        @for (k, v) in &detail.headers { tr { th scope="row" { (k) } td { code { (v) } } } }
+                    } }
+                }
+            }
+            section id="attempts" data-live aria-labelledby="attempts-h" {
+                h2 id="attempts-h" { "Attempts" }
+                @if detail.history.is_empty() { p { "No attempt yet." } } @else {
+                    table class="attempts" {
+                        thead { tr {
+                            th scope="col" class="num" { "#" }
+                            th scope="col" { "Relay" }
+                            th scope="col" { "Started" }
+                            th scope="col" { "Ended" }
+                            th scope="col" { "Outcome" }
+                            th scope="col" { "Error or note" }
+                            th scope="col" { "Receipt" }
+                            th scope="col" { "Key" }
+                        } }
+                        tbody {
+                            @for a in &detail.history {
+                                tr class={"outcome " (a.outcome)} {
+                                    td class="num" { (a.attempt) }
+                                    td { (a.relay) }
+                                    td { (time(a.started_at)) }
+                                    td { (time(a.finished_at)) }
+                                    td { (a.outcome) }
+                                    td class="error" { @if let Some(e) = &a.error { (e) } }
+                                    td { @if let Some(r) = &a.receipt { code { (r) } } }
+                                    td { code { (a.downstream_key) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        Ok(layout(&base, &who, &format!("Message {id}"), "/messages", body))
+    }
+    .await;
+    render(&base, result)
+}

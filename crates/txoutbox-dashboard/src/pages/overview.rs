@@ -1,0 +1,203 @@
+//! The overview: rows by destination and state with their flow control, the last hour's
+//! activity, the top failing destinations.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::Response;
+use axum::Extension;
+use maud::{html, Markup};
+use txoutbox::admin::{DestinationFlow, MessageStatus, StatusCounts};
+
+use super::actions::flow_actions;
+use super::{age, layout, render, time};
+use crate::auth::{Base, Principal};
+use crate::query::encode;
+use crate::{chart, Shared};
+
+/// `~` before a count that is an estimate (a large backlog or history).
+fn estimated(stats: &txoutbox::admin::OutboxStats, status: MessageStatus) -> &'static str {
+    let estimate = match status {
+        MessageStatus::Delivered => stats.delivered_estimated,
+        MessageStatus::Pending => stats.hot_estimated,
+        _ => false,
+    };
+    if estimate {
+        "~"
+    } else {
+        ""
+    }
+}
+
+pub(crate) async fn overview(
+    State(app): State<Shared>,
+    Extension(who): Extension<Principal>,
+    Extension(base): Extension<Base>,
+) -> Response {
+    let result = async {
+        let client = app.client().await?;
+        let stats = txoutbox::admin::stats(&**client).await?;
+        let minutes = txoutbox::admin::activity(&**client, 60).await?;
+        let b = &base.0;
+        let mut failing: Vec<_> = stats
+            .destinations
+            .iter()
+            .filter(|d| d.counts.failed > 0 || d.last_hour.failures > 0)
+            .collect();
+        failing.sort_by(|x, y| {
+            (y.counts.failed, y.last_hour.failures).cmp(&(x.counts.failed, x.last_hour.failures))
+        });
+        failing.truncate(5);
+        let delivered: Vec<u64> = minutes.iter().map(|m| m.delivered).collect();
+        let failed: Vec<u64> = minutes.iter().map(|m| m.failed).collect();
+        let p50: Vec<Option<f64>> = minutes.iter().map(|m| m.latency_p50).collect();
+        let p99: Vec<Option<f64>> = minutes.iter().map(|m| m.latency_p99).collect();
+        // Every destination with rows, and those flow control holds back without any (a pause
+        // set before the first row, or kept after the last).
+        let flows: BTreeMap<&str, &DestinationFlow> = stats
+            .flow
+            .iter()
+            .map(|f| (f.destination.as_str(), f))
+            .collect();
+        let no_rows = StatusCounts::default();
+        let mut rows: BTreeMap<&str, (&StatusCounts, Option<Duration>)> = stats
+            .destinations
+            .iter()
+            .map(|d| (d.destination.as_str(), (&d.counts, d.oldest_pending_age)))
+            .collect();
+        for destination in flows.keys() {
+            rows.entry(destination).or_insert((&no_rows, None));
+        }
+        let body = html! {
+            section id="backlog" data-live aria-labelledby="backlog-h" {
+                h2 id="backlog-h" { "Rows by destination and state" }
+                p {
+                    "Oldest pending row: "
+                    strong {
+                        @match stats.oldest_pending_age {
+                            Some(d) => (age(d)),
+                            None => "none pending",
+                        }
+                    }
+                }
+                @if stats.hot_estimated || stats.delivered_estimated {
+                    p class="note" { "Counts marked ~ are estimates: the table is too large to count at each look." }
+                }
+                table {
+                    thead {
+                        tr {
+                            th scope="col" { "Destination" }
+                            @for s in MessageStatus::ALL { th scope="col" class="num" { (s.as_str()) } }
+                            th scope="col" class="num" { "oldest pending" }
+                            th scope="col" { "flow control" }
+                            @if who.may_act() { th scope="col" { "action" } }
+                        }
+                    }
+                    tbody {
+                        @for (destination, (counts, oldest)) in &rows {
+                            @let flow = flows.get(destination).copied();
+                            tr {
+                                th scope="row" {
+                                    a href={(b) "/messages?" (encode([("destination", *destination)]))} { (destination) }
+                                }
+                                @for s in MessageStatus::ALL {
+                                    td class="num" {
+                                        a href={(b) "/messages?" (encode([("destination", *destination), ("status", s.as_str())]))} { (estimated(&stats, s)) (counts.get(s)) }
+                                    }
+                                }
+                                td class="num" { @if let Some(a) = oldest { (age(*a)) } }
+                                td { @if let Some(f) = flow { (flow_state(f)) } }
+                                @if who.may_act() { td { (flow_actions(b, destination, flow)) } }
+                            }
+                        }
+                    }
+                    tfoot {
+                        tr {
+                            th scope="row" { "All" }
+                            @for s in MessageStatus::ALL { td class="num" { (estimated(&stats, s)) (stats.total.get(s)) } }
+                            td {}
+                            td {}
+                            @if who.may_act() { td {} }
+                        }
+                    }
+                }
+            }
+            section id="activity" data-live aria-labelledby="activity-h" {
+                h2 id="activity-h" { "The last hour" }
+                div class="charts" {
+                    figure {
+                        (chart::bars("Delivered per minute", &delivered, "ok"))
+                        figcaption { "Delivered per minute: " (delivered.iter().sum::<u64>()) " in the hour" }
+                    }
+                    figure {
+                        (chart::bars("Failed attempts per minute", &failed, "bad"))
+                        figcaption { "Failed attempts per minute: " (failed.iter().sum::<u64>()) " in the hour" }
+                    }
+                    figure {
+                        (chart::latency("Delivery latency p50 and p99", &p50, &p99))
+                        figcaption { "Delivery latency (enqueue to delivery), " span class="p50" { "p50" } " and " span class="p99" { "p99" } }
+                    }
+                }
+            }
+            section id="failing" data-live aria-labelledby="failing-h" {
+                h2 id="failing-h" { "Top failing destinations" }
+                @if failing.is_empty() {
+                    p { "No failed rows, no failed attempts in the last hour." }
+                } @else {
+                    table {
+                        thead { tr {
+                            th scope="col" { "Destination" }
+                            th scope="col" class="num" { "failed rows" }
+                            th scope="col" class="num" { "failed attempts (1 h)" }
+                            th scope="col" class="num" { "failure rate (1 h)" }
+                        } }
+                        tbody {
+                            @for d in &failing {
+                                tr {
+                                    th scope="row" { a href={(b) "/messages?" (encode([("status", "failed"), ("destination", d.destination.as_str())]))} { (d.destination) } }
+                                    td class="num" { (d.counts.failed) }
+                                    td class="num" { (d.last_hour.failures) " of " (d.last_hour.attempts) }
+                                    td class="num" { @if let Some(r) = d.last_hour.rate { (format!("{:.1} %", r * 100.0)) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        Ok(layout(&base, &who, "Overview", "/", body))
+    }
+    .await;
+    render(&base, result)
+}
+
+/// A destination's flow-control state as the overview says it: paused by whom, since when and
+/// why; the breaker open until when and why, or half-open; its rate limit and tokens.
+fn flow_state(f: &DestinationFlow) -> Markup {
+    html! {
+        span class={"flow " (f.state)} { (f.state) }
+        @match f.state.as_str() {
+            "paused" => {
+                " by " (f.paused_by.as_deref().unwrap_or("?"))
+                @if let Some(at) = f.paused_at { " since " (time(at)) }
+                @if let Some(r) = &f.paused_reason { ": " (r) }
+            }
+            "open" => {
+                " (breaker)"
+                @if let Some(at) = f.open_until { " until " (time(at)) }
+                @if let Some(r) = &f.open_reason { ": " (r) }
+            }
+            "half_open" => " (breaker): one probe at a time",
+            _ => {}
+        }
+        @if f.failures > 0 {
+            br;
+            small { (f.failures) " consecutive failure(s) counted" }
+        }
+        @if let Some(rate) = f.rate_per_sec {
+            br;
+            small { "rate limit " (rate) "/s, " (format!("{:.1}", f.tokens.unwrap_or(0.0))) " tokens" }
+        }
+    }
+}
