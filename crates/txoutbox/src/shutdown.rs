@@ -12,8 +12,8 @@ use tokio::sync::watch;
 /// [`wait`](Self::wait), before or after, resolves. Clones share the one signal.
 ///
 /// ```no_run
-/// # async fn demo(relay: txoutbox::Relay) -> Result<(), Box<dyn std::error::Error>> {
-/// let shutdown = txoutbox::Shutdown::on_signal()?; // SIGTERM or ctrl-c
+/// # async fn demo(relay: txoutbox::relay::Relay) -> Result<(), Box<dyn std::error::Error>> {
+/// let shutdown = txoutbox::relay::Shutdown::on_signal()?; // SIGTERM or ctrl-c
 /// let report = relay.run(shutdown.wait()).await?;  // returns when drained
 /// # Ok(()) }
 /// ```

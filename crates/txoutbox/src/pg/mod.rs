@@ -37,12 +37,12 @@ pub type PgConnection = Connection<Socket, PgStream>;
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), txoutbox::Error> {
-/// let pg = txoutbox::PgConfig::parse(
+/// let pg = txoutbox::pg::PgConfig::parse(
 ///     "postgres://app@db.internal/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem",
 /// )?;
 /// let (client, connection) = pg.connect().await?;
 /// tokio::spawn(connection);
-/// let relay = txoutbox::Relay::builder(pg.clone()); // any API taking a config takes it
+/// let relay = txoutbox::relay::Relay::builder(pg.clone()); // any API taking a config takes it
 /// # let _ = (client, relay); Ok(()) }
 /// ```
 #[derive(Clone)]
