@@ -1,7 +1,8 @@
 //! Downstream keys: the key a downstream deduplicates an effect's deliveries on. Derived from a
 //! caller's own key ([`derive_downstream_key`]) or from a claim of a request's key
 //! ([`derive_claim_downstream_key`]), or given by the caller and checked
-//! ([`check_downstream_key`]).
+//! ([`check_downstream_key`]); an operator's replay with a new key gets
+//! [`replay_downstream_key`].
 
 use uuid::Uuid;
 
@@ -50,6 +51,19 @@ pub(crate) fn check_downstream_key(key: &str) -> Result<()> {
     IdempotencyKey::parse(key)
         .map(|_| ())
         .map_err(|e| Error::Invalid(format!("downstream key: {e}")))
+}
+
+/// The key a replay with a new key gives a message now carrying `current`:
+/// `UUIDv5(DOWNSTREAM_KEY_NAMESPACE, "replay\n{id}\n{current}")`, hyphenated lower case.
+///
+/// Deterministic (a dry run shows the key the replay will use) and unique: it depends on the key
+/// being replaced, so each replay with a new key gives the message a key it never had.
+pub fn replay_downstream_key(id: Uuid, current: &str) -> String {
+    Uuid::new_v5(
+        &DOWNSTREAM_KEY_NAMESPACE,
+        format!("replay\n{id}\n{current}").as_bytes(),
+    )
+    .to_string()
 }
 
 #[cfg(test)]

@@ -27,12 +27,14 @@ use serde::Serialize;
 use tokio_postgres::{Client, GenericClient, Transaction};
 use uuid::Uuid;
 
+pub use crate::downstream_key::replay_downstream_key;
+
 use super::filter::FilterParams;
 use super::{tell, AdminError, MessageFilter, ReplaySelection, DEFAULT_REPLAY_BATCH};
 use crate::outbox::lock_ordering_keys;
+use crate::state::MessageStatus;
 use crate::store::admin as store;
 pub(super) use crate::store::admin::replay::Candidate;
-use crate::{downstream_key::DOWNSTREAM_KEY_NAMESPACE, state::MessageStatus};
 
 /// How to replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,19 +101,6 @@ pub struct ReplayReport {
     pub replayed: Vec<ReplayedMessage>,
     /// The rows left alone, with the reason.
     pub skipped: Vec<SkippedMessage>,
-}
-
-/// The key a replay with a new key gives a message now carrying `current`:
-/// `UUIDv5(DOWNSTREAM_KEY_NAMESPACE, "replay\n{id}\n{current}")`, hyphenated lower case.
-///
-/// Deterministic (a dry run shows the key the replay will use) and unique: it depends on the key
-/// being replaced, so each replay with a new key gives the message a key it never had.
-pub fn replay_downstream_key(id: Uuid, current: &str) -> String {
-    Uuid::new_v5(
-        &DOWNSTREAM_KEY_NAMESPACE,
-        format!("replay\n{id}\n{current}").as_bytes(),
-    )
-    .to_string()
 }
 
 /// Replays messages (see the module's replay rules). `client` runs the replay's own
