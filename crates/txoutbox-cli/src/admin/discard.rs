@@ -1,0 +1,129 @@
+//! `txoutbox discard`: failed (or unknown) rows closed without delivery, with a reason.
+
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use txoutbox::admin::{AdminError, DiscardOptions, DiscardReport, MessageStatus, ReplaySelection};
+use uuid::Uuid;
+
+use super::{dash, table, FilterArgs};
+
+pub(super) const DISCARD_HELP: &str = "\
+A discarded row is closed without delivery: it leaves the outbox for the discarded history, its
+attempt log records the discard with your --reason, and the next row of its ordering key is
+delivered at once (a dead-lettered head no longer blocks its key). Only failed and unknown rows
+are discarded; by filter, failed rows unless --status unknown. Discarding more than
+--max-without-confirm rows needs --yes.
+
+Examples:
+  txoutbox discard 0190f5b2-7c4e-7a1d-9b3e-2f1a0c9d8e7f --reason 'customer refunded by hand'
+  txoutbox discard --destination stripe --since 1h --reason 'card test data' --dry-run
+  txoutbox discard --status unknown --destination sms --reason 'sent, checked with the carrier' --yes";
+
+/// The states a discard by filter can select.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DiscardStatusArg {
+    /// Dead-lettered rows (the default).
+    Failed,
+    /// At-most-once rows whose outcome was lost.
+    Unknown,
+}
+
+impl From<DiscardStatusArg> for MessageStatus {
+    fn from(status: DiscardStatusArg) -> Self {
+        match status {
+            DiscardStatusArg::Failed => MessageStatus::Failed,
+            DiscardStatusArg::Unknown => MessageStatus::Unknown,
+        }
+    }
+}
+
+/// Options of `txoutbox discard`.
+#[derive(Debug, Args)]
+pub struct DiscardArgs {
+    /// Message ids; without ids, the filters select the rows.
+    #[arg(
+        value_name = "ID",
+        conflicts_with_all = ["status", "destination", "since", "until", "key", "ordering_key", "limit"]
+    )]
+    ids: Vec<Uuid>,
+    /// Why the rows are closed without delivery (kept in their attempt log).
+    #[arg(long, required = true)]
+    reason: String,
+    /// Which rows a discard by filter takes: failed (default) or unknown.
+    #[arg(long, value_enum)]
+    status: Option<DiscardStatusArg>,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Discard at most this many rows of the filter's selection (oldest first).
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Change nothing; print what would be discarded.
+    #[arg(long)]
+    dry_run: bool,
+    /// Confirm a discard of more than --max-without-confirm rows.
+    #[arg(long, short = 'y')]
+    yes: bool,
+    /// The most rows discarded without --yes.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    max_without_confirm: u64,
+}
+
+/// `txoutbox discard`: discards the selection (or says what it would) and lists the rows.
+pub(super) async fn run(
+    client: &mut tokio_postgres::Client,
+    args: DiscardArgs,
+    out: &mut String,
+) -> Result<()> {
+    let selection = if args.ids.is_empty() {
+        ReplaySelection::Filter(args.filter.filter(args.status.map(Into::into), args.limit))
+    } else {
+        ReplaySelection::Ids(args.ids.clone())
+    };
+    let options = DiscardOptions {
+        dry_run: args.dry_run,
+        max_rows: (!args.yes && !args.dry_run).then_some(args.max_without_confirm),
+        ..DiscardOptions::new(args.reason)
+    };
+    let report = match txoutbox::admin::discard(client, &selection, &options).await {
+        Err(AdminError::TooMany { count, max }) => bail!(
+            "{count} messages would be discarded, more than {max}: run again with --yes \
+             to confirm (--dry-run lists them)"
+        ),
+        other => other?,
+    };
+    discard_text(out, &report);
+    Ok(())
+}
+
+fn discard_text(out: &mut String, report: &DiscardReport) {
+    let n = report.discarded.len();
+    if n == 0 {
+        out.push_str("nothing to discard\n");
+    } else {
+        let verb = if report.dry_run {
+            "would discard"
+        } else {
+            "discarded"
+        };
+        out.push_str(&format!(
+            "{verb} {n} message{}\n",
+            if n == 1 { "" } else { "s" }
+        ));
+        let rows: Vec<Vec<String>> = report
+            .discarded
+            .iter()
+            .map(|d| {
+                vec![
+                    d.id.to_string(),
+                    d.from.to_string(),
+                    d.destination.clone(),
+                    dash(d.ordering_key.as_deref()),
+                ]
+            })
+            .collect();
+        table(out, &["ID", "FROM", "DESTINATION", "ORDERING KEY"], &rows);
+    }
+    for skipped in &report.skipped {
+        out.push_str(&format!("skipped {}: {}\n", skipped.id, skipped.reason));
+    }
+}

@@ -1,0 +1,152 @@
+//! `txoutbox replay`: failed (or unknown, or delivered) rows back to pending, by id or by filter.
+
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use txoutbox::admin::{AdminError, MessageStatus, ReplayOptions, ReplayReport, ReplaySelection};
+use uuid::Uuid;
+
+use super::{table, FilterArgs, Progress};
+
+pub(super) const REPLAY_HELP: &str = "\
+A replayed row goes back to pending, due now, with 0 attempts, and keeps its downstream key
+(the downstream deduplicates it) unless --new-key is given. By filter, failed rows are replayed;
+unknown rows (at-most-once attempts whose outcome was lost) only with --status unknown; delivered
+rows only with --include-delivered. Rows a relay is delivering right now are refused.
+Replaying more than --max-without-confirm rows needs --yes.
+
+Examples:
+  txoutbox replay 0190f5b2-7c4e-7a1d-9b3e-2f1a0c9d8e7f
+  txoutbox replay --destination stripe --since 1h --dry-run
+  txoutbox replay --destination stripe --since 1h --yes
+  txoutbox replay --status unknown --destination sms
+  txoutbox replay --new-key 0190f5b2-7c4e-7a1d-9b3e-2f1a0c9d8e7f
+  txoutbox replay --include-delivered --key order-42-receipt";
+
+/// The states a replay by filter can select.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReplayStatusArg {
+    /// Dead-lettered rows (the default).
+    Failed,
+    /// At-most-once rows whose outcome was lost (replay only those that did not happen).
+    Unknown,
+    /// Delivered rows (needs --include-delivered: the effect is sent again).
+    Delivered,
+}
+
+impl From<ReplayStatusArg> for MessageStatus {
+    fn from(status: ReplayStatusArg) -> Self {
+        match status {
+            ReplayStatusArg::Failed => MessageStatus::Failed,
+            ReplayStatusArg::Unknown => MessageStatus::Unknown,
+            ReplayStatusArg::Delivered => MessageStatus::Delivered,
+        }
+    }
+}
+
+/// Options of `txoutbox replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Message ids; without ids, the filters select the rows.
+    #[arg(
+        value_name = "ID",
+        conflicts_with_all = ["status", "destination", "since", "until", "key", "ordering_key", "limit"]
+    )]
+    ids: Vec<Uuid>,
+    /// Which rows a replay by filter takes: failed (default), unknown, or delivered.
+    #[arg(long, value_enum, requires_if("delivered", "include_delivered"))]
+    status: Option<ReplayStatusArg>,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Replay at most this many rows of the filter's selection (oldest first).
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Also replay delivered rows (their effect is sent again).
+    #[arg(long)]
+    include_delivered: bool,
+    /// Give each row a fresh downstream key (for a downstream that cached the old key's answer).
+    #[arg(long)]
+    new_key: bool,
+    /// Change nothing; print what would be replayed.
+    #[arg(long)]
+    dry_run: bool,
+    /// Confirm a replay of more than --max-without-confirm rows.
+    #[arg(long, short = 'y')]
+    yes: bool,
+    /// The most rows replayed without --yes.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    max_without_confirm: u64,
+}
+
+/// `txoutbox replay`: replays the selection (or says what it would) and lists the rows.
+pub(super) async fn run(
+    client: &mut tokio_postgres::Client,
+    args: ReplayArgs,
+    out: &mut String,
+) -> Result<()> {
+    let selection = if args.ids.is_empty() {
+        ReplaySelection::Filter(args.filter.filter(args.status.map(Into::into), args.limit))
+    } else {
+        ReplaySelection::Ids(args.ids.clone())
+    };
+    let options = ReplayOptions {
+        include_delivered: args.include_delivered,
+        new_key: args.new_key,
+        dry_run: args.dry_run,
+        max_rows: (!args.yes && !args.dry_run).then_some(args.max_without_confirm),
+        ..ReplayOptions::default()
+    };
+    let mut progress = Progress::new("replaying", options.batch_size as u64);
+    let report = txoutbox::admin::replay(
+        client,
+        &selection,
+        &options,
+        Some(&mut |done, total| progress.update(done, total)),
+    )
+    .await;
+    progress.finish();
+    let report = match report {
+        Err(AdminError::TooMany { count, max }) => bail!(
+            "{count} messages would be replayed, more than {max}: run again with --yes \
+             to confirm (--dry-run lists them)"
+        ),
+        other => other?,
+    };
+    replay_text(out, &report);
+    Ok(())
+}
+
+fn replay_text(out: &mut String, report: &ReplayReport) {
+    let n = report.replayed.len();
+    if n == 0 {
+        out.push_str("nothing to replay\n");
+    } else {
+        let verb = if report.dry_run {
+            "would replay"
+        } else {
+            "replayed"
+        };
+        out.push_str(&format!(
+            "{verb} {n} message{}\n",
+            if n == 1 { "" } else { "s" }
+        ));
+        let rows: Vec<Vec<String>> = report
+            .replayed
+            .iter()
+            .map(|r| {
+                vec![
+                    r.id.to_string(),
+                    r.from.to_string(),
+                    r.destination.clone(),
+                    match &r.replaced_key {
+                        Some(old) => format!("{old} -> {}", r.downstream_key),
+                        None => r.downstream_key.clone(),
+                    },
+                ]
+            })
+            .collect();
+        table(out, &["ID", "FROM", "DESTINATION", "DOWNSTREAM KEY"], &rows);
+    }
+    for skipped in &report.skipped {
+        out.push_str(&format!("skipped {}: {}\n", skipped.id, skipped.reason));
+    }
+}
