@@ -1,11 +1,11 @@
 //! `txoutbox discard`: failed (or unknown) rows closed without delivery, with a reason.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
-use txoutbox::admin::{AdminError, DiscardOptions, DiscardReport, MessageStatus, ReplaySelection};
+use txoutbox::admin::{DiscardOptions, DiscardReport, MessageStatus, ReplaySelection};
 use uuid::Uuid;
 
-use super::{dash, table, FilterArgs};
+use super::{confirmed, dash, report_head, table, FilterArgs};
 
 pub(super) const DISCARD_HELP: &str = "\
 A discarded row is closed without delivery: it leaves the outbox for the discarded history, its
@@ -84,31 +84,22 @@ pub(super) async fn run(
         max_rows: (!args.yes && !args.dry_run).then_some(args.max_without_confirm),
         ..DiscardOptions::new(args.reason)
     };
-    let report = match txoutbox::admin::discard(client, &selection, &options).await {
-        Err(AdminError::TooMany { count, max }) => bail!(
-            "{count} messages would be discarded, more than {max}: run again with --yes \
-             to confirm (--dry-run lists them)"
-        ),
-        other => other?,
-    };
+    let report = confirmed(
+        txoutbox::admin::discard(client, &selection, &options).await,
+        "discarded",
+    )?;
     discard_text(out, &report);
     Ok(())
 }
 
 fn discard_text(out: &mut String, report: &DiscardReport) {
-    let n = report.discarded.len();
-    if n == 0 {
-        out.push_str("nothing to discard\n");
-    } else {
-        let verb = if report.dry_run {
-            "would discard"
-        } else {
-            "discarded"
-        };
-        out.push_str(&format!(
-            "{verb} {n} message{}\n",
-            if n == 1 { "" } else { "s" }
-        ));
+    if report_head(
+        out,
+        report.discarded.len(),
+        report.dry_run,
+        "discard",
+        "discarded",
+    ) {
         let rows: Vec<Vec<String>> = report
             .discarded
             .iter()

@@ -224,6 +224,37 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// A command's result, with its refusal to act on more rows than allowed without `--yes` as the
+/// one-line error it prints (`verb`: "replayed", "discarded").
+fn confirmed<T>(result: Result<T, txoutbox::admin::AdminError>, verb: &str) -> Result<T> {
+    match result {
+        Err(txoutbox::admin::AdminError::TooMany { count, max }) => anyhow::bail!(
+            "{count} messages would be {verb}, more than {max}: run again with --yes \
+             to confirm (--dry-run lists them)"
+        ),
+        other => Ok(other?),
+    }
+}
+
+/// The first line of a replay's or a discard's report ("nothing to replay", "would replay 2
+/// messages", "replayed 1 message"); false when there was nothing to do.
+fn report_head(out: &mut String, n: usize, dry_run: bool, verb: &str, done: &str) -> bool {
+    if n == 0 {
+        out.push_str(&format!("nothing to {verb}\n"));
+        return false;
+    }
+    let verb = if dry_run {
+        format!("would {verb}")
+    } else {
+        done.to_owned()
+    };
+    out.push_str(&format!(
+        "{verb} {n} message{}\n",
+        if n == 1 { "" } else { "s" }
+    ));
+    true
+}
+
 fn dash(value: Option<&str>) -> String {
     value.unwrap_or("-").to_owned()
 }

@@ -1,11 +1,11 @@
 //! `txoutbox replay`: failed (or unknown, or delivered) rows back to pending, by id or by filter.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
-use txoutbox::admin::{AdminError, MessageStatus, ReplayOptions, ReplayReport, ReplaySelection};
+use txoutbox::admin::{MessageStatus, ReplayOptions, ReplayReport, ReplaySelection};
 use uuid::Uuid;
 
-use super::{table, FilterArgs, Progress};
+use super::{confirmed, report_head, table, FilterArgs, Progress};
 
 pub(super) const REPLAY_HELP: &str = "\
 A replayed row goes back to pending, due now, with 0 attempts, and keeps its downstream key
@@ -104,31 +104,19 @@ pub(super) async fn run(
     )
     .await;
     progress.finish();
-    let report = match report {
-        Err(AdminError::TooMany { count, max }) => bail!(
-            "{count} messages would be replayed, more than {max}: run again with --yes \
-             to confirm (--dry-run lists them)"
-        ),
-        other => other?,
-    };
+    let report = confirmed(report, "replayed")?;
     replay_text(out, &report);
     Ok(())
 }
 
 fn replay_text(out: &mut String, report: &ReplayReport) {
-    let n = report.replayed.len();
-    if n == 0 {
-        out.push_str("nothing to replay\n");
-    } else {
-        let verb = if report.dry_run {
-            "would replay"
-        } else {
-            "replayed"
-        };
-        out.push_str(&format!(
-            "{verb} {n} message{}\n",
-            if n == 1 { "" } else { "s" }
-        ));
+    if report_head(
+        out,
+        report.replayed.len(),
+        report.dry_run,
+        "replay",
+        "replayed",
+    ) {
         let rows: Vec<Vec<String>> = report
             .replayed
             .iter()
