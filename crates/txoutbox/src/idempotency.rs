@@ -9,6 +9,9 @@
 pub use crate::downstream_key::{derive_downstream_key, DOWNSTREAM_KEY_NAMESPACE};
 pub use crate::key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use crate::store::{Params, TxExecutor};
+pub use row::{BusinessKey, RowBegin, RowClaim};
+
+mod row;
 
 use std::collections::HashSet;
 use std::time::Duration;

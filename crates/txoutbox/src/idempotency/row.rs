@@ -1,0 +1,236 @@
+//! The business row as the key record: no key row at all. The service's own table carries the
+//! idempotency key in a `UNIQUE` column and the request's fingerprint beside it; the row the
+//! request inserts is the proof that the request ran, and a retry is answered from it.
+//!
+//! The framework supplies what a hand-written version gets wrong: the wait for a concurrent
+//! request with the same key (the unique index makes it wait, then the retry reads the winner's
+//! row), the fingerprint check (422), the conflict answer (409), and the effects enqueued with
+//! downstream keys derived from (scope, key, effect) in the same transaction.
+//!
+//! The key lives as long as the row: there is no window and nothing to prune, and a key is never
+//! new again while its row exists. Effects derive their downstream keys from the key alone, so a
+//! replayed request never enqueues them twice.
+
+use std::collections::HashSet;
+
+use tokio_postgres::error::SqlState;
+use tokio_postgres::Row;
+
+use super::{count, Scope};
+use crate::downstream_key::{check_downstream_key, derive_downstream_key};
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use crate::key::IdempotencyKey;
+use crate::outbox::{check_name, enqueue, Enqueued, OutboxMessage};
+use crate::store::{Params, TxExecutor};
+use crate::telemetry::{IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS};
+
+/// A table of the service's whose rows are their requests' key records.
+///
+/// ```no_run
+/// use txoutbox::idempotency::{BusinessKey, RowBegin};
+/// use txoutbox::{Fingerprint, IdempotencyKey, OutboxMessage, Scope};
+/// use tokio_postgres::types::Type;
+///
+/// # async fn handler(tx: &tokio_postgres::Transaction<'_>, key: IdempotencyKey, body: &[u8])
+/// #     -> Result<(), txoutbox::Error> {
+/// // CREATE TABLE charges (id bigserial PRIMARY KEY, amount bigint NOT NULL,
+/// //     idempotency_key text NOT NULL UNIQUE, request_fingerprint bytea NOT NULL);
+/// let charges = BusinessKey::new(
+///     Scope::new("charges")?,
+///     "SELECT * FROM charges WHERE idempotency_key = $1",
+///     "request_fingerprint",
+/// );
+/// let fingerprint = Fingerprint::new("POST", "/charge", body);
+/// let amount: i64 = 100;
+/// let stored: &[u8] = fingerprint.as_bytes();
+/// let begun = charges
+///     .begin(
+///         tx,
+///         &key,
+///         &fingerprint,
+///         "INSERT INTO charges (amount, idempotency_key, request_fingerprint) \
+///          VALUES ($1, $2, $3) ON CONFLICT (idempotency_key) DO NOTHING RETURNING *",
+///         &[
+///             (&amount, Type::INT8),
+///             (&key.as_str(), Type::TEXT),
+///             (&stored, Type::BYTEA),
+///         ],
+///     )
+///     .await?;
+/// match begun {
+///     RowBegin::New { row, mut claim } => {
+///         claim.enqueue("receipt", OutboxMessage::new("email", &serde_json::json!({"to": "a@b.c"}))?)?;
+///         claim.complete(tx).await?;
+///         // commit, then answer 201 from `row`
+///     }
+///     RowBegin::Replay(row) => { /* answer from the first request's row */ }
+///     RowBegin::Mismatch => { /* 422 */ }
+///     RowBegin::InFlight => { /* roll back, 409 */ }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct BusinessKey {
+    scope: Scope,
+    lookup: &'static str,
+    fingerprint_column: &'static str,
+}
+
+/// What [`BusinessKey::begin`] found.
+#[derive(Debug)]
+pub enum RowBegin {
+    /// The insert wrote the row: this request is the first with its key. Enqueue its effects on
+    /// the claim, [`RowClaim::complete`], then commit.
+    New {
+        /// The row the insert returned.
+        row: Row,
+        /// Where this request's effects are enqueued.
+        claim: RowClaim,
+    },
+    /// A row with this key exists, from a request with the same fingerprint: answer from it.
+    Replay(Row),
+    /// A row with this key exists, from a different request: 422.
+    Mismatch,
+    /// The insert could not wait for a concurrent request with the same key (its `lock_timeout`
+    /// ran out, or a serialization failure or deadlock under a stricter isolation level): roll
+    /// back and answer 409; the retry is answered from the winner's row.
+    InFlight,
+}
+
+impl BusinessKey {
+    /// A table whose rows are their requests' key records. `lookup` reads the row of a key
+    /// (given as `$1`, text); `fingerprint_column` names its column holding the request's
+    /// [`Fingerprint`] (`bytea`). The scope names the effects' downstream keys and the metrics;
+    /// its window does not apply (the key lives as long as its row).
+    pub fn new(scope: Scope, lookup: &'static str, fingerprint_column: &'static str) -> Self {
+        Self {
+            scope,
+            lookup,
+            fingerprint_column,
+        }
+    }
+
+    /// Runs `insert` (the service's own `INSERT … ON CONFLICT (key column) DO NOTHING
+    /// RETURNING …`, storing the key and the fingerprint) in the caller's transaction.
+    ///
+    /// A row returned means the request is new. No row means the key is taken: the insert has
+    /// waited for a concurrent request holding it (bounded by the transaction's `lock_timeout`)
+    /// and found it committed, so the row is read with `lookup` and its fingerprint compared.
+    pub async fn begin(
+        &self,
+        tx: &impl TxExecutor,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        insert: &'static str,
+        params: Params<'_>,
+    ) -> Result<RowBegin> {
+        self.scope.check_key(key)?;
+        let inserted = match tx.rows(insert, params).await {
+            Ok(rows) => rows,
+            Err(e) if held_elsewhere(&e) => {
+                count(IDEMPOTENCY_CONFLICTS, &self.scope);
+                return Ok(RowBegin::InFlight);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(row) = inserted.into_iter().next() {
+            return Ok(RowBegin::New {
+                row,
+                claim: RowClaim {
+                    scope: self.scope.clone(),
+                    key: key.clone(),
+                    messages: Vec::new(),
+                    effects: HashSet::new(),
+                },
+            });
+        }
+        let key_text = key.as_str();
+        let found = match tx
+            .rows(
+                self.lookup,
+                &[(&key_text, tokio_postgres::types::Type::TEXT)],
+            )
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) if held_elsewhere(&e) => {
+                count(IDEMPOTENCY_CONFLICTS, &self.scope);
+                return Ok(RowBegin::InFlight);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let Some(row) = found.into_iter().next() else {
+            // The insert conflicted, yet no row has the key: the conflict was on another unique
+            // constraint, or the row was deleted since. Nothing decided; a retry runs again.
+            return Err(Error::Conflict(format!(
+                "the insert of key {key_text:?} conflicted but the lookup found no row with it"
+            )));
+        };
+        let stored: Vec<u8> = row.try_get(self.fingerprint_column)?;
+        if stored != fingerprint.as_bytes() {
+            count(IDEMPOTENCY_MISMATCHES, &self.scope);
+            return Ok(RowBegin::Mismatch);
+        }
+        count(IDEMPOTENCY_REPLAYS, &self.scope);
+        Ok(RowBegin::Replay(row))
+    }
+}
+
+/// A wait for the key that the transaction gave up (lock timeout) or lost (serialization failure,
+/// deadlock): the transaction is aborted, and the request is answered 409.
+fn held_elsewhere(e: &tokio_postgres::Error) -> bool {
+    [
+        SqlState::LOCK_NOT_AVAILABLE,
+        SqlState::T_R_SERIALIZATION_FAILURE,
+        SqlState::T_R_DEADLOCK_DETECTED,
+    ]
+    .iter()
+    .any(|code| e.code() == Some(code))
+}
+
+/// The effects of a request whose business row is its key record.
+#[derive(Debug)]
+pub struct RowClaim {
+    scope: Scope,
+    key: IdempotencyKey,
+    messages: Vec<OutboxMessage>,
+    effects: HashSet<String>,
+}
+
+impl RowClaim {
+    /// Enqueues one effect of this request, its downstream key derived from (scope, key,
+    /// `effect`) unless the message carries one. Each effect name may be used once.
+    pub fn enqueue(&mut self, effect: &str, message: OutboxMessage) -> Result<&mut Self> {
+        check_name("effect name", effect)?;
+        if !self.effects.insert(effect.to_owned()) {
+            return Err(Error::Invalid(format!(
+                "effect {effect:?} was enqueued twice in one request; give each effect its own name"
+            )));
+        }
+        let message = match message.downstream_key() {
+            Some(given) => {
+                check_downstream_key(given)?;
+                message
+            }
+            None => {
+                let derived = self.downstream_key(effect);
+                message.with_downstream_key(derived)
+            }
+        };
+        self.messages.push(message);
+        Ok(self)
+    }
+
+    /// The downstream key the effect named `effect` gets: `UUIDv5(DOWNSTREAM_KEY_NAMESPACE,
+    /// "{scope}\n{key}\n{effect}")`, as [`derive_downstream_key`].
+    pub fn downstream_key(&self, effect: &str) -> String {
+        derive_downstream_key(self.scope.name(), &self.key, effect)
+    }
+
+    /// Writes the buffered effects in the caller's transaction; the caller then commits.
+    pub async fn complete(self, tx: &impl TxExecutor) -> Result<Enqueued> {
+        enqueue(tx, &self.messages).await
+    }
+}
