@@ -213,7 +213,7 @@ pub struct Claim {
 }
 
 /// The trace context a new claim starts with: the current span's, with the `otel` feature.
-fn enqueue_context() -> Option<crate::telemetry::Traceparent> {
+pub(crate) fn enqueue_context() -> Option<crate::telemetry::Traceparent> {
     #[cfg(feature = "otel")]
     return crate::telemetry::current_traceparent();
     #[cfg(not(feature = "otel"))]

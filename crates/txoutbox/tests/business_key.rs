@@ -260,3 +260,40 @@ async fn the_same_effect_name_twice_is_refused() -> TestResult {
     ));
     Ok(())
 }
+
+#[tokio::test]
+async fn the_requests_traceparent_reaches_its_effects() -> TestResult {
+    let (_db, mut client) = db_with_charges().await?;
+    let k = key("bk-traced-00000000001");
+    let fp = fingerprint(1);
+    let fp_bytes: &[u8] = fp.as_bytes();
+    let amount: i64 = 1;
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let tx = client.transaction().await?;
+    let RowBegin::New { mut claim, .. } = charges()?
+        .begin(
+            &tx,
+            &k,
+            &fp,
+            INSERT,
+            &[
+                (&amount, Type::INT8),
+                (&k.as_str(), Type::TEXT),
+                (&fp_bytes, Type::BYTEA),
+            ],
+        )
+        .await?
+    else {
+        panic!("new key");
+    };
+    claim.enqueue("email", OutboxMessage::new("email", &1)?)?;
+    claim.with_traceparent(traceparent)?;
+    claim.complete(&tx).await?;
+    tx.commit().await?;
+    let stored: String = client
+        .query_one("SELECT headers->>'traceparent' FROM txoutbox_messages", &[])
+        .await?
+        .get(0);
+    assert_eq!(stored, traceparent);
+    Ok(())
+}

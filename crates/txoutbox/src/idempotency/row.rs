@@ -16,14 +16,16 @@ use std::collections::HashSet;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Row;
 
-use super::{count, Scope};
+use super::{count, enqueue_context, Scope};
 use crate::downstream_key::{check_downstream_key, derive_downstream_key};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::outbox::{check_name, enqueue, Enqueued, OutboxMessage};
 use crate::store::{Params, TxExecutor};
-use crate::telemetry::{IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS};
+use crate::telemetry::{
+    Traceparent, IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS, TRACEPARENT,
+};
 
 /// A table of the service's whose rows are their requests' key records.
 ///
@@ -143,6 +145,7 @@ impl BusinessKey {
                     key: key.clone(),
                     messages: Vec::new(),
                     effects: HashSet::new(),
+                    traceparent: enqueue_context(),
                 },
             });
         }
@@ -197,6 +200,7 @@ pub struct RowClaim {
     key: IdempotencyKey,
     messages: Vec<OutboxMessage>,
     effects: HashSet<String>,
+    traceparent: Option<Traceparent>,
 }
 
 impl RowClaim {
@@ -229,8 +233,23 @@ impl RowClaim {
         derive_downstream_key(self.scope.name(), &self.key, effect)
     }
 
+    /// Attaches the request's W3C trace context to every effect that does not carry its own
+    /// `traceparent`, as [`crate::Claim::with_traceparent`] does.
+    pub fn with_traceparent(&mut self, traceparent: &str) -> Result<&mut Self> {
+        self.traceparent = Some(Traceparent::parse(traceparent.trim())?);
+        Ok(self)
+    }
+
     /// Writes the buffered effects in the caller's transaction; the caller then commits.
-    pub async fn complete(self, tx: &impl TxExecutor) -> Result<Enqueued> {
+    pub async fn complete(mut self, tx: &impl TxExecutor) -> Result<Enqueued> {
+        if let Some(traceparent) = &self.traceparent {
+            for message in &mut self.messages {
+                message
+                    .headers
+                    .entry(TRACEPARENT.to_owned())
+                    .or_insert_with(|| traceparent.as_str().to_owned());
+            }
+        }
         enqueue(tx, &self.messages).await
     }
 }
