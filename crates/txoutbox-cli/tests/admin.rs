@@ -13,7 +13,7 @@ use txoutbox::{
     relay::{DestinationPolicy, RelayConfig, RetryPolicy, Semantics},
     sink::{Delivery, DeliveryError, Receipt, Sink},
 };
-use txoutbox_test_support::factory::message;
+use txoutbox_test_support::factory::{message, pending};
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay, ScriptedSink};
 use txoutbox_test_support::{count, test_db, wait_for_exact_count, TestDb};
 use uuid::Uuid;
@@ -195,23 +195,11 @@ async fn make_unknown(db: &TestDb, client: &Client, destination: &str, n: i64) -
 async fn list_shows_every_state_in_an_aligned_table() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let failed = message(&mut client)
-        .destination("doomed")
-        .key("f-1")
-        .create()
-        .await?;
+    let failed = pending(&mut client, "doomed", "f-1").await?;
     dead_letter(&db, &client, "doomed", 1).await?;
-    let delivered = message(&mut client)
-        .destination("email")
-        .key("d-1")
-        .create()
-        .await?;
+    let delivered = pending(&mut client, "email", "d-1").await?;
     deliver(&db, &client, "email").await?;
-    let pending = message(&mut client)
-        .destination("email")
-        .key("p-1")
-        .create()
-        .await?;
+    let pending = pending(&mut client, "email", "p-1").await?;
 
     let out = ok(&db, &["list"]).await?;
     let lines: Vec<&str> = out.lines().collect();
@@ -251,11 +239,7 @@ async fn list_json_is_one_object_per_line() -> TestResult {
         .ordering_key("order-1")
         .create()
         .await?;
-    message(&mut client)
-        .destination("email")
-        .key("j-2")
-        .create()
-        .await?;
+    pending(&mut client, "email", "j-2").await?;
     let rows = json_lines(&ok(&db, &["list", "--json"]).await?)?;
     assert_eq!(rows.len(), 2);
     let row = rows
@@ -274,23 +258,11 @@ async fn list_json_is_one_object_per_line() -> TestResult {
 async fn list_status_filter_selects_one_state() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let failed = message(&mut client)
-        .destination("doomed")
-        .key("f-1")
-        .create()
-        .await?;
+    let failed = pending(&mut client, "doomed", "f-1").await?;
     dead_letter(&db, &client, "doomed", 1).await?;
-    let delivered = message(&mut client)
-        .destination("email")
-        .key("d-1")
-        .create()
-        .await?;
+    let delivered = pending(&mut client, "email", "d-1").await?;
     deliver(&db, &client, "email").await?;
-    let pending = message(&mut client)
-        .destination("email")
-        .key("p-1")
-        .create()
-        .await?;
+    let pending = pending(&mut client, "email", "p-1").await?;
     assert_eq!(
         listed(&db, &["--status", "failed"]).await?,
         sorted(&[failed])
@@ -312,17 +284,9 @@ async fn list_status_filter_selects_one_state() -> TestResult {
 async fn list_status_filter_finds_unknown_rows() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let sms = message(&mut client)
-        .destination("sms")
-        .key("s-1")
-        .create()
-        .await?;
+    let sms = pending(&mut client, "sms", "s-1").await?;
     make_unknown(&db, &client, "sms", 1).await?;
-    message(&mut client)
-        .destination("email")
-        .key("p-1")
-        .create()
-        .await?;
+    pending(&mut client, "email", "p-1").await?;
     assert_eq!(listed(&db, &["--status", "unknown"]).await?, sorted(&[sms]));
     Ok(())
 }
@@ -331,16 +295,8 @@ async fn list_status_filter_finds_unknown_rows() -> TestResult {
 async fn list_destination_filter_selects_one_destination() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let email = message(&mut client)
-        .destination("email")
-        .key("e-1")
-        .create()
-        .await?;
-    message(&mut client)
-        .destination("sms")
-        .key("s-1")
-        .create()
-        .await?;
+    let email = pending(&mut client, "email", "e-1").await?;
+    pending(&mut client, "sms", "s-1").await?;
     assert_eq!(
         listed(&db, &["--destination", "email"]).await?,
         sorted(&[email])
@@ -353,16 +309,8 @@ async fn list_destination_filter_selects_one_destination() -> TestResult {
 async fn list_since_and_until_take_durations_ago_and_rfc3339_times() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let old = message(&mut client)
-        .destination("email")
-        .key("old")
-        .create()
-        .await?;
-    let new = message(&mut client)
-        .destination("email")
-        .key("new")
-        .create()
-        .await?;
+    let old = pending(&mut client, "email", "old").await?;
+    let new = pending(&mut client, "email", "new").await?;
     // Time passing: the old row was enqueued three hours ago.
     client
         .execute(
@@ -389,16 +337,8 @@ async fn list_since_and_until_take_durations_ago_and_rfc3339_times() -> TestResu
 async fn list_key_filter_selects_by_downstream_key() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let wanted = message(&mut client)
-        .destination("email")
-        .key("receipt-42")
-        .create()
-        .await?;
-    message(&mut client)
-        .destination("email")
-        .key("receipt-43")
-        .create()
-        .await?;
+    let wanted = pending(&mut client, "email", "receipt-42").await?;
+    pending(&mut client, "email", "receipt-43").await?;
     assert_eq!(
         listed(&db, &["--key", "receipt-42"]).await?,
         sorted(&[wanted])
@@ -428,11 +368,7 @@ async fn list_ordering_key_filter_selects_by_ordering_key() -> TestResult {
         .ordering_key("order-8")
         .create()
         .await?;
-    message(&mut client)
-        .destination("email")
-        .key("o-4")
-        .create()
-        .await?;
+    pending(&mut client, "email", "o-4").await?;
     assert_eq!(
         listed(&db, &["--ordering-key", "order-7"]).await?,
         sorted(&[a, b])
@@ -470,11 +406,7 @@ async fn list_shows_50_rows_unless_told_and_newest_first() -> TestResult {
 async fn show_prints_payload_key_and_the_attempt_history_in_order() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("flaky")
-        .key("fl-1")
-        .create()
-        .await?;
+    let id = pending(&mut client, "flaky", "fl-1").await?;
     let sink = ScriptedSink::new([
         Err(DeliveryError::retryable("timed out")),
         Err(DeliveryError::permanent("card declined")),
@@ -547,11 +479,7 @@ async fn show_of_an_unknown_id_exits_1_with_one_line() -> TestResult {
 async fn replay_keeps_the_downstream_key_and_a_relay_delivers_it_again() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("stripe")
-        .key("charge-1")
-        .create()
-        .await?;
+    let id = pending(&mut client, "stripe", "charge-1").await?;
     dead_letter(&db, &client, "stripe", 1).await?;
 
     let out = ok(&db, &["replay", &id.to_string()]).await?;
@@ -594,11 +522,7 @@ async fn replay_keeps_the_downstream_key_and_a_relay_delivers_it_again() -> Test
 async fn replay_with_a_new_key_delivers_with_the_new_key_it_recorded() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("stripe")
-        .key("charge-1")
-        .create()
-        .await?;
+    let id = pending(&mut client, "stripe", "charge-1").await?;
     dead_letter(&db, &client, "stripe", 1).await?;
 
     let out = ok(&db, &["replay", "--new-key", &id.to_string()]).await?;
@@ -676,18 +600,10 @@ async fn replay_of_a_delivered_row_needs_include_delivered_and_moves_it_back() -
 async fn replay_of_a_delivered_row_whose_effect_was_enqueued_again_needs_a_new_key() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let first = message(&mut client)
-        .destination("email")
-        .key("digest-1")
-        .create()
-        .await?;
+    let first = pending(&mut client, "email", "digest-1").await?;
     deliver(&db, &client, "email").await?;
     // The same effect enqueued again after its delivery: a hot row now carries the key.
-    let again = message(&mut client)
-        .destination("email")
-        .key("digest-1")
-        .create()
-        .await?;
+    let again = pending(&mut client, "email", "digest-1").await?;
 
     let out = txoutbox(&db, &["replay", "--include-delivered", &first.to_string()]).await?;
     let (code, err) = one_line_error(&out);
@@ -726,11 +642,7 @@ async fn replay_of_a_delivered_row_whose_effect_was_enqueued_again_needs_a_new_k
 async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("email")
-        .key("busy-1")
-        .create()
-        .await?;
+    let id = pending(&mut client, "email", "busy-1").await?;
     let sink = HangingSink::default();
     let relay = RunningRelay::start(
         db.relay()?
@@ -787,11 +699,7 @@ async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
 async fn replay_dry_run_prints_what_would_be_replayed_and_changes_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("stripe")
-        .key("charge-1")
-        .create()
-        .await?;
+    let id = pending(&mut client, "stripe", "charge-1").await?;
     dead_letter(&db, &client, "stripe", 1).await?;
 
     for args in [
@@ -826,23 +734,11 @@ async fn replay_dry_run_prints_what_would_be_replayed_and_changes_nothing() -> T
 async fn replay_by_filter_takes_failed_rows_and_unknown_ones_only_when_asked() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let failed = message(&mut client)
-        .destination("stripe")
-        .key("charge-1")
-        .create()
-        .await?;
+    let failed = pending(&mut client, "stripe", "charge-1").await?;
     dead_letter(&db, &client, "stripe", 1).await?;
-    let unknown = message(&mut client)
-        .destination("sms")
-        .key("sms-1")
-        .create()
-        .await?;
+    let unknown = pending(&mut client, "sms", "sms-1").await?;
     make_unknown(&db, &client, "sms", 1).await?;
-    let pending = message(&mut client)
-        .destination("email")
-        .key("mail-1")
-        .create()
-        .await?;
+    let pending = pending(&mut client, "email", "mail-1").await?;
 
     let out = ok(&db, &["replay"]).await?;
     assert!(out.starts_with("replayed 1 message\n"), "{out}");
@@ -873,21 +769,9 @@ async fn replay_by_filter_takes_failed_rows_and_unknown_ones_only_when_asked() -
 async fn replay_by_filter_takes_only_the_matching_failed_rows() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let old = message(&mut client)
-        .destination("stripe")
-        .key("charge-old")
-        .create()
-        .await?;
-    let new = message(&mut client)
-        .destination("stripe")
-        .key("charge-new")
-        .create()
-        .await?;
-    let other = message(&mut client)
-        .destination("webhook")
-        .key("hook-1")
-        .create()
-        .await?;
+    let old = pending(&mut client, "stripe", "charge-old").await?;
+    let new = pending(&mut client, "stripe", "charge-new").await?;
+    let other = pending(&mut client, "webhook", "hook-1").await?;
     dead_letter(&db, &client, "stripe", 2).await?;
     dead_letter(&db, &client, "webhook", 1).await?;
     client
@@ -947,11 +831,7 @@ async fn replay_of_more_than_ten_rows_needs_yes() -> TestResult {
 async fn replay_of_an_unknown_id_exits_1_and_changes_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("stripe")
-        .key("charge-1")
-        .create()
-        .await?;
+    let id = pending(&mut client, "stripe", "charge-1").await?;
     dead_letter(&db, &client, "stripe", 1).await?;
     let missing = Uuid::now_v7();
     let out = txoutbox(&db, &["replay", &id.to_string(), &missing.to_string()]).await?;
@@ -992,22 +872,10 @@ async fn store_key(client: &mut Client, scope: &str, key: &str, window: Duration
 async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let old = message(&mut client)
-        .destination("email")
-        .key("old")
-        .create()
-        .await?;
-    let recent = message(&mut client)
-        .destination("email")
-        .key("recent")
-        .create()
-        .await?;
+    let old = pending(&mut client, "email", "old").await?;
+    let recent = pending(&mut client, "email", "recent").await?;
     deliver(&db, &client, "email").await?;
-    let failed = message(&mut client)
-        .destination("doomed")
-        .key("doomed-1")
-        .create()
-        .await?;
+    let failed = pending(&mut client, "doomed", "doomed-1").await?;
     dead_letter(&db, &client, "doomed", 1).await?;
     // Time passing: the old row was delivered eight days ago.
     client
@@ -1077,11 +945,7 @@ async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult 
 async fn purge_retention_and_skip_keys_are_honoured() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("email")
-        .key("two-days")
-        .create()
-        .await?;
+    let id = pending(&mut client, "email", "two-days").await?;
     deliver(&db, &client, "email").await?;
     client
         .execute(
@@ -1117,11 +981,7 @@ async fn purge_retention_and_skip_keys_are_honoured() -> TestResult {
 async fn purge_dry_run_counts_and_deletes_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("email")
-        .key("old")
-        .create()
-        .await?;
+    let id = pending(&mut client, "email", "old").await?;
     deliver(&db, &client, "email").await?;
     client
         .execute(
@@ -1189,11 +1049,7 @@ async fn attempt_rows(client: &Client, id: Uuid) -> anyhow::Result<i64> {
 async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let delivered = message(&mut client)
-        .destination("email")
-        .key("d-10")
-        .create()
-        .await?;
+    let delivered = pending(&mut client, "email", "d-10").await?;
     deliver(&db, &client, "email").await?;
     client
         .execute(
@@ -1201,26 +1057,10 @@ async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() ->
             &[],
         )
         .await?;
-    let old_failed = message(&mut client)
-        .destination("pay")
-        .key("f-100")
-        .create()
-        .await?;
-    let young_failed = message(&mut client)
-        .destination("pay")
-        .key("f-10")
-        .create()
-        .await?;
-    let old_discarded = message(&mut client)
-        .destination("pay")
-        .key("x-100")
-        .create()
-        .await?;
-    let young_discarded = message(&mut client)
-        .destination("pay")
-        .key("x-10")
-        .create()
-        .await?;
+    let old_failed = pending(&mut client, "pay", "f-100").await?;
+    let young_failed = pending(&mut client, "pay", "f-10").await?;
+    let old_discarded = pending(&mut client, "pay", "x-100").await?;
+    let young_discarded = pending(&mut client, "pay", "x-10").await?;
     dead_letter(&db, &client, "pay", 4).await?;
     for id in [old_discarded, young_discarded] {
         ok(&db, &["discard", &id.to_string(), "--reason", "test"]).await?;
@@ -1328,28 +1168,12 @@ async fn purging_a_failed_head_lets_the_row_behind_it_be_claimed_at_once() -> Te
 async fn stats_counts_by_status_and_destination_with_the_failure_rate() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("doomed")
-        .key("f-1")
-        .create()
-        .await?;
+    pending(&mut client, "doomed", "f-1").await?;
     dead_letter(&db, &client, "doomed", 1).await?;
-    message(&mut client)
-        .destination("email")
-        .key("d-1")
-        .create()
-        .await?;
-    message(&mut client)
-        .destination("email")
-        .key("d-2")
-        .create()
-        .await?;
+    pending(&mut client, "email", "d-1").await?;
+    pending(&mut client, "email", "d-2").await?;
     deliver(&db, &client, "email").await?;
-    let pending = message(&mut client)
-        .destination("email")
-        .key("p-1")
-        .create()
-        .await?;
+    let pending = pending(&mut client, "email", "p-1").await?;
     client
         .execute(
             "UPDATE txoutbox_messages SET created_at = now() - interval '90 seconds' WHERE id = $1",
@@ -1475,11 +1299,7 @@ async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_be
 async fn a_discard_is_shown_with_its_reason_listed_and_counted() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("pay")
-        .key("k-1")
-        .create()
-        .await?;
+    let id = pending(&mut client, "pay", "k-1").await?;
     dead_letter(&db, &client, "pay", 1).await?;
     ok(
         &db,
@@ -1529,11 +1349,7 @@ async fn a_discard_is_shown_with_its_reason_listed_and_counted() -> TestResult {
 async fn discard_refuses_pending_rows_and_needs_a_reason_changing_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let pending = message(&mut client)
-        .destination("pay")
-        .key("k-1")
-        .create()
-        .await?;
+    let pending = pending(&mut client, "pay", "k-1").await?;
     let out = txoutbox(&db, &["discard", &pending.to_string(), "--reason", "x"]).await?;
     let (code, err) = one_line_error(&out);
     assert_eq!(code, Some(1));
@@ -1618,11 +1434,7 @@ async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing(
 async fn a_discarded_row_is_not_replayed() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("pay")
-        .key("k-1")
-        .create()
-        .await?;
+    let id = pending(&mut client, "pay", "k-1").await?;
     dead_letter(&db, &client, "pay", 1).await?;
     ok(&db, &["discard", &id.to_string(), "--reason", "not wanted"]).await?;
     let out = txoutbox(&db, &["replay", &id.to_string()]).await?;
@@ -1672,11 +1484,7 @@ async fn stats_and_list_of_delivered_rows_read_no_more_than_an_index_page_of_a_l
     client
         .batch_execute("VACUUM ANALYZE txoutbox_delivered")
         .await?;
-    message(&mut client)
-        .destination("email")
-        .key("pending-1")
-        .create()
-        .await?;
+    pending(&mut client, "email", "pending-1").await?;
     let (explained, mut plans) = explaining_client(&db).await?;
 
     let stats = txoutbox::admin::stats(&explained).await?;

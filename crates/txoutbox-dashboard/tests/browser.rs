@@ -6,19 +6,16 @@
 //! no action and its forged POST is refused, a cross-site form is refused, a redacted field is
 //! not in the page.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use base64::Engine;
-use serde_json::{json, Value};
+use serde_json::json;
 use txoutbox::sink::DeliveryError;
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
-use txoutbox_test_support::{free_port, test_db, wait_for_exact_count};
+use txoutbox_test_support::webdriver::{Driver, Session};
+use txoutbox_test_support::{test_db, wait_for_exact_count};
 use uuid::Uuid;
-
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 fn http() -> anyhow::Result<reqwest::Client> {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
@@ -27,197 +24,6 @@ fn http() -> anyhow::Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()?)
-}
-
-struct Driver {
-    http: reqwest::Client,
-    base: String,
-    _process: tokio::process::Child,
-    _profiles: Vec<tempfile::TempDir>,
-}
-
-impl Driver {
-    async fn start() -> anyhow::Result<Self> {
-        let port = free_port()?;
-        let process = tokio::process::Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                anyhow::anyhow!("chromedriver (apt-get install chromium chromium-driver): {e}")
-            })?;
-        let driver = Self {
-            http: http()?,
-            base: format!("http://127.0.0.1:{port}"),
-            _process: process,
-            _profiles: Vec::new(),
-        };
-        let started = Instant::now();
-        while driver
-            .http
-            .get(format!("{}/status", driver.base))
-            .send()
-            .await
-            .is_err()
-        {
-            anyhow::ensure!(
-                started.elapsed() < Duration::from_secs(20),
-                "chromedriver did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(driver)
-    }
-
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<Value> {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let answer: Value = request.send().await?.json().await?;
-        anyhow::ensure!(
-            answer["value"]["error"].is_null(),
-            "webdriver {path}: {answer}"
-        );
-        Ok(answer["value"].clone())
-    }
-
-    async fn session(&mut self) -> anyhow::Result<Session<'_>> {
-        let profile = tempfile::tempdir()?;
-        let args = [
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            "--window-size=1100,760",
-        ]
-        .iter()
-        .map(|a| a.to_string())
-        .chain([format!("--user-data-dir={}", profile.path().display())])
-        .collect::<Vec<_>>();
-        self._profiles.push(profile);
-        let session = self
-            .call(
-                reqwest::Method::POST,
-                "/session",
-                Some(json!({"capabilities": {"alwaysMatch": {
-                    "browserName": "chrome",
-                    "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args},
-                }}})),
-            )
-            .await?;
-        Ok(Session {
-            driver: self,
-            id: session["sessionId"].as_str().unwrap_or_default().to_owned(),
-        })
-    }
-}
-
-struct Session<'d> {
-    driver: &'d Driver,
-    id: String,
-}
-
-impl Session<'_> {
-    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
-        self.driver
-            .call(
-                reqwest::Method::POST,
-                &format!("/session/{}{path}", self.id),
-                Some(body),
-            )
-            .await
-    }
-
-    async fn get(&self, path: &str) -> anyhow::Result<Value> {
-        self.driver
-            .call(
-                reqwest::Method::GET,
-                &format!("/session/{}{path}", self.id),
-                None,
-            )
-            .await
-    }
-
-    async fn open(&self, url: &str) -> anyhow::Result<()> {
-        self.post("/url", json!({ "url": url })).await?;
-        Ok(())
-    }
-
-    async fn text(&self, css: &str) -> anyhow::Result<String> {
-        let found = self
-            .post("/element", json!({"using": "css selector", "value": css}))
-            .await?;
-        let id = found[ELEMENT].as_str().unwrap_or_default().to_owned();
-        Ok(self
-            .get(&format!("/element/{id}/text"))
-            .await?
-            .as_str()
-            .unwrap_or_default()
-            .to_owned())
-    }
-
-    async fn click(&self, css: &str) -> anyhow::Result<()> {
-        let found = self
-            .post("/element", json!({"using": "css selector", "value": css}))
-            .await?;
-        let id = found[ELEMENT].as_str().unwrap_or_default().to_owned();
-        self.post(&format!("/element/{id}/click"), json!({}))
-            .await?;
-        Ok(())
-    }
-
-    async fn script(&self, script: &str) -> anyhow::Result<Value> {
-        self.post("/execute/sync", json!({"script": script, "args": []}))
-            .await
-    }
-
-    async fn async_script(&self, script: &str) -> anyhow::Result<Value> {
-        self.post("/execute/async", json!({"script": script, "args": []}))
-            .await
-    }
-
-    async fn source(&self) -> anyhow::Result<String> {
-        Ok(self
-            .get("/source")
-            .await?
-            .as_str()
-            .unwrap_or_default()
-            .to_owned())
-    }
-
-    async fn screenshot(&self, name: &str) -> anyhow::Result<()> {
-        let png = self.get("/screenshot").await?;
-        let png =
-            base64::engine::general_purpose::STANDARD.decode(png.as_str().unwrap_or_default())?;
-        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-        std::fs::write(&path, png)?;
-        println!("screenshot: {}", path.display());
-        Ok(())
-    }
-
-    async fn close(self) {
-        let _ = self
-            .driver
-            .call(
-                reqwest::Method::DELETE,
-                &format!("/session/{}", self.id),
-                None,
-            )
-            .await;
-    }
 }
 
 /// Waits (up to 20 s, without navigating) until `css` shows `wanted`.
@@ -322,8 +128,8 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     let as_alice = format!("http://alice:op-secret@127.0.0.1:{port}/outbox");
     let as_victor = format!("http://victor:view-secret@127.0.0.1:{port}/outbox");
 
-    let mut driver = Driver::start().await?;
-    let alice = driver.session().await?;
+    let mut driver = Driver::start(env!("CARGO_TARGET_TMPDIR")).await?;
+    let alice = driver.session(&["--window-size=1100,760"]).await?;
 
     // The pages render.
     alice.open(&as_alice).await?;
@@ -461,7 +267,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     alice.close().await;
 
     // A viewer reads, sees no action, and a forged same-site POST is refused.
-    let victor = driver.session().await?;
+    let victor = driver.session(&["--window-size=1100,760"]).await?;
     victor
         .open(&format!("{as_victor}/messages/{other}"))
         .await?;

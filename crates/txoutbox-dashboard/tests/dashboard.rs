@@ -59,6 +59,75 @@ impl Dashboard {
         }
     }
 
+    /// A request with no body, as `user`.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        user: Option<(&str, &str)>,
+    ) -> anyhow::Result<reqwest::Response> {
+        Ok(self.request(method, path, user).send().await?)
+    }
+
+    /// POST a JSON body as `user`.
+    async fn post_json(
+        &self,
+        path: &str,
+        body: &Value,
+        user: Option<(&str, &str)>,
+    ) -> anyhow::Result<reqwest::Response> {
+        Ok(self
+            .request(Method::POST, path, user)
+            .json(body)
+            .send()
+            .await?)
+    }
+
+    /// POST with no body as `user`, marked as sent from another site.
+    async fn cross_site(
+        &self,
+        path: &str,
+        user: Option<(&str, &str)>,
+    ) -> anyhow::Result<reqwest::Response> {
+        Ok(self
+            .request(Method::POST, path, user)
+            .header("sec-fetch-site", "cross-site")
+            .send()
+            .await?)
+    }
+
+    /// POST a JSON body as `user`, marked as sent from another site.
+    async fn cross_site_json(
+        &self,
+        path: &str,
+        body: &Value,
+        user: Option<(&str, &str)>,
+    ) -> anyhow::Result<reqwest::Response> {
+        Ok(self
+            .request(Method::POST, path, user)
+            .header("sec-fetch-site", "cross-site")
+            .json(body)
+            .send()
+            .await?)
+    }
+
+    /// POST an encoded form as `user`, with this `Origin` header.
+    async fn form_from(
+        &self,
+        path: &str,
+        form: &'static str,
+        origin: &str,
+        user: Option<(&str, &str)>,
+    ) -> anyhow::Result<reqwest::Response> {
+        Ok(self
+            .request(Method::POST, path, user)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("origin", origin)
+            .body(form)
+            .send()
+            .await?)
+    }
+
     /// GET as `user`: (status, body).
     async fn get_as(
         &self,
@@ -120,6 +189,16 @@ const ALICE: Option<(&str, &str)> = Some(("alice", "op-secret"));
 const VICTOR: Option<(&str, &str)> = Some(("victor", "view-secret"));
 
 /// Puts a row where a relay's permanent failure would: failed, with its error and attempt.
+/// A pending row to `destination` with downstream key `key` and an empty payload.
+async fn pending_empty(client: &mut Client, destination: &str, key: &str) -> anyhow::Result<Uuid> {
+    message(client)
+        .destination(destination)
+        .key(key)
+        .payload(json!({}))
+        .create()
+        .await
+}
+
 async fn fail(client: &Client, id: Uuid, error: &str) -> TestResult {
     client
         .execute(
@@ -169,24 +248,9 @@ fn ids_in(rows: &Value) -> Vec<String> {
 async fn overview_counts_rows_by_destination_and_state() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("e-1")
-        .payload(json!({}))
-        .create()
-        .await?;
-    message(&mut client)
-        .destination("email")
-        .key("e-2")
-        .payload(json!({}))
-        .create()
-        .await?;
-    let failed = message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    pending_empty(&mut client, "email", "e-1").await?;
+    pending_empty(&mut client, "email", "e-2").await?;
+    let failed = pending_empty(&mut client, "stripe", "s-1").await?;
     fail(&client, failed, "card declined").await?;
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
 
@@ -257,18 +321,8 @@ async fn message_filters_narrow_the_list() -> TestResult {
         .payload(json!({}))
         .create()
         .await?;
-    let stripe = message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
-    let declined = message(&mut client)
-        .destination("stripe")
-        .key("s-2")
-        .payload(json!({}))
-        .create()
-        .await?;
+    let stripe = pending_empty(&mut client, "stripe", "s-1").await?;
+    let declined = pending_empty(&mut client, "stripe", "s-2").await?;
     fail(&client, stripe, "500 upstream timeout").await?;
     fail(&client, declined, "402 card declined").await?;
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
@@ -402,30 +456,10 @@ async fn message_page_shows_payload_headers_keys_trace_link_and_attempts() -> Te
 async fn failures_are_grouped_by_destination_and_normalised_error() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let a = message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
-    let b = message(&mut client)
-        .destination("stripe")
-        .key("s-2")
-        .payload(json!({}))
-        .create()
-        .await?;
-    let c = message(&mut client)
-        .destination("stripe")
-        .key("s-3")
-        .payload(json!({}))
-        .create()
-        .await?;
-    let d = message(&mut client)
-        .destination("email")
-        .key("e-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    let a = pending_empty(&mut client, "stripe", "s-1").await?;
+    let b = pending_empty(&mut client, "stripe", "s-2").await?;
+    let c = pending_empty(&mut client, "stripe", "s-3").await?;
+    let d = pending_empty(&mut client, "email", "e-1").await?;
     fail(
         &client,
         a,
@@ -506,12 +540,7 @@ async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueu
     };
     claim.complete(&tx, &response).await?;
     tx.commit().await?;
-    let other = message(&mut client)
-        .destination("email")
-        .key("unrelated")
-        .payload(json!({}))
-        .create()
-        .await?;
+    let other = pending_empty(&mut client, "email", "unrelated").await?;
     let dash = Dashboard::start(
         &db,
         DashboardConfig {
@@ -571,18 +600,8 @@ async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueu
 async fn api_messages_answers_the_documented_json_shape() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
-    message(&mut client)
-        .destination("email")
-        .key("e-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    let id = pending_empty(&mut client, "stripe", "s-1").await?;
+    pending_empty(&mut client, "email", "e-1").await?;
     fail(&client, id, "402 card declined").await?;
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
 
@@ -610,8 +629,7 @@ async fn api_messages_answers_the_documented_json_shape() -> TestResult {
     assert_eq!(detail["history"][0]["outcome"], "failed");
 
     let res = dash
-        .request(Method::GET, "/api/messages?status=dead", None)
-        .send()
+        .send(Method::GET, "/api/messages?status=dead", None)
         .await?;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     let problem: Value = res.json().await?;
@@ -649,8 +667,7 @@ async fn replay_through_the_api_with_a_relay_running_is_delivered_and_logged_wit
     let dash = Dashboard::start(&db, users()?).await?;
 
     let res = dash
-        .request(Method::POST, &format!("/api/messages/{id}/replay"), ALICE)
-        .send()
+        .send(Method::POST, &format!("/api/messages/{id}/replay"), ALICE)
         .await?;
     assert_eq!(res.status(), StatusCode::OK);
     let report: Value = res.json().await?;
@@ -664,8 +681,7 @@ async fn replay_through_the_api_with_a_relay_running_is_delivered_and_logged_wit
     relay.stop().await?;
     assert_eq!(sink.deliveries()[0].downstream_key, "s-1", "the same key");
     let detail = dash
-        .request(Method::GET, &format!("/api/messages/{id}"), ALICE)
-        .send()
+        .send(Method::GET, &format!("/api/messages/{id}"), ALICE)
         .await?;
     let detail: Value = detail.json().await?;
     assert_eq!(detail["status"], "delivered");
@@ -696,12 +712,7 @@ async fn replay_of_everything_a_filter_matches_shows_a_dry_run_count_then_replay
         fail(&client, id, "402 card declined").await?;
         stripe.push(id);
     }
-    let email = message(&mut client)
-        .destination("email")
-        .key("e-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    let email = pending_empty(&mut client, "email", "e-1").await?;
     fail(&client, email, "550 no such user").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -737,9 +748,11 @@ async fn replay_of_everything_a_filter_matches_shows_a_dry_run_count_then_replay
 
     // The API's dry run counts the same way.
     let res = dash
-        .request(Method::POST, "/api/replay", ALICE)
-        .json(&json!({"filter": {"status": "failed"}, "dry_run": true}))
-        .send()
+        .post_json(
+            "/api/replay",
+            &json!({"filter": {"status": "failed"}, "dry_run": true}),
+            ALICE,
+        )
         .await?;
     let report: Value = res.json().await?;
     assert_eq!(report["dry_run"], true);
@@ -752,24 +765,9 @@ async fn replay_of_everything_a_filter_matches_shows_a_dry_run_count_then_replay
 async fn a_selection_is_replayed_from_the_list_form() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let a = message(&mut client)
-        .destination("stripe")
-        .key("s-a")
-        .payload(json!({}))
-        .create()
-        .await?;
-    let b = message(&mut client)
-        .destination("stripe")
-        .key("s-b")
-        .payload(json!({}))
-        .create()
-        .await?;
-    let c = message(&mut client)
-        .destination("stripe")
-        .key("s-c")
-        .payload(json!({}))
-        .create()
-        .await?;
+    let a = pending_empty(&mut client, "stripe", "s-a").await?;
+    let b = pending_empty(&mut client, "stripe", "s-b").await?;
+    let c = pending_empty(&mut client, "stripe", "s-c").await?;
     for id in [a, b, c] {
         fail(&client, id, "402 card declined").await?;
     }
@@ -827,9 +825,11 @@ async fn hostile_query_values_are_answered_400_not_500() -> TestResult {
         .await?;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     let res = dash
-        .request(Method::POST, "/api/replay", None)
-        .json(&json!({"filter": {"destination": "a\u{0}"}}))
-        .send()
+        .post_json(
+            "/api/replay",
+            &json!({"filter": {"destination": "a\u{0}"}}),
+            None,
+        )
         .await?;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     Ok(())
@@ -841,8 +841,7 @@ async fn hostile_query_values_are_answered_400_not_500() -> TestResult {
 /// The last attempt-log entry of `id` as the API shows it, read as alice.
 async fn last_attempt(dash: &Dashboard, id: Uuid) -> anyhow::Result<Value> {
     let res = dash
-        .request(Method::GET, &format!("/api/messages/{id}"), ALICE)
-        .send()
+        .send(Method::GET, &format!("/api/messages/{id}"), ALICE)
         .await?;
     let detail: Value = res.json().await?;
     Ok(detail["history"]
@@ -945,18 +944,8 @@ async fn discard_of_everything_a_filter_matches_shows_a_dry_run_count_then_disca
     let db = test_db().await?;
     let mut client = db.connect().await?;
     let stripe = failed_rows(&mut client, 3, "s").await?;
-    let waiting = message(&mut client)
-        .destination("stripe")
-        .key("s-pending")
-        .payload(json!({}))
-        .create()
-        .await?;
-    let email = message(&mut client)
-        .destination("email")
-        .key("e-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    let waiting = pending_empty(&mut client, "stripe", "s-pending").await?;
+    let email = pending_empty(&mut client, "email", "e-1").await?;
     fail(&client, email, "550 no such user").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1017,12 +1006,7 @@ async fn discard_of_everything_a_filter_matches_shows_a_dry_run_count_then_disca
 async fn a_pending_row_is_not_discarded_and_says_why_changing_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let waiting = message(&mut client)
-        .destination("stripe")
-        .key("s-pending")
-        .payload(json!({}))
-        .create()
-        .await?;
+    let waiting = pending_empty(&mut client, "stripe", "s-pending").await?;
     let failed = failed_rows(&mut client, 1, "s").await?[0];
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1078,9 +1062,11 @@ async fn a_discard_without_a_reason_is_a_400_and_changes_nothing() -> TestResult
         assert!(html.contains("a discard needs a reason"), "{path}: {html}");
     }
     let res = dash
-        .request(Method::POST, &format!("/api/messages/{id}/discard"), ALICE)
-        .json(&json!({"reason": ""}))
-        .send()
+        .post_json(
+            &format!("/api/messages/{id}/discard"),
+            &json!({"reason": ""}),
+            ALICE,
+        )
         .await?;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     let problem: Value = res.json().await?;
@@ -1121,11 +1107,7 @@ async fn discard_through_the_api_one_row_and_by_filter_with_a_dry_run() -> TestR
     );
 
     let dry = json!({"filter": {"destination": "stripe"}, "dry_run": true, "reason": "test"});
-    let res = dash
-        .request(Method::POST, "/api/discard", ALICE)
-        .json(&dry)
-        .send()
-        .await?;
+    let res = dash.post_json("/api/discard", &dry, ALICE).await?;
     assert_eq!(res.status(), StatusCode::OK);
     let report: Value = res.json().await?;
     assert_eq!(report["dry_run"], true);
@@ -1136,18 +1118,22 @@ async fn discard_through_the_api_one_row_and_by_filter_with_a_dry_run() -> TestR
     assert_eq!(status_of(&client, rows[1]).await?, "failed", "a dry run");
 
     let res = dash
-        .request(Method::POST, "/api/discard", ALICE)
-        .json(&json!({"ids": [rows[1]], "reason": "test"}))
-        .send()
+        .post_json(
+            "/api/discard",
+            &json!({"ids": [rows[1]], "reason": "test"}),
+            ALICE,
+        )
         .await?;
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(status_of(&client, rows[1]).await?, "discarded");
     assert_eq!(status_of(&client, rows[2]).await?, "failed");
 
     let res = dash
-        .request(Method::POST, "/api/discard", ALICE)
-        .json(&json!({"ids": [rows[2]], "filter": {}, "reason": "test"}))
-        .send()
+        .post_json(
+            "/api/discard",
+            &json!({"ids": [rows[2]], "filter": {}, "reason": "test"}),
+            ALICE,
+        )
         .await?;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST, "ids or a filter");
     Ok(())
@@ -1190,11 +1176,7 @@ async fn a_viewer_sees_no_discard_and_a_forged_discard_is_403() -> TestResult {
             json!({"ids": [id], "reason": "viewer's wish"}),
         ),
     ] {
-        let res = dash
-            .request(Method::POST, &path, VICTOR)
-            .json(&body)
-            .send()
-            .await?;
+        let res = dash.post_json(&path, &body, VICTOR).await?;
         assert_eq!(res.status(), StatusCode::FORBIDDEN, "{path}");
     }
     assert_eq!(status_of(&client, id).await?, "failed");
@@ -1211,29 +1193,22 @@ async fn a_cross_site_discard_is_refused_and_changes_nothing() -> TestResult {
     let form = "reason=win+a+prize";
 
     let forged = dash
-        .request(Method::POST, &path, ALICE)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", "https://evil.example")
-        .body(form)
-        .send()
+        .form_from(&path, form, "https://evil.example", ALICE)
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     let forged = dash
-        .request(Method::POST, "/api/discard", ALICE)
-        .header("sec-fetch-site", "cross-site")
-        .json(&json!({"ids": [id], "reason": "win a prize"}))
-        .send()
+        .cross_site_json(
+            "/api/discard",
+            &json!({"ids": [id], "reason": "win a prize"}),
+            ALICE,
+        )
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     assert_eq!(status_of(&client, id).await?, "failed");
 
     // The dashboard's own page (same origin) may.
     let own = dash
-        .request(Method::POST, &path, ALICE)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", dash.base.trim_end_matches("/outbox"))
-        .body(form)
-        .send()
+        .form_from(&path, form, dash.base.trim_end_matches("/outbox"), ALICE)
         .await?;
     assert_eq!(own.status(), StatusCode::SEE_OTHER);
     assert_eq!(status_of(&client, id).await?, "discarded");
@@ -1294,12 +1269,7 @@ async fn a_destination_paused_from_the_overview_is_paused_and_logged_with_the_us
 ) -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    pending_empty(&mut client, "stripe", "s-1").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     let (_, html) = dash.get_as("", ALICE).await?;
@@ -1356,12 +1326,7 @@ async fn a_paused_destination_resumed_from_the_overview_is_open_again_and_logged
 ) -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    pending_empty(&mut client, "stripe", "s-1").await?;
     txoutbox::admin::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob"))
         .await?;
     let dash = Dashboard::start(&db, users()?).await?;
@@ -1395,12 +1360,7 @@ async fn a_paused_destination_resumed_from_the_overview_is_open_again_and_logged
 async fn resuming_a_destination_that_is_not_paused_says_so_and_changes_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    pending_empty(&mut client, "stripe", "s-1").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     let (status, html) = dash
@@ -1412,8 +1372,7 @@ async fn resuming_a_destination_that_is_not_paused_says_so_and_changes_nothing()
         "{html}"
     );
     let res = dash
-        .request(Method::POST, "/api/destinations/stripe/resume", ALICE)
-        .send()
+        .send(Method::POST, "/api/destinations/stripe/resume", ALICE)
         .await?;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     let problem: Value = res.json().await?;
@@ -1431,12 +1390,7 @@ async fn resuming_a_destination_that_is_not_paused_says_so_and_changes_nothing()
 async fn a_pause_without_a_reason_is_a_400_and_pauses_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    pending_empty(&mut client, "stripe", "s-1").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     for form in [vec![("reason", "   ")], vec![]] {
@@ -1448,9 +1402,7 @@ async fn a_pause_without_a_reason_is_a_400_and_pauses_nothing() -> TestResult {
     }
     for body in [json!({"reason": ""}), json!({})] {
         let res = dash
-            .request(Method::POST, "/api/destinations/stripe/pause", ALICE)
-            .json(&body)
-            .send()
+            .post_json("/api/destinations/stripe/pause", &body, ALICE)
             .await?;
         assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{body}");
         let problem: Value = res.json().await?;
@@ -1528,18 +1480,8 @@ async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> Tes
 async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
-    message(&mut client)
-        .destination("email")
-        .key("e-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    pending_empty(&mut client, "stripe", "s-1").await?;
+    pending_empty(&mut client, "email", "e-1").await?;
     txoutbox::admin::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob"))
         .await?;
     let dash = Dashboard::start(&db, users()?).await?;
@@ -1573,11 +1515,7 @@ async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResul
         ),
         ("/api/destinations/stripe/resume", json!({})),
     ] {
-        let res = dash
-            .request(Method::POST, path, VICTOR)
-            .json(&body)
-            .send()
-            .await?;
+        let res = dash.post_json(path, &body, VICTOR).await?;
         assert_eq!(res.status(), StatusCode::FORBIDDEN, "{path}");
     }
     assert_eq!(pause_of(&client, "email").await?, None);
@@ -1593,49 +1531,36 @@ async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResul
 async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
-    message(&mut client)
-        .destination("email")
-        .key("e-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    pending_empty(&mut client, "stripe", "s-1").await?;
+    pending_empty(&mut client, "email", "e-1").await?;
     txoutbox::admin::pause_destination(&mut client, "email", "SMTP relay down", Some("bob"))
         .await?;
     let dash = Dashboard::start(&db, users()?).await?;
     let form = "reason=win+a+prize";
 
     let forged = dash
-        .request(Method::POST, "/destinations/stripe/pause", ALICE)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", "https://evil.example")
-        .body(form)
-        .send()
+        .form_from(
+            "/destinations/stripe/pause",
+            form,
+            "https://evil.example",
+            ALICE,
+        )
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
-    let forged = dash
-        .request(Method::POST, "/destinations/email/resume", ALICE)
-        .header("sec-fetch-site", "cross-site")
-        .send()
-        .await?;
+    let forged = dash.cross_site("/destinations/email/resume", ALICE).await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     let forged = dash
-        .request(Method::POST, "/api/destinations/stripe/pause", ALICE)
-        .header("sec-fetch-site", "cross-site")
-        .json(&json!({"reason": "win a prize"}))
-        .send()
+        .cross_site_json(
+            "/api/destinations/stripe/pause",
+            &json!({"reason": "win a prize"}),
+            ALICE,
+        )
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     assert_eq!(pause_of(&client, "stripe").await?, None);
     assert_eq!(pause_of(&client, "email").await?.map(|p| p.0), Some(true));
     let res = dash
-        .request(Method::GET, "/destinations/stripe/pause", ALICE)
-        .send()
+        .send(Method::GET, "/destinations/stripe/pause", ALICE)
         .await?;
     assert_eq!(
         res.status(),
@@ -1645,11 +1570,12 @@ async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestRe
 
     // The dashboard's own page (same origin) may.
     let own = dash
-        .request(Method::POST, "/destinations/stripe/pause", ALICE)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", dash.base.trim_end_matches("/outbox"))
-        .body(form)
-        .send()
+        .form_from(
+            "/destinations/stripe/pause",
+            form,
+            dash.base.trim_end_matches("/outbox"),
+            ALICE,
+        )
         .await?;
     assert_eq!(own.status(), StatusCode::SEE_OTHER);
     assert_eq!(pause_of(&client, "stripe").await?.map(|p| p.0), Some(true));
@@ -1660,18 +1586,15 @@ async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestRe
 async fn pause_list_and_resume_through_the_api() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    pending_empty(&mut client, "stripe", "s-1").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     let res = dash
-        .request(Method::POST, "/api/destinations/stripe/pause", ALICE)
-        .json(&json!({"reason": "Stripe incident"}))
-        .send()
+        .post_json(
+            "/api/destinations/stripe/pause",
+            &json!({"reason": "Stripe incident"}),
+            ALICE,
+        )
         .await?;
     assert_eq!(res.status(), StatusCode::OK);
     let flow: Value = res.json().await?;
@@ -1681,10 +1604,7 @@ async fn pause_list_and_resume_through_the_api() -> TestResult {
     assert_eq!(flow["paused_reason"], "Stripe incident");
     assert!(flow["paused_at"].is_string(), "{flow}");
 
-    let res = dash
-        .request(Method::GET, "/api/destinations", VICTOR)
-        .send()
-        .await?;
+    let res = dash.send(Method::GET, "/api/destinations", VICTOR).await?;
     assert_eq!(res.status(), StatusCode::OK, "a viewer reads the list");
     let list: Value = res.json().await?;
     assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
@@ -1694,8 +1614,7 @@ async fn pause_list_and_resume_through_the_api() -> TestResult {
     assert!(list[0]["rate_per_sec"].is_null(), "{list}");
 
     let res = dash
-        .request(Method::POST, "/api/destinations/stripe/resume", ALICE)
-        .send()
+        .send(Method::POST, "/api/destinations/stripe/resume", ALICE)
         .await?;
     assert_eq!(res.status(), StatusCode::OK);
     let flow: Value = res.json().await?;
@@ -1708,9 +1627,11 @@ async fn pause_list_and_resume_through_the_api() -> TestResult {
     assert_eq!(log[1].2, "by alice");
 
     let res = dash
-        .request(Method::POST, "/api/destinations/stripe/pause", ALICE)
-        .json(&json!({"reason": "x", "until": "tomorrow"}))
-        .send()
+        .post_json(
+            "/api/destinations/stripe/pause",
+            &json!({"reason": "x", "until": "tomorrow"}),
+            ALICE,
+        )
         .await?;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST, "an unknown field");
     assert_eq!(pause_of(&client, "stripe").await?.map(|p| p.0), Some(false));
@@ -1722,18 +1643,8 @@ async fn a_destination_named_with_colons_slashes_or_spaces_is_paused_and_resumed
 ) -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("webhook:orders")
-        .key("w-1")
-        .payload(json!({}))
-        .create()
-        .await?;
-    message(&mut client)
-        .destination("partner/eu west")
-        .key("p-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    pending_empty(&mut client, "webhook:orders", "w-1").await?;
+    pending_empty(&mut client, "partner/eu west", "p-1").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     let (_, html) = dash.get_as("", ALICE).await?;
@@ -1792,7 +1703,7 @@ async fn without_credentials_every_answer_is_401_with_a_basic_challenge() -> Tes
     let db = test_db().await?;
     let dash = Dashboard::start(&db, users()?).await?;
     for path in ["", "/messages", "/api/stats", "/assets/dashboard.css"] {
-        let res = dash.request(Method::GET, path, None).send().await?;
+        let res = dash.send(Method::GET, path, None).await?;
         assert_eq!(res.status(), StatusCode::UNAUTHORIZED, "{path}");
         let challenge = res
             .headers()
@@ -1811,12 +1722,7 @@ async fn without_credentials_every_answer_is_401_with_a_basic_challenge() -> Tes
 async fn a_viewer_reads_sees_no_action_and_a_forged_action_is_403() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    let id = pending_empty(&mut client, "stripe", "s-1").await?;
     fail(&client, id, "402 card declined").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1846,9 +1752,7 @@ async fn a_viewer_reads_sees_no_action_and_a_forged_action_is_403() -> TestResul
     let (status, _) = dash.post_form("/replay", &[("ids", &id_s)], VICTOR).await?;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let res = dash
-        .request(Method::POST, "/api/replay", VICTOR)
-        .json(&json!({"ids": [id]}))
-        .send()
+        .post_json("/api/replay", &json!({"ids": [id]}), VICTOR)
         .await?;
     assert_eq!(res.status(), StatusCode::FORBIDDEN);
     assert_eq!(status_of(&client, id).await?, "failed");
@@ -1859,12 +1763,7 @@ async fn a_viewer_reads_sees_no_action_and_a_forged_action_is_403() -> TestResul
 async fn a_cross_site_post_is_refused_and_changes_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("stripe")
-        .key("s-1")
-        .payload(json!({}))
-        .create()
-        .await?;
+    let id = pending_empty(&mut client, "stripe", "s-1").await?;
     fail(&client, id, "402 card declined").await?;
     let dash = Dashboard::start(&db, users()?).await?;
     let path = format!("/messages/{id}/replay");
@@ -1876,14 +1775,11 @@ async fn a_cross_site_post_is_refused_and_changes_nothing() -> TestResult {
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     let forged = dash
-        .request(Method::POST, "/api/replay", ALICE)
-        .header("sec-fetch-site", "cross-site")
-        .json(&json!({"ids": [id]}))
-        .send()
+        .cross_site_json("/api/replay", &json!({"ids": [id]}), ALICE)
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     assert_eq!(status_of(&client, id).await?, "failed");
-    let res = dash.request(Method::GET, &path, ALICE).send().await?;
+    let res = dash.send(Method::GET, &path, ALICE).await?;
     assert_eq!(
         res.status(),
         StatusCode::METHOD_NOT_ALLOWED,

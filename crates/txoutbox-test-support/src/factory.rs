@@ -80,6 +80,35 @@ pub fn message<'a>(target: impl Into<Target<'a>>) -> MessageFactory<'a> {
     }
 }
 
+/// A pending row to `destination` with downstream key `key`, written now; its id. Short for
+/// `message(target).destination(destination).key(key).create()`.
+pub async fn pending<'a>(
+    target: impl Into<Target<'a>>,
+    destination: &str,
+    key: &str,
+) -> Result<Uuid> {
+    message(target)
+        .destination(destination)
+        .key(key)
+        .create()
+        .await
+}
+
+/// `n` pending rows to `destination`, downstream keys `{key}-{i}`, written now; their ids. Short
+/// for `message(target).destination(destination).key(key).create_many(n)`.
+pub async fn pending_many<'a>(
+    target: impl Into<Target<'a>>,
+    destination: &str,
+    key: &str,
+    n: usize,
+) -> Result<Vec<Uuid>> {
+    message(target)
+        .destination(destination)
+        .key(key)
+        .create_many(n)
+        .await
+}
+
 impl MessageFactory<'_> {
     /// The destination (the sink that delivers it).
     pub fn destination(mut self, destination: &str) -> Self {

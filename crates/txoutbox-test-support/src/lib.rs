@@ -18,7 +18,8 @@
 //! Arranging a test: [`factory::message`] writes outbox rows in any state; [`count`] and
 //! [`wait_for_count`] read counts; [`relay::relay_config`] and [`relay::short_lease`] are relay
 //! timings for tests; [`webhook::WebhookReceiver`] is a scripted HTTP receiver for real relays;
-//! [`free_port`] picks a loopback port.
+//! [`free_port`] picks a loopback port; [`webdriver::Driver`] drives a headless chromium for the
+//! browser tests.
 
 mod cluster;
 mod counts;
@@ -31,6 +32,7 @@ pub mod raw_http;
 pub mod relay;
 pub mod smtp;
 pub mod tls;
+pub mod webdriver;
 pub mod webhook;
 
 pub use cluster::{Cluster, ClusterOptions};

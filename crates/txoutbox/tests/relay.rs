@@ -11,7 +11,7 @@ use txoutbox::{
     sink::{Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink},
     OutboxMessage,
 };
-use txoutbox_test_support::factory::message;
+use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::relay::{
     quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay, ScriptedSink,
 };
@@ -23,11 +23,7 @@ type TestResult = anyhow::Result<()>;
 async fn committed_rows_are_delivered_and_leave_the_hot_table() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("k")
-        .create_many(100)
-        .await?;
+    pending_many(&mut client, "email", "k", 100).await?;
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
     assert_eq!(sink.wait_for(100, Duration::from_secs(20)).await, 100);
@@ -69,11 +65,7 @@ async fn attempt_log(client: &Client, key: &str) -> anyhow::Result<Vec<(String, 
 async fn ten_thousand_rows_three_relays_each_delivered_exactly_once() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("bulk")
-        .create_many(10_000)
-        .await?;
+    pending_many(&mut client, "email", "bulk", 10_000).await?;
     let sink = RecordingSink::new();
     let relays: Vec<RunningRelay> = (0..3)
         .map(|_| {
@@ -113,11 +105,7 @@ async fn ten_thousand_rows_three_relays_each_delivered_exactly_once() -> TestRes
 async fn a_killed_relay_is_redelivered_with_the_same_key_after_its_lease() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("crash")
-        .create_many(1)
-        .await?;
+    pending_many(&mut client, "email", "crash", 1).await?;
     let first_sink = HangAfter::new(RecordingSink::new());
     let delivered = first_sink.delivered.clone();
     let config = db.relay()?;
@@ -153,11 +141,7 @@ async fn a_killed_relay_is_redelivered_with_the_same_key_after_its_lease() -> Te
 async fn a_retryable_failure_is_retried_then_delivered() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("retry")
-        .create_many(1)
-        .await?;
+    pending_many(&mut client, "email", "retry", 1).await?;
     let sink = ScriptedSink::new([
         Err(DeliveryError::retryable("connection reset")),
         Err(DeliveryError::retryable("timed out")),
@@ -270,11 +254,7 @@ async fn each_attempt_forwards_its_own_span_of_the_enqueued_trace() -> TestResul
 async fn retry_after_from_the_sink_is_honoured() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("later")
-        .create_many(1)
-        .await?;
+    pending_many(&mut client, "email", "later", 1).await?;
     let sink = ScriptedSink::new([Err(DeliveryError::retry_after(
         "429 slow down",
         Duration::from_millis(1500),
@@ -317,11 +297,7 @@ async fn retry_after_from_the_sink_is_honoured() -> TestResult {
 async fn a_permanent_error_dead_letters_at_once() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("perm")
-        .create_many(1)
-        .await?;
+    pending_many(&mut client, "email", "perm", 1).await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("550 no such user"))]);
     let relay = RunningRelay::start(
         db.relay()?
@@ -360,11 +336,7 @@ async fn a_permanent_error_dead_letters_at_once() -> TestResult {
 async fn the_last_attempt_dead_letters() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("max")
-        .create_many(1)
-        .await?;
+    pending_many(&mut client, "email", "max", 1).await?;
     let sink =
         ScriptedSink::new((0..10).map(|i| Err(DeliveryError::retryable(format!("fail {i}")))));
     let relay = RunningRelay::start(
@@ -403,11 +375,7 @@ async fn the_last_attempt_dead_letters() -> TestResult {
 async fn an_unknown_destination_is_a_recorded_permanent_error() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("carrier-pigeon")
-        .key("coo")
-        .create_many(1)
-        .await?;
+    pending_many(&mut client, "carrier-pigeon", "coo", 1).await?;
     let relay = RunningRelay::start(db.relay()?.sink("email", RecordingSink::new()).build()?);
     assert_eq!(
         wait_for_count(
@@ -449,11 +417,7 @@ impl Sink for PanicsOnBoom {
 async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("boom")
-        .create_many(5)
-        .await?;
+    pending_many(&mut client, "email", "boom", 5).await?;
     let sink = PanicsOnBoom::default();
     let relay = RunningRelay::start(
         db.relay()?
@@ -501,11 +465,7 @@ impl Sink for SlowSink {
 async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("slow")
-        .key("s")
-        .create_many(4)
-        .await?;
+    pending_many(&mut client, "slow", "s", 4).await?;
     let slow = SlowSink(RecordingSink::new(), Duration::from_secs(5));
     let fast = RecordingSink::new();
     let relay = RunningRelay::start(
@@ -520,11 +480,7 @@ async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
             .build()?,
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    message(&mut client)
-        .destination("fast")
-        .key("f")
-        .create_many(20)
-        .await?;
+    pending_many(&mut client, "fast", "f", 20).await?;
     assert_eq!(fast.wait_for(20, Duration::from_secs(3)).await, 20);
     assert_eq!(slow.0.count(), 0, "the slow deliveries are still running");
     relay.stop().await?;
@@ -646,11 +602,7 @@ async fn a_postgres_restart_while_relaying_loses_no_row() -> TestResult {
     let cluster = Cluster::private(&ClusterOptions::default())?;
     let db = TestDb::create_on(&cluster.admin()).await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("restart")
-        .create_many(3_000)
-        .await?;
+    pending_many(&mut client, "email", "restart", 3_000).await?;
     drop(client);
     let sink = SlowSink(RecordingSink::new(), Duration::from_millis(2));
     let relay = RunningRelay::start(
@@ -717,11 +669,7 @@ impl Sink for PausedSink {
 async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("fence")
-        .create_many(1)
-        .await?;
+    pending_many(&mut client, "email", "fence", 1).await?;
     // Relay A is paused mid-call past A's lease; relay B takes the row over and delivers it.
     let sleepy = PausedSink(RecordingSink::new(), Duration::from_millis(2500));
     // A runs on a runtime of its own, as a process of its own would.
@@ -814,11 +762,7 @@ async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redeliv
 {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("sms")
-        .key("amo")
-        .create_many(1)
-        .await?;
+    pending_many(&mut client, "sms", "amo", 1).await?;
     let at_most_once = DestinationPolicy {
         semantics: Semantics::AtMostOnce,
         ..DestinationPolicy::default()
@@ -872,11 +816,7 @@ async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redeliv
 async fn shutdown_lets_in_flight_deliveries_finish() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("drain")
-        .create_many(10)
-        .await?;
+    pending_many(&mut client, "email", "drain", 10).await?;
     let sink = SlowSink(RecordingSink::new(), Duration::from_millis(500));
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
     wait_for_count(
@@ -903,11 +843,7 @@ async fn shutdown_lets_in_flight_deliveries_finish() -> TestResult {
 async fn shutdown_releases_what_does_not_finish_within_the_grace_period() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("cut")
-        .create_many(5)
-        .await?;
+    pending_many(&mut client, "email", "cut", 5).await?;
     let sink = SlowSink(RecordingSink::new(), Duration::from_secs(60));
     let relay = RunningRelay::start(
         db.relay()?
@@ -957,11 +893,7 @@ async fn poll_only_mode_delivers_without_listen() -> TestResult {
             .build()?,
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    message(&mut client)
-        .destination("email")
-        .key("poll")
-        .create_many(3)
-        .await?;
+    pending_many(&mut client, "email", "poll", 3).await?;
     assert_eq!(sink.wait_for(3, Duration::from_secs(10)).await, 3);
     relay.stop().await?;
     Ok(())
@@ -988,11 +920,7 @@ async fn the_write_paths_hint_wakes_a_listening_relay_before_its_poll() -> TestR
     }
     // Let the first (empty) claim pass, so the relay is waiting on its 300 s poll.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    message(&mut client)
-        .destination("email")
-        .key("hint")
-        .create_many(1)
-        .await?;
+    pending_many(&mut client, "email", "hint", 1).await?;
     txoutbox::relay::RelayWaker::spawn(db.pool(1)?).wake();
     assert_eq!(
         sink.wait_for(1, Duration::from_secs(10)).await,
@@ -1044,11 +972,7 @@ async fn a_completion_hook_commits_with_the_completion() -> TestResult {
              INSERT INTO charges VALUES ('hook-0', 'pending')",
         )
         .await?;
-    message(&mut client)
-        .destination("stripe")
-        .key("hook")
-        .create_many(1)
-        .await?;
+    pending_many(&mut client, "stripe", "hook", 1).await?;
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(

@@ -15,7 +15,7 @@ use txoutbox::{
     sink::{Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink},
     OutboxMessage,
 };
-use txoutbox_test_support::factory::message;
+use txoutbox_test_support::factory::{pending, pending_many};
 use txoutbox_test_support::relay::{
     quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay,
 };
@@ -48,16 +48,8 @@ fn calls_per_key(sink: &RecordingSink) -> HashMap<String, usize> {
 async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("webhook")
-        .key("poison")
-        .create()
-        .await?;
-    message(&mut client)
-        .destination("email")
-        .key("good")
-        .create_many(10)
-        .await?;
+    pending(&mut client, "webhook", "poison").await?;
+    pending_many(&mut client, "email", "good", 10).await?;
     let poison = Failing(
         RecordingSink::new(),
         DeliveryError::retryable("HTTP 500: \0\0\u{1}binary\0body"),
@@ -117,11 +109,7 @@ async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResul
 async fn a_retry_after_of_ten_trillion_seconds_waits_the_policys_cap() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("stripe")
-        .key("later")
-        .create()
-        .await?;
+    pending(&mut client, "stripe", "later").await?;
     let sink = txoutbox_test_support::relay::ScriptedSink::new([Err(DeliveryError::retry_after(
         "429 Too Many Requests",
         Duration::from_secs(10_000_000_000_000),
@@ -162,16 +150,8 @@ async fn a_completion_the_database_refuses_does_not_hold_its_batch() -> TestResu
                FOR EACH ROW EXECUTE FUNCTION refuse_marker();",
         )
         .await?;
-    message(&mut client)
-        .destination("webhook")
-        .key("poison")
-        .create()
-        .await?;
-    message(&mut client)
-        .destination("email")
-        .key("good")
-        .create_many(20)
-        .await?;
+    pending(&mut client, "webhook", "poison").await?;
+    pending_many(&mut client, "email", "good", 20).await?;
     let poison = Failing(RecordingSink::new(), DeliveryError::retryable("refuse-me"));
     let good = RecordingSink::new();
     let relay = RunningRelay::start(
@@ -220,11 +200,7 @@ async fn a_completion_the_database_refuses_does_not_hold_its_batch() -> TestResu
 async fn shutdown_returns_in_time_when_no_completion_can_be_written() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("wedged")
-        .create_many(100)
-        .await?;
+    pending_many(&mut client, "email", "wedged", 100).await?;
     // Every delivered completion waits for this lock: the completer is wedged.
     let mut locker = db.connect().await?;
     let lock = locker.transaction().await?;
@@ -289,11 +265,7 @@ async fn a_shutdown_during_a_claim_leaves_no_row_leased() -> TestResult {
                FOR EACH ROW EXECUTE FUNCTION slow_claim();",
         )
         .await?;
-    message(&mut client)
-        .destination("sms")
-        .key("mid-claim")
-        .create_many(50)
-        .await?;
+    pending_many(&mut client, "sms", "mid-claim", 50).await?;
     let sink = RecordingSink::new();
     let at_most_once = DestinationPolicy {
         semantics: Semantics::AtMostOnce,
@@ -424,11 +396,7 @@ impl Sink for SlowFirstCall {
 async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("webhook")
-        .key("slow")
-        .create()
-        .await?;
+    pending(&mut client, "webhook", "slow").await?;
     let sink = SlowFirstCall {
         first: Duration::from_secs(3),
         ..SlowFirstCall::default()
@@ -560,11 +528,7 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
              ANALYZE txoutbox_messages;",
         )
         .await?;
-    message(&mut client)
-        .destination("email")
-        .key("other")
-        .create_many(2000)
-        .await?;
+    pending_many(&mut client, "email", "other", 2000).await?;
     let read = "SELECT idx_tup_read FROM pg_stat_user_indexes \
                 WHERE indexrelname = 'txoutbox_messages_due'";
     client
@@ -621,11 +585,7 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
 async fn the_default_policy_at_most_once_applies_to_every_destination() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("sms")
-        .key("amo-default")
-        .create()
-        .await?;
+    pending(&mut client, "sms", "amo-default").await?;
     let at_most_once = DestinationPolicy {
         semantics: Semantics::AtMostOnce,
         ..DestinationPolicy::default()
@@ -671,16 +631,8 @@ async fn the_default_policy_at_most_once_applies_to_every_destination() -> TestR
 async fn an_at_most_once_call_without_an_answer_is_unknown_and_not_repeated() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("sms")
-        .key("no-answer")
-        .create()
-        .await?;
-    message(&mut client)
-        .destination("push")
-        .key("retried")
-        .create()
-        .await?;
+    pending(&mut client, "sms", "no-answer").await?;
+    pending(&mut client, "push", "retried").await?;
     let sms = Failing(
         RecordingSink::new(),
         DeliveryError::indeterminate("timed out after sending"),
@@ -820,11 +772,7 @@ async fn a_failing_hook_keeps_the_attempt_and_its_receipt_in_the_log() -> TestRe
              INSERT INTO charges VALUES ('hooked', 'pending')",
         )
         .await?;
-    message(&mut client)
-        .destination("stripe")
-        .key("hooked")
-        .create()
-        .await?;
+    pending(&mut client, "stripe", "hooked").await?;
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let entered = Arc::new(tokio::sync::Notify::new());
     let sink = RecordingSink::new();
@@ -895,11 +843,7 @@ async fn a_slow_hook_does_not_hold_other_completions() -> TestResult {
              INSERT INTO charges VALUES ('slow-hook', 'pending')",
         )
         .await?;
-    message(&mut client)
-        .destination("stripe")
-        .key("slow-hook")
-        .create()
-        .await?;
+    pending(&mut client, "stripe", "slow-hook").await?;
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let entered = Arc::new(tokio::sync::Notify::new());
     let relay = RunningRelay::start(
@@ -917,11 +861,7 @@ async fn a_slow_hook_does_not_hold_other_completions() -> TestResult {
             .build()?,
     );
     tokio::time::timeout(Duration::from_secs(10), entered.notified()).await?;
-    message(&mut client)
-        .destination("email")
-        .key("meanwhile")
-        .create_many(20)
-        .await?;
+    pending_many(&mut client, "email", "meanwhile", 20).await?;
     let delivered = wait_for_count(
         &client,
         "SELECT count(*) FROM txoutbox_delivered WHERE destination = 'email'",
@@ -947,11 +887,7 @@ async fn a_slow_hook_does_not_hold_other_completions() -> TestResult {
 async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("row")
-        .create_many(3_000)
-        .await?;
+    pending_many(&mut client, "email", "row", 3_000).await?;
     // Every new session of this role in this database: 1 ms, less than claiming 500 rows takes.
     client
         .batch_execute(&format!(
@@ -997,16 +933,8 @@ async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestRe
 async fn every_attempt_row_names_its_destination() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    message(&mut client)
-        .destination("email")
-        .key("ok")
-        .create_many(3)
-        .await?;
-    message(&mut client)
-        .destination("webhook")
-        .key("bad")
-        .create_many(2)
-        .await?;
+    pending_many(&mut client, "email", "ok", 3).await?;
+    pending_many(&mut client, "webhook", "bad", 2).await?;
     let relay = RunningRelay::start(
         db.relay()?
             .sink("email", RecordingSink::new())
