@@ -974,3 +974,53 @@ async fn every_attempt_row_names_its_destination() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_claim_reads_the_due_index_in_order_not_the_whole_hot_table() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    // One destination, 20 000 due rows: the planner's statistics say every row has the same
+    // destination, which once made it sort the whole table on every claim.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
+             SELECT gen_random_uuid(), 'email', '{}', 'row-' || i \
+             FROM generate_series(1, 20000) AS i; \
+             ANALYZE txoutbox_messages;",
+        )
+        .await?;
+    let read = "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'txoutbox_messages'";
+    client
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await?;
+    let before = count(&client, read).await?;
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                batch_size: 100,
+                sample_interval: Duration::ZERO,
+                reclaim_interval: Duration::from_secs(60),
+                ..RelayConfig::default()
+            })
+            .sink("email", sink.clone())
+            .build()?,
+    );
+    assert_eq!(
+        sink.wait_for(20_000, Duration::from_secs(120)).await,
+        20_000
+    );
+    relay.stop().await?;
+    // The relay's backends report their statistics as they exit.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    client
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await?;
+    let scanned = count(&client, read).await? - before;
+    // 200 claims that each sorted the hot table would read about 2 000 000 rows sequentially.
+    assert!(
+        scanned < 100_000,
+        "the claims read {scanned} rows of the hot table sequentially"
+    );
+    Ok(())
+}

@@ -99,6 +99,11 @@ pub(crate) async fn lock_ordering_keys(tx: &impl TxExecutor, keys: &[&str]) -> R
 /// set again, just before the call, only for an attempt that really starts ([`MARK_STARTED`]).
 /// Always returns one row at least: `parked` (rows parked) and `gates` (the bounded destinations'
 /// states, as JSON) with NULLs when nothing was claimed.
+// `free` compares `destination || ''`, not the column: the planner estimates the column's
+// `<> ALL(unknown array)` from its statistics, and with few destinations it expects almost no
+// row to pass, so it sorts the whole hot table instead of reading the due index in order
+// (O(backlog) per claim). The expression has no statistics, gets the default estimate, and the
+// claim reads only the first due entries of the index.
 const CLAIM: &str = "WITH flow AS ( \
      SELECT d.destination, d.paused_at, d.breaker, d.open_until, d.probe_until, d.rate_per_sec, \
          d.burst, d.tokens, d.refilled_at, d.failures FROM txoutbox_destinations d \
@@ -127,7 +132,7 @@ const CLAIM: &str = "WITH flow AS ( \
  free AS ( \
      SELECT m.id, m.ordering_key, m.seq, m.next_attempt_at FROM txoutbox_messages m \
      WHERE m.status = 'pending' AND m.next_attempt_at <= now() AND m.id <> ALL($4::uuid[]) \
-         AND m.destination <> ALL(ARRAY(SELECT destination FROM bound)) \
+         AND (m.destination || '') <> ALL(ARRAY(SELECT destination FROM bound)) \
      ORDER BY m.next_attempt_at \
      LIMIT $1 * 4 \
      FOR UPDATE SKIP LOCKED), \
