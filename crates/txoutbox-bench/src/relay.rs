@@ -26,17 +26,17 @@ pub struct DrainArgs {
     #[arg(long, default_value_t = 100)]
     batch: usize,
     /// The backlog the relay drains in the claim-cost comparisons.
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = 20_000)]
     claim_backlog: i64,
     /// Pending rows waiting behind failed ordering heads for the claim-cost comparison (0 skips
     /// it), e.g. 1000000.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 20_000)]
     behind_dead_heads: i64,
     /// How many failed ordering heads those rows wait behind (each its own ordering key).
     #[arg(long, default_value_t = 1_000)]
     dead_heads: i64,
     /// Rows of delivered history for the claim-cost comparison (0 skips it), e.g. 10000000.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 200_000)]
     history: i64,
     /// Run the relay's statements unnamed (as behind PgBouncer) instead of prepared.
     #[arg(long)]
