@@ -25,9 +25,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Write path: business insert alone vs key + insert + 2 outbox rows + stored response.
+    /// Write path: business insert alone and hand-written SQL storing the same information vs
+    /// key + insert + 2 outbox rows + stored response.
     Write(write::Args),
-    /// Relay drain: a raw-SQL drain loop vs the relay with a no-op sink, same backlog.
+    /// Relay drain: a raw-SQL drain loop, a single-statement delete drain and the relay with a
+    /// no-op sink, same backlog; the relay's memory; its drain behind failed ordering heads and
+    /// over delivered history.
     Relay(relay::DrainArgs),
     /// Commit → sink latency at a steady offered load.
     Latency(relay::LatencyArgs),

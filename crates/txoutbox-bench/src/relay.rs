@@ -1,5 +1,7 @@
-//! The relay benchmarks: drain throughput against a raw-SQL drain loop on the same backlog,
-//! commit→sink latency at a steady offered load, and the claim rate with and without history.
+//! The relay benchmarks: drain throughput against a raw-SQL drain loop and a single-statement
+//! delete drain on the same backlog, the relay's memory while it drains, the relay's drain rate
+//! with rows waiting behind failed ordering heads and with delivered history (what either costs
+//! the claim), and commit→sink latency at a steady offered load.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,18 +19,45 @@ use txoutbox_test_support::TestDb;
 /// Options of `txoutbox-bench relay`.
 #[derive(Debug, clap::Args)]
 pub struct DrainArgs {
-    /// Backlog size.
+    /// Backlog size of the drains (raw loop, single-statement delete, relay).
     #[arg(long, default_value_t = 100_000)]
     rows: i64,
-    /// Rows per claim, for both the raw drain and the relay.
+    /// Rows per claim, for every drain.
     #[arg(long, default_value_t = 100)]
     batch: usize,
-    /// Rows of delivered history to add for the claim-cost comparison (0 skips it).
-    #[arg(long, default_value_t = 10_000_000)]
+    /// The backlog the relay drains in the claim-cost comparisons.
+    #[arg(long, default_value_t = 20_000)]
+    claim_backlog: i64,
+    /// Pending rows waiting behind failed ordering heads for the claim-cost comparison (0 skips
+    /// it), e.g. 1000000.
+    #[arg(long, default_value_t = 20_000)]
+    behind_dead_heads: i64,
+    /// How many failed ordering heads those rows wait behind (each its own ordering key).
+    #[arg(long, default_value_t = 1_000)]
+    dead_heads: i64,
+    /// Rows of delivered history for the claim-cost comparison (0 skips it), e.g. 10000000.
+    #[arg(long, default_value_t = 200_000)]
     history: i64,
     /// Run the relay's statements unnamed (as behind PgBouncer) instead of prepared.
     #[arg(long)]
     unprepared: bool,
+}
+
+impl DrainArgs {
+    /// The command that reproduces this run.
+    fn command(&self) -> String {
+        format!(
+            "$ cargo run --release -p txoutbox-bench -- relay --rows {} --batch {} \
+             --claim-backlog {} --behind-dead-heads {} --dead-heads {} --history {}{}",
+            self.rows,
+            self.batch,
+            self.claim_backlog,
+            self.behind_dead_heads,
+            self.dead_heads,
+            self.history,
+            if self.unprepared { " --unprepared" } else { "" }
+        )
+    }
 }
 
 /// Options of `txoutbox-bench latency`.
@@ -61,6 +90,83 @@ const RAW_CLAIM: &str = "WITH c AS (SELECT id FROM txoutbox_messages \
          lease_token = nextval('txoutbox_lease_token_seq') \
      FROM c WHERE m.id = c.id RETURNING m.id";
 const RAW_DONE: &str = "DELETE FROM txoutbox_messages WHERE id = ANY($1)";
+/// A drain with no lease at all: each statement takes a batch and deletes it, the rows leaving
+/// with the statement's commit (a crash after it loses them). Information only.
+const DELETE_DRAIN: &str = "DELETE FROM txoutbox_messages WHERE id IN ( \
+     SELECT id FROM txoutbox_messages WHERE status = 'pending' AND next_attempt_at <= now() \
+     ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
+     RETURNING id, destination, payload, headers, downstream_key";
+
+/// `n` failed ordering heads and `behind` pending rows queued behind them (same ordering keys,
+/// later `seq`), all due, and due before any backlog row filled after them: the claim meets them
+/// first, as it does when a relay starts or a park ends.
+async fn fill_behind_dead_heads(
+    client: &tokio_postgres::Client,
+    heads: i64,
+    behind: i64,
+) -> Result<()> {
+    client
+        .execute(
+            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+                 ordering_key, status, attempts, last_error, next_attempt_at) \
+             SELECT gen_random_uuid(), 'noop', '{\"n\": 1}', 'head-' || g, 'ok-' || g, 'failed', \
+                 6, 'dead-lettered', now() - interval '1 hour' \
+             FROM generate_series(1, $1::bigint) g",
+            &[&heads],
+        )
+        .await?;
+    client
+        .execute(
+            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+                 ordering_key, next_attempt_at) \
+             SELECT gen_random_uuid(), 'noop', '{\"n\": 1}', 'behind-' || g, \
+                 'ok-' || (1 + g % $1::bigint), now() - interval '1 minute' \
+             FROM generate_series(1, $2::bigint) g",
+            &[&heads, &behind],
+        )
+        .await?;
+    Ok(())
+}
+
+/// `rows` delivered rows in the history table, a day old.
+async fn fill_history(client: &tokio_postgres::Client, rows: i64) -> Result<()> {
+    client
+        .execute(
+            "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, \
+             downstream_key, attempts, created_at, delivered_at) \
+             SELECT gen_random_uuid(), g, 'noop', '{\"n\": 1}', '{}', 'h-' || g, 1, \
+             now() - interval '1 day', now() - interval '1 day' \
+             FROM generate_series(1, $1::bigint) g",
+            &[&rows],
+        )
+        .await?;
+    client
+        .batch_execute("VACUUM ANALYZE txoutbox_delivered")
+        .await?;
+    Ok(())
+}
+
+/// Empties every txoutbox table the drains touch and checkpoints, so each run starts alike.
+async fn reset(client: &tokio_postgres::Client) -> Result<()> {
+    client
+        .batch_execute(
+            "TRUNCATE txoutbox_messages, txoutbox_delivered, txoutbox_attempts; CHECKPOINT",
+        )
+        .await?;
+    Ok(())
+}
+
+/// The process's peak and current resident set (`VmHWM`, `VmRSS`), in KiB.
+fn memory() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    Some((field("VmHWM:")?, field("VmRSS:")?))
+}
 
 async fn fill(client: &tokio_postgres::Client, rows: i64) -> Result<()> {
     client
@@ -101,6 +207,23 @@ async fn raw_drain(client: &tokio_postgres::Client, batch: usize, rows: i64) -> 
     Ok(rows as f64 / start.elapsed().as_secs_f64())
 }
 
+/// Drains the backlog with one `DELETE … SKIP LOCKED … RETURNING` a batch; returns rows/s.
+async fn delete_drain(client: &tokio_postgres::Client, batch: usize, rows: i64) -> Result<f64> {
+    let drain = client.prepare(DELETE_DRAIN).await?;
+    let limit = batch as i64;
+    let start = Instant::now();
+    let mut drained = 0i64;
+    loop {
+        let n = client.query(&drain, &[&limit]).await?.len();
+        if n == 0 {
+            break;
+        }
+        drained += n as i64;
+    }
+    anyhow::ensure!(drained == rows, "delete drain saw {drained} of {rows} rows");
+    Ok(rows as f64 / start.elapsed().as_secs_f64())
+}
+
 /// Drains the backlog with the relay and a no-op sink; returns rows/s.
 async fn relay_drain(db: &TestDb, batch: usize, rows: i64, prepared: bool) -> Result<f64> {
     let sink = NoopSink::default();
@@ -123,10 +246,14 @@ async fn relay_drain(db: &TestDb, batch: usize, rows: i64, prepared: bool) -> Re
     while (sink.0.load(Ordering::Relaxed) as i64) < rows {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // Every call is made; wait for the last completions to commit.
+    // Every call is made; wait for the last completions to commit (rows waiting behind failed
+    // heads stay pending: they are not counted).
     loop {
         let left: i64 = observer
-            .query_one("SELECT count(*) FROM txoutbox_messages", &[])
+            .query_one(
+                "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
+                &[],
+            )
             .await?
             .get(0);
         if left == 0 {
@@ -140,62 +267,98 @@ async fn relay_drain(db: &TestDb, batch: usize, rows: i64, prepared: bool) -> Re
     Ok(rows as f64 / elapsed)
 }
 
-/// Claim statements per second (raw claim of `batch`, released again) over a fixed backlog.
-async fn claim_rate(client: &tokio_postgres::Client, batch: usize) -> Result<f64> {
-    let claim = client.prepare(RAW_CLAIM).await?;
-    let limit = batch as i64;
-    let start = Instant::now();
-    let mut n = 0;
-    while start.elapsed() < Duration::from_secs(5) {
-        client.batch_execute("BEGIN").await?;
-        client.query(&claim, &[&limit]).await?;
-        client.batch_execute("ROLLBACK").await?;
-        n += 1;
-    }
-    Ok(n as f64 / start.elapsed().as_secs_f64())
-}
-
 pub async fn run_drain(db: &TestDb, args: &DrainArgs) -> Result<()> {
     let client = db.connect().await?;
+    let command = args.command();
+    let prepared = !args.unprepared;
     println!(
-        "txoutbox-bench relay: backlog {} rows, batch {}, same database, same run",
+        "txoutbox-bench relay: backlog {} rows, batch {}, 1 connection per drain, same database, \
+         same run",
         args.rows, args.batch
     );
     fill(&client, args.rows).await?;
     let raw = raw_drain(&client, args.batch, args.rows).await?;
-    println!("(a) raw SQL drain (claim SKIP LOCKED + delete, 1 connection): {raw:>9.0} rows/s");
-    client
-        .batch_execute("TRUNCATE txoutbox_delivered, txoutbox_attempts; CHECKPOINT")
-        .await?;
+    println!("(a) raw SQL drain (claim SKIP LOCKED + delete):              {raw:>9.0} rows/s");
+    println!("    {command}");
+    reset(&client).await?;
     fill(&client, args.rows).await?;
-    let relay = relay_drain(db, args.batch, args.rows, !args.unprepared).await?;
-    println!("(b) relay, no-op sink (claim, deliver, fenced completion):   {relay:>9.0} rows/s");
-    if args.history > 0 {
-        client
-            .batch_execute("TRUNCATE txoutbox_delivered, txoutbox_attempts")
-            .await?;
-        fill(&client, 100_000).await?;
-        let bare = claim_rate(&client, args.batch).await?;
-        client
-            .execute(
-                "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, \
-                 downstream_key, attempts, created_at, delivered_at) \
-                 SELECT gen_random_uuid(), g, 'noop', '{\"n\": 1}', '{}', 'h-' || g, 1, \
-                 now() - interval '1 day', now() - interval '1 day' \
-                 FROM generate_series(1, $1::bigint) g",
-                &[&args.history],
-            )
-            .await?;
-        client.batch_execute("VACUUM ANALYZE").await?;
-        let with_history = claim_rate(&client, args.batch).await?;
-        println!(
-            "claim rate over a 100000-row backlog: {bare:.0}/s with no history, \
-             {with_history:.0}/s with {} delivered rows: {:.2}x",
-            args.history,
-            bare / with_history
-        );
+    let delete = delete_drain(&client, args.batch, args.rows).await?;
+    println!(
+        "(i) single-statement DELETE … FOR UPDATE SKIP LOCKED … RETURNING drain \
+         (no lease; information only): {delete:>9.0} rows/s, {:.2}x (a)",
+        delete / raw
+    );
+    println!("    {command}");
+    reset(&client).await?;
+    fill(&client, args.rows).await?;
+    // The peak resident set of the drain alone: clear the high-water mark first (Linux resets
+    // VmHWM to VmRSS on writing 5 to clear_refs).
+    let reset_peak = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let before = memory();
+    let relay = relay_drain(db, args.batch, args.rows, prepared).await?;
+    let after = memory();
+    println!(
+        "(b) relay, no-op sink (claim, deliver, fenced completion):   {relay:>9.0} rows/s, \
+         {:.2}x (a), {:.2}x (i)",
+        relay / raw,
+        relay / delete
+    );
+    println!("    {command}");
+    match (before, after) {
+        (Some((_, rss_before)), Some((peak, rss_after))) => println!(
+            "relay memory draining {} rows: RSS {} MiB before, {} MiB after, peak {} MiB \
+             (VmHWM{})",
+            args.rows,
+            rss_before / 1024,
+            rss_after / 1024,
+            peak / 1024,
+            if reset_peak {
+                ", reset before the drain"
+            } else {
+                " since the process started: clear_refs was not writable"
+            }
+        ),
+        _ => println!("relay memory: n/a (no /proc/self/status)"),
     }
-    println!("ratio: {:.2}", relay / raw);
+    println!("    {command}");
+    if args.behind_dead_heads > 0 || args.history > 0 {
+        let backlog = args.claim_backlog;
+        reset(&client).await?;
+        fill(&client, backlog).await?;
+        let bare = relay_drain(db, args.batch, backlog, prepared).await?;
+        println!(
+            "claim cost: relay drain of a bare {backlog}-row backlog:            {bare:>9.0} rows/s"
+        );
+        println!("    {command}");
+        if args.behind_dead_heads > 0 {
+            reset(&client).await?;
+            fill_behind_dead_heads(&client, args.dead_heads, args.behind_dead_heads).await?;
+            fill(&client, backlog).await?;
+            let behind = relay_drain(db, args.batch, backlog, prepared).await?;
+            println!(
+                "claim cost: same backlog, {} rows pending behind {} failed ordering heads: \
+                 {behind:>9.0} rows/s, {:.2}x bare",
+                args.behind_dead_heads,
+                args.dead_heads,
+                behind / bare
+            );
+            println!("    {command}");
+        }
+        if args.history > 0 {
+            reset(&client).await?;
+            fill_history(&client, args.history).await?;
+            fill(&client, backlog).await?;
+            let history = relay_drain(db, args.batch, backlog, prepared).await?;
+            println!(
+                "claim cost: same backlog, {} delivered rows in the history:            \
+                 {history:>9.0} rows/s, {:.2}x bare",
+                args.history,
+                history / bare
+            );
+            println!("    {command}");
+        }
+    }
+    println!("ratio: {:.2} (b)/(a)  {command}", relay / raw);
     Ok(())
 }
 

@@ -1,5 +1,6 @@
-//! The write-path benchmark: transactions/s of a business insert alone (the baseline) and of the
-//! full idempotent path, at several client counts, plus WAL bytes per request.
+//! The write-path benchmark: transactions/s of a business insert alone (the baseline), of the
+//! hand-written SQL a team would write without a framework to store the same information, and of
+//! the full idempotent path, at several client counts, plus WAL bytes per request.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,6 +34,10 @@ pub struct Args {
 enum Mode {
     /// BEGIN; INSERT business row; COMMIT.
     Business,
+    /// What the framework stores, in the plainest statements: BEGIN; INSERT the key ON CONFLICT
+    /// DO NOTHING; INSERT business row; one multi-row INSERT of the 2 outbox rows; UPDATE the key
+    /// with the response; COMMIT. Into txoutbox's own tables, so the indexes are the same.
+    HandWritten,
     /// BEGIN; claim key; INSERT business row; 2 outbox rows + stored response; COMMIT.
     Full,
     /// Full, plus a NOTIFY inside the transaction (what txoutbox does not do by default).
@@ -48,6 +53,7 @@ impl Mode {
     fn name(self) -> &'static str {
         match self {
             Mode::Business => "business insert only",
+            Mode::HandWritten => "hand-written SQL, same info",
             Mode::Full => "full path (poll wake-up)",
             Mode::FullNotifyInTx => "full path + NOTIFY in tx",
             Mode::FullHintAfterCommit => "full path + hint after commit",
@@ -58,6 +64,41 @@ impl Mode {
 
 const INSERT_ORDER: &str =
     "INSERT INTO bench_orders (customer, amount) VALUES ($1, $2) RETURNING id";
+
+/// The hand-written baseline's statements (see [`Mode::HandWritten`]).
+const HAND_CLAIM_KEY: &str = "INSERT INTO txoutbox_idempotency_keys \
+     (scope, key, fingerprint, state, expires_at) \
+     VALUES ($1, $2, $3, 'in_flight', now() + interval '24 hours') ON CONFLICT DO NOTHING";
+const HAND_OUTBOX: &str = "INSERT INTO txoutbox_messages \
+     (id, destination, payload, downstream_key) VALUES ($1, 'stripe', $2, $3), ($4, 'email', $5, $6)";
+const HAND_COMPLETE_KEY: &str = "UPDATE txoutbox_idempotency_keys SET state = 'completed', \
+     response_status = $3, response_headers = $4, response_body = $5 \
+     WHERE scope = $1 AND key = $2";
+
+/// The modes, in the order they run at each client count (the baselines first).
+const MODES: [Mode; 6] = [
+    Mode::Business,
+    Mode::HandWritten,
+    Mode::Full,
+    Mode::FullNotifyInTx,
+    Mode::FullHintAfterCommit,
+    Mode::FullPipelined,
+];
+
+/// The command that reproduces the rows of `clients` clients (and, for 8, the `ratio:` lines).
+fn command(args: &Args, clients: usize) -> String {
+    let mut command = format!(
+        "$ cargo run --release -p txoutbox-bench -- write --clients {clients} --seconds {}",
+        args.seconds
+    );
+    if clients != 8 {
+        command.push_str(&format!(" --ratio-at {clients}"));
+    }
+    for index in &args.drop_index {
+        command.push_str(&format!(" --drop-index {index}"));
+    }
+    command
+}
 
 pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
     let setup = db.connect().await?;
@@ -105,18 +146,12 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
     let waker = RelayWaker::spawn(pool.clone());
     let mut ratio = None;
     println!(
-        "{:>7}  {:<30} {:>10} {:>8} {:>12}",
-        "clients", "mode", "tx/s", "ratio", "WAL B/req"
+        "{:>7}  {:<30} {:>10} {:>8} {:>8} {:>12}",
+        "clients", "mode", "tx/s", "ratio", "vs hand", "WAL B/req"
     );
     for &clients in &args.clients {
-        let mut baseline = 0.0;
-        for mode in [
-            Mode::Business,
-            Mode::Full,
-            Mode::FullNotifyInTx,
-            Mode::FullHintAfterCommit,
-            Mode::FullPipelined,
-        ] {
+        let (mut baseline, mut hand) = (0.0, 0.0);
+        for mode in MODES {
             // Every mode starts from the same state: empty tables, a fresh checkpoint.
             setup
                 .batch_execute(
@@ -125,21 +160,40 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
                 )
                 .await?;
             let (tps, wal) = measure(&pool, &setup, &waker, mode, clients, args.seconds).await?;
-            if mode == Mode::Business {
-                baseline = tps;
+            match mode {
+                Mode::Business => baseline = tps,
+                Mode::HandWritten => hand = tps,
+                _ => {}
             }
             let r = tps / baseline;
+            let vs_hand = if mode == Mode::Business {
+                "".to_string()
+            } else {
+                format!("{:.2}", tps / hand)
+            };
             if mode == Mode::Full && clients == args.ratio_at {
-                ratio = Some(r);
+                ratio = Some((r, tps / hand));
             }
             println!(
-                "{clients:>7}  {:<30} {tps:>10.0} {r:>8.2} {wal:>12.0}",
+                "{clients:>7}  {:<30} {tps:>10.0} {r:>8.2} {vs_hand:>8} {wal:>12.0}",
                 mode.name()
             );
         }
+        println!("         {}", command(args, clients));
     }
+    let reproduce = command(args, args.ratio_at);
     match ratio {
-        Some(r) => println!("ratio: {r:.2}"),
+        Some((business, hand)) => {
+            println!(
+                "ratio: {business:.2} (full path / business insert only, {} clients)  {reproduce}",
+                args.ratio_at
+            );
+            println!(
+                "ratio to hand-written SQL: {hand:.2} (full path / hand-written SQL storing the \
+                 same information, {} clients)  {reproduce}",
+                args.ratio_at
+            );
+        }
         None => println!("ratio: n/a (no run at {} clients)", args.ratio_at),
     }
     Ok(())
@@ -225,6 +279,9 @@ async fn one_request(
     let key = IdempotencyKey::parse(&uuid::Uuid::now_v7().to_string())?;
     let body = format!(r#"{{"customer":"{customer}","amount":{amount}}}"#);
     let fingerprint = Fingerprint::new("POST", "/orders", body.as_bytes());
+    if mode == Mode::HandWritten {
+        return hand_written(tx, scope, &key, &fingerprint, &customer, amount).await;
+    }
     let insert = tx.prepare_cached(INSERT_ORDER).await?;
     let values: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&customer, &amount];
     let (outcome, row) = if mode == Mode::FullPipelined {
@@ -266,5 +323,54 @@ async fn one_request(
     if mode == Mode::FullHintAfterCommit {
         waker.wake();
     }
+    Ok(())
+}
+
+/// One request as a team would write it without a framework, storing what the framework stores:
+/// the key row (scope, key, fingerprint, state, then the response), the business row and the 2
+/// outbox rows, each effect's downstream key derived from the request's key.
+async fn hand_written(
+    tx: deadpool_postgres::Transaction<'_>,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+    customer: &str,
+    amount: i64,
+) -> Result<()> {
+    let (scope, key) = (scope.name(), key.as_str());
+    let claim = tx.prepare_cached(HAND_CLAIM_KEY).await?;
+    let claimed = tx
+        .execute(&claim, &[&scope, &key, &fingerprint.as_bytes().as_slice()])
+        .await?;
+    anyhow::ensure!(claimed == 1, "a fresh key was not new");
+    let insert = tx.prepare_cached(INSERT_ORDER).await?;
+    let id: i64 = tx.query_one(&insert, &[&customer, &amount]).await?.get(0);
+    let outbox = tx.prepare_cached(HAND_OUTBOX).await?;
+    let (charge, receipt) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    tx.execute(
+        &outbox,
+        &[
+            &charge,
+            &serde_json::json!({"order": id, "amount": amount}),
+            &format!("{scope}:{key}:charge"),
+            &receipt,
+            &serde_json::json!({"order": id, "to": customer}),
+            &format!("{scope}:{key}:receipt"),
+        ],
+    )
+    .await?;
+    let complete = tx.prepare_cached(HAND_COMPLETE_KEY).await?;
+    tx.execute(
+        &complete,
+        &[
+            &scope,
+            &key,
+            &201i16,
+            &serde_json::json!([["content-type", "application/json"]]),
+            &format!(r#"{{"order":{id}}}"#).into_bytes(),
+        ],
+    )
+    .await?;
+    tx.commit().await?;
     Ok(())
 }
