@@ -103,7 +103,9 @@ pub(crate) async fn lock_ordering_keys(tx: &impl TxExecutor, keys: &[&str]) -> R
 // `<> ALL(unknown array)` from its statistics, and with few destinations it expects almost no
 // row to pass, so it sorts the whole hot table instead of reading the due index in order
 // (O(backlog) per claim). The expression has no statistics, gets the default estimate, and the
-// claim reads only the first due entries of the index.
+// claim reads only the first due entries of the index. `claimed` takes its rows by
+// `id = ANY(ARRAY(…))`, an index lookup in every plan: joined to `due`, the generic plan of the
+// prepared statement (its LIMIT unknown) hashed the whole hot table on every claim.
 const CLAIM: &str = "WITH flow AS ( \
      SELECT d.destination, d.paused_at, d.breaker, d.open_until, d.probe_until, d.rate_per_sec, \
          d.burst, d.tokens, d.refilled_at, d.failures FROM txoutbox_destinations d \
@@ -162,7 +164,7 @@ const CLAIM: &str = "WITH flow AS ( \
          lease_expires_at = now() + make_interval(secs => $3), \
          lease_token = nextval('txoutbox_lease_token_seq'), attempts = m.attempts + 1, \
          attempt_started_at = now(), at_most_once = false \
-     FROM due WHERE m.id = due.id \
+     WHERE m.id = ANY(ARRAY(SELECT id FROM due)) \
      RETURNING m.id, m.destination, m.payload, m.headers, m.downstream_key, m.ordering_key, \
          m.attempts, m.lease_token, m.created_at, m.attempt_started_at), \
  taken AS (SELECT destination, count(*) AS n FROM claimed GROUP BY destination), \
