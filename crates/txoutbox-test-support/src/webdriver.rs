@@ -99,7 +99,7 @@ impl Driver {
         Ok(answer["value"].clone())
     }
 
-    /// A new browser session with a fresh profile, started with [`CHROMIUM_ARGS`] and
+    /// A new browser session with a fresh profile, started with `CHROMIUM_ARGS` and
     /// `extra_args` (such as `--window-size=1100,760`).
     pub async fn session(&mut self, extra_args: &[&str]) -> Result<Session<'_>> {
         let profile = tempfile::tempdir()?;
