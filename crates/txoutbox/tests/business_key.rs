@@ -47,6 +47,29 @@ fn fingerprint(amount: i64) -> Fingerprint {
     )
 }
 
+/// Runs the charge insert for `amount` under key `k` in `tx`.
+async fn begin_charge(
+    tx: &tokio_postgres::Transaction<'_>,
+    k: &IdempotencyKey,
+    amount: i64,
+) -> anyhow::Result<RowBegin> {
+    let fp = fingerprint(amount);
+    let fp_bytes: &[u8] = fp.as_bytes();
+    Ok(charges()?
+        .begin(
+            tx,
+            k,
+            &fp,
+            INSERT,
+            &[
+                (&amount, Type::INT8),
+                (&k.as_str(), Type::TEXT),
+                (&fp_bytes, Type::BYTEA),
+            ],
+        )
+        .await?)
+}
+
 /// What a handler answers: the charge's id (new or replayed), or 422 / 409.
 #[derive(Debug, PartialEq)]
 enum Answer {
@@ -58,23 +81,8 @@ enum Answer {
 
 /// The handler: one charge row, two effects, committed together.
 async fn charge(client: &mut Client, k: &IdempotencyKey, amount: i64) -> anyhow::Result<Answer> {
-    let charges = charges()?;
-    let fp = fingerprint(amount);
-    let fp_bytes: &[u8] = fp.as_bytes();
     let tx = client.transaction().await?;
-    let begun = charges
-        .begin(
-            &tx,
-            k,
-            &fp,
-            INSERT,
-            &[
-                (&amount, Type::INT8),
-                (&k.as_str(), Type::TEXT),
-                (&fp_bytes, Type::BYTEA),
-            ],
-        )
-        .await?;
+    let begun = begin_charge(&tx, k, amount).await?;
     Ok(match begun {
         RowBegin::New { row, mut claim } => {
             claim.enqueue(
@@ -233,24 +241,8 @@ async fn effects_carry_keys_derived_from_scope_key_and_effect() -> TestResult {
 async fn the_same_effect_name_twice_is_refused() -> TestResult {
     let (_db, mut client) = db_with_charges().await?;
     let k = key("bk-twice-000000000001");
-    let fp = fingerprint(1);
-    let fp_bytes: &[u8] = fp.as_bytes();
-    let amount: i64 = 1;
     let tx = client.transaction().await?;
-    let RowBegin::New { mut claim, .. } = charges()?
-        .begin(
-            &tx,
-            &k,
-            &fp,
-            INSERT,
-            &[
-                (&amount, Type::INT8),
-                (&k.as_str(), Type::TEXT),
-                (&fp_bytes, Type::BYTEA),
-            ],
-        )
-        .await?
-    else {
+    let RowBegin::New { mut claim, .. } = begin_charge(&tx, &k, 1).await? else {
         panic!("new key");
     };
     claim.enqueue("email", OutboxMessage::new("email", &1)?)?;
@@ -265,25 +257,9 @@ async fn the_same_effect_name_twice_is_refused() -> TestResult {
 async fn the_requests_traceparent_reaches_its_effects() -> TestResult {
     let (_db, mut client) = db_with_charges().await?;
     let k = key("bk-traced-00000000001");
-    let fp = fingerprint(1);
-    let fp_bytes: &[u8] = fp.as_bytes();
-    let amount: i64 = 1;
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let tx = client.transaction().await?;
-    let RowBegin::New { mut claim, .. } = charges()?
-        .begin(
-            &tx,
-            &k,
-            &fp,
-            INSERT,
-            &[
-                (&amount, Type::INT8),
-                (&k.as_str(), Type::TEXT),
-                (&fp_bytes, Type::BYTEA),
-            ],
-        )
-        .await?
-    else {
+    let RowBegin::New { mut claim, .. } = begin_charge(&tx, &k, 1).await? else {
         panic!("new key");
     };
     claim.enqueue("email", OutboxMessage::new("email", &1)?)?;
