@@ -257,11 +257,7 @@ pub async fn begin(
     .await;
     let claimed_at_micros = match claim {
         Ok(claimed) => claimed,
-        Err(e)
-            if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
-                || e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE)
-                || e.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) =>
-        {
+        Err(e) if held_elsewhere(&e) => {
             count(IDEMPOTENCY_CONFLICTS, scope);
             return Ok(Begin::InFlight);
         }
@@ -322,17 +318,7 @@ impl Claim {
     /// key, `effect`, the claim's time) unless the message carries one; see
     /// [`Claim::downstream_key`]. Each effect name may be used once per request.
     pub fn enqueue(&mut self, effect: &str, message: OutboxMessage) -> Result<&mut Self> {
-        check_name("effect name", effect)?;
-        if effect.contains('\n') {
-            return Err(Error::Invalid(
-                "an effect name cannot contain a newline".into(),
-            ));
-        }
-        if !self.effects.insert(effect.to_owned()) {
-            return Err(Error::Invalid(format!(
-                "effect {effect:?} was enqueued twice in one request; give each effect its own name"
-            )));
-        }
+        check_effect(&mut self.effects, effect)?;
         self.messages.push((effect.to_owned(), message));
         Ok(self)
     }
@@ -391,10 +377,7 @@ impl Claim {
                 .messages
                 .into_iter()
                 .map(|(effect, mut message)| {
-                    message
-                        .headers
-                        .entry(TRACEPARENT.to_owned())
-                        .or_insert_with(|| traceparent.as_str().to_owned());
+                    attach_traceparent(&mut message, traceparent);
                     (effect, message)
                 })
                 .collect(),
@@ -438,6 +421,46 @@ impl Claim {
         crate::outbox::count_enqueued(&written.destinations);
         Ok(Enqueued::new(&rows.ids, &written.ids))
     }
+}
+
+/// A wait for a key that the transaction gave up (lock timeout) or lost (serialization failure,
+/// deadlock): the transaction is aborted, and the request is answered 409.
+pub(crate) fn held_elsewhere(e: &tokio_postgres::Error) -> bool {
+    [
+        SqlState::LOCK_NOT_AVAILABLE,
+        SqlState::T_R_SERIALIZATION_FAILURE,
+        SqlState::T_R_DEADLOCK_DETECTED,
+    ]
+    .iter()
+    .any(|code| e.code() == Some(code))
+}
+
+/// Checks an effect name and records it in `effects`: each name once per request, never with a
+/// newline (the names are joined by newlines where downstream keys are derived).
+pub(crate) fn check_effect(effects: &mut HashSet<String>, effect: &str) -> Result<()> {
+    check_name("effect name", effect)?;
+    if effect.contains('\n') {
+        return Err(Error::Invalid(
+            "an effect name cannot contain a newline".into(),
+        ));
+    }
+    if !effects.insert(effect.to_owned()) {
+        return Err(Error::Invalid(format!(
+            "effect {effect:?} was enqueued twice in one request; give each effect its own name"
+        )));
+    }
+    Ok(())
+}
+
+/// Gives `message` the request's trace context unless it carries its own.
+pub(crate) fn attach_traceparent(
+    message: &mut OutboxMessage,
+    traceparent: &crate::telemetry::Traceparent,
+) {
+    message
+        .headers
+        .entry(TRACEPARENT.to_owned())
+        .or_insert_with(|| traceparent.as_str().to_owned());
 }
 
 /// The downstream key of an effect enqueued within an idempotent request (claimed at

@@ -13,18 +13,17 @@
 
 use std::collections::HashSet;
 
-use tokio_postgres::error::SqlState;
 use tokio_postgres::Row;
 
-use super::{count, enqueue_context, Scope};
+use super::{attach_traceparent, check_effect, count, enqueue_context, held_elsewhere, Scope};
 use crate::downstream_key::{check_downstream_key, derive_downstream_key};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
-use crate::outbox::{check_name, enqueue, Enqueued, OutboxMessage};
+use crate::outbox::{enqueue, Enqueued, OutboxMessage};
 use crate::store::{Params, TxExecutor};
 use crate::telemetry::{
-    Traceparent, IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS, TRACEPARENT,
+    Traceparent, IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS,
 };
 
 /// A table of the service's whose rows are their requests' key records.
@@ -181,18 +180,6 @@ impl BusinessKey {
     }
 }
 
-/// A wait for the key that the transaction gave up (lock timeout) or lost (serialization failure,
-/// deadlock): the transaction is aborted, and the request is answered 409.
-fn held_elsewhere(e: &tokio_postgres::Error) -> bool {
-    [
-        SqlState::LOCK_NOT_AVAILABLE,
-        SqlState::T_R_SERIALIZATION_FAILURE,
-        SqlState::T_R_DEADLOCK_DETECTED,
-    ]
-    .iter()
-    .any(|code| e.code() == Some(code))
-}
-
 /// The effects of a request whose business row is its key record.
 #[derive(Debug)]
 pub struct RowClaim {
@@ -207,12 +194,7 @@ impl RowClaim {
     /// Enqueues one effect of this request, its downstream key derived from (scope, key,
     /// `effect`) unless the message carries one. Each effect name may be used once.
     pub fn enqueue(&mut self, effect: &str, message: OutboxMessage) -> Result<&mut Self> {
-        check_name("effect name", effect)?;
-        if !self.effects.insert(effect.to_owned()) {
-            return Err(Error::Invalid(format!(
-                "effect {effect:?} was enqueued twice in one request; give each effect its own name"
-            )));
-        }
+        check_effect(&mut self.effects, effect)?;
         let message = match message.downstream_key() {
             Some(given) => {
                 check_downstream_key(given)?;
@@ -244,10 +226,7 @@ impl RowClaim {
     pub async fn complete(mut self, tx: &impl TxExecutor) -> Result<Enqueued> {
         if let Some(traceparent) = &self.traceparent {
             for message in &mut self.messages {
-                message
-                    .headers
-                    .entry(TRACEPARENT.to_owned())
-                    .or_insert_with(|| traceparent.as_str().to_owned());
+                attach_traceparent(message, traceparent);
             }
         }
         enqueue(tx, &self.messages).await
