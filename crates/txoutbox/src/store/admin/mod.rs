@@ -13,6 +13,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::GenericClient;
 
 use crate::admin::{AdminError, FilterParams};
+use crate::state::MessageStatus;
 
 /// The columns of a destination's flow-control state (see [`FLOW_STATE`]).
 macro_rules! flow_state {
@@ -122,4 +123,15 @@ async fn ids(
         .map(|r| r.try_get(0))
         .collect::<Result<_, _>>()
         .map_err(AdminError::from)
+}
+
+/// The ids a filtered `statement` selects among `statuses` (its `$1`, the filter after it).
+async fn ids_by_status(
+    client: &impl GenericClient,
+    statement: &str,
+    statuses: &[MessageStatus],
+    filter: &FilterParams,
+) -> Result<Vec<uuid::Uuid>, AdminError> {
+    let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+    ids(client, statement, &bind((&names, Type::TEXT_ARRAY), filter)).await
 }

@@ -5,7 +5,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Transaction};
 use uuid::Uuid;
 
-use super::{bind, ids};
+use super::ids_by_status;
 use crate::admin::{AdminError, FilterParams};
 use crate::state::MessageStatus;
 
@@ -103,13 +103,7 @@ pub(crate) async fn select(
     statuses: &[MessageStatus],
     filter: &FilterParams,
 ) -> Result<Vec<Uuid>, AdminError> {
-    let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
-    ids(
-        client,
-        REPLAY_SELECT,
-        &bind((&names, Type::TEXT_ARRAY), filter),
-    )
-    .await
+    ids_by_status(client, REPLAY_SELECT, statuses, filter).await
 }
 
 /// Bounds the lock waits of the rest of the transaction ([`LOCK_TIMEOUT`]).
