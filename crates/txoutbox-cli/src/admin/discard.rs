@@ -2,10 +2,10 @@
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use txoutbox::admin::{DiscardOptions, DiscardReport, MessageStatus, ReplaySelection};
+use txoutbox::admin::{DiscardOptions, DiscardReport, MessageStatus};
 use uuid::Uuid;
 
-use super::{confirmed, dash, report_head, table, FilterArgs};
+use super::{confirmed, dash, report_head, selection, table, unconfirmed_max, FilterArgs};
 
 pub(super) const DISCARD_HELP: &str = "\
 A discarded row is closed without delivery: it leaves the outbox for the discarded history, its
@@ -74,14 +74,15 @@ pub(super) async fn run(
     args: DiscardArgs,
     out: &mut String,
 ) -> Result<()> {
-    let selection = if args.ids.is_empty() {
-        ReplaySelection::Filter(args.filter.filter(args.status.map(Into::into), args.limit))
-    } else {
-        ReplaySelection::Ids(args.ids.clone())
-    };
+    let selection = selection(
+        &args.ids,
+        &args.filter,
+        args.status.map(Into::into),
+        args.limit,
+    );
     let options = DiscardOptions {
         dry_run: args.dry_run,
-        max_rows: (!args.yes && !args.dry_run).then_some(args.max_without_confirm),
+        max_rows: unconfirmed_max(args.yes, args.dry_run, args.max_without_confirm),
         ..DiscardOptions::new(args.reason)
     };
     let report = confirmed(

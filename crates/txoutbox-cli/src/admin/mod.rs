@@ -224,6 +224,26 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// What `replay` and `discard` act on: the ids given, else what the filter selects (at most
+/// `limit` rows).
+fn selection(
+    ids: &[uuid::Uuid],
+    filter: &FilterArgs,
+    status: Option<MessageStatus>,
+    limit: Option<u64>,
+) -> txoutbox::admin::ReplaySelection {
+    if ids.is_empty() {
+        txoutbox::admin::ReplaySelection::Filter(filter.filter(status, limit))
+    } else {
+        txoutbox::admin::ReplaySelection::Ids(ids.to_vec())
+    }
+}
+
+/// The most rows a command may act on unconfirmed: `max` unless `--yes` or `--dry-run`.
+fn unconfirmed_max(yes: bool, dry_run: bool, max: u64) -> Option<u64> {
+    (!yes && !dry_run).then_some(max)
+}
+
 /// A command's result, with its refusal to act on more rows than allowed without `--yes` as the
 /// one-line error it prints (`verb`: "replayed", "discarded").
 fn confirmed<T>(result: Result<T, txoutbox::admin::AdminError>, verb: &str) -> Result<T> {

@@ -2,10 +2,10 @@
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use txoutbox::admin::{MessageStatus, ReplayOptions, ReplayReport, ReplaySelection};
+use txoutbox::admin::{MessageStatus, ReplayOptions, ReplayReport};
 use uuid::Uuid;
 
-use super::{confirmed, report_head, table, FilterArgs, Progress};
+use super::{confirmed, report_head, selection, table, unconfirmed_max, FilterArgs, Progress};
 
 pub(super) const REPLAY_HELP: &str = "\
 A replayed row goes back to pending, due now, with 0 attempts, and keeps its downstream key
@@ -83,16 +83,17 @@ pub(super) async fn run(
     args: ReplayArgs,
     out: &mut String,
 ) -> Result<()> {
-    let selection = if args.ids.is_empty() {
-        ReplaySelection::Filter(args.filter.filter(args.status.map(Into::into), args.limit))
-    } else {
-        ReplaySelection::Ids(args.ids.clone())
-    };
+    let selection = selection(
+        &args.ids,
+        &args.filter,
+        args.status.map(Into::into),
+        args.limit,
+    );
     let options = ReplayOptions {
         include_delivered: args.include_delivered,
         new_key: args.new_key,
         dry_run: args.dry_run,
-        max_rows: (!args.yes && !args.dry_run).then_some(args.max_without_confirm),
+        max_rows: unconfirmed_max(args.yes, args.dry_run, args.max_without_confirm),
         ..ReplayOptions::default()
     };
     let mut progress = Progress::new("replaying", options.batch_size as u64);
