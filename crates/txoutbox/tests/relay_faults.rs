@@ -929,6 +929,50 @@ async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestRe
     Ok(())
 }
 
+/// Whether a statement's plan, as `EXPLAIN` shows it in `client`'s session, is compiled by JIT.
+async fn plans_with_jit(client: &tokio_postgres::Client) -> Result<bool, tokio_postgres::Error> {
+    let plan = client
+        .simple_query("EXPLAIN SELECT count(*) FROM txoutbox_messages")
+        .await?;
+    Ok(plan.iter().any(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => {
+            row.get(0).is_some_and(|line| line.contains("JIT"))
+        }
+        _ => false,
+    }))
+}
+
+#[tokio::test]
+async fn the_relay_never_compiles_its_statements_with_jit() -> TestResult {
+    // The claim's estimated cost grows with the backlog; past `jit_above_cost` every claim spent
+    // far longer compiling than running. Here the role JIT-compiles every statement.
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    client
+        .batch_execute(&format!(
+            "ALTER ROLE CURRENT_USER IN DATABASE \"{}\" SET jit = on; \
+             ALTER ROLE CURRENT_USER IN DATABASE \"{0}\" SET jit_above_cost = 0",
+            db.info().dbname()
+        ))
+        .await?;
+    let probe = db.connect().await?;
+    let available: bool = probe
+        .query_one("SELECT pg_jit_available()", &[])
+        .await?
+        .get(0);
+    assert_eq!(
+        plans_with_jit(&probe).await?,
+        available,
+        "a plain session of the role compiles with JIT wherever the server can"
+    );
+    let relay = db.relay()?.sink("email", RecordingSink::new()).build()?;
+    let conn = relay.pool().get().await?;
+    let jit: String = conn.query_one("SHOW jit", &[]).await?.get(0);
+    assert_eq!(jit, "off", "the relay's sessions turn JIT off");
+    assert!(!plans_with_jit(&conn).await?);
+    Ok(())
+}
+
 #[tokio::test]
 async fn every_attempt_row_names_its_destination() -> TestResult {
     let db = test_db().await?;

@@ -414,15 +414,19 @@ impl RelayBuilder {
                 }
             }
         }
-        // Custom plans: the claim's and completion's best plans depend on their array sizes. The
-        // relay sets its own statement timeout, so a role's lower one cannot stop it claiming,
-        // and no statement of the relay outlives a lease.
+        // Custom plans: the claim's and completion's best plans depend on their array sizes. No
+        // JIT: the claim's estimated cost grows with the backlog (its bounded-destination branch
+        // is costed for every destination the planner guesses), so past about 50 000 due rows it
+        // crossed `jit_above_cost` and every claim spent some 80 ms compiling a plan that runs in
+        // 4 ms. The relay sets its own statement timeout, so a role's lower one cannot stop it
+        // claiming, and no statement of the relay outlives a lease.
         let mut pg = self.pg.clone();
         let options = pg.config().get_options().unwrap_or("").to_owned();
         let statement_timeout = self.config.lease.max(Duration::from_secs(5)).as_millis();
         pg.config_mut().options(
             format!(
-                "{options} -c plan_cache_mode=force_custom_plan -c statement_timeout={statement_timeout}"
+                "{options} -c plan_cache_mode=force_custom_plan -c jit=off \
+                 -c statement_timeout={statement_timeout}"
             )
             .trim(),
         );
