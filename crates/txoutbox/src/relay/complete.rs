@@ -39,6 +39,11 @@ pub(super) async fn completer(
     let hook_writers = Arc::new(Semaphore::new(HOOK_WRITERS));
     let mut writes = JoinSet::new();
     while let Some(first) = results.recv().await {
+        // Wait for a writer before gathering the batch: while both write, outcomes pile up in
+        // the channel and the next batch takes them all, so batches grow with the load.
+        let Ok(permit) = writers.clone().acquire_owned().await else {
+            return;
+        };
         let mut batch = vec![first];
         while batch.len() < max {
             match results.try_recv() {
@@ -70,10 +75,7 @@ pub(super) async fn completer(
             });
         }
         if !plain.is_empty() {
-            // Batches touch disjoint rows: write up to COMPLETION_WRITERS of them at once.
-            let Ok(permit) = writers.clone().acquire_owned().await else {
-                return;
-            };
+            // Batches touch disjoint rows: up to COMPLETION_WRITERS of them are written at once.
             let (inner, shutting_down, held) = (inner.clone(), shutting_down.clone(), held.clone());
             writes.spawn(async move {
                 write_plain(&inner, &plain, &shutting_down).await;
