@@ -45,7 +45,7 @@ FROM generate_series(1, $1::int8) AS i;
 ";
 
 const FILL_ATTEMPTS: &str = "
-INSERT INTO txoutbox_attempts (message_id, destination, attempt, downstream_key, relay, outcome,
+INSERT INTO txoutbox_attempt_log (message_id, destination, attempt, downstream_key, relay, outcome,
     error, started_at, finished_at)
 SELECT id, destination, 1, downstream_key, 'bench', 'failed', last_error, created_at, created_at
 FROM txoutbox_messages WHERE status = 'failed'
@@ -80,7 +80,7 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
         .await?;
     client.execute(FILL_ATTEMPTS, &[]).await?;
     client
-        .batch_execute("VACUUM ANALYZE txoutbox_messages, txoutbox_delivered, txoutbox_attempts")
+        .batch_execute("VACUUM ANALYZE txoutbox_messages, txoutbox_delivered, txoutbox_attempt_log")
         .await?;
     println!("filled in {:.1} s", started.elapsed().as_secs_f64());
 

@@ -134,7 +134,7 @@ async fn drain(db: &TestDb, args: &Args, rate: Option<RateLimit>) -> Result<Drai
     let mut client = db.connect().await?;
     client
         .batch_execute(
-            "TRUNCATE txoutbox_messages, txoutbox_delivered, txoutbox_attempts, \
+            "TRUNCATE txoutbox_messages, txoutbox_delivered, txoutbox_attempt_log, \
              txoutbox_destinations",
         )
         .await?;

@@ -150,7 +150,7 @@ async fn fill_history(client: &tokio_postgres::Client, rows: i64) -> Result<()> 
 async fn reset(client: &tokio_postgres::Client) -> Result<()> {
     client
         .batch_execute(
-            "TRUNCATE txoutbox_messages, txoutbox_delivered, txoutbox_attempts; CHECKPOINT",
+            "TRUNCATE txoutbox_messages, txoutbox_delivered, txoutbox_attempt_log; CHECKPOINT",
         )
         .await?;
     Ok(())

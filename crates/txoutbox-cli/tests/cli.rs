@@ -13,7 +13,7 @@ async fn migrate_applies_the_schema_and_twice_is_a_no_op() -> anyhow::Result<()>
     let db = test_db().await?;
     let client = db.connect().await?;
     client
-        .batch_execute("DROP TABLE txoutbox_attempts, txoutbox_destinations, txoutbox_discarded, txoutbox_delivered, txoutbox_messages, txoutbox_idempotency_keys, txoutbox_schema_history; DROP SEQUENCE txoutbox_lease_token_seq")
+        .batch_execute("DROP VIEW IF EXISTS txoutbox_attempts; DROP FUNCTION IF EXISTS txoutbox_attempts_write; DROP TABLE IF EXISTS txoutbox_attempt_log, txoutbox_attempts, txoutbox_destinations, txoutbox_discarded, txoutbox_delivered, txoutbox_messages, txoutbox_idempotency_keys, txoutbox_schema_history; DROP SEQUENCE txoutbox_lease_token_seq")
         .await?;
     let first = txoutbox()
         .arg("migrate")
@@ -24,7 +24,7 @@ async fn migrate_applies_the_schema_and_twice_is_a_no_op() -> anyhow::Result<()>
         "{}",
         String::from_utf8_lossy(&first.stderr)
     );
-    assert!(String::from_utf8_lossy(&first.stdout).contains("applied migrations [1, 2, 3]"));
+    assert!(String::from_utf8_lossy(&first.stdout).contains("applied migrations [1, 2, 3, 4]"));
     let tables: i64 = client
         .query_one(
             "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'txoutbox_%'",

@@ -19,8 +19,20 @@ const MIGRATION_LOCK: i64 = 0x7478_6f75_7462_6f78;
 /// Applies every migration not yet applied. Applying twice is a no-op. Returns the versions that
 /// this call applied.
 pub async fn migrate(client: &mut Client) -> Result<Vec<i32>> {
+    run(client, refinery::Target::Latest).await
+}
+
+/// Applies the migrations not yet applied up to `version` and no further: a staged upgrade (and
+/// the upgrade tests, which fill a schema of an older version first). Returns the versions that
+/// this call applied.
+pub async fn migrate_to(client: &mut Client, version: i32) -> Result<Vec<i32>> {
+    run(client, refinery::Target::Version(version)).await
+}
+
+async fn run(client: &mut Client, target: refinery::Target) -> Result<Vec<i32>> {
     schema::lock(&Unnamed(&*client), MIGRATION_LOCK).await?;
     let report = embedded::migrations::runner()
+        .set_target(target)
         .set_migration_table_name(HISTORY_TABLE)
         .run_async(client)
         .await;

@@ -379,15 +379,24 @@ fn row_of(downstream_key: &str) -> Option<usize> {
     downstream_key.strip_prefix("soak-")?.parse().ok()
 }
 
-/// Copies of the attempt log and the delivered history that `txoutbox purge` does not touch.
+/// Copies of every attempt (the log's rows and the delivering attempts delivered rows carry) and of
+/// the delivered history, which `txoutbox purge` does not touch.
 const AUDIT: &str = "\
 CREATE TABLE soak_attempts (LIKE txoutbox_attempts);
 CREATE TABLE soak_delivered (id uuid NOT NULL, downstream_key text NOT NULL);
 CREATE FUNCTION soak_copy_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN INSERT INTO soak_attempts VALUES (NEW.*); RETURN NULL; END $$;
 CREATE FUNCTION soak_copy_delivered() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN INSERT INTO soak_delivered VALUES (NEW.id, NEW.downstream_key); RETURN NULL; END $$;
-CREATE TRIGGER soak_copy_attempt AFTER INSERT ON txoutbox_attempts
+BEGIN
+    INSERT INTO soak_delivered VALUES (NEW.id, NEW.downstream_key);
+    IF NEW.relay IS NOT NULL THEN
+        INSERT INTO soak_attempts VALUES (NEW.id, NEW.attempts, NEW.downstream_key, NEW.relay,
+            NEW.lease_token, 'delivered', NULL, NEW.receipt, NEW.attempt_started_at,
+            NEW.delivered_at, NEW.destination);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER soak_copy_attempt AFTER INSERT ON txoutbox_attempt_log
     FOR EACH ROW EXECUTE FUNCTION soak_copy_attempt();
 CREATE TRIGGER soak_copy_delivered AFTER INSERT ON txoutbox_delivered
     FOR EACH ROW EXECUTE FUNCTION soak_copy_delivered();";

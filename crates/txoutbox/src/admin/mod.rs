@@ -13,7 +13,7 @@ mod stats;
 #[cfg(test)]
 mod tests;
 
-pub use crate::migrate::{embedded_migrations, HISTORY_TABLE};
+pub use crate::migrate::{embedded_migrations, migrate_to, HISTORY_TABLE};
 pub use crate::state::{AttemptOutcome, MessageStatus};
 pub use discard::{discard, DiscardOptions, DiscardReport, DiscardedMessage};
 pub use error::AdminError;

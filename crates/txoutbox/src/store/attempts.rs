@@ -1,6 +1,7 @@
-//! `txoutbox_attempts`, the attempt log: the relay's completion of a batch of attempts, which
-//! logs every attempt and, in the same statement, moves delivered rows from `txoutbox_messages`
-//! to `txoutbox_delivered` and sends the others back to pending, `failed` or `unknown`. (The
+//! `txoutbox_attempt_log`, the attempt log: the relay's completion of a batch of attempts, which
+//! moves delivered rows from `txoutbox_messages` to `txoutbox_delivered` (each carrying its
+//! delivering attempt), sends the others back to pending, `failed` or `unknown`, and logs those
+//! other attempts, all in one statement. `txoutbox_attempts` is the view of both. (The
 //! lease reclaim, mainly about the hot table, logs its attempts from `messages`.)
 
 use chrono::{DateTime, Utc};
@@ -14,9 +15,10 @@ use super::{Result, TxExecutor};
 /// back to pending with their next attempt time; dead rows become `failed`; rows given back at
 /// shutdown go back to pending at once (`released`: the sink may have been called; `unstarted`:
 /// it was not, so the attempt is not counted), or to `unknown` for an at-most-once destination
-/// whose call may have reached the downstream. Every attempt is logged, including those whose
-/// lease was lost (a completion that came too late), so the log shows every call a downstream
-/// received. Inputs are matched to rows by (id, lease token), so two outcomes of one row (an old
+/// whose call may have reached the downstream. Every attempt is recorded, including those whose
+/// lease was lost (a completion that came too late), so `txoutbox_attempts` shows every call a
+/// downstream received: a delivered row carries its delivering attempt itself (relay, lease token,
+/// start; V4), every other attempt is a row of the log. Inputs are matched to rows by (id, lease token), so two outcomes of one row (an old
 /// lease's and a new one's) never collide. The next row of a delivered row's ordering key is
 /// unparked.
 /// Returns the ids whose completion took effect. A lease token is set only while a row is
@@ -37,9 +39,11 @@ const COMPLETE: &str = "WITH input AS ( \
          m.ordering_key, m.attempts, m.created_at, m.lease_token), \
  history AS ( \
      INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, downstream_key, \
-         ordering_key, attempts, created_at, delivered_at, receipt) \
+         ordering_key, attempts, created_at, delivered_at, receipt, relay, lease_token, \
+         attempt_started_at) \
      SELECT d.id, d.seq, d.destination, d.payload, d.headers, d.downstream_key, \
-         d.ordering_key, d.attempts, d.created_at, i.finished, i.receipt \
+         d.ordering_key, d.attempts, d.created_at, i.finished, i.receipt, $11, d.lease_token, \
+         i.started \
      FROM delivered d JOIN input i ON i.id = d.id AND i.token = d.lease_token), \
  unparked AS ( \
      UPDATE txoutbox_messages m SET next_attempt_at = LEAST(m.next_attempt_at, now()) \
@@ -60,7 +64,7 @@ const COMPLETE: &str = "WITH input AS ( \
      WHERE m.id = i.id AND m.lease_token = i.token AND i.kind <> 'delivered' \
      RETURNING m.id, i.token), \
  logged AS ( \
-     INSERT INTO txoutbox_attempts (message_id, destination, attempt, downstream_key, relay, \
+     INSERT INTO txoutbox_attempt_log (message_id, destination, attempt, downstream_key, relay, \
          lease_token, outcome, error, receipt, started_at, finished_at) \
      SELECT i.id, i.destination, i.attempt, i.downstream_key, $11, i.token, \
          CASE WHEN d.id IS NULL AND u.id IS NULL THEN 'lease_lost' ELSE i.kind END, \
@@ -70,7 +74,7 @@ const COMPLETE: &str = "WITH input AS ( \
          i.receipt, i.started, i.finished \
      FROM input i LEFT JOIN delivered d ON d.id = i.id AND d.lease_token = i.token \
          LEFT JOIN updated u ON u.id = i.id AND u.token = i.token \
-     WHERE i.kind <> 'unstarted') \
+     WHERE i.kind <> 'unstarted' AND d.id IS NULL) \
  SELECT id FROM delivered UNION ALL SELECT id FROM updated";
 /// One attempt's outcome, to complete.
 pub(crate) struct FinishedAttempt<'a> {

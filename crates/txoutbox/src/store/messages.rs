@@ -337,7 +337,7 @@ const RECLAIM_EXPIRED: &str = "WITH expired AS ( \
      FROM expired e WHERE m.id = e.id \
      RETURNING m.id, m.last_error, m.status), \
  logged AS ( \
-     INSERT INTO txoutbox_attempts (message_id, destination, attempt, downstream_key, relay, \
+     INSERT INTO txoutbox_attempt_log (message_id, destination, attempt, downstream_key, relay, \
          lease_token, outcome, error, started_at) \
      SELECT e.id, e.destination, e.attempts, e.downstream_key, e.lease_owner, e.lease_token, \
          CASE WHEN mv.status = 'unknown' THEN 'unknown' ELSE 'expired' END, mv.last_error, \
@@ -345,7 +345,7 @@ const RECLAIM_EXPIRED: &str = "WITH expired AS ( \
      FROM expired e JOIN moved mv ON mv.id = e.id) \
  SELECT count(*) FROM moved";
 /// Takes back up to `limit` rows whose lease expired (it logs their attempts in
-/// `txoutbox_attempts` too); returns how many.
+/// `txoutbox_attempt_log` too); returns how many.
 pub(crate) async fn reclaim_expired(conn: &impl TxExecutor, limit: i64) -> Result<i64> {
     let rows = conn.rows(RECLAIM_EXPIRED, &[(&limit, Type::INT8)]).await?;
     Ok(rows.first().map(|r| r.try_get(0)).transpose()?.unwrap_or(0))

@@ -3,7 +3,7 @@
 //! module calls functions, never statement text.
 //!
 //! Layout: [`keys`] (`txoutbox_idempotency_keys`), [`messages`] (`txoutbox_messages`: enqueue,
-//! claim, reclaim), [`attempts`] (`txoutbox_attempts`: the completion of a batch of attempts),
+//! claim, reclaim), [`attempts`] (`txoutbox_attempt_log`: the completion of a batch of attempts),
 //! [`destinations`] (`txoutbox_destinations`: flow control), [`wake`] (the wake-up channel) and
 //! [`schema`] (the migration lock); [`admin`] holds the operator commands' statements, one file
 //! a command, since each reads several tables. A statement that writes several tables lives with the table it

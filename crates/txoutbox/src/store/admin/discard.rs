@@ -34,7 +34,7 @@ const DISCARD: &str = "WITH gone AS ( \
      SELECT id, seq, destination, payload, headers, downstream_key, ordering_key, attempts, \
          status, last_error, $2, created_at FROM gone RETURNING id), \
  logged AS ( \
-     INSERT INTO txoutbox_attempts (message_id, destination, attempt, downstream_key, relay, \
+     INSERT INTO txoutbox_attempt_log (message_id, destination, attempt, downstream_key, relay, \
          outcome, error, started_at, finished_at) \
      SELECT id, destination, 0, downstream_key, 'operator', 'discarded', $3, now(), now() \
      FROM gone), \

@@ -26,7 +26,7 @@ const RESUME: &str = "UPDATE txoutbox_destinations SET paused_at = NULL, paused_
 
 /// Logs a destination-wide operator action ($2: `paused`, `resumed`) on destination $1 with the
 /// note $3: no message, attempt 0, relay `operator`.
-const LOG_DESTINATION_ACTION: &str = "INSERT INTO txoutbox_attempts (message_id, destination, \
+const LOG_DESTINATION_ACTION: &str = "INSERT INTO txoutbox_attempt_log (message_id, destination, \
          attempt, downstream_key, relay, outcome, error, started_at, finished_at) \
      VALUES (NULL, $1, 0, '', 'operator', $2, $3, now(), now())";
 

@@ -17,9 +17,9 @@ const PURGE_CUTOFF: &str = "SELECT now() - make_interval(secs => $1)";
 const PURGE_COUNTS: &str = "WITH hot AS ( \
      SELECT m.id, m.status FROM txoutbox_messages m \
      WHERE (m.status = 'failed' AND m.created_at < $2 AND NOT EXISTS ( \
-             SELECT 1 FROM txoutbox_attempts a WHERE a.message_id = m.id AND a.finished_at >= $2)) \
+             SELECT 1 FROM txoutbox_attempt_log a WHERE a.message_id = m.id AND a.finished_at >= $2)) \
         OR (m.status = 'unknown' AND m.created_at < $3 AND NOT EXISTS ( \
-             SELECT 1 FROM txoutbox_attempts a WHERE a.message_id = m.id AND a.finished_at >= $3))), \
+             SELECT 1 FROM txoutbox_attempt_log a WHERE a.message_id = m.id AND a.finished_at >= $3))), \
  doomed AS ( \
      SELECT id FROM txoutbox_delivered WHERE delivered_at < $1 \
      UNION ALL SELECT id FROM hot \
@@ -30,22 +30,25 @@ const PURGE_COUNTS: &str = "WITH hot AS ( \
      (SELECT count(*) FROM hot WHERE status = 'unknown'), \
      (SELECT count(*) FROM txoutbox_discarded WHERE discarded_at < $4), \
      (SELECT count(*) FROM txoutbox_attempts a WHERE a.message_id IN (SELECT id FROM doomed)), \
-     (SELECT count(*) FROM txoutbox_attempts a WHERE a.finished_at < $1 \
+     (SELECT count(*) FROM txoutbox_attempt_log a WHERE a.finished_at < $1 \
          AND NOT EXISTS (SELECT 1 FROM txoutbox_messages m WHERE m.id = a.message_id) \
          AND NOT EXISTS (SELECT 1 FROM txoutbox_delivered d WHERE d.id = a.message_id) \
          AND NOT EXISTS (SELECT 1 FROM txoutbox_discarded x WHERE x.id = a.message_id)), \
      (SELECT count(*) FROM txoutbox_idempotency_keys WHERE expires_at <= now())";
 
 /// Deletes one batch ($2) of rows delivered before $1, oldest first, with their attempt-log rows,
-/// in one statement (its own transaction). Rows a replay holds are skipped, not waited for.
+/// in one statement (its own transaction). Rows a replay holds are skipped, not waited for. The
+/// attempts counted are the log's rows and the delivering attempts the rows carry (V4).
 const PURGE_DELIVERED_BATCH: &str = "WITH doomed AS ( \
      SELECT id FROM txoutbox_delivered WHERE delivered_at < $1 \
      ORDER BY delivered_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
  gone AS ( \
-     DELETE FROM txoutbox_delivered d USING doomed WHERE d.id = doomed.id RETURNING d.id), \
+     DELETE FROM txoutbox_delivered d USING doomed WHERE d.id = doomed.id \
+     RETURNING d.id, d.relay IS NOT NULL AS carried), \
  logs AS ( \
-     DELETE FROM txoutbox_attempts a USING gone WHERE a.message_id = gone.id RETURNING 1) \
- SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM logs)";
+     DELETE FROM txoutbox_attempt_log a USING gone WHERE a.message_id = gone.id RETURNING 1) \
+ SELECT (SELECT count(*) FROM gone), \
+     (SELECT count(*) FROM logs) + (SELECT count(*) FROM gone WHERE carried)";
 
 /// Deletes one batch ($2) of rows discarded before $1, oldest first, with their attempt-log rows.
 const PURGE_DISCARDED_BATCH: &str = "WITH doomed AS ( \
@@ -54,7 +57,7 @@ const PURGE_DISCARDED_BATCH: &str = "WITH doomed AS ( \
  gone AS ( \
      DELETE FROM txoutbox_discarded d USING doomed WHERE d.id = doomed.id RETURNING d.id), \
  logs AS ( \
-     DELETE FROM txoutbox_attempts a USING gone WHERE a.message_id = gone.id RETURNING 1) \
+     DELETE FROM txoutbox_attempt_log a USING gone WHERE a.message_id = gone.id RETURNING 1) \
  SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM logs)";
 
 /// Deletes one batch ($3) of hot rows of status $1 (`failed` or `unknown`) whose last activity is
@@ -64,13 +67,13 @@ const PURGE_DISCARDED_BATCH: &str = "WITH doomed AS ( \
 const PURGE_HOT_BATCH: &str = "WITH doomed AS ( \
      SELECT m.id FROM txoutbox_messages m \
      WHERE m.status = $1 AND m.created_at < $2 AND NOT EXISTS ( \
-         SELECT 1 FROM txoutbox_attempts a WHERE a.message_id = m.id AND a.finished_at >= $2) \
+         SELECT 1 FROM txoutbox_attempt_log a WHERE a.message_id = m.id AND a.finished_at >= $2) \
      ORDER BY m.seq LIMIT $3 FOR UPDATE SKIP LOCKED), \
  gone AS ( \
      DELETE FROM txoutbox_messages m USING doomed WHERE m.id = doomed.id AND m.status = $1 \
      RETURNING m.id, m.seq, m.ordering_key), \
  logs AS ( \
-     DELETE FROM txoutbox_attempts a USING gone WHERE a.message_id = gone.id RETURNING 1), \
+     DELETE FROM txoutbox_attempt_log a USING gone WHERE a.message_id = gone.id RETURNING 1), \
  unparked AS ( \
      UPDATE txoutbox_messages m SET next_attempt_at = LEAST(m.next_attempt_at, now()) \
      FROM (SELECT DISTINCT ON (n.ordering_key) n.id FROM txoutbox_messages n \
@@ -82,8 +85,9 @@ const PURGE_HOT_BATCH: &str = "WITH doomed AS ( \
 
 /// Deletes one batch ($2) of attempt-log rows older than $1 whose message is in no table
 /// (purged before, or deleted by hand).
-const PURGE_ORPHAN_ATTEMPTS_BATCH: &str = "DELETE FROM txoutbox_attempts WHERE ctid = ANY(ARRAY( \
-     SELECT a.ctid FROM txoutbox_attempts a WHERE a.finished_at < $1 \
+const PURGE_ORPHAN_ATTEMPTS_BATCH: &str =
+    "DELETE FROM txoutbox_attempt_log WHERE ctid = ANY(ARRAY( \
+     SELECT a.ctid FROM txoutbox_attempt_log a WHERE a.finished_at < $1 \
          AND NOT EXISTS (SELECT 1 FROM txoutbox_messages m WHERE m.id = a.message_id) \
          AND NOT EXISTS (SELECT 1 FROM txoutbox_delivered d WHERE d.id = a.message_id) \
          AND NOT EXISTS (SELECT 1 FROM txoutbox_discarded x WHERE x.id = a.message_id) \

@@ -81,7 +81,7 @@ const STATS_ATTEMPTS: &str = "SELECT destination, sum(n)::int8, sum(f)::int8 FRO
              (SELECT d.destination FROM txoutbox_delivered d WHERE d.id = a.message_id), \
              '(purged)'), \
          count(*), count(*) FILTER (WHERE a.outcome <> 'delivered') \
-     FROM txoutbox_attempts a \
+     FROM txoutbox_attempt_log a \
      WHERE a.finished_at > now() - make_interval(secs => $1) AND a.destination IS NULL \
        AND a.outcome IN ('delivered', 'retry', 'failed', 'expired', 'unknown') \
      GROUP BY 1) s \
