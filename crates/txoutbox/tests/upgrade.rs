@@ -324,7 +324,7 @@ async fn writes_through_the_attempts_view_reach_the_row_that_holds_the_attempt()
 
 #[tokio::test]
 async fn a_purge_counts_and_deletes_the_attempts_delivered_rows_carry() -> TestResult {
-    let (_db, mut client) = schema_at(4).await?;
+    let (_db, client) = schema_at(4).await?;
     client
         .batch_execute(
             "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, \
@@ -346,9 +346,9 @@ async fn a_purge_counts_and_deletes_the_attempts_delivered_rows_carry() -> TestR
         expired_keys: false,
         dry_run,
     };
-    let planned = admin::purge(&mut client, &options(true), None).await?;
+    let planned = admin::purge(&client, &options(true), None).await?;
     assert_eq!((planned.delivered, planned.attempts), (5, 7));
-    let done = admin::purge(&mut client, &options(false), None).await?;
+    let done = admin::purge(&client, &options(false), None).await?;
     assert_eq!((done.delivered, done.attempts), (5, 7));
     assert_eq!(
         count(&client, "SELECT count(*) FROM txoutbox_attempts").await?,
