@@ -929,6 +929,138 @@ async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestRe
     Ok(())
 }
 
+#[tokio::test]
+async fn a_claim_meeting_rows_behind_failed_heads_reads_them_by_index_not_the_whole_hot_table(
+) -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    // 200 ordering keys whose head is dead-lettered, 20 000 due rows waiting behind them, due
+    // before 2 000 free rows: every claim meets blocked rows first, as a relay does at start.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+                 ordering_key, status, next_attempt_at) \
+             SELECT gen_random_uuid(), 'email', '{}', 'head-' || i, 'key-' || i, 'failed', \
+                 now() - interval '2 hours' FROM generate_series(1, 200) AS i; \
+             INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+                 ordering_key, next_attempt_at) \
+             SELECT gen_random_uuid(), 'email', '{}', 'behind-' || i, 'key-' || (1 + i % 200), \
+                 now() - interval '1 hour' FROM generate_series(1, 20000) AS i; \
+             INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
+             SELECT gen_random_uuid(), 'email', '{}', 'free-' || i \
+             FROM generate_series(1, 2000) AS i; \
+             ANALYZE txoutbox_messages;",
+        )
+        .await?;
+    let read = "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'txoutbox_messages'";
+    client
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await?;
+    let before = count(&client, read).await?;
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                batch_size: 100,
+                sample_interval: Duration::ZERO,
+                reclaim_interval: Duration::from_secs(60),
+                ..RelayConfig::default()
+            })
+            .sink("email", sink.clone())
+            .build()?,
+    );
+    assert_eq!(sink.wait_for(2_000, Duration::from_secs(120)).await, 2_000);
+    relay.stop().await?;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    client
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await?;
+    let scanned = count(&client, read).await? - before;
+    assert!(
+        sink.deliveries()
+            .iter()
+            .all(|d| d.downstream_key.starts_with("free-")),
+        "no row behind a failed head is delivered"
+    );
+    // 50 claims that each hashed the hot table twice would read about 2 200 000 rows.
+    assert!(
+        scanned < 100_000,
+        "the claims read {scanned} rows of the hot table sequentially"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn rows_behind_a_dead_head_are_parked_long_and_its_discard_frees_the_next_at_once(
+) -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    // Key `dead`: a dead-lettered head and 3 rows behind it. Key `busy`: a head retrying later
+    // (pending, not due) and 3 rows behind it.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+                 ordering_key, status, next_attempt_at) VALUES \
+             ('00000000-0000-7000-8000-0000000000d0', 'events', '{}', 'dead-head', 'dead', \
+                 'failed', now() - interval '1 hour'), \
+             (gen_random_uuid(), 'events', '{}', 'busy-head', 'busy', 'pending', \
+                 now() + interval '1 hour'); \
+             INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+                 ordering_key) \
+             SELECT gen_random_uuid(), 'events', '{}', k || '-' || i, k \
+             FROM generate_series(1, 3) AS i, unnest(ARRAY['dead', 'busy']) AS k;",
+        )
+        .await?;
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(db.relay()?.sink("events", sink.clone()).build()?);
+    let parked = "SELECT count(*) FROM txoutbox_messages WHERE ordering_key = $1 \
+         AND downstream_key <> $1 || '-head' AND next_attempt_at > now() + make_interval(secs => $2)";
+    let parked_over = |key: &'static str, secs: f64| {
+        let client = &client;
+        async move {
+            let n: i64 = client.query_one(parked, &[&key, &secs]).await?.get(0);
+            anyhow::Ok(n)
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while (parked_over("dead", 0.0).await? < 3 || parked_over("busy", 0.0).await? < 3)
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        parked_over("dead", 300.0).await?,
+        3,
+        "behind a dead head: parked for minutes"
+    );
+    assert_eq!(parked_over("busy", 0.0).await?, 3);
+    assert_eq!(
+        parked_over("busy", 60.0).await?,
+        0,
+        "behind a live head: parked for the short park only"
+    );
+    assert_eq!(sink.count(), 0);
+
+    // The operator discards the dead head: the rows behind it flow at once, in order.
+    txoutbox::admin::discard(
+        &mut client,
+        &txoutbox::admin::ReplaySelection::Ids(vec![uuid::Uuid::from_u128(
+            0x0000_0000_0000_7000_8000_0000_0000_00d0,
+        )]),
+        &txoutbox::admin::DiscardOptions::new("test"),
+    )
+    .await?;
+    assert_eq!(sink.wait_for(3, Duration::from_secs(20)).await, 3);
+    relay.stop().await?;
+    let keys: Vec<String> = sink
+        .deliveries()
+        .into_iter()
+        .map(|d| d.downstream_key)
+        .collect();
+    assert_eq!(keys, ["dead-1", "dead-2", "dead-3"]);
+    Ok(())
+}
+
 /// Whether a statement's plan, as `EXPLAIN` shows it in `client`'s session, is compiled by JIT.
 async fn plans_with_jit(client: &tokio_postgres::Client) -> Result<bool, tokio_postgres::Error> {
     let plan = client

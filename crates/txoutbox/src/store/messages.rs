@@ -80,10 +80,10 @@ pub(crate) async fn lock_ordering_keys(tx: &impl TxExecutor, keys: &[&str]) -> R
 /// claimable only when no earlier row of its key is still in the hot table.
 ///
 /// The claim looks at no more than 4 × $1 due rows: those among them that wait behind an earlier
-/// row of their ordering key are parked (their `next_attempt_at` moved $5 seconds on, out of the
-/// due range; the completion of the row ahead brings the next one back at once), so rows queued
-/// behind a blocked head are read once per park, not by every claim. The claim costs the same
-/// however many rows wait behind blocked heads.
+/// row of their ordering key are parked (their `next_attempt_at` moved $5 seconds on, $8 when the
+/// key's head is dead, out of the due range; the completion of the row ahead brings the next one
+/// back at once), so rows queued behind a blocked head are read once per park, not by every
+/// claim. The claim costs the same however many rows wait behind blocked heads.
 ///
 /// Flow control: destinations with a state in `txoutbox_destinations` (paused, a breaker not
 /// closed, a rate limit, failures counted) are locked for the statement and bounded: none while
@@ -103,9 +103,12 @@ pub(crate) async fn lock_ordering_keys(tx: &impl TxExecutor, keys: &[&str]) -> R
 // `<> ALL(unknown array)` from its statistics, and with few destinations it expects almost no
 // row to pass, so it sorts the whole hot table instead of reading the due index in order
 // (O(backlog) per claim). The expression has no statistics, gets the default estimate, and the
-// claim reads only the first due entries of the index. `claimed` takes its rows by
-// `id = ANY(ARRAY(…))`, an index lookup in every plan: joined to `due`, the generic plan of the
-// prepared statement (its LIMIT unknown) hashed the whole hot table on every claim.
+// claim reads only the first due entries of the index. `claimed` and `parked` take their rows by
+// `id = ANY(ARRAY(…))`, and `blocked` looks up the row ahead by a LATERAL with LIMIT 1: index
+// lookups in every plan. The planner cannot know how many rows the bounded destinations' branch
+// yields and guesses millions; joined to those guesses, the claim hashed the whole hot table
+// (twice, once per join) on every claim that met rows behind a failed head (150 ms at 220 000
+// rows, 26 ms after), and the generic plan of the prepared statement did so on every claim.
 const CLAIM: &str = "WITH flow AS ( \
      SELECT d.destination, d.paused_at, d.breaker, d.open_until, d.probe_until, d.rate_per_sec, \
          d.burst, d.tokens, d.refilled_at, d.failures FROM txoutbox_destinations d \
@@ -149,13 +152,14 @@ const CLAIM: &str = "WITH flow AS ( \
      WHERE b.n > 0), \
  candidates AS (SELECT * FROM free UNION ALL SELECT * FROM bounded), \
  blocked AS ( \
-     SELECT c.id FROM candidates c \
-     WHERE c.ordering_key IS NOT NULL AND EXISTS ( \
-         SELECT 1 FROM txoutbox_messages p \
-         WHERE p.ordering_key = c.ordering_key AND p.seq < c.seq)), \
+     SELECT c.id, head.dead FROM candidates c CROSS JOIN LATERAL ( \
+         SELECT p.status IN ('failed', 'unknown') AS dead FROM txoutbox_messages p \
+         WHERE p.ordering_key = c.ordering_key AND p.seq < c.seq ORDER BY p.seq LIMIT 1) head \
+     WHERE c.ordering_key IS NOT NULL), \
  parked AS ( \
-     UPDATE txoutbox_messages m SET next_attempt_at = now() + make_interval(secs => $5) \
-     FROM blocked b WHERE m.id = b.id RETURNING m.id), \
+     UPDATE txoutbox_messages m SET next_attempt_at = now() + make_interval(secs => \
+         CASE WHEN m.id = ANY(ARRAY(SELECT id FROM blocked WHERE dead)) THEN $8 ELSE $5 END) \
+     WHERE m.id = ANY(ARRAY(SELECT id FROM blocked)) RETURNING m.id), \
  due AS ( \
      SELECT c.id FROM candidates c WHERE NOT EXISTS (SELECT 1 FROM blocked b WHERE b.id = c.id) \
      ORDER BY c.next_attempt_at LIMIT $1), \
@@ -188,6 +192,12 @@ const CLAIM: &str = "WITH flow AS ( \
 /// How long a row waiting behind an earlier row of its ordering key is parked by a claim (the
 /// completion of the row ahead of it ends the park at once).
 const ORDERING_PARK_SECS: f64 = 30.0;
+/// How long a row is parked when the head of its ordering key is dead (`failed` or `unknown`):
+/// only an operator moves such a head, and replay (through the head's delivery), discard and
+/// purge each end the park of the row behind it at once. Rows behind dead heads are read once per
+/// park, so a longer park is what keeps them from costing every relay's claims; a head moved by
+/// an operator at the instant a claim parks the row behind it delays that row by this at most.
+const DEAD_HEAD_PARK_SECS: f64 = 600.0;
 /// A claim of the relay's.
 pub(crate) struct ClaimDue<'a> {
     /// How many rows at most.
@@ -241,6 +251,7 @@ pub(crate) async fn claim_due(conn: &impl TxExecutor, claim: &ClaimDue<'_>) -> R
                 (&ORDERING_PARK_SECS, Type::FLOAT8),
                 (&claim.bounded, Type::TEXT_ARRAY),
                 (&claim.room, Type::INT8_ARRAY),
+                (&DEAD_HEAD_PARK_SECS, Type::FLOAT8),
             ],
         )
         .await?;
