@@ -1061,6 +1061,35 @@ async fn rows_behind_a_dead_head_are_parked_long_and_its_discard_frees_the_next_
     Ok(())
 }
 
+#[tokio::test]
+async fn a_pause_reaches_a_relay_that_claims_without_flow_control_branches() -> TestResult {
+    // A relay that bounds nothing itself claims with the lean statement while no destination
+    // has a flow-control state; a pause made meanwhile must still hold from its commit on.
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    pending_many(&mut client, "email", "before", 5).await?;
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
+    assert_eq!(sink.wait_for(5, Duration::from_secs(20)).await, 5);
+    txoutbox::admin::pause_destination(&mut client, "email", "incident", Some("alice")).await?;
+    pending_many(&mut client, "email", "paused", 5).await?;
+    // Several poll intervals: nothing of the paused destination is claimed.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(sink.count(), 5, "the paused destination is not called");
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_messages WHERE status = 'pending' AND attempts = 0"
+        )
+        .await?,
+        5
+    );
+    txoutbox::admin::resume_destination(&mut client, "email", Some("bob")).await?;
+    assert_eq!(sink.wait_for(10, Duration::from_secs(20)).await, 10);
+    relay.stop().await?;
+    Ok(())
+}
+
 /// Whether a statement's plan, as `EXPLAIN` shows it in `client`'s session, is compiled by JIT.
 async fn plans_with_jit(client: &tokio_postgres::Client) -> Result<bool, tokio_postgres::Error> {
     let plan = client

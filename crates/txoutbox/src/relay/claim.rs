@@ -1,6 +1,7 @@
 //! The claim: due rows taken under a lease, within the flow-control bounds, and given back at
 //! shutdown when their sink was never called.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -20,18 +21,27 @@ pub(super) async fn claim(
     bounds: &flow::Bounds,
 ) -> Result<(Vec<Lease>, u64, Option<Duration>)> {
     let client = inner.pool.get().await?;
-    let claimed = store::messages::claim_due(
-        &Pooled::new(&client, inner.config.prepared_statements),
-        &store::messages::ClaimDue {
-            limit: want as i64,
-            owner: &inner.config.owner,
-            lease_secs: inner.config.lease.as_secs_f64(),
-            held: &held,
-            bounded: &bounds.destinations,
-            room: &bounds.room,
-        },
-    )
-    .await?;
+    let conn = Pooled::new(&client, inner.config.prepared_statements);
+    let mut due = store::messages::ClaimDue {
+        limit: want as i64,
+        owner: &inner.config.owner,
+        lease_secs: inner.config.lease.as_secs_f64(),
+        held: &held,
+        bounded: &bounds.destinations,
+        room: &bounds.room,
+        // The lean claim while nothing is bounded: this relay bounds no destination, and its
+        // last claim saw no destination with a flow-control state.
+        unbounded: bounds.destinations.is_empty() && !inner.flow_seen.load(Ordering::Relaxed),
+    };
+    let mut claimed = store::messages::claim_due(&conn, &due).await?;
+    if claimed.flow {
+        // A destination has a state now: claim within the bounds.
+        due.unbounded = false;
+        claimed = store::messages::claim_due(&conn, &due).await?;
+    }
+    inner
+        .flow_seen
+        .store(claimed.gates.is_some(), Ordering::Relaxed);
     let gates: Vec<flow::Gate> = match claimed.gates {
         Some(json) => serde_json::from_str(&json).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "unreadable flow-control state");

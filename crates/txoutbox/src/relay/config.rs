@@ -451,6 +451,7 @@ impl RelayBuilder {
                 default_policy: self.default_policy,
                 wake: Arc::new(Notify::new()),
                 listener_connected: Arc::new(AtomicBool::new(false)),
+                flow_seen: AtomicBool::new(true),
                 flow: super::flow::Flow::default(),
             }),
         })

@@ -66,6 +66,9 @@ struct Inner {
     policies: HashMap<String, DestinationPolicy>,
     default_policy: DestinationPolicy,
     wake: Arc<Notify>,
+    /// The last full claim saw a destination with a flow-control state (until a claim sees
+    /// none, claims carry the flow-control branches).
+    flow_seen: AtomicBool,
     listener_connected: Arc<AtomicBool>,
     flow: flow::Flow,
 }
