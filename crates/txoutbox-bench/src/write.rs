@@ -47,6 +47,10 @@ enum Mode {
     /// Full, with the business insert pipelined with the key claim (one round trip for both;
     /// the insert is rolled back with everything else when the key is not new).
     FullPipelined,
+    /// The business row as the key record (`BusinessKey`): BEGIN; the business insert with its
+    /// `UNIQUE` key and fingerprint columns, `ON CONFLICT DO NOTHING`; the 2 outbox rows; COMMIT.
+    /// No key row and no stored response: a retry is answered from the business row.
+    BusinessKey,
 }
 
 impl Mode {
@@ -58,6 +62,7 @@ impl Mode {
             Mode::FullNotifyInTx => "full path + NOTIFY in tx",
             Mode::FullHintAfterCommit => "full path + hint after commit",
             Mode::FullPipelined => "full path, insert pipelined",
+            Mode::BusinessKey => "business row as key record",
         }
     }
 }
@@ -76,14 +81,25 @@ const HAND_COMPLETE_KEY: &str = "UPDATE txoutbox_idempotency_keys SET state = 'c
      WHERE scope = $1 AND key = $2";
 
 /// The modes, in the order they run at each client count (the baselines first).
-const MODES: [Mode; 6] = [
+const MODES: [Mode; 7] = [
     Mode::Business,
     Mode::HandWritten,
     Mode::Full,
     Mode::FullNotifyInTx,
     Mode::FullHintAfterCommit,
     Mode::FullPipelined,
+    Mode::BusinessKey,
 ];
+
+/// [`Mode::BusinessKey`]'s table and statements: the business table with the key and the
+/// fingerprint as its own columns.
+const KEYED_ORDERS: &str = "CREATE TABLE bench_keyed_orders (id bigserial PRIMARY KEY, \
+     customer text NOT NULL, amount bigint NOT NULL, idempotency_key text NOT NULL UNIQUE, \
+     request_fingerprint bytea NOT NULL, created_at timestamptz NOT NULL DEFAULT now())";
+const KEYED_LOOKUP: &str = "SELECT id FROM bench_keyed_orders WHERE idempotency_key = $1";
+const KEYED_INSERT: &str = "INSERT INTO bench_keyed_orders \
+     (customer, amount, idempotency_key, request_fingerprint) VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (idempotency_key) DO NOTHING RETURNING id";
 
 /// The command that reproduces the rows of `clients` clients (and, for 8, the `ratio:` lines).
 fn command(args: &Args, clients: usize) -> String {
@@ -114,6 +130,7 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
              amount bigint NOT NULL, created_at timestamptz NOT NULL DEFAULT now())",
         )
         .await?;
+    setup.batch_execute(KEYED_ORDERS).await?;
     let settings = setup
         .query_one(
             "SELECT current_setting('fsync'), current_setting('synchronous_commit'), \
@@ -155,8 +172,8 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
             // Every mode starts from the same state: empty tables, a fresh checkpoint.
             setup
                 .batch_execute(
-                    "TRUNCATE bench_orders, txoutbox_messages, txoutbox_idempotency_keys; \
-                     CHECKPOINT",
+                    "TRUNCATE bench_orders, bench_keyed_orders, txoutbox_messages, \
+                     txoutbox_idempotency_keys; CHECKPOINT",
                 )
                 .await?;
             let (tps, wal) = measure(&pool, &setup, &waker, mode, clients, args.seconds).await?;
@@ -282,6 +299,9 @@ async fn one_request(
     if mode == Mode::HandWritten {
         return hand_written(tx, scope, &key, &fingerprint, &customer, amount).await;
     }
+    if mode == Mode::BusinessKey {
+        return business_key(tx, scope, &key, &fingerprint, &customer, amount).await;
+    }
     let insert = tx.prepare_cached(INSERT_ORDER).await?;
     let values: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&customer, &amount];
     let (outcome, row) = if mode == Mode::FullPipelined {
@@ -323,6 +343,53 @@ async fn one_request(
     if mode == Mode::FullHintAfterCommit {
         waker.wake();
     }
+    Ok(())
+}
+
+/// One request with the business row as its key record ([`Mode::BusinessKey`]).
+async fn business_key(
+    tx: deadpool_postgres::Transaction<'_>,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+    customer: &str,
+    amount: i64,
+) -> Result<()> {
+    use tokio_postgres::types::Type;
+    use txoutbox::idempotency::{BusinessKey, RowBegin};
+    let orders = BusinessKey::new(scope.clone(), KEYED_LOOKUP, "request_fingerprint");
+    let fp: &[u8] = fingerprint.as_bytes();
+    let begun = orders
+        .begin(
+            &*tx,
+            key,
+            fingerprint,
+            KEYED_INSERT,
+            &[
+                (&customer, Type::TEXT),
+                (&amount, Type::INT8),
+                (&key.as_str(), Type::TEXT),
+                (&fp, Type::BYTEA),
+            ],
+        )
+        .await?;
+    let RowBegin::New { row, mut claim } = begun else {
+        anyhow::bail!("a fresh key was not new");
+    };
+    let id: i64 = row.get(0);
+    claim.enqueue(
+        "charge",
+        OutboxMessage::new(
+            "stripe",
+            &serde_json::json!({"order": id, "amount": amount}),
+        )?,
+    )?;
+    claim.enqueue(
+        "receipt",
+        OutboxMessage::new("email", &serde_json::json!({"order": id, "to": customer}))?,
+    )?;
+    claim.complete(&*tx).await?;
+    tx.commit().await?;
     Ok(())
 }
 
