@@ -319,17 +319,9 @@ async fn one_request(
     };
     let row = row?;
     let id: i64 = row.first().map(|r| r.get(0)).unwrap_or_default();
-    claim.enqueue(
-        "charge",
-        OutboxMessage::new(
-            "stripe",
-            &serde_json::json!({"order": id, "amount": amount}),
-        )?,
-    )?;
-    claim.enqueue(
-        "receipt",
-        OutboxMessage::new("email", &serde_json::json!({"order": id, "to": customer}))?,
-    )?;
+    for (effect, message) in effects(id, amount, &customer)? {
+        claim.enqueue(effect, message)?;
+    }
     if mode == Mode::FullNotifyInTx {
         txoutbox::relay::notify_in_transaction(&tx).await?;
     }
@@ -344,6 +336,23 @@ async fn one_request(
         waker.wake();
     }
     Ok(())
+}
+
+/// The two effects of an order request, by effect name: its charge and its receipt.
+fn effects(id: i64, amount: i64, customer: &str) -> Result<[(&'static str, OutboxMessage); 2]> {
+    Ok([
+        (
+            "charge",
+            OutboxMessage::new(
+                "stripe",
+                &serde_json::json!({"order": id, "amount": amount}),
+            )?,
+        ),
+        (
+            "receipt",
+            OutboxMessage::new("email", &serde_json::json!({"order": id, "to": customer}))?,
+        ),
+    ])
 }
 
 /// One request with the business row as its key record ([`Mode::BusinessKey`]).
@@ -377,17 +386,9 @@ async fn business_key(
         anyhow::bail!("a fresh key was not new");
     };
     let id: i64 = row.get(0);
-    claim.enqueue(
-        "charge",
-        OutboxMessage::new(
-            "stripe",
-            &serde_json::json!({"order": id, "amount": amount}),
-        )?,
-    )?;
-    claim.enqueue(
-        "receipt",
-        OutboxMessage::new("email", &serde_json::json!({"order": id, "to": customer}))?,
-    )?;
+    for (effect, message) in effects(id, amount, customer)? {
+        claim.enqueue(effect, message)?;
+    }
     claim.complete(&*tx).await?;
     tx.commit().await?;
     Ok(())
