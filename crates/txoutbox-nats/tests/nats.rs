@@ -295,6 +295,9 @@ impl PrivateServer {
             .args([format!("-{signal}"), pid.to_string()])
             .status()?;
         anyhow::ensure!(status.success(), "kill -{signal} {pid} failed");
+        if signal == "STOP" {
+            wait_stopped(pid)?;
+        }
         Ok(())
     }
 
@@ -303,6 +306,31 @@ impl PrivateServer {
             child.kill().await?;
         }
         Ok(())
+    }
+}
+
+/// Waits until every thread of process `pid` has stopped: `kill` returns once the signal is
+/// sent, and a thread still running may yet answer what arrives before it stops.
+fn wait_stopped(pid: u32) -> TestResult {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut running = false;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+            let stat = std::fs::read_to_string(task?.path().join("stat")).unwrap_or_default();
+            // The state follows the command name, which is in parentheses.
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            running |= !matches!(state, Some('T' | 't') | None);
+        }
+        if !running {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "process {pid} did not stop within 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
