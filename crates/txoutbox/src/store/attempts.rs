@@ -24,7 +24,9 @@ use super::{Result, TxExecutor};
 /// Returns the ids whose completion took effect. A lease token is set only while a row is
 /// in flight (claim sets it; completion, reclaim and replay clear it), so matching the token is
 /// the whole fence: no `status = 'in_flight'` test, which would steer the planner to the lease
-/// index and a nested loop that rescans the batch once per row.
+/// index and a nested loop that rescans the batch once per row. Nor `m.id = ANY($1)` beside the
+/// join: the planner made it an index condition of every key lookup, so each lookup descended
+/// the primary key once per id of the batch (half the statement's time for a batch of 100).
 const COMPLETE: &str = "WITH input AS ( \
      SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], \
          $6::float8[], $7::timestamptz[], $8::timestamptz[], $9::int4[], $10::text[], \
@@ -33,7 +35,7 @@ const COMPLETE: &str = "WITH input AS ( \
              destination)), \
  delivered AS ( \
      DELETE FROM txoutbox_messages m \
-     WHERE m.id = ANY($1::uuid[]) AND (m.id, m.lease_token) IN ( \
+     WHERE (m.id, m.lease_token) IN ( \
          SELECT i.id, i.token FROM input i WHERE i.kind = 'delivered') \
      RETURNING m.id, m.seq, m.destination, m.payload, m.headers, m.downstream_key, \
          m.ordering_key, m.attempts, m.created_at, m.lease_token), \
