@@ -423,13 +423,9 @@ impl RelayBuilder {
         // JIT: the claim's estimated cost grows with the backlog (its bounded-destination branch
         // is costed for every destination the planner guesses), so past about 50 000 due rows it
         // crossed `jit_above_cost` and every claim spent some 80 ms compiling a plan that runs in
-        // 4 ms. No bitmap scans: without statistics that show the backlog (a first burst, or one
-        // after statistics taken while nothing was pending) the planner guesses a dozen pending
-        // rows, and the claim read every due row with a bitmap scan and sorted them instead of
-        // walking the due index in order for its few hundred (20 000 index entries a claim over
-        // a 20 000-row backlog). The price: the claim updates its rows in key order rather than
-        // heap order, about 0.4 ms more for 100 rows, which the completion's own saving pays for.
-        // No statement of the relay reads a BRIN index (those need bitmap scans). The relay sets
+        // 4 ms. (Bitmap scans stay: a relay session without them drained 15-25 % slower, its
+        // claims updating their rows in key order rather than heap order; the claim's plan over a
+        // table without statistics is the relay's statistics check's to mend.) The relay sets
         // its own statement timeout, so a role's lower one cannot stop it claiming, and no
         // statement of the relay outlives a lease.
         let mut pg = self.pg.clone();
@@ -438,7 +434,7 @@ impl RelayBuilder {
         pg.config_mut().options(
             format!(
                 "{options} -c plan_cache_mode=force_custom_plan -c jit=off \
-                 -c enable_bitmapscan=off -c statement_timeout={statement_timeout}"
+                 -c statement_timeout={statement_timeout}"
             )
             .trim(),
         );

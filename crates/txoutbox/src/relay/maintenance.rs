@@ -1,7 +1,9 @@
 //! The relay's background work beside the claim loop: the LISTEN task, taking back expired
-//! leases, and sampling the backlog gauges. Each runs until `stop` is notified.
+//! leases, sampling the backlog gauges, and gathering the hot table's statistics while it has
+//! none. Each runs until `stop` is notified.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{listener, Inner, WakeMode};
 use crate::error::{Error, Result};
@@ -21,6 +23,7 @@ pub(super) fn spawn(inner: &Arc<Inner>, stop: &Arc<Notify>) -> JoinSet<()> {
         ));
     }
     background.spawn(reclaimer(inner.clone(), stop.clone()));
+    background.spawn(statistics(inner.clone(), stop.clone()));
     if !inner.config.sample_interval.is_zero() {
         background.spawn(sampler(inner.clone(), stop.clone()));
     }
@@ -44,6 +47,58 @@ async fn reclaimer(inner: Arc<Inner>, stop: Arc<Notify>) {
             Err(e) => tracing::debug!(error = %e, "lease reclaim failed; will try again"),
         }
     }
+}
+
+/// How often a relay looks whether the hot table lacks statistics.
+const STATISTICS_CHECK: Duration = Duration::from_secs(10);
+
+/// Gathers the hot table's statistics when it holds rows the planner knows nothing of: a table
+/// never analyzed (a new installation's first burst, before autovacuum's first ANALYZE) makes the
+/// planner guess a dozen pending rows, and every claim then reads the whole backlog and sorts
+/// it. Looks at start and every [`STATISTICS_CHECK`]; gives up, with a warning, when ANALYZE
+/// leaves the table without statistics (a role that does not own it).
+async fn statistics(inner: Arc<Inner>, stop: Arc<Notify>) {
+    loop {
+        match gather_missing_statistics(&inner.pool).await {
+            Ok(Statistics::Present) => {}
+            Ok(Statistics::Gathered) => {
+                tracing::info!("analyzed txoutbox_messages: it held rows but no statistics")
+            }
+            Ok(Statistics::NotAllowed) => {
+                tracing::warn!(
+                    "txoutbox_messages has no statistics and this relay's role cannot ANALYZE it: \
+                     claims read the whole backlog until autovacuum analyzes it (run ANALYZE \
+                     txoutbox_messages as its owner)"
+                );
+                return;
+            }
+            Err(e) => tracing::debug!(error = %e, "statistics check failed; will try again"),
+        }
+        tokio::select! {
+            _ = stop.notified() => return,
+            _ = tokio::time::sleep(STATISTICS_CHECK) => {}
+        }
+    }
+}
+
+/// What the statistics check found or did.
+enum Statistics {
+    Present,
+    Gathered,
+    NotAllowed,
+}
+
+async fn gather_missing_statistics(pool: &deadpool_postgres::Pool) -> Result<Statistics> {
+    let client = pool.get().await?;
+    let conn = Pooled::unnamed(&client);
+    if !store::messages::missing_statistics(&conn).await? {
+        return Ok(Statistics::Present);
+    }
+    store::messages::analyze(&conn).await?;
+    if store::messages::missing_statistics(&conn).await? {
+        return Ok(Statistics::NotAllowed);
+    }
+    Ok(Statistics::Gathered)
 }
 
 /// Samples the backlog gauges every `sample_interval`.

@@ -417,6 +417,34 @@ pub(crate) async fn reclaim_expired(conn: &impl TxExecutor, limit: i64) -> Resul
     Ok(rows.first().map(|r| r.try_get(0)).transpose()?.unwrap_or(0))
 }
 
+/// Whether the hot table holds at least 1 000 rows but the planner has no column statistics for
+/// it (it was never analyzed). The planner then guesses a dozen pending rows whatever the
+/// backlog, and the claim reads every due row and sorts them instead of walking the due index.
+const MISSING_STATISTICS: &str = "SELECT NOT EXISTS ( \
+         SELECT 1 FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename \
+             JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = s.schemaname \
+         WHERE c.oid = 'txoutbox_messages'::regclass AND s.attname = 'status') \
+     AND EXISTS (SELECT 1 FROM txoutbox_messages OFFSET 999)";
+/// Gathers the hot table's statistics (a role that does not own the table gets a warning and
+/// nothing changes).
+const ANALYZE: &str = "ANALYZE txoutbox_messages";
+
+/// True when the hot table holds rows the planner has no statistics for.
+pub(crate) async fn missing_statistics(conn: &impl TxExecutor) -> Result<bool> {
+    let rows = conn.rows(MISSING_STATISTICS, &[]).await?;
+    Ok(rows
+        .first()
+        .map(|r| r.try_get(0))
+        .transpose()?
+        .unwrap_or(false))
+}
+
+/// Gathers the hot table's statistics.
+pub(crate) async fn analyze(conn: &impl TxExecutor) -> Result<()> {
+    conn.rows(ANALYZE, &[]).await?;
+    Ok(())
+}
+
 /// The backlog gauges: pending rows, and how long the longest-waiting due row has been due. Both
 /// read only the partial index `txoutbox_messages_due` (the literal `'pending'` selects it): a
 /// count over it, and its first entry.
