@@ -50,7 +50,7 @@ async fn reclaimer(inner: Arc<Inner>, stop: Arc<Notify>) {
 }
 
 /// How often a relay looks whether the hot table lacks statistics.
-const STATISTICS_CHECK: Duration = Duration::from_secs(10);
+const STATISTICS_CHECK: Duration = Duration::from_secs(1);
 
 /// Gathers the hot table's statistics when it holds rows the planner knows nothing of: a table
 /// never analyzed (a new installation's first burst, before autovacuum's first ANALYZE) makes the
