@@ -55,16 +55,17 @@ const STATISTICS_CHECK: Duration = Duration::from_secs(1);
 /// Gathers the hot table's statistics when it holds rows the planner knows nothing of: a table
 /// never analyzed (a new installation's first burst, before autovacuum's first ANALYZE) makes the
 /// planner guess a dozen pending rows, and every claim then reads the whole backlog and sorts
-/// it. Looks at start and every [`STATISTICS_CHECK`]; gives up, with a warning, when ANALYZE
-/// leaves the table without statistics (a role that does not own it).
+/// it. Looks at start and every [`STATISTICS_CHECK`] until the table has statistics (they stay),
+/// or, with a warning, until ANALYZE leaves it without (a role that does not own it).
 async fn statistics(inner: Arc<Inner>, stop: Arc<Notify>) {
     loop {
         match gather_missing_statistics(&inner.pool).await {
-            Ok(Statistics::Present) => {}
-            Ok(Statistics::Gathered) => {
-                tracing::info!("analyzed txoutbox_messages: it held rows but no statistics")
+            Ok(Gathering::Present) => return,
+            Ok(Gathering::Gathered) => {
+                tracing::info!("analyzed txoutbox_messages: it held rows but no statistics");
+                return;
             }
-            Ok(Statistics::NotAllowed) => {
+            Ok(Gathering::NotAllowed) => {
                 tracing::warn!(
                     "txoutbox_messages has no statistics and this relay's role cannot ANALYZE it: \
                      claims read the whole backlog until autovacuum analyzes it (run ANALYZE \
@@ -72,6 +73,7 @@ async fn statistics(inner: Arc<Inner>, stop: Arc<Notify>) {
                 );
                 return;
             }
+            Ok(Gathering::NotYet) => {}
             Err(e) => tracing::debug!(error = %e, "statistics check failed; will try again"),
         }
         tokio::select! {
@@ -82,23 +84,32 @@ async fn statistics(inner: Arc<Inner>, stop: Arc<Notify>) {
 }
 
 /// What the statistics check found or did.
-enum Statistics {
+enum Gathering {
+    /// The table has statistics.
     Present,
+    /// It had none and holds 1 000 rows or more: analyzed now.
     Gathered,
+    /// ANALYZE left it without statistics.
     NotAllowed,
+    /// It has none, but too few rows to matter yet.
+    NotYet,
 }
 
-async fn gather_missing_statistics(pool: &deadpool_postgres::Pool) -> Result<Statistics> {
+async fn gather_missing_statistics(pool: &deadpool_postgres::Pool) -> Result<Gathering> {
     let client = pool.get().await?;
     let conn = Pooled::unnamed(&client);
-    if !store::messages::missing_statistics(&conn).await? {
-        return Ok(Statistics::Present);
+    let found = store::messages::statistics(&conn).await?;
+    if found.analyzed {
+        return Ok(Gathering::Present);
+    }
+    if !found.large {
+        return Ok(Gathering::NotYet);
     }
     store::messages::analyze(&conn).await?;
-    if store::messages::missing_statistics(&conn).await? {
-        return Ok(Statistics::NotAllowed);
+    if store::messages::statistics(&conn).await?.analyzed {
+        return Ok(Gathering::Gathered);
     }
-    Ok(Statistics::Gathered)
+    Ok(Gathering::NotAllowed)
 }
 
 /// Samples the backlog gauges every `sample_interval`.

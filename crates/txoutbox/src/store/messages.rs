@@ -417,26 +417,43 @@ pub(crate) async fn reclaim_expired(conn: &impl TxExecutor, limit: i64) -> Resul
     Ok(rows.first().map(|r| r.try_get(0)).transpose()?.unwrap_or(0))
 }
 
-/// Whether the hot table holds at least 1 000 rows but the planner has no column statistics for
-/// it (it was never analyzed). The planner then guesses a dozen pending rows whatever the
-/// backlog, and the claim reads every due row and sorts them instead of walking the due index.
-const MISSING_STATISTICS: &str = "SELECT NOT EXISTS ( \
+/// Whether the planner has column statistics for the hot table, and (only when it has none)
+/// whether the table holds 1 000 rows or more. Without statistics the planner guesses a dozen
+/// pending rows whatever the backlog, and the claim reads every due row and sorts them instead
+/// of walking the due index.
+const STATISTICS: &str = "WITH s AS (SELECT EXISTS ( \
          SELECT 1 FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename \
              JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = s.schemaname \
-         WHERE c.oid = 'txoutbox_messages'::regclass AND s.attname = 'status') \
-     AND EXISTS (SELECT 1 FROM txoutbox_messages OFFSET 999)";
+         WHERE c.oid = 'txoutbox_messages'::regclass AND s.attname = 'status') AS analyzed) \
+ SELECT analyzed, \
+     CASE WHEN analyzed THEN false \
+         ELSE EXISTS (SELECT 1 FROM txoutbox_messages OFFSET 999) END AS large \
+ FROM s";
 /// Gathers the hot table's statistics (a role that does not own the table gets a warning and
 /// nothing changes).
 const ANALYZE: &str = "ANALYZE txoutbox_messages";
 
-/// True when the hot table holds rows the planner has no statistics for.
-pub(crate) async fn missing_statistics(conn: &impl TxExecutor) -> Result<bool> {
-    let rows = conn.rows(MISSING_STATISTICS, &[]).await?;
-    Ok(rows
-        .first()
-        .map(|r| r.try_get(0))
-        .transpose()?
-        .unwrap_or(false))
+/// What the planner knows of the hot table.
+pub(crate) struct Statistics {
+    /// It has column statistics.
+    pub analyzed: bool,
+    /// It has none, and holds 1 000 rows or more.
+    pub large: bool,
+}
+
+/// Reads whether the hot table has statistics, and whether it is large without them.
+pub(crate) async fn statistics(conn: &impl TxExecutor) -> Result<Statistics> {
+    let rows = conn.rows(STATISTICS, &[]).await?;
+    let Some(row) = rows.first() else {
+        return Ok(Statistics {
+            analyzed: false,
+            large: false,
+        });
+    };
+    Ok(Statistics {
+        analyzed: row.try_get(0)?,
+        large: row.try_get(1)?,
+    })
 }
 
 /// Gathers the hot table's statistics.
