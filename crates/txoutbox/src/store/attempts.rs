@@ -18,9 +18,10 @@ use super::{Result, TxExecutor};
 /// whose call may have reached the downstream. Every attempt is recorded, including those whose
 /// lease was lost (a completion that came too late), so `txoutbox_attempts` shows every call a
 /// downstream received: a delivered row carries its delivering attempt itself (relay, lease token,
-/// start; V4), every other attempt is a row of the log. Inputs are matched to rows by (id, lease token), so two outcomes of one row (an old
-/// lease's and a new one's) never collide. The next row of a delivered row's ordering key is
-/// unparked.
+/// start; V4), every other attempt is a row of the log (an outcome that changed no row, because
+/// its lease was lost, is logged as `lease_lost`). Inputs are matched to rows by (id, lease
+/// token), so two outcomes of one row (an old lease's and a new one's) never collide. The next
+/// row of a delivered row's ordering key is unparked.
 /// Returns the ids whose completion took effect. A lease token is set only while a row is
 /// in flight (claim sets it; completion, reclaim and replay clear it), so matching the token is
 /// the whole fence: no `status = 'in_flight'` test, which would steer the planner to the lease
@@ -69,8 +70,8 @@ const COMPLETE: &str = "WITH input AS ( \
      INSERT INTO txoutbox_attempt_log (message_id, destination, attempt, downstream_key, relay, \
          lease_token, outcome, error, receipt, started_at, finished_at) \
      SELECT i.id, i.destination, i.attempt, i.downstream_key, $11, i.token, \
-         CASE WHEN d.id IS NULL AND u.id IS NULL THEN 'lease_lost' ELSE i.kind END, \
-         CASE WHEN d.id IS NULL AND u.id IS NULL \
+         CASE WHEN u.id IS NULL THEN 'lease_lost' ELSE i.kind END, \
+         CASE WHEN u.id IS NULL \
              THEN concat_ws(': ', 'the lease was lost before the ' || i.kind || ' outcome was recorded', i.error) \
              ELSE i.error END, \
          i.receipt, i.started, i.finished \
