@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::{drop_schema, test_db};
 
 fn txoutbox() -> Command {
     Command::new(env!("CARGO_BIN_EXE_txoutbox"))
@@ -12,9 +12,7 @@ fn txoutbox() -> Command {
 async fn migrate_applies_the_schema_and_twice_is_a_no_op() -> anyhow::Result<()> {
     let db = test_db().await?;
     let client = db.connect().await?;
-    client
-        .batch_execute("DROP VIEW IF EXISTS txoutbox_attempts; DROP FUNCTION IF EXISTS txoutbox_attempts_write; DROP TABLE IF EXISTS txoutbox_attempt_log, txoutbox_attempts, txoutbox_destinations, txoutbox_discarded, txoutbox_delivered, txoutbox_messages, txoutbox_idempotency_keys, txoutbox_schema_history; DROP SEQUENCE txoutbox_lease_token_seq")
-        .await?;
+    drop_schema(&client).await?;
     let first = txoutbox()
         .arg("migrate")
         .env("DATABASE_URL", db.url())

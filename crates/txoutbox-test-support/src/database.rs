@@ -155,6 +155,23 @@ impl ConnInfo {
     }
 }
 
+/// Drops everything txoutbox's migrations create, under every version's names (V4 renamed the
+/// attempt log and made `txoutbox_attempts` a view), so a test can migrate the database from
+/// nothing or up to an older version.
+pub async fn drop_schema(client: &Client) -> Result<()> {
+    client
+        .batch_execute(
+            "DROP VIEW IF EXISTS txoutbox_attempts; \
+             DROP FUNCTION IF EXISTS txoutbox_attempts_write; \
+             DROP TABLE IF EXISTS txoutbox_attempt_log, txoutbox_attempts, txoutbox_destinations, \
+                 txoutbox_discarded, txoutbox_delivered, txoutbox_messages, \
+                 txoutbox_idempotency_keys, txoutbox_schema_history; \
+             DROP SEQUENCE txoutbox_lease_token_seq",
+        )
+        .await?;
+    Ok(())
+}
+
 /// A database of one test's own, dropped (with its connections) when this is dropped.
 #[derive(Debug)]
 pub struct TestDb {

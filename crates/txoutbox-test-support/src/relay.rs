@@ -29,6 +29,14 @@ impl RecordingSink {
         self.seen.lock().map(|v| v.clone()).unwrap_or_default()
     }
 
+    /// The downstream key of every delivery so far, in call order.
+    pub fn keys(&self) -> Vec<String> {
+        self.deliveries()
+            .into_iter()
+            .map(|d| d.downstream_key)
+            .collect()
+    }
+
     /// How many calls so far.
     pub fn count(&self) -> usize {
         self.seen.lock().map(|v| v.len()).unwrap_or(0)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use txoutbox::admin::{self, PurgeOptions, ReplayOptions, ReplaySelection, Retention};
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
-use txoutbox_test_support::{count, test_db, wait_for_count, TestDb};
+use txoutbox_test_support::{count, drop_schema, test_db, wait_for_count, TestDb};
 use uuid::Uuid;
 
 type TestResult = anyhow::Result<()>;
@@ -16,16 +16,7 @@ type TestResult = anyhow::Result<()>;
 async fn schema_at(version: i32) -> anyhow::Result<(TestDb, tokio_postgres::Client)> {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    client
-        .batch_execute(
-            "DROP VIEW IF EXISTS txoutbox_attempts; \
-             DROP FUNCTION IF EXISTS txoutbox_attempts_write; \
-             DROP TABLE IF EXISTS txoutbox_attempt_log, txoutbox_attempts, txoutbox_destinations, \
-                 txoutbox_discarded, txoutbox_delivered, txoutbox_messages, \
-                 txoutbox_idempotency_keys, txoutbox_schema_history; \
-             DROP SEQUENCE txoutbox_lease_token_seq",
-        )
-        .await?;
+    drop_schema(&client).await?;
     let applied = admin::migrate_to(&mut client, version).await?;
     assert_eq!(applied, (1..=version).collect::<Vec<_>>());
     Ok((db, client))
@@ -130,12 +121,7 @@ async fn an_upgrade_from_v3_keeps_every_row_and_every_attempt() -> TestResult {
         0,
         "a row delivered before V4 keeps its attempt in the log, not twice"
     );
-    let shown = admin::show_message(&client, id(5)).await?;
-    let outcomes: Vec<String> = shown
-        .history
-        .iter()
-        .map(|a| a.outcome.to_string())
-        .collect();
+    let outcomes = outcomes_of(&client, id(5)).await?;
     assert_eq!(outcomes, ["retry", "delivered"]);
     Ok(())
 }
@@ -173,6 +159,16 @@ async fn an_upgrade_from_v1_keeps_every_row_and_every_attempt() -> TestResult {
     assert_eq!(shown.history.len(), 1);
     assert_eq!(shown.history[0].receipt.as_deref(), Some("250 ok"));
     Ok(())
+}
+
+/// The outcomes of the history `txoutbox show` gives for message `id`, oldest first.
+async fn outcomes_of(client: &tokio_postgres::Client, id: Uuid) -> anyhow::Result<Vec<String>> {
+    Ok(admin::show_message(client, id)
+        .await?
+        .history
+        .iter()
+        .map(|a| a.outcome.to_string())
+        .collect())
 }
 
 fn id(n: u128) -> Uuid {
@@ -219,12 +215,7 @@ async fn after_the_upgrade_a_delivery_writes_no_log_row_and_the_history_stays_wh
         assert!(last.started_at <= last.finished_at);
         assert_ne!(last.relay, "operator");
     }
-    let leased = admin::show_message(&client, id(2)).await?;
-    let outcomes: Vec<String> = leased
-        .history
-        .iter()
-        .map(|a| a.outcome.to_string())
-        .collect();
+    let outcomes = outcomes_of(&client, id(2)).await?;
     assert_eq!(outcomes, ["expired", "delivered"]);
 
     // A replay of a delivered row moves its carried attempt into the log first.
@@ -239,12 +230,7 @@ async fn after_the_upgrade_a_delivery_writes_no_log_row_and_the_history_stays_wh
     )
     .await?;
     assert_eq!(report.replayed.len(), 1);
-    let replayed = admin::show_message(&client, id(1)).await?;
-    let outcomes: Vec<String> = replayed
-        .history
-        .iter()
-        .map(|a| a.outcome.to_string())
-        .collect();
+    let outcomes = outcomes_of(&client, id(1)).await?;
     assert_eq!(outcomes, ["delivered", "replayed"]);
     Ok(())
 }
