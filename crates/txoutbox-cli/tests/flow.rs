@@ -274,6 +274,53 @@ async fn an_open_breaker_stops_calling_a_dead_destination_and_the_others_flow() 
     Ok(())
 }
 
+/// With one call in flight, the failure that opens the breaker is the last call: the slot it
+/// frees is refilled only by a claim that already sees the breaker open, however busy the claim
+/// loop is with another destination's backlog.
+#[tokio::test]
+async fn the_failure_that_opens_the_breaker_is_the_last_call_before_the_cool_down(
+) -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let (receiver, addr) = WebhookReceiver::start(|path, _| {
+        if path == "webhook:x" {
+            (StatusCode::SERVICE_UNAVAILABLE, None)
+        } else {
+            (StatusCode::OK, None)
+        }
+    })
+    .await?;
+    enqueue_rows(&db, "webhook:x", 10).await?;
+    enqueue_rows(&db, "webhook:y", 3000).await?;
+    let _relay = RelayProcess::start(
+        &db,
+        addr,
+        &["webhook:x", "webhook:y"],
+        &[
+            "--max-in-flight",
+            "webhook:x=1",
+            "--breaker-failures",
+            "3",
+            "--breaker-cool-down",
+            "1m",
+            "--retry-base",
+            "1ms",
+            "--retry-cap",
+            "1ms",
+        ],
+    )?;
+    let y = receiver
+        .wait_delivered("webhook:y", 3000, Duration::from_secs(40))
+        .await;
+    assert_eq!(y, 3000, "the other destination is delivered");
+    let calls = receiver.calls("webhook:x");
+    assert_eq!(
+        calls.len(),
+        3,
+        "calls to x while its breaker cools down: {calls:?}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyhow::Result<()> {
     let db = test_db().await?;

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use uuid::Uuid;
@@ -51,15 +52,22 @@ pub(super) async fn completer(
                 Err(_) => break,
             }
         }
+        // The breakers learn a batch's outcomes before its rows are completed: a completed row
+        // frees its destination's in-flight slot, and the claim that fills the slot must see
+        // the breaker these outcomes may have opened.
         let signals = super::flow::signals(&inner, &batch);
-        if !signals.is_empty() {
+        let learned = {
             let inner = inner.clone();
-            writes.spawn(async move {
-                if let Err(e) = super::flow::feedback(&inner, &signals).await {
-                    tracing::warn!(error = %e, "could not record the outcomes for the destinations' breakers");
+            async move {
+                if !signals.is_empty() {
+                    if let Err(e) = super::flow::feedback(&inner, &signals).await {
+                        tracing::warn!(error = %e, "could not record the outcomes for the destinations' breakers");
+                    }
                 }
-            });
-        }
+            }
+            .boxed()
+            .shared()
+        };
         let (hooked, plain): (Vec<_>, Vec<_>) = batch.into_iter().partition(|f| {
             f.completion.is_some() && inner.hooks.contains_key(&f.lease.delivery.destination)
         });
@@ -68,7 +76,9 @@ pub(super) async fn completer(
                 return;
             };
             let (inner, shutting_down, held) = (inner.clone(), shutting_down.clone(), held.clone());
+            let learned = learned.clone();
             writes.spawn(async move {
+                learned.await;
                 write_hooked(&inner, &finished, &shutting_down).await;
                 held.forget(std::slice::from_ref(&finished));
                 drop(permit);
@@ -78,6 +88,7 @@ pub(super) async fn completer(
             // Batches touch disjoint rows: up to COMPLETION_WRITERS of them are written at once.
             let (inner, shutting_down, held) = (inner.clone(), shutting_down.clone(), held.clone());
             writes.spawn(async move {
+                learned.await;
                 write_plain(&inner, &plain, &shutting_down).await;
                 held.forget(&plain);
                 drop(permit);
