@@ -588,6 +588,115 @@ async fn a_dead_head_blocks_its_ordering_key_only() -> TestResult {
     Ok(())
 }
 
+/// Holds the delivery of `held` until `release` is notified; records every delivery.
+#[derive(Clone)]
+struct Hold {
+    held: &'static str,
+    release: Arc<tokio::sync::Notify>,
+    sink: RecordingSink,
+}
+
+#[async_trait::async_trait]
+impl Sink for Hold {
+    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
+        if d.downstream_key == self.held {
+            self.release.notified().await;
+        }
+        self.sink.deliver(d).await
+    }
+}
+
+/// A claim whose snapshot was taken before the completion of its key's head committed, and
+/// which reaches the row behind the head after it: the completion's unpark found that row not
+/// yet parked, and the claim, still seeing the head, parks it. The claim ends such a park itself;
+/// else the row would wait out the whole park (30 s) with nothing ahead of it.
+#[tokio::test]
+async fn a_claim_that_raced_the_heads_completion_does_not_hold_the_next_row_back() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    // A destination with a flow-control state: every claim locks its row before any message
+    // row, so a transaction holding it stops a claim just after the claim took its snapshot.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_destinations (destination, failures) VALUES ('gate', 1)",
+        )
+        .await?;
+    let message = |n: i32| {
+        OutboxMessage::new("events", &serde_json::json!({ "n": n })).map(|m| {
+            m.with_downstream_key(format!("k-{n}"))
+                .with_ordering_key("k")
+        })
+    };
+    let tx = client.transaction().await?;
+    enqueue(&tx, &[message(0)?]).await?;
+    tx.commit().await?;
+    let release = Arc::new(tokio::sync::Notify::new());
+    let sink = Hold {
+        held: "k-0",
+        release: release.clone(),
+        sink: RecordingSink::new(),
+    };
+    // One slot: while the head is out the relay does not claim, and it claims again the moment
+    // the head's sink returns, before the head is completed.
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(RelayConfig {
+                concurrency: 1,
+                ..txoutbox_test_support::relay::relay_config()
+            })
+            .sink("events", sink.clone())
+            .build()?,
+    );
+    let in_flight = "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'";
+    assert_eq!(
+        wait_for_count(&client, in_flight, 1, Duration::from_secs(10)).await?,
+        1
+    );
+    let tx = client.transaction().await?;
+    enqueue(&tx, &[message(1)?]).await?;
+    tx.commit().await?;
+
+    let mut gate = db.connect().await?;
+    let gate = gate.transaction().await?;
+    gate.execute(
+        "SELECT 1 FROM txoutbox_destinations WHERE destination = 'gate' FOR UPDATE",
+        &[],
+    )
+    .await?;
+    let mut head = db.connect().await?;
+    let head = head.transaction().await?;
+    head.execute(
+        "SELECT 1 FROM txoutbox_messages WHERE downstream_key = 'k-0' FOR UPDATE",
+        &[],
+    )
+    .await?;
+    release.notify_one();
+    // The claim waits for the destination's row, the head's completion for the head's row.
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    assert_eq!(
+        wait_for_count(&client, waiting, 2, Duration::from_secs(10)).await?,
+        2
+    );
+    head.commit().await?;
+    let completed = "SELECT count(*) FROM txoutbox_delivered WHERE downstream_key = 'k-0'";
+    assert_eq!(
+        wait_for_count(&client, completed, 1, Duration::from_secs(10)).await?,
+        1
+    );
+    // Only now does the claim, whose snapshot still holds the head, reach the next row.
+    gate.commit().await?;
+
+    assert_eq!(
+        sink.sink.wait_for(2, Duration::from_secs(10)).await,
+        2,
+        "the next row is delivered without waiting out its park"
+    );
+    relay.stop().await?;
+    assert_eq!(sink.sink.keys(), ["k-0", "k-1"]);
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_postgres_restart_while_relaying_loses_no_row() -> TestResult {
     let cluster = Cluster::private(&ClusterOptions::default())?;

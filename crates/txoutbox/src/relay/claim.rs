@@ -49,6 +49,13 @@ pub(super) async fn claim(
         }),
         None => Vec::new(),
     };
+    if !claimed.parked_ids.is_empty() {
+        // The claim has committed its rows: a failure here must not lose them, and the park it
+        // would end runs out by itself.
+        if let Err(e) = store::messages::unpark_freed(&conn, &claimed.parked_ids).await {
+            tracing::debug!(error = %e, "could not end the park of rows whose head is gone");
+        }
+    }
     let next_change = inner.flow.observe(&gates, bounds, inner.sinks.keys());
     let leases = claimed.rows.into_iter().map(Lease::from).collect();
     Ok((

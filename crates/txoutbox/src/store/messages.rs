@@ -198,7 +198,8 @@ const CLAIM: &str = concat!(
          'tokens', g.avail - COALESCE(t.n, 0), 'rate', g.rate_per_sec, \
          'open_for', g.open_for, 'failures', g.failures))::text AS gates \
      FROM gate g LEFT JOIN taken t ON t.destination = g.destination) \
- SELECT p.parked, gs.gates, c.* FROM (SELECT count(*) AS parked FROM parked) p \
+ SELECT p.parked, CASE WHEN row_number() OVER () = 1 THEN p.parked_ids END AS parked_ids, \
+     gs.gates, c.* FROM (SELECT count(*) AS parked, array_agg(id) AS parked_ids FROM parked) p \
      CROSS JOIN gates gs LEFT JOIN claimed c ON true"
 );
 
@@ -222,18 +223,39 @@ const CLAIM_UNBOUNDED: &str = concat!(
      LIMIT $1 * 4 \
      FOR UPDATE SKIP LOCKED), ",
     claim_tail!(),
-    " SELECT g.flow, p.parked, NULL::text AS gates, c.* FROM guard g \
-     CROSS JOIN (SELECT count(*) AS parked FROM parked) p LEFT JOIN claimed c ON true"
+    " SELECT g.flow, p.parked, \
+     CASE WHEN row_number() OVER () = 1 THEN p.parked_ids END AS parked_ids, \
+     NULL::text AS gates, c.* FROM guard g \
+     CROSS JOIN (SELECT count(*) AS parked, array_agg(id) AS parked_ids FROM parked) p \
+     LEFT JOIN claimed c ON true"
 );
 
+/// Ends the park of the rows $1 a claim has just parked whose ordering key has no earlier row left
+/// (the head's completion committed after the claim's snapshot was taken, so the claim still saw
+/// it; its unpark found the rows not yet parked). Runs in a snapshot taken after the claim
+/// committed, so it sees every completion the claim could have missed; a completion that commits
+/// later unparks the rows itself. Skips rows another transaction holds: a completion unparking
+/// them, or another claim, which rechecks them in turn (and waiting could deadlock with a
+/// completion that holds the head). Unparking a row that should wait is harmless: every claim
+/// checks the head again.
+const UNPARK_FREED: &str = "WITH freed AS ( \
+     SELECT m.id FROM txoutbox_messages m \
+     WHERE m.id = ANY($1::uuid[]) AND m.status = 'pending' AND NOT EXISTS ( \
+         SELECT 1 FROM txoutbox_messages p \
+         WHERE p.ordering_key = m.ordering_key AND p.seq < m.seq) \
+     FOR UPDATE SKIP LOCKED) \
+ UPDATE txoutbox_messages m SET next_attempt_at = LEAST(m.next_attempt_at, now()) \
+ FROM freed f WHERE m.id = f.id RETURNING m.id";
+
 /// How long a row waiting behind an earlier row of its ordering key is parked by a claim (the
-/// completion of the row ahead of it ends the park at once).
+/// completion of the row ahead of it ends the park at once, and [`UNPARK_FREED`] ends it when
+/// that completion raced the claim).
 const ORDERING_PARK_SECS: f64 = 30.0;
 /// How long a row is parked when the head of its ordering key is dead (`failed` or `unknown`):
 /// only an operator moves such a head, and replay (through the head's delivery), discard and
 /// purge each end the park of the row behind it at once. Rows behind dead heads are read once per
 /// park, so a longer park is what keeps them from costing every relay's claims; a head moved by
-/// an operator at the instant a claim parks the row behind it delays that row by this at most.
+/// an operator while a claim parks the row behind it is seen by [`UNPARK_FREED`].
 const DEAD_HEAD_PARK_SECS: f64 = 600.0;
 /// A claim of the relay's.
 pub(crate) struct ClaimDue<'a> {
@@ -274,6 +296,8 @@ pub(crate) struct Claimed {
     pub rows: Vec<ClaimedRow>,
     /// Rows parked behind the head of their ordering key.
     pub parked: i64,
+    /// Their ids, for [`unpark_freed`].
+    pub parked_ids: Vec<Uuid>,
     /// The bounded destinations' states as the claim saw (and spent) them, as JSON.
     pub gates: Option<String>,
     /// An unbounded claim found a destination with a flow-control state and claimed nothing:
@@ -308,6 +332,12 @@ pub(crate) async fn claim_due(conn: &impl TxExecutor, claim: &ClaimDue<'_>) -> R
         .map(|r| r.try_get::<_, i64>("parked"))
         .transpose()?
         .unwrap_or(0);
+    let parked_ids = rows
+        .first()
+        .map(|r| r.try_get::<_, Option<Vec<Uuid>>>("parked_ids"))
+        .transpose()?
+        .flatten()
+        .unwrap_or_default();
     let gates = rows
         .first()
         .map(|r| r.try_get::<_, Option<String>>("gates"))
@@ -341,9 +371,19 @@ pub(crate) async fn claim_due(conn: &impl TxExecutor, claim: &ClaimDue<'_>) -> R
     Ok(Claimed {
         rows: claimed,
         parked,
+        parked_ids,
         gates,
         flow,
     })
+}
+
+/// Ends the park of those of `parked` (rows a claim has just parked) whose ordering key has no
+/// earlier row left; returns how many. Run after the claim committed ([`UNPARK_FREED`]).
+pub(crate) async fn unpark_freed(conn: &impl TxExecutor, parked: &[Uuid]) -> Result<u64> {
+    let rows = conn
+        .rows(UNPARK_FREED, &[(&parked, Type::UUID_ARRAY)])
+        .await?;
+    Ok(rows.len() as u64)
 }
 
 /// Commits the start of an at-most-once attempt ($1, under lease token $2) just before its sink
