@@ -237,12 +237,13 @@ const CLAIM_UNBOUNDED: &str = concat!(
 /// later unparks the rows itself. Skips rows another transaction holds: a completion unparking
 /// them, or another claim, which rechecks them in turn (and waiting could deadlock with a
 /// completion that holds the head). Unparking a row that should wait is harmless: every claim
-/// checks the head again.
+/// checks the head again. The row ahead is looked up by a scalar subquery with LIMIT 1, an index
+/// lookup per parked row: as an anti-join the planner hashed the whole hot table.
 const UNPARK_FREED: &str = "WITH freed AS ( \
      SELECT m.id FROM txoutbox_messages m \
-     WHERE m.id = ANY($1::uuid[]) AND m.status = 'pending' AND NOT EXISTS ( \
-         SELECT 1 FROM txoutbox_messages p \
-         WHERE p.ordering_key = m.ordering_key AND p.seq < m.seq) \
+     WHERE m.id = ANY($1::uuid[]) AND m.status = 'pending' AND ( \
+         SELECT p.seq FROM txoutbox_messages p \
+         WHERE p.ordering_key = m.ordering_key AND p.seq < m.seq ORDER BY p.seq LIMIT 1) IS NULL \
      FOR UPDATE SKIP LOCKED) \
  UPDATE txoutbox_messages m SET next_attempt_at = LEAST(m.next_attempt_at, now()) \
  FROM freed f WHERE m.id = f.id RETURNING m.id";
