@@ -28,9 +28,13 @@ pub struct Args {
     /// e.g. `--drop-index txoutbox_messages_created`.
     #[arg(long = "drop-index", value_name = "INDEX")]
     drop_index: Vec<String>,
+    /// Measure only these modes (for profiling one; the ratios need `business` and the
+    /// hand-written ones).
+    #[arg(long, value_delimiter = ',')]
+    modes: Vec<Mode>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, clap::ValueEnum)]
 enum Mode {
     /// BEGIN; INSERT business row; COMMIT.
     Business,
@@ -38,6 +42,11 @@ enum Mode {
     /// DO NOTHING; INSERT business row; one multi-row INSERT of the 2 outbox rows; UPDATE the key
     /// with the response; COMMIT. Into txoutbox's own tables, so the indexes are the same.
     HandWritten,
+    /// The same information in one row, as cheaply as hand-written SQL can: BEGIN; the key's
+    /// advisory lock, its lookup and the business insert in one round trip; the key row with the
+    /// response and the effects (JSON) and the COMMIT in one round trip (BEGIN and COMMIT sent
+    /// by hand on the connection, so the COMMIT can be pipelined).
+    HandWrittenOneRow,
     /// BEGIN; claim key; INSERT business row; 2 outbox rows + stored response; COMMIT.
     Full,
     /// Full, plus a NOTIFY inside the transaction (what txoutbox does not do by default).
@@ -47,6 +56,12 @@ enum Mode {
     /// Full, with the business insert pipelined with the key claim (one round trip for both;
     /// the insert is rolled back with everything else when the key is not new).
     FullPipelined,
+    /// FullPipelined, with `Claim::commit`: the key, the response and the outbox rows stored
+    /// and committed in one round trip.
+    FullCommit,
+    /// One row per request: FullCommit in a scope with deferred effects (the key row carries
+    /// the response and the effects; the relay fans them out).
+    FullOneRow,
     /// The business row as the key record (`BusinessKey`): BEGIN; the business insert with its
     /// `UNIQUE` key and fingerprint columns, `ON CONFLICT DO NOTHING`; the 2 outbox rows; COMMIT.
     /// No key row and no stored response: a retry is answered from the business row.
@@ -62,6 +77,9 @@ impl Mode {
             Mode::FullNotifyInTx => "full path + NOTIFY in tx",
             Mode::FullHintAfterCommit => "full path + hint after commit",
             Mode::FullPipelined => "full path, insert pipelined",
+            Mode::FullCommit => "... + Claim::commit",
+            Mode::FullOneRow => "... + deferred effects (1 row)",
+            Mode::HandWrittenOneRow => "hand-written SQL, one row",
             Mode::BusinessKey => "business row as key record",
         }
     }
@@ -80,14 +98,26 @@ const HAND_COMPLETE_KEY: &str = "UPDATE txoutbox_idempotency_keys SET state = 'c
      response_status = $3, response_headers = $4, response_body = $5 \
      WHERE scope = $1 AND key = $2";
 
+/// [`Mode::HandWrittenOneRow`]'s statements.
+const HAND_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(10) || $2, 4411))";
+const HAND_LOOKUP: &str = "SELECT fingerprint, response_status, response_headers, response_body \
+     FROM txoutbox_idempotency_keys WHERE scope = $1 AND key = $2";
+const HAND_STORE_ONE_ROW: &str = "INSERT INTO txoutbox_idempotency_keys \
+     (scope, key, fingerprint, state, response_status, response_headers, response_body, \
+     expires_at, effects) \
+     VALUES ($1, $2, $3, 'completed', $4, $5, $6, now() + interval '24 hours', $7)";
+
 /// The modes, in the order they run at each client count (the baselines first).
-const MODES: [Mode; 7] = [
+const MODES: [Mode; 10] = [
     Mode::Business,
     Mode::HandWritten,
+    Mode::HandWrittenOneRow,
     Mode::Full,
     Mode::FullNotifyInTx,
     Mode::FullHintAfterCommit,
     Mode::FullPipelined,
+    Mode::FullCommit,
+    Mode::FullOneRow,
     Mode::BusinessKey,
 ];
 
@@ -112,6 +142,15 @@ fn command(args: &Args, clients: usize) -> String {
     }
     for index in &args.drop_index {
         command.push_str(&format!(" --drop-index {index}"));
+    }
+    if !args.modes.is_empty() {
+        let modes: Vec<String> = args
+            .modes
+            .iter()
+            .filter_map(clap::ValueEnum::to_possible_value)
+            .map(|v| v.get_name().to_owned())
+            .collect();
+        command.push_str(&format!(" --modes {}", modes.join(",")));
     }
     command
 }
@@ -161,14 +200,17 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
         max_clients + 1
     );
     let waker = RelayWaker::spawn(pool.clone());
-    let mut ratio = None;
+    let mut ratio = Ratios::default();
     println!(
         "{:>7}  {:<30} {:>10} {:>8} {:>8} {:>12}",
         "clients", "mode", "tx/s", "ratio", "vs hand", "WAL B/req"
     );
     for &clients in &args.clients {
-        let (mut baseline, mut hand) = (0.0, 0.0);
-        for mode in MODES {
+        let (mut baseline, mut hand, mut hand_one_row) = (0.0, 0.0, 0.0);
+        for mode in MODES
+            .into_iter()
+            .filter(|m| args.modes.is_empty() || args.modes.contains(m))
+        {
             // Every mode starts from the same state: empty tables, a fresh checkpoint.
             setup
                 .batch_execute(
@@ -180,16 +222,23 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
             match mode {
                 Mode::Business => baseline = tps,
                 Mode::HandWritten => hand = tps,
+                Mode::HandWrittenOneRow => hand_one_row = tps,
                 _ => {}
             }
+            // Against the cheapest hand-written SQL measured so far (the baselines run first).
+            let cheapest = f64::max(hand, hand_one_row);
             let r = tps / baseline;
             let vs_hand = if mode == Mode::Business {
                 "".to_string()
             } else {
-                format!("{:.2}", tps / hand)
+                format!("{:.2}", tps / cheapest)
             };
-            if mode == Mode::Full && clients == args.ratio_at {
-                ratio = Some((r, tps / hand));
+            if clients == args.ratio_at {
+                match mode {
+                    Mode::FullOneRow => ratio.one_row = Some((r, tps / cheapest)),
+                    Mode::Full => ratio.rows = Some(r),
+                    _ => {}
+                }
             }
             println!(
                 "{clients:>7}  {:<30} {tps:>10.0} {r:>8.2} {vs_hand:>8} {wal:>12.0}",
@@ -199,21 +248,38 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
         println!("         {}", command(args, clients));
     }
     let reproduce = command(args, args.ratio_at);
-    match ratio {
+    match ratio.one_row {
         Some((business, hand)) => {
             println!(
-                "ratio: {business:.2} (full path / business insert only, {} clients)  {reproduce}",
+                "ratio: {business:.2} (full path with one row per request: deferred effects, \
+                 Claim::commit / business insert only, {} clients)  {reproduce}",
                 args.ratio_at
             );
             println!(
-                "ratio to hand-written SQL: {hand:.2} (full path / hand-written SQL storing the \
-                 same information, {} clients)  {reproduce}",
+                "ratio to hand-written SQL: {hand:.2} (the same / the cheapest hand-written SQL \
+                 storing the same information, {} clients)  {reproduce}",
                 args.ratio_at
             );
         }
         None => println!("ratio: n/a (no run at {} clients)", args.ratio_at),
     }
+    if let Some(rows) = ratio.rows {
+        println!(
+            "ratio with the effects as rows at commit: {rows:.2} (full path, begin and complete \
+             one after the other / business insert only, {} clients)  {reproduce}",
+            args.ratio_at
+        );
+    }
     Ok(())
+}
+
+/// The ratios the run ends with.
+#[derive(Default)]
+struct Ratios {
+    /// [`Mode::FullOneRow`] against the business insert and the cheapest hand-written SQL.
+    one_row: Option<(f64, f64)>,
+    /// [`Mode::Full`] against the business insert.
+    rows: Option<f64>,
 }
 
 async fn measure(
@@ -238,7 +304,10 @@ async fn measure(
         );
         tasks.push(tokio::spawn(async move {
             let mut client = pool.get().await?;
-            let scope = Scope::new("bench")?;
+            let scope = match mode {
+                Mode::FullOneRow => Scope::new("bench")?.with_deferred_effects(),
+                _ => Scope::new("bench")?,
+            };
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
@@ -286,6 +355,9 @@ async fn one_request(
 ) -> Result<()> {
     let customer = format!("customer-{client_no}");
     let amount = (n % 10_000) as i64;
+    if mode == Mode::HandWrittenOneRow {
+        return hand_written_one_row(client, scope, &customer, amount).await;
+    }
     let tx = client.transaction().await?;
     if mode == Mode::Business {
         let insert = tx.prepare_cached(INSERT_ORDER).await?;
@@ -304,7 +376,11 @@ async fn one_request(
     }
     let insert = tx.prepare_cached(INSERT_ORDER).await?;
     let values: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&customer, &amount];
-    let (outcome, row) = if mode == Mode::FullPipelined {
+    let pipelined = matches!(
+        mode,
+        Mode::FullPipelined | Mode::FullCommit | Mode::FullOneRow
+    );
+    let (outcome, row) = if pipelined {
         let (outcome, row) = futures::join!(
             txoutbox::begin(&tx, scope, &key, &fingerprint),
             tx.query(&insert, &values)
@@ -330,6 +406,10 @@ async fn one_request(
         headers: vec![("content-type".into(), "application/json".into())],
         body: format!(r#"{{"order":{id}}}"#).into_bytes(),
     };
+    if matches!(mode, Mode::FullCommit | Mode::FullOneRow) {
+        claim.commit(tx, &response).await?;
+        return Ok(());
+    }
     claim.complete(&tx, &response).await?;
     tx.commit().await?;
     if mode == Mode::FullHintAfterCommit {
@@ -391,6 +471,58 @@ async fn business_key(
     }
     claim.complete(&*tx).await?;
     tx.commit().await?;
+    Ok(())
+}
+
+/// One request as a team would write it by hand storing the same information in one row, at
+/// its cheapest ([`Mode::HandWrittenOneRow`]): three round trips, the transaction begun and
+/// committed by hand so that the COMMIT rides with the key row's insert.
+async fn hand_written_one_row(
+    client: &mut deadpool_postgres::Object,
+    scope: &Scope,
+    customer: &str,
+    amount: i64,
+) -> Result<()> {
+    let key = uuid::Uuid::now_v7().to_string();
+    let body = format!(r#"{{"customer":"{customer}","amount":{amount}}}"#);
+    let fingerprint = Fingerprint::new("POST", "/orders", body.as_bytes());
+    let scope = scope.name();
+    let (lock, lookup, insert, store) = (
+        client.prepare_cached(HAND_LOCK).await?,
+        client.prepare_cached(HAND_LOOKUP).await?,
+        client.prepare_cached(INSERT_ORDER).await?,
+        client.prepare_cached(HAND_STORE_ONE_ROW).await?,
+    );
+    type Values<'a> = Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)>;
+    let key_values: Values = vec![&scope, &key];
+    let order_values: Values = vec![&customer, &amount];
+    client.batch_execute("BEGIN").await?;
+    let (locked, found, order) = futures::join!(
+        client.query(&lock, &key_values),
+        client.query(&lookup, &key_values),
+        client.query(&insert, &order_values)
+    );
+    locked?;
+    anyhow::ensure!(found?.is_empty(), "a fresh key was not new");
+    let id: i64 = order?.first().map(|r| r.get(0)).unwrap_or_default();
+    let effects = serde_json::json!([
+        {"id": uuid::Uuid::now_v7(), "destination": "stripe",
+         "payload": {"order": id, "amount": amount}, "downstream_key": format!("{scope}:{key}:charge")},
+        {"id": uuid::Uuid::now_v7(), "destination": "email",
+         "payload": {"order": id, "to": customer}, "downstream_key": format!("{scope}:{key}:receipt")},
+    ]);
+    let (fp, headers, response) = (
+        fingerprint.as_bytes().as_slice(),
+        serde_json::json!([["content-type", "application/json"]]),
+        format!(r#"{{"order":{id}}}"#).into_bytes(),
+    );
+    let store_values: Values = vec![&scope, &key, &fp, &201i16, &headers, &response, &effects];
+    let (stored, committed) = futures::join!(
+        client.execute(&store, &store_values),
+        client.batch_execute("COMMIT")
+    );
+    stored?;
+    committed?;
     Ok(())
 }
 

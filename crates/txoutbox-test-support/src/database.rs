@@ -163,6 +163,7 @@ pub async fn drop_schema(client: &Client) -> Result<()> {
         .batch_execute(
             "DROP VIEW IF EXISTS txoutbox_attempts; \
              DROP FUNCTION IF EXISTS txoutbox_attempts_write; \
+             DROP FUNCTION IF EXISTS txoutbox_refuse; \
              DROP TABLE IF EXISTS txoutbox_attempt_log, txoutbox_attempts, txoutbox_destinations, \
                  txoutbox_discarded, txoutbox_delivered, txoutbox_messages, \
                  txoutbox_idempotency_keys, txoutbox_schema_history; \

@@ -8,7 +8,7 @@
 
 pub use crate::downstream_key::{derive_downstream_key, DOWNSTREAM_KEY_NAMESPACE};
 pub use crate::key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
-pub use crate::store::{Params, TxExecutor};
+pub use crate::store::{CommitExecutor, Params, TxExecutor};
 pub use row::{BusinessKey, RowBegin, RowClaim};
 
 mod row;
@@ -60,6 +60,7 @@ pub struct Scope {
     lock_timeout: Duration,
     min_key_len: usize,
     metric_label: Option<&'static str>,
+    deferred_effects: bool,
 }
 
 impl Scope {
@@ -76,6 +77,7 @@ impl Scope {
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             min_key_len: DEFAULT_MIN_KEY_LEN,
             metric_label: None,
+            deferred_effects: false,
         })
     }
 
@@ -135,6 +137,26 @@ impl Scope {
         self
     }
 
+    /// Stores each request's effects on its key row, one row per request however many effects,
+    /// and lets the relay write them into `txoutbox_messages` in batches, off the request path.
+    /// The request then writes one row (its key, response and effects) besides its business rows:
+    /// the cheapest write path (README, Performance). What changes: the effects appear in
+    /// `txoutbox_messages` (and `txoutbox list`) when a relay fans them out, a few milliseconds
+    /// after the commit with a relay running (`txoutbox stats` counts those not yet fanned out),
+    /// and a key is not pruned while it still carries effects. Effects with an ordering key or a
+    /// downstream key of their own are written as rows at once, as without this option: their
+    /// commit order and their deduplication are decided when they are enqueued.
+    pub fn with_deferred_effects(mut self) -> Self {
+        self.deferred_effects = true;
+        self
+    }
+
+    /// Whether the scope's requests store their effects on their key rows
+    /// ([`Scope::with_deferred_effects`]).
+    pub fn deferred_effects(&self) -> bool {
+        self.deferred_effects
+    }
+
     /// The scope's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -182,6 +204,8 @@ pub struct StoredResponse {
 /// The outcome of [`begin`].
 #[derive(Debug)]
 #[must_use = "a New claim must be completed with Claim::complete before commit"]
+// Matched once per request, at once: boxing the claim would cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
 pub enum Begin {
     /// The key is new (or expired): do the work, enqueue effects, then [`Claim::complete`].
     New(Claim),
@@ -198,15 +222,23 @@ pub enum Begin {
 
 /// A claimed key: the right to do the request's work once.
 ///
-/// Effects enqueued here are buffered and written by [`Claim::complete`] in the same statement that
-/// stores the response, inside the caller's transaction.
+/// Effects enqueued here are buffered and written by [`Claim::complete`] (or [`Claim::commit`])
+/// in the same statement that stores the key and the response, inside the caller's transaction.
 #[derive(Debug)]
 pub struct Claim {
     scope: Scope,
     key: IdempotencyKey,
-    /// The claim's time (the key row's `created_at`, µs since the epoch): part of its effects'
-    /// downstream keys.
+    fingerprint: Vec<u8>,
+    /// The claim's time (the transaction's `now()`, which becomes the key row's `created_at`),
+    /// µs since the epoch: part of its effects' downstream keys.
     claimed_at_micros: i64,
+    /// The same time, as the database gave it.
+    claimed_at: chrono::DateTime<chrono::Utc>,
+    /// The claim's backend: the key is stored only in the claim's transaction.
+    backend_pid: i32,
+    /// How the request's completion writes the key row: inserted (over an expired key, taken
+    /// over), or updated when the claim inserted it (REPEATABLE READ, SERIALIZABLE).
+    write: keys::KeyWrite,
     messages: Vec<(String, OutboxMessage)>,
     effects: HashSet<String>,
     traceparent: Option<crate::telemetry::Traceparent>,
@@ -222,15 +254,16 @@ pub(crate) fn enqueue_context() -> Option<crate::telemetry::Traceparent> {
 
 /// Claims `key` in `scope` inside the caller's transaction.
 ///
-/// The key row is inserted in the transaction, so a concurrent request with the same key waits on
-/// its row lock (up to the scope's lock timeout) instead of racing a read. Nothing is visible to
-/// others until the caller commits; a rollback or a dropped connection leaves nothing.
-///
-/// Any isolation level works. Under REPEATABLE READ or SERIALIZABLE a key committed by a
-/// concurrent request after this transaction's snapshot cannot be read here: Postgres refuses
-/// the claim with a serialization failure (40001), which is answered [`Begin::InFlight`], as is a
-/// deadlock (40P01) on the key. A serialization failure later in the transaction (the caller's
-/// own statements, [`Claim::complete`], the commit) is [`Error::Conflict`], also a 409.
+/// Every request of a key first takes the key's transaction-scoped advisory lock, so a concurrent
+/// request with the same key waits for it (up to the scope's lock timeout) instead of racing a
+/// read, and then reads what the first one committed. Under READ COMMITTED (the default) the key
+/// row is written once, at the end, by [`Claim::complete`]; under REPEATABLE READ or SERIALIZABLE
+/// it is inserted here, so that a key committed by a concurrent request after this transaction's
+/// snapshot makes Postgres refuse the claim with a serialization failure (40001), which is
+/// answered [`Begin::InFlight`], as is a deadlock (40P01). A serialization failure later in the
+/// transaction (the caller's own statements, [`Claim::complete`], the commit) is
+/// [`Error::Conflict`], also a 409. Nothing is visible to others until the caller commits; a
+/// rollback or a dropped connection leaves nothing.
 ///
 /// A key shorter than the scope's [`Scope::min_key_len`] is refused with
 /// [`KeyError::TooShort`] before anything is written.
@@ -242,41 +275,69 @@ pub async fn begin(
 ) -> Result<Begin> {
     scope.check_key(key)?;
     let timeout = format!("{}ms", scope.lock_timeout.as_millis().max(1));
-    let window = scope.window.as_secs_f64();
     let fp: &[u8] = fingerprint.as_bytes();
-    let claim = keys::claim_key(
-        tx,
-        &keys::ClaimKey {
-            scope: &scope.name,
-            key: key.as_str(),
-            fingerprint: fp,
-            window_secs: window,
-            lock_timeout: &timeout,
-        },
-    )
-    .await;
-    let claimed_at_micros = match claim {
-        Ok(claimed) => claimed,
+    let locked = match keys::lock_and_lookup(tx, &scope.name, key.as_str(), &timeout).await {
+        Ok(Some(locked)) => locked,
+        Ok(None) => return Err(Error::Internal("the key's lookup answered no row".into())),
         Err(e) if held_elsewhere(&e) => {
             count(IDEMPOTENCY_CONFLICTS, scope);
             return Ok(Begin::InFlight);
         }
         Err(e) => return Err(e.into()),
     };
-    if let Some(claimed_at_micros) = claimed_at_micros {
-        return Ok(Begin::New(Claim {
-            scope: scope.clone(),
-            key: key.clone(),
-            claimed_at_micros,
-            messages: Vec::new(),
-            effects: HashSet::new(),
-            traceparent: enqueue_context(),
-        }));
+    if let Some(row) = locked.key {
+        return answer(scope, fp, row);
     }
-    let row = keys::lookup_key(tx, &scope.name, key.as_str())
-        .await?
-        .ok_or_else(|| Error::Internal("the key vanished between claim and lookup".into()))?;
-    if row.fingerprint != fp {
+    let write = if !locked.read_committed {
+        keys::KeyWrite::Update
+    } else if locked.expired {
+        keys::KeyWrite::TakeOver
+    } else {
+        keys::KeyWrite::Insert
+    };
+    if write == keys::KeyWrite::Update {
+        let claimed = keys::claim_key(
+            tx,
+            &keys::ClaimKey {
+                scope: &scope.name,
+                key: key.as_str(),
+                fingerprint: fp,
+                window_secs: scope.window.as_secs_f64(),
+                lock_timeout: &timeout,
+            },
+        )
+        .await;
+        match claimed {
+            Ok(true) => {}
+            // A live key this transaction's snapshot could not see, held without the lock.
+            Ok(false) => {
+                count(IDEMPOTENCY_CONFLICTS, scope);
+                return Ok(Begin::InFlight);
+            }
+            Err(e) if held_elsewhere(&e) => {
+                count(IDEMPOTENCY_CONFLICTS, scope);
+                return Ok(Begin::InFlight);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Begin::New(Claim {
+        scope: scope.clone(),
+        key: key.clone(),
+        fingerprint: fp.to_vec(),
+        claimed_at_micros: locked.now.timestamp_micros(),
+        claimed_at: locked.now,
+        backend_pid: locked.backend_pid,
+        write,
+        messages: Vec::new(),
+        effects: HashSet::new(),
+        traceparent: enqueue_context(),
+    }))
+}
+
+/// The answer to a request whose key is stored: its response, a mismatch, or in flight.
+fn answer(scope: &Scope, fingerprint: &[u8], row: keys::KeyRow) -> Result<Begin> {
+    if row.fingerprint != fingerprint {
         count(IDEMPOTENCY_MISMATCHES, scope);
         return Ok(Begin::Mismatch);
     }
@@ -353,73 +414,173 @@ impl Claim {
         &self.key
     }
 
-    /// Stores the response and writes the buffered outbox rows, in one statement in the caller's
-    /// transaction; the caller then commits. A 5xx (or any status outside 100..=499) is refused
-    /// with [`Error::Invalid`]: roll back instead, so the retry runs again.
+    /// Stores the key with the response and writes the buffered outbox rows, in one statement in
+    /// the caller's transaction; the caller then commits. A 5xx (or any status outside
+    /// 100..=499) is refused with [`Error::Invalid`]: roll back instead, so the retry runs again.
+    /// In a scope with [`Scope::with_deferred_effects`], the effects without an ordering key or a
+    /// downstream key of their own are stored on the key row, for the relay to fan out.
     ///
     /// Returns which effects were written and which were skipped because a row with the same
     /// (destination, downstream key) is already in the outbox ([`Enqueued`]): only a message
     /// given its own key with [`OutboxMessage::with_downstream_key`] can collide that way.
+    ///
+    /// Fails with [`Error::Internal`] in another transaction than the claim's, and with
+    /// [`Error::Conflict`] (409) when a request that took no key lock (a txoutbox older than V5
+    /// during a rolling upgrade) stored the key first; the transaction is then aborted.
     pub async fn complete(
         self,
         tx: &impl TxExecutor,
         response: &StoredResponse,
     ) -> Result<Enqueued> {
+        let stored = self.stored(response)?;
+        lock_ordering_keys(tx, &stored.rows.ordering_keys).await?;
+        let written = keys::complete_key(tx, &stored.statement(&self, false))
+            .await
+            .map_err(refused)?;
+        stored.enqueued(written)
+    }
+
+    /// [`Claim::complete`] and the commit of `tx` in one round trip: the statement that stores
+    /// the key and the COMMIT are sent together. `tx` must be the outermost transaction with no
+    /// savepoint open (a COMMIT would end the outer transaction too): a transaction with one is
+    /// refused with [`Error::Internal`] and rolled back, as is everything when the statement
+    /// fails. A commit that fails is the database's error, as `tx.commit()` would give
+    /// (a serialization failure: [`Error::Conflict`]; a lost connection:
+    /// [`Error::StoreUnavailable`], the outcome unknown, as for any commit).
+    pub async fn commit(
+        self,
+        tx: impl crate::store::CommitExecutor,
+        response: &StoredResponse,
+    ) -> Result<Enqueued> {
+        let stored = self.stored(response)?;
+        lock_ordering_keys(&tx, &stored.rows.ordering_keys).await?;
+        let (written, committed) =
+            keys::complete_key_and_commit(tx, &stored.statement(&self, true)).await;
+        let written = written.map_err(refused)?;
+        committed?;
+        stored.enqueued(written)
+    }
+
+    /// What storing this claim with `response` writes.
+    fn stored(&self, response: &StoredResponse) -> Result<Stored> {
         if !(100..500).contains(&response.status) {
             return Err(Error::Invalid(format!(
                 "status {} is not stored: roll the transaction back so the retry runs again",
                 response.status
             )));
         }
-        let messages: Vec<(String, OutboxMessage)> = match &self.traceparent {
-            None => self.messages,
-            Some(traceparent) => self
-                .messages
-                .into_iter()
-                .map(|(effect, mut message)| {
-                    attach_traceparent(&mut message, traceparent);
-                    (effect, message)
-                })
-                .collect(),
-        };
-        let keyed = messages
-            .iter()
-            .map(|(effect, message)| {
-                Ok((
-                    message,
-                    Some(key_for(
-                        &self.scope,
-                        &self.key,
-                        self.claimed_at_micros,
-                        effect,
-                        message,
-                    )?),
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let rows = message_columns(keyed.into_iter())?;
-        lock_ordering_keys(tx, &rows.ordering_keys).await?;
-        let headers = serde_json::to_value(&response.headers)?;
-        let written = keys::complete_key(
-            tx,
-            &keys::CompleteKey {
-                scope: &self.scope.name,
-                key: self.key.as_str(),
-                status: response.status as i16,
-                headers: &headers,
-                body: &response.body,
-                messages: &rows,
-            },
-        )
-        .await?
-        .ok_or_else(|| {
-            Error::Internal(
-                "the claimed key is not in this transaction (was it begun on another connection?)"
-                    .into(),
-            )
-        })?;
+        let mut now = Vec::new();
+        let mut deferred = Vec::new();
+        let mut deferred_ids = Vec::new();
+        let mut deferred_destinations = Vec::new();
+        for (effect, message) in &self.messages {
+            let mut message = message.clone();
+            if let Some(traceparent) = &self.traceparent {
+                attach_traceparent(&mut message, traceparent);
+            }
+            let key = key_for(
+                &self.scope,
+                &self.key,
+                self.claimed_at_micros,
+                effect,
+                &message,
+            )?;
+            let rows_now = !self.scope.deferred_effects
+                || message.ordering_key.is_some()
+                || message.downstream_key.is_some();
+            if rows_now {
+                now.push((message, key));
+                continue;
+            }
+            deferred_ids.push(message.id);
+            deferred_destinations.push(message.destination.clone());
+            deferred.push(serde_json::json!({
+                "id": message.id,
+                "destination": message.destination,
+                "payload": message.payload,
+                "headers": message.headers,
+                "downstream_key": key,
+            }));
+        }
+        let rows = message_columns(now.iter().map(|(m, key)| (m, Some(key.clone()))))?;
+        Ok(Stored {
+            status: response.status as i16,
+            headers: serde_json::to_value(&response.headers)?,
+            body: response.body.clone(),
+            rows,
+            effects: (!deferred.is_empty()).then_some(serde_json::Value::Array(deferred)),
+            deferred_ids,
+            deferred_destinations,
+        })
+    }
+}
+
+/// What a claim stores: its response, the outbox rows written now and the effects the key row
+/// carries.
+struct Stored {
+    status: i16,
+    headers: serde_json::Value,
+    body: Vec<u8>,
+    rows: crate::store::messages::MessageColumns,
+    effects: Option<serde_json::Value>,
+    deferred_ids: Vec<uuid::Uuid>,
+    deferred_destinations: Vec<String>,
+}
+
+impl Stored {
+    fn statement<'a>(&'a self, claim: &'a Claim, outermost: bool) -> keys::CompleteKey<'a> {
+        keys::CompleteKey {
+            scope: &claim.scope.name,
+            key: claim.key.as_str(),
+            fingerprint: &claim.fingerprint,
+            window_secs: claim.scope.window.as_secs_f64(),
+            status: self.status,
+            headers: &self.headers,
+            body: &self.body,
+            messages: &self.rows,
+            effects: self.effects.as_ref(),
+            backend_pid: claim.backend_pid,
+            claimed_at: claim.claimed_at,
+            write: claim.write,
+            outermost,
+        }
+    }
+
+    /// Which effects were written: the rows written now, and every effect the key row carries
+    /// (each has a downstream key of this claim's, so none can be a duplicate).
+    fn enqueued(&self, written: Option<crate::store::messages::Inserted>) -> Result<Enqueued> {
+        let mut written =
+            written.ok_or_else(|| Error::Internal("the key's store answered no row".into()))?;
+        written.ids.extend(&self.deferred_ids);
+        written
+            .destinations
+            .extend(self.deferred_destinations.iter().cloned());
         crate::outbox::count_enqueued(&written.destinations);
-        Ok(Enqueued::new(&rows.ids, &written.ids))
+        let mut given = self.rows.ids.clone();
+        given.extend(&self.deferred_ids);
+        Ok(Enqueued::new(&given, &written.ids))
+    }
+}
+
+/// The error of a statement that stores a key, with txoutbox's refusals said in words.
+fn refused(e: tokio_postgres::Error) -> Error {
+    match keys::Refused::of(&e) {
+        Some(keys::Refused::OtherTransaction) => Error::Internal(
+            "the claimed key is not in this transaction (was it begun on another connection?)"
+                .into(),
+        ),
+        Some(keys::Refused::StoredConcurrently) => Error::Conflict(
+            "a concurrent request that took no key lock stored this key first; a retry gets its \
+             answer"
+                .into(),
+        ),
+        Some(keys::Refused::Savepoint) => Error::Internal(
+            "Claim::commit was given a transaction with a savepoint open, whose COMMIT would end \
+             the outer transaction too: everything was rolled back; use Claim::complete, then \
+             commit the transaction"
+                .into(),
+        ),
+        None => e.into(),
     }
 }
 

@@ -69,4 +69,4 @@ pub use idempotency::{begin, Begin, Claim, Scope, StoredResponse};
 pub use key::IdempotencyKey;
 pub use migrate::migrate;
 pub use outbox::{enqueue, Enqueued, OutboxMessage};
-pub use store::TxExecutor;
+pub use store::{CommitExecutor, TxExecutor};

@@ -81,6 +81,8 @@ pub struct BusinessKey {
 
 /// What [`BusinessKey::begin`] found.
 #[derive(Debug)]
+// Matched once per request, at once: boxing the claim would cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
 pub enum RowBegin {
     /// The insert wrote the row: this request is the first with its key. Enqueue its effects on
     /// the claim, [`RowClaim::complete`], then commit.

@@ -6,20 +6,29 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::{flow, Inner, Lease};
+use super::{fan_out, flow, Inner, Lease};
 use crate::error::Result;
 use crate::sink::Delivery;
 use crate::store::{self, Pooled};
 
-/// Claims up to `want` due rows, none of those in `held`, within the flow-control bounds;
-/// returns them with how many rows waiting behind an ordering-key head the claim parked, and how
-/// long until a destination it held back may have rows again.
+/// What a claim took, and what it tells the claim loop.
+pub(super) struct Claimed {
+    pub leases: Vec<Lease>,
+    /// Claim again at once: the claim parked rows waiting behind an ordering-key head (there
+    /// may be due rows past them), or the fan-out beside it wrote rows it could not see.
+    pub again: bool,
+    /// How long until a destination the claim held back may have rows again.
+    pub next_change: Option<Duration>,
+}
+
+/// Claims up to `want` due rows, none of those in `held`, within the flow-control bounds. The
+/// fan-out of deferred effects runs beside it, on the same connection in the same round trip.
 pub(super) async fn claim(
     inner: &Inner,
     want: usize,
     held: Vec<Uuid>,
     bounds: &flow::Bounds,
-) -> Result<(Vec<Lease>, u64, Option<Duration>)> {
+) -> Result<Claimed> {
     let client = inner.pool.get().await?;
     let conn = Pooled::new(&client, inner.config.prepared_statements);
     let mut due = store::messages::ClaimDue {
@@ -33,7 +42,16 @@ pub(super) async fn claim(
         // last claim saw no destination with a flow-control state.
         unbounded: bounds.destinations.is_empty() && !inner.flow_seen.load(Ordering::Relaxed),
     };
-    let mut claimed = store::messages::claim_due(&conn, &due).await?;
+    let (fanned, claimed) = futures::join!(
+        fan_out::fan_out(&conn, &inner.poisoned),
+        store::messages::claim_due(&conn, &due)
+    );
+    let fanned = fanned.unwrap_or_else(|e| {
+        // The effects wait on their key rows for the next claim; the claim itself stands.
+        tracing::debug!(error = %e, "fan-out of deferred effects failed; will try again");
+        0
+    });
+    let mut claimed = claimed?;
     if claimed.flow {
         // A destination has a state now: claim within the bounds.
         due.unbounded = false;
@@ -57,12 +75,11 @@ pub(super) async fn claim(
         }
     }
     let next_change = inner.flow.observe(&gates, bounds, inner.sinks.keys());
-    let leases = claimed.rows.into_iter().map(Lease::from).collect();
-    Ok((
-        leases,
-        u64::try_from(claimed.parked).unwrap_or(0),
+    Ok(Claimed {
+        leases: claimed.rows.into_iter().map(Lease::from).collect(),
+        again: claimed.parked > 0 || fanned > 0,
         next_change,
-    ))
+    })
 }
 
 impl From<store::messages::ClaimedRow> for Lease {

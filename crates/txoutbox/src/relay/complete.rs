@@ -137,7 +137,7 @@ where
 
 /// The SQLSTATE of an error that says the statement's data is at fault (data exceptions,
 /// integrity violations, program limits), not the connection or the server.
-fn refused(error: &Error) -> Option<String> {
+pub(super) fn refused(error: &Error) -> Option<String> {
     let Error::Database(e) = error else {
         return None;
     };

@@ -461,6 +461,7 @@ impl RelayBuilder {
                 listener_connected: Arc::new(AtomicBool::new(false)),
                 flow_seen: AtomicBool::new(true),
                 flow: super::flow::Flow::default(),
+                poisoned: super::fan_out::Poisoned::default(),
             }),
         })
     }

@@ -19,6 +19,7 @@ mod claim;
 mod complete;
 mod config;
 mod deliver;
+mod fan_out;
 mod flow;
 mod held;
 mod listener;
@@ -71,6 +72,8 @@ struct Inner {
     flow_seen: AtomicBool,
     listener_connected: Arc<AtomicBool>,
     flow: flow::Flow,
+    /// Keys whose deferred effects this relay found poisoned.
+    poisoned: fan_out::Poisoned,
 }
 
 impl Inner {
@@ -269,7 +272,11 @@ impl Relay {
                 }
                 claimed = &mut claim => (claimed, None),
             };
-            let (rows, parked, next_change) = match claimed {
+            let claim::Claimed {
+                leases: rows,
+                again,
+                next_change,
+            } = match claimed {
                 Ok(claimed) => {
                     failures = 0;
                     claimed
@@ -296,7 +303,7 @@ impl Relay {
                 }
                 break at;
             }
-            let full = rows.len() == want || parked > 0;
+            let full = rows.len() == want || again;
             for lease in rows {
                 if held.contains(lease.delivery.id) {
                     // Cannot happen (the claim skips held rows); never run two attempts of one row.

@@ -46,6 +46,21 @@ pub trait TxExecutor: Sync {
         sql: &'static str,
         params: Params<'a>,
     ) -> impl Future<Output = std::result::Result<Vec<Row>, Error>> + Send + 'a;
+
+    /// Runs two statements, `first` executed before `second` starts (so `second` sees what
+    /// `first` waited for), in one round trip where the executor can pipeline them. The default
+    /// runs them one after the other.
+    fn rows_in_order<'a>(
+        &'a self,
+        first: (&'static str, Params<'a>),
+        second: (&'static str, Params<'a>),
+    ) -> impl Future<Output = (Result<Vec<Row>>, Result<Vec<Row>>)> + Send + 'a {
+        async move {
+            let a = self.rows(first.0, first.1).await;
+            let b = self.rows(second.0, second.1).await;
+            (a, b)
+        }
+    }
 }
 
 impl TxExecutor for tokio_postgres::Transaction<'_> {
@@ -55,6 +70,17 @@ impl TxExecutor for tokio_postgres::Transaction<'_> {
         params: Params<'a>,
     ) -> impl Future<Output = Result<Vec<Row>>> + Send + 'a {
         self.query_typed(sql, params)
+    }
+
+    fn rows_in_order<'a>(
+        &'a self,
+        first: (&'static str, Params<'a>),
+        second: (&'static str, Params<'a>),
+    ) -> impl Future<Output = (Result<Vec<Row>>, Result<Vec<Row>>)> + Send + 'a {
+        in_order(
+            self.query_typed(first.0, first.1),
+            self.query_typed(second.0, second.1),
+        )
     }
 }
 
@@ -66,6 +92,162 @@ impl TxExecutor for deadpool_postgres::Transaction<'_> {
     ) -> impl Future<Output = Result<Vec<Row>>> + Send + 'a {
         prepared(self, sql, params)
     }
+
+    /// Both statements are prepared before either runs (a statement still being prepared would
+    /// let the other one's execution reach the server first); if one cannot be, neither runs,
+    /// and its error is the first result.
+    async fn rows_in_order<'a>(
+        &'a self,
+        first: (&'static str, Params<'a>),
+        second: (&'static str, Params<'a>),
+    ) -> (Result<Vec<Row>>, Result<Vec<Row>>) {
+        let (first_types, second_types) = (types(first.1), types(second.1));
+        let (a, b) = futures::join!(
+            self.prepare_typed_cached(first.0, &first_types),
+            self.prepare_typed_cached(second.0, &second_types)
+        );
+        let (a, b) = match (a, b) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return (Err(e), Ok(Vec::new())),
+        };
+        let (first_values, second_values) = (values(first.1), values(second.1));
+        in_order(
+            self.query(&a, &first_values),
+            self.query(&b, &second_values),
+        )
+        .await
+    }
+}
+
+/// The types of `params`, for a prepared statement.
+fn types(params: Params<'_>) -> Vec<Type> {
+    params.iter().map(|(_, t)| t.clone()).collect()
+}
+
+/// The values of `params`, for a prepared statement's execution.
+fn values<'a>(params: Params<'a>) -> Vec<&'a (dyn ToSql + Sync)> {
+    params.iter().map(|(v, _)| *v).collect()
+}
+
+/// Waits for two statements sent in this order: `first` is polled once (tokio-postgres sends a
+/// request when its future is first polled) before `second` is, then both are awaited together.
+async fn in_order<A, B>(first: A, second: B) -> (A::Output, B::Output)
+where
+    A: Future,
+    B: Future,
+{
+    let mut first = std::pin::pin!(first);
+    match futures::poll!(first.as_mut()) {
+        std::task::Poll::Ready(a) => (a, second.await),
+        std::task::Poll::Pending => futures::join!(first, second),
+    }
+}
+
+/// A caller's transaction that txoutbox may also commit: tokio-postgres's and deadpool's (the
+/// bound of `Claim::commit`, which stores a request's key and commits in one round trip).
+pub trait CommitExecutor: TxExecutor + Sized + Send {
+    /// Runs `sql`, then COMMIT, in one round trip, and consumes the transaction. The statement is
+    /// sent first; if it fails, the COMMIT finds the transaction aborted and rolls it back, so
+    /// the commit's result means something only when the statement's is `Ok`.
+    ///
+    /// Boxed: an unboxed future here is one the compiler cannot prove `Send` for every lifetime
+    /// of the transaction, so a handler awaiting it could not be spawned.
+    fn rows_then_commit<'a>(
+        self,
+        sql: &'static str,
+        params: Params<'a>,
+    ) -> futures::future::BoxFuture<'a, (Result<Vec<Row>>, Result<()>)>
+    where
+        Self: 'a;
+}
+
+impl CommitExecutor for tokio_postgres::Transaction<'_> {
+    fn rows_then_commit<'a>(
+        self,
+        sql: &'static str,
+        params: Params<'a>,
+    ) -> futures::future::BoxFuture<'a, (Result<Vec<Row>>, Result<()>)>
+    where
+        Self: 'a,
+    {
+        Box::pin(async move {
+            let (rows, committed) = {
+                let client = self.client();
+                then_commit(client, client.query_typed(sql, params)).await
+            };
+            match committed {
+                Some(committed) => {
+                    // The server ended the transaction: dropping it would send another ROLLBACK.
+                    std::mem::forget(self);
+                    (rows, committed)
+                }
+                // Nothing was sent: dropping the transaction rolls it back.
+                None => (rows, Ok(())),
+            }
+        })
+    }
+}
+
+impl CommitExecutor for deadpool_postgres::Transaction<'_> {
+    fn rows_then_commit<'a>(
+        self,
+        sql: &'static str,
+        params: Params<'a>,
+    ) -> futures::future::BoxFuture<'a, (Result<Vec<Row>>, Result<()>)>
+    where
+        Self: 'a,
+    {
+        Box::pin(async move {
+            // Prepared before the pipeline: the statement must be the first request sent.
+            let statement = match self.prepare_typed_cached(sql, &types(params)).await {
+                Ok(statement) => statement,
+                // Nothing sent to commit: dropping the transaction rolls it back.
+                Err(e) => return (Err(e), Ok(())),
+            };
+            let values = values(params);
+            let (rows, committed) =
+                then_commit(self.client(), self.query(&statement, &values)).await;
+            match committed {
+                Some(committed) => {
+                    forget_ended(self);
+                    (rows, committed)
+                }
+                None => (rows, Ok(())),
+            }
+        })
+    }
+}
+
+/// Sends `statement`, then COMMIT on `client`, and waits for both; the COMMIT's result is `None`
+/// when it was not sent (the statement failed before reaching the server: the transaction is
+/// still open, and its drop rolls it back). tokio-postgres sends a request when its future is
+/// first polled: the statement's future is polled once before the COMMIT's exists, so the server
+/// receives them in that order.
+async fn then_commit(
+    client: &tokio_postgres::Client,
+    statement: impl Future<Output = Result<Vec<Row>>>,
+) -> (Result<Vec<Row>>, Option<Result<()>>) {
+    let mut statement = std::pin::pin!(statement);
+    match futures::poll!(statement.as_mut()) {
+        std::task::Poll::Ready(Err(e)) => (Err(e), None),
+        std::task::Poll::Ready(Ok(rows)) => (Ok(rows), Some(client.batch_execute("COMMIT").await)),
+        std::task::Poll::Pending => {
+            let (rows, committed) = futures::join!(statement, client.batch_execute("COMMIT"));
+            (rows, Some(committed))
+        }
+    }
+}
+
+/// Disposes of a deadpool transaction the server has ended, without the ROLLBACK its drop would
+/// send. Forgetting it would also leak its hold on the connection's statement cache (kept alive
+/// after the connection closes): that hold is swapped for one on a cache parked for the process's
+/// life, and the real one released.
+fn forget_ended(mut tx: deadpool_postgres::Transaction<'_>) {
+    static PARKED: std::sync::OnceLock<std::sync::Arc<deadpool_postgres::StatementCache>> =
+        std::sync::OnceLock::new();
+    let parked = PARKED.get_or_init(|| tx.statement_cache.clone()).clone();
+    drop(std::mem::replace(&mut tx.statement_cache, parked));
+    std::mem::forget(tx);
 }
 
 /// A connection of the library's own that sends unnamed statements (`query_typed`): a bare
@@ -128,8 +310,6 @@ async fn prepared<C: deadpool_postgres::GenericClient>(
     sql: &'static str,
     params: Params<'_>,
 ) -> Result<Vec<Row>> {
-    let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
-    let statement = conn.prepare_typed_cached(sql, &types).await?;
-    let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
-    conn.query(&statement, &values).await
+    let statement = conn.prepare_typed_cached(sql, &types(params)).await?;
+    conn.query(&statement, &values(params)).await
 }

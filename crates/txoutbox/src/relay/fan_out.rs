@@ -1,0 +1,76 @@
+//! The fan-out: the effects a scope with deferred effects (`Scope::with_deferred_effects`) stored
+//! on its key rows become outbox rows, in batches, beside each claim. A key whose effects the
+//! database refuses (a row edited by hand into something that is not an effect) is set aside by
+//! this relay, logged, and never holds the others back.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use super::complete::refused;
+use crate::error::{Error, Result};
+use crate::store::{self, TxExecutor};
+
+/// How many keys one fan-out empties at most: with a claim's batch of 100 and two effects a
+/// request, enough for a claim or two.
+pub(super) const FAN_OUT_KEYS: i64 = 100;
+
+/// The keys this relay found poisoned (`scope\nkey`), skipped by its fan-outs from then on.
+#[derive(Default)]
+pub(super) struct Poisoned(Mutex<HashSet<String>>);
+
+impl Poisoned {
+    fn list(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn insert(&self, scope: &str, key: &str) {
+        if let Ok(mut set) = self.0.lock() {
+            set.insert(format!("{scope}\n{key}"));
+        }
+    }
+}
+
+/// Moves the effects of up to [`FAN_OUT_KEYS`] keys into the outbox; returns how many rows it
+/// wrote. A batch the database refuses for a data reason is fanned out key by key, and a key
+/// refused alone is set aside.
+pub(super) async fn fan_out(conn: &impl TxExecutor, poisoned: &Poisoned) -> Result<u64> {
+    let skip = poisoned.list();
+    let e = match store::keys::fan_out(conn, FAN_OUT_KEYS, &skip, None).await {
+        Ok(done) => {
+            if done.keys > 0 {
+                tracing::trace!(
+                    keys = done.keys,
+                    rows = done.destinations.len(),
+                    "fanned out deferred effects"
+                );
+            }
+            return Ok(done.destinations.len() as u64);
+        }
+        Err(e) => Error::from(e),
+    };
+    if refused(&e).is_none() {
+        return Err(e);
+    }
+    let mut written = 0;
+    for (scope, key) in store::keys::awaiting_fan_out(conn, FAN_OUT_KEYS, &skip).await? {
+        match store::keys::fan_out(conn, 1, &skip, Some((&scope, &key))).await {
+            Ok(done) => written += done.destinations.len() as u64,
+            Err(e) => {
+                let e = Error::from(e);
+                if refused(&e).is_none() {
+                    return Err(e);
+                }
+                tracing::error!(
+                    scope = %scope, key = %key, error = %e,
+                    "the effects stored on this key cannot be written to the outbox; this relay \
+                     skips the key (its effects stay on the key row, which is not pruned)"
+                );
+                poisoned.insert(&scope, &key);
+            }
+        }
+    }
+    Ok(written)
+}

@@ -1,0 +1,411 @@
+//! One row per request: a scope with deferred effects stores the key, the response and the
+//! effects on one row, and the relay fans the effects out; `Claim::commit` stores the key and
+//! commits in one round trip. Against a real Postgres and a real relay.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use txoutbox::relay::Relay;
+use txoutbox::{admin, StoredResponse};
+use txoutbox::{begin, Begin, Claim, Error, Fingerprint, IdempotencyKey, OutboxMessage, Scope};
+use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
+use txoutbox_test_support::{count, test_db, TestDb};
+
+type TestResult = anyhow::Result<()>;
+
+fn key(s: &str) -> IdempotencyKey {
+    IdempotencyKey::parse(&format!("{s:-<16}")).expect("test keys are valid")
+}
+
+fn fingerprint(amount: i64) -> Fingerprint {
+    Fingerprint::new(
+        "POST",
+        "/charge",
+        format!(r#"{{"amount":{amount}}}"#).as_bytes(),
+    )
+}
+
+fn created(id: i64) -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: format!(r#"{{"order":{id}}}"#).into_bytes(),
+    }
+}
+
+fn deferred() -> anyhow::Result<Scope> {
+    Ok(Scope::new("charges")?
+        .with_lock_timeout(Duration::from_secs(5))?
+        .with_deferred_effects())
+}
+
+async fn db_with_orders() -> anyhow::Result<(TestDb, tokio_postgres::Client)> {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    client
+        .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, note text NOT NULL)")
+        .await?;
+    Ok((db, client))
+}
+
+/// The order's business row and its two effects, enqueued on `claim`.
+async fn order(
+    tx: &tokio_postgres::Transaction<'_>,
+    claim: &mut Claim,
+    k: &IdempotencyKey,
+) -> anyhow::Result<i64> {
+    let id: i64 = tx
+        .query_one(
+            "INSERT INTO orders (note) VALUES ($1) RETURNING id",
+            &[&k.as_str()],
+        )
+        .await?
+        .get(0);
+    claim.enqueue(
+        "charge",
+        OutboxMessage::new("stripe", &serde_json::json!({"order": id, "amount": 100}))?,
+    )?;
+    claim.enqueue(
+        "receipt",
+        OutboxMessage::new("email", &serde_json::json!({"order": id}))?,
+    )?;
+    Ok(id)
+}
+
+/// One request through [`Claim::commit`]: the stored answer (the first request's for a replay),
+/// or the status of a refusal.
+async fn request(
+    client: &mut tokio_postgres::Client,
+    scope: &Scope,
+    k: &IdempotencyKey,
+) -> Result<StoredResponse, Error> {
+    let tx = client.transaction().await?;
+    match begin(&tx, scope, k, &fingerprint(100)).await? {
+        Begin::New(mut claim) => {
+            let id = order(&tx, &mut claim, k)
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            let response = created(id);
+            claim.commit(tx, &response).await?;
+            Ok(response)
+        }
+        Begin::Replay(stored) => Ok(stored),
+        Begin::Mismatch | Begin::InFlight => Ok(StoredResponse {
+            status: 409,
+            headers: vec![],
+            body: vec![],
+        }),
+    }
+}
+
+fn relay(db: &TestDb, sink: &RecordingSink) -> anyhow::Result<Relay> {
+    Ok(db
+        .relay()?
+        .sink("stripe", sink.clone())
+        .sink("email", sink.clone())
+        .build()?)
+}
+
+const EFFECTS_ON_KEYS: &str = "SELECT coalesce(sum(jsonb_array_length(effects)), 0)::int8 \
+     FROM txoutbox_idempotency_keys";
+
+#[tokio::test]
+async fn a_deferred_request_writes_one_row_and_the_relay_delivers_its_effects() -> TestResult {
+    let (db, mut client) = db_with_orders().await?;
+    let scope = deferred()?;
+    let k = key("k-one-row");
+    let tx = client.transaction().await?;
+    let Begin::New(mut claim) = begin(&tx, &scope, &k, &fingerprint(100)).await? else {
+        panic!("a new key");
+    };
+    let keys = [
+        claim.downstream_key("charge"),
+        claim.downstream_key("receipt"),
+    ];
+    let id = order(&tx, &mut claim, &k).await?;
+    let enqueued = claim.complete(&tx, &created(id)).await?;
+    tx.commit().await?;
+    assert_eq!(enqueued.written().len(), 2);
+    assert!(enqueued.all_written());
+
+    // Besides the business row, the request wrote one row: its key, carrying both effects.
+    assert_eq!(count(&client, "txoutbox_idempotency_keys").await?, 1);
+    assert_eq!(count(&client, "txoutbox_messages").await?, 0);
+    assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 2);
+
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(relay(&db, &sink)?);
+    assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
+    relay.stop().await?;
+    let mut delivered = sink.keys();
+    delivered.sort();
+    let mut expected = keys.to_vec();
+    expected.sort();
+    assert_eq!(delivered, expected, "each effect carries its claim's key");
+    assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 0);
+    assert_eq!(count(&client, "txoutbox_delivered").await?, 2);
+    // The enqueue time of the fanned-out rows is the request's.
+    let same_time = "SELECT count(*) FROM txoutbox_delivered d, txoutbox_idempotency_keys k \
+         WHERE d.created_at = k.created_at";
+    assert_eq!(count(&client, same_time).await?, 2);
+
+    // The retry is answered from the key row.
+    let again = request(&mut client, &scope, &k).await?;
+    assert_eq!(again, created(id));
+    Ok(())
+}
+
+#[tokio::test]
+async fn fifty_concurrent_deferred_requests_with_one_key_make_one_set_of_effects() -> TestResult {
+    let (db, observer) = db_with_orders().await?;
+    let scope = Arc::new(deferred()?);
+    let k = key("k-fifty");
+    let barrier = Arc::new(tokio::sync::Barrier::new(50));
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let mut client = db.connect().await?;
+        let (scope, k, barrier) = (scope.clone(), k.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            request(&mut client, &scope, &k).await
+        }));
+    }
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await??);
+    }
+    let first = answers
+        .iter()
+        .find(|a| a.status == 201)
+        .expect("one request did the work")
+        .clone();
+    assert!(
+        answers.iter().all(|a| *a == first || a.status == 409),
+        "every answer is the stored response or 409: {answers:?}"
+    );
+    assert_eq!(count(&observer, "orders").await?, 1);
+    assert_eq!(count(&observer, EFFECTS_ON_KEYS).await?, 2);
+
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(relay(&db, &sink)?);
+    assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
+    // Nothing more comes: one set of effects.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.stop().await?;
+    assert_eq!(sink.count(), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_key_carrying_effects_is_not_pruned_until_the_relay_has_fanned_them_out() -> TestResult {
+    let (db, mut client) = db_with_orders().await?;
+    let scope = deferred()?.with_window(Duration::from_millis(1))?;
+    request(&mut client, &scope, &key("k-prune")).await?;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(admin::prune_expired_keys(&client, 100).await?, 0);
+    assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 2);
+
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(relay(&db, &sink)?);
+    assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
+    relay.stop().await?;
+    assert_eq!(admin::prune_expired_keys(&client, 100).await?, 1);
+    assert_eq!(count(&client, "txoutbox_idempotency_keys").await?, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_expired_key_taken_over_keeps_the_first_requests_effects() -> TestResult {
+    let (db, mut client) = db_with_orders().await?;
+    let scope = deferred()?.with_window(Duration::from_millis(50))?;
+    let k = key("k-takeover");
+    request(&mut client, &scope, &k).await?;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // After the window the same key is a new request with new effects; the first request's
+    // effects, not fanned out yet, stay on the row beside them.
+    let second = request(&mut client, &scope, &k).await?;
+    assert_eq!(second.status, 201);
+    assert_eq!(count(&client, "orders").await?, 2);
+    assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 4);
+
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(relay(&db, &sink)?);
+    assert_eq!(sink.wait_for(4, Duration::from_secs(10)).await, 4);
+    relay.stop().await?;
+    let mut keys = sink.keys();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 4, "two claims, two keys each");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_key_whose_effects_are_poisoned_does_not_hold_the_others_back() -> TestResult {
+    let (db, mut client) = db_with_orders().await?;
+    // Oldest first: keys edited by hand into something that is not a list of effects.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_idempotency_keys (scope, key, fingerprint, state, \
+                 response_status, response_headers, response_body, created_at, expires_at, \
+                 effects) VALUES \
+             ('charges', 'poisoned-not-a-list', '\\x00', 'completed', 201, '[]', '', \
+                 now() - interval '1 hour', now() + interval '1 day', '\"not a list\"'), \
+             ('charges', 'poisoned-no-destination', '\\x00', 'completed', 201, '[]', '', \
+                 now() - interval '1 hour', now() + interval '1 day', \
+                 '[{\"id\": \"00000000-0000-7000-8000-000000000001\", \"payload\": {}, \
+                   \"downstream_key\": \"x\"}]')",
+        )
+        .await?;
+    request(&mut client, &deferred()?, &key("k-healthy")).await?;
+
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(relay(&db, &sink)?);
+    assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
+    relay.stop().await?;
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_idempotency_keys WHERE effects IS NOT NULL"
+        )
+        .await?,
+        2,
+        "the poisoned keys keep their effects for an operator"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn ordered_and_self_keyed_effects_are_written_at_once_in_a_deferred_scope() -> TestResult {
+    let (_db, mut client) = db_with_orders().await?;
+    let tx = client.transaction().await?;
+    let Begin::New(mut claim) = begin(&tx, &deferred()?, &key("k-mixed"), &fingerprint(1)).await?
+    else {
+        panic!("a new key");
+    };
+    claim.enqueue(
+        "ordered",
+        OutboxMessage::new("stripe", &1)?.with_ordering_key("customer-7"),
+    )?;
+    claim.enqueue(
+        "own-key",
+        OutboxMessage::new("email", &2)?.with_downstream_key("digest:2026-12-06"),
+    )?;
+    claim.enqueue("deferred", OutboxMessage::new("email", &3)?)?;
+    let enqueued = claim.complete(&tx, &created(1)).await?;
+    tx.commit().await?;
+    assert_eq!(enqueued.written().len(), 3);
+    assert_eq!(count(&client, "txoutbox_messages").await?, 2);
+    assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn commit_stores_the_key_and_commits_with_a_deadpool_transaction() -> TestResult {
+    let (db, client) = db_with_orders().await?;
+    let pool = db.pool(2)?;
+    let scope = Scope::new("charges")?;
+    for round in 0..3 {
+        // The same pooled connection each round: its statement cache is reused, and a
+        // transaction ended by `commit` leaves the connection usable.
+        let mut conn = pool.get().await?;
+        let tx = conn.transaction().await?;
+        let k = key(&format!("k-pool-{round}"));
+        let Begin::New(mut claim) = begin(&tx, &scope, &k, &fingerprint(1)).await? else {
+            panic!("a new key");
+        };
+        tx.execute("INSERT INTO orders (note) VALUES ('pooled')", &[])
+            .await?;
+        claim.enqueue("receipt", OutboxMessage::new("email", &round)?)?;
+        claim.commit(tx, &created(round)).await?;
+        // The connection is back outside any transaction: what it writes now is seen at once.
+        conn.execute("INSERT INTO orders (note) VALUES ('after')", &[])
+            .await?;
+        let after = "SELECT count(*) FROM orders WHERE note = 'after'";
+        assert_eq!(count(&client, after).await?, round + 1);
+    }
+    assert_eq!(count(&client, "orders").await?, 6);
+    assert_eq!(count(&client, "txoutbox_messages").await?, 3);
+    assert_eq!(count(&client, "txoutbox_idempotency_keys").await?, 3);
+    Ok(())
+}
+
+#[tokio::test]
+async fn commit_refuses_a_transaction_with_a_savepoint_open_and_rolls_everything_back() -> TestResult
+{
+    let (_db, mut client) = db_with_orders().await?;
+    let scope = Scope::new("charges")?;
+    let mut outer = client.transaction().await?;
+    outer
+        .execute("INSERT INTO orders (note) VALUES ('outer')", &[])
+        .await?;
+    let inner = outer.transaction().await?;
+    let Begin::New(mut claim) = begin(&inner, &scope, &key("k-savepoint"), &fingerprint(1)).await?
+    else {
+        panic!("a new key");
+    };
+    inner
+        .execute("INSERT INTO orders (note) VALUES ('inner')", &[])
+        .await?;
+    claim.enqueue("receipt", OutboxMessage::new("email", &1)?)?;
+    let err = claim
+        .commit(inner, &created(1))
+        .await
+        .expect_err("a COMMIT there would end the outer transaction");
+    assert!(matches!(err, Error::Internal(_)), "{err:?}");
+    assert!(err.to_string().contains("savepoint"), "{err}");
+    drop(outer);
+    for table in ["orders", "txoutbox_messages", "txoutbox_idempotency_keys"] {
+        assert_eq!(count(&client, table).await?, 0, "{table}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_key_stored_first_by_a_request_without_the_lock_is_a_409_and_commits_nothing(
+) -> TestResult {
+    // A request of a txoutbox before V5 claims the key by inserting its row, without the lock.
+    let (db, mut client) = db_with_orders().await?;
+    let scope = deferred()?;
+    let k = key("k-rolling-upgrade");
+    let tx = client.transaction().await?;
+    let Begin::New(mut claim) = begin(&tx, &scope, &k, &fingerprint(1)).await? else {
+        panic!("a new key");
+    };
+    let id = order(&tx, &mut claim, &k).await?;
+    let older = db.connect().await?;
+    older
+        .execute(
+            "INSERT INTO txoutbox_idempotency_keys (scope, key, fingerprint, state, \
+                 response_status, response_headers, response_body, expires_at) \
+             VALUES ('charges', $1, '\\x00', 'completed', 201, '[]', '', now() + interval '1 day')",
+            &[&k.as_str()],
+        )
+        .await?;
+    let err = claim
+        .commit(tx, &created(id))
+        .await
+        .expect_err("the key is taken");
+    assert!(matches!(err, Error::Conflict(_)), "{err:?}");
+    assert_eq!(err.http_status(), 409);
+    assert_eq!(count(&client, "orders").await?, 0);
+    assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn waiting_for_the_key_past_the_lock_timeout_is_in_flight() -> TestResult {
+    let (db, mut first) = db_with_orders().await?;
+    let scope = deferred()?.with_lock_timeout(Duration::from_millis(100))?;
+    let k = key("k-held");
+    let holder = first.transaction().await?;
+    let Begin::New(_claim) = begin(&holder, &scope, &k, &fingerprint(1)).await? else {
+        panic!("a new key");
+    };
+    let mut second = db.connect().await?;
+    let tx = second.transaction().await?;
+    assert!(matches!(
+        begin(&tx, &scope, &k, &fingerprint(1)).await?,
+        Begin::InFlight
+    ));
+    Ok(())
+}
