@@ -1209,6 +1209,40 @@ async fn stats_counts_by_status_and_destination_with_the_failure_rate() -> TestR
     Ok(())
 }
 
+#[tokio::test]
+async fn stats_counts_the_requests_whose_effects_wait_for_the_fan_out() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let table = ok(&db, &["stats"]).await?;
+    assert!(!table.contains("AWAITING FAN-OUT"), "{table}");
+    let scope = txoutbox::Scope::new("orders")?.with_deferred_effects();
+    for n in 0..3 {
+        let tx = client.transaction().await?;
+        let key = txoutbox::IdempotencyKey::parse(&format!("order-key-{n:0>8}"))?;
+        let fingerprint = txoutbox::Fingerprint::new("POST", "/orders", b"{}");
+        let txoutbox::Begin::New(mut claim) =
+            txoutbox::begin(&tx, &scope, &key, &fingerprint).await?
+        else {
+            panic!("a new key");
+        };
+        claim.enqueue("receipt", txoutbox::OutboxMessage::new("email", &n)?)?;
+        claim.enqueue("charge", txoutbox::OutboxMessage::new("stripe", &n)?)?;
+        let response = txoutbox::StoredResponse {
+            status: 201,
+            headers: vec![],
+            body: vec![],
+        };
+        claim.commit(tx, &response).await?;
+    }
+    let stats: Value = serde_json::from_str(&ok(&db, &["stats", "--json"]).await?)?;
+    assert_eq!(stats["awaiting_fan_out"], 3);
+    assert!(stats["oldest_awaiting_fan_out_age"].as_f64().is_some());
+    assert_eq!(stats["total"]["pending"], 0, "not in the outbox yet");
+    let table = ok(&db, &["stats"]).await?;
+    assert!(table.contains("AWAITING FAN-OUT: 3 requests"), "{table}");
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // discard
 

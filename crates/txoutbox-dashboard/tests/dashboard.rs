@@ -273,6 +273,28 @@ async fn overview_counts_rows_by_destination_and_state() -> TestResult {
 }
 
 #[tokio::test]
+async fn overview_counts_the_requests_whose_effects_wait_for_the_fan_out() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    let waiting = "Requests whose effects wait on their key rows";
+    assert!(!dash.page("").await?.contains(waiting));
+    // A key row of a scope with deferred effects, as `Claim::complete` stores it.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_idempotency_keys (scope, key, fingerprint, state, \
+                 response_status, response_headers, response_body, expires_at, effects) \
+             VALUES ('orders', 'key-with-effects', '\\x00', 'completed', 201, '[]', '', \
+                 now() + interval '1 day', '[]')",
+        )
+        .await?;
+    let html = dash.page("").await?;
+    assert!(html.contains(waiting), "{html}");
+    assert!(html.contains("<strong>1</strong>"), "{html}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;

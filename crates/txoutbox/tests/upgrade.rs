@@ -342,3 +342,98 @@ async fn a_purge_counts_and_deletes_the_attempts_delivered_rows_carry() -> TestR
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_upgrade_from_v4_answers_its_keys_and_delivers_its_rows_and_new_deferred_effects(
+) -> TestResult {
+    let (db, mut client) = schema_at(4).await?;
+    client.batch_execute(V3_ROWS).await?;
+    let tables = "SELECT (SELECT count(*) FROM txoutbox_idempotency_keys) * 10000 \
+         + (SELECT count(*) FROM txoutbox_messages) * 100 \
+         + (SELECT count(*) FROM txoutbox_delivered)";
+    let rows_before = count(&client, tables).await?;
+    assert_eq!(txoutbox::migrate(&mut client).await?, vec![5]);
+    assert_eq!(count(&client, tables).await?, rows_before);
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_idempotency_keys WHERE effects IS NOT NULL"
+        )
+        .await?,
+        0,
+        "keys stored before V5 carry no effects"
+    );
+
+    // The keys V4 stored answer as before: a completed one is replayed, one committed without
+    // a response is held.
+    let fingerprint = txoutbox::Fingerprint::new("POST", "/charge", b"{}");
+    let stored: &[u8] = fingerprint.as_bytes();
+    client
+        .execute(
+            "INSERT INTO txoutbox_idempotency_keys (scope, key, fingerprint, state, \
+                 response_status, response_headers, response_body, expires_at) VALUES \
+             ('charges', 'v4-completed-key', $1, 'completed', 201, '[]', 'from v4', \
+                 now() + interval '1 day'), \
+             ('charges', 'v4-held-key-0000', $1, 'in_flight', NULL, NULL, NULL, \
+                 now() + interval '1 day')",
+            &[&stored],
+        )
+        .await?;
+    let scope = txoutbox::Scope::new("charges")?;
+    let answer = |key: &'static str| {
+        let (scope, db) = (scope.clone(), &db);
+        async move {
+            let mut client = db.connect().await?;
+            let tx = client.transaction().await?;
+            let key = txoutbox::IdempotencyKey::parse(key)?;
+            anyhow::Ok(txoutbox::begin(&tx, &scope, &key, &fingerprint).await?)
+        }
+    };
+    match answer("v4-completed-key").await? {
+        txoutbox::Begin::Replay(stored) => assert_eq!(stored.body, b"from v4"),
+        other => panic!("a replay, not {other:?}"),
+    }
+    assert!(matches!(
+        answer("v4-held-key-0000").await?,
+        txoutbox::Begin::InFlight
+    ));
+
+    // A V5 request with deferred effects, and the V4 rows, are all delivered.
+    let deferred = txoutbox::Scope::new("charges")?.with_deferred_effects();
+    let tx = client.transaction().await?;
+    let key = txoutbox::IdempotencyKey::parse("a-new-key-after-v5")?;
+    let txoutbox::Begin::New(mut claim) =
+        txoutbox::begin(&tx, &deferred, &key, &fingerprint).await?
+    else {
+        panic!("a new key");
+    };
+    claim.enqueue("receipt", txoutbox::OutboxMessage::new("email", &1)?)?;
+    let response = txoutbox::StoredResponse {
+        status: 201,
+        headers: vec![],
+        body: vec![],
+    };
+    claim.commit(tx, &response).await?;
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
+    // The pending V4 row, the one whose V4 lease expired, and the new request's effect.
+    assert_eq!(sink.wait_for(3, Duration::from_secs(20)).await, 3);
+    relay.stop().await?;
+    let keys = sink.keys();
+    assert!(keys.contains(&"pending-1".to_owned()), "{keys:?}");
+    assert!(keys.contains(&"leased-1".to_owned()), "{keys:?}");
+    assert!(keys.contains(&claim_key_of(&client, "a-new-key-after-v5").await?));
+    Ok(())
+}
+
+/// The downstream key of the `receipt` effect of the request with `key`, from its delivery.
+async fn claim_key_of(client: &tokio_postgres::Client, key: &str) -> anyhow::Result<String> {
+    let row = client
+        .query_one(
+            "SELECT downstream_key FROM txoutbox_delivered d JOIN txoutbox_idempotency_keys k \
+             ON d.created_at = k.created_at WHERE k.key = $1",
+            &[&key],
+        )
+        .await?;
+    Ok(row.get(0))
+}

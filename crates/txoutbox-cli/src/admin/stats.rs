@@ -37,6 +37,7 @@ pub(super) async fn run(
         out.push('\n');
     } else {
         stats_table(out, &stats);
+        fan_out_line(out, &stats);
         flow_table(out, &stats.flow);
     }
     Ok(())
@@ -56,6 +57,22 @@ fn count_cell(n: u64, estimated: bool) -> String {
         grouped.push(c);
     }
     format!("~{grouped} (estimate)")
+}
+
+/// The requests whose effects wait on their key rows for a relay's fan-out (nothing when none
+/// do: a scope without deferred effects never has any).
+fn fan_out_line(out: &mut String, stats: &txoutbox::admin::OutboxStats) {
+    if stats.awaiting_fan_out == 0 {
+        return;
+    }
+    out.push_str(&format!(
+        "\nAWAITING FAN-OUT: {} requests whose effects are still on their key rows (oldest {})\n",
+        stats.awaiting_fan_out,
+        stats
+            .oldest_awaiting_fan_out_age
+            .map(age)
+            .unwrap_or_else(|| "-".into())
+    ));
 }
 
 /// Flow control's notable destinations under the counts (nothing when there are none).

@@ -81,6 +81,13 @@ pub(crate) async fn overview(
                         }
                     }
                 }
+                @if stats.awaiting_fan_out > 0 {
+                    p {
+                        "Requests whose effects wait on their key rows for a relay's fan-out: "
+                        strong { (stats.awaiting_fan_out) }
+                        @if let Some(d) = stats.oldest_awaiting_fan_out_age { " (oldest " (age(d)) ")" }
+                    }
+                }
                 @if stats.hot_estimated || stats.delivered_estimated {
                     p class="note" { "Counts marked ~ are estimates: the table is too large to count at each look." }
                 }

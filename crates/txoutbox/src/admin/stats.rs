@@ -127,6 +127,12 @@ pub struct OutboxStats {
     /// The destinations flow control holds back or counts something for (paused, a breaker not
     /// closed or counting failures, a rate limit), by name.
     pub flow: Vec<DestinationFlow>,
+    /// Requests of scopes with deferred effects whose effects are still on their key rows,
+    /// waiting for a relay to fan them out (counted up to [`EXACT_HOT_COUNT_MAX`]).
+    pub awaiting_fan_out: u64,
+    /// How long ago the oldest of them was stored.
+    #[serde(serialize_with = "secs")]
+    pub oldest_awaiting_fan_out_age: Option<Duration>,
 }
 
 /// Counts by destination and state, the oldest pending row's age, and the failure rate of the
@@ -224,7 +230,11 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
             .filter_map(|s| s.oldest_pending_age)
             .max()
     };
+    let (awaiting_fan_out, oldest_awaiting) =
+        store::stats::awaiting_fan_out(client, EXACT_HOT_COUNT_MAX).await?;
     Ok(OutboxStats {
+        awaiting_fan_out: u64::try_from(awaiting_fan_out).unwrap_or(0),
+        oldest_awaiting_fan_out_age: oldest_awaiting.map(|s| Duration::from_secs_f64(s.max(0.0))),
         destinations: by_destination.into_values().collect(),
         total,
         oldest_pending_age,

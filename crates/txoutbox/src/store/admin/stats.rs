@@ -41,6 +41,14 @@ const STATS_HOT_FEW: &str = "SELECT destination, status, count(*), NULL::float8 
 const STATS_OLDEST_PENDING: &str = "SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
      FROM txoutbox_messages WHERE status = 'pending'";
 
+/// Keys whose deferred effects the relay has not fanned out yet, counted through the partial
+/// index `txoutbox_idempotency_keys_effects` but reading at most $1 of them, with how long ago
+/// the oldest was stored.
+const STATS_FAN_OUT: &str = "SELECT count(*), \
+         EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
+     FROM (SELECT created_at FROM txoutbox_idempotency_keys WHERE effects IS NOT NULL \
+         ORDER BY created_at LIMIT $1) k";
+
 /// The hot table's size as the planner last saw it (`pg_class.reltuples`; -1: never analysed).
 const STATS_HOT_TUPLES: &str =
     "SELECT reltuples::float8 FROM pg_class WHERE oid = 'txoutbox_messages'::regclass";
@@ -153,6 +161,18 @@ pub(crate) async fn oldest_pending(client: &impl GenericClient) -> Result<Option
         .query_typed_one(STATS_OLDEST_PENDING, &[])
         .await?
         .try_get(0)?)
+}
+
+/// Keys carrying effects not fanned out yet, up to `bound`, and the oldest one's age in seconds
+/// ([`STATS_FAN_OUT`]).
+pub(crate) async fn awaiting_fan_out(
+    client: &impl GenericClient,
+    bound: i64,
+) -> Result<(i64, Option<f64>), AdminError> {
+    let row = client
+        .query_typed_one(STATS_FAN_OUT, &[(&bound, Type::INT8)])
+        .await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
 }
 
 /// Delivered rows by destination, reading at most `bound` ([`STATS_DELIVERED_EXACT`]).
