@@ -69,6 +69,11 @@ pub struct LatencyArgs {
     /// Seconds of load.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// Each message is the effect of an idempotent request in a scope with deferred effects
+    /// (`begin`, `Claim::commit`): the latency includes the relay's fan-out. Without it, each is
+    /// written with `txoutbox::enqueue`.
+    #[arg(long)]
+    deferred: bool,
 }
 
 /// Counts calls and does nothing else.
@@ -420,15 +425,36 @@ pub async fn run_latency(db: &TestDb, args: &LatencyArgs) -> Result<()> {
     for i in 0..total {
         ticker.tick().await;
         let (pool, waker, committed) = (pool.clone(), waker.clone(), committed.clone());
+        let deferred = args.deferred;
         producers.spawn(async move {
             let mut client = pool.get().await?;
             let tx = client.transaction().await?;
-            let key = format!("lat-{i}");
-            let message = OutboxMessage::new("timed", &serde_json::json!({ "i": i }))?
-                .with_downstream_key(key.clone());
-            txoutbox::enqueue(&tx, &[message]).await?;
-            // Register the key before the commit returns, so the sink never misses it.
-            tx.commit().await?;
+            let message = OutboxMessage::new("timed", &serde_json::json!({ "i": i }))?;
+            let key = if deferred {
+                let scope = txoutbox::Scope::new("latency")?.with_deferred_effects();
+                let request = txoutbox::IdempotencyKey::parse(&uuid::Uuid::now_v7().to_string())?;
+                let fingerprint = txoutbox::Fingerprint::new("POST", "/timed", b"{}");
+                let txoutbox::Begin::New(mut claim) =
+                    txoutbox::begin(&tx, &scope, &request, &fingerprint).await?
+                else {
+                    anyhow::bail!("a fresh key was not new");
+                };
+                let key = claim.downstream_key("timed");
+                claim.enqueue("timed", message)?;
+                let response = txoutbox::StoredResponse {
+                    status: 202,
+                    headers: vec![],
+                    body: vec![],
+                };
+                claim.commit(tx, &response).await?;
+                key
+            } else {
+                let key = format!("lat-{i}");
+                txoutbox::enqueue(&tx, &[message.with_downstream_key(key.clone())]).await?;
+                tx.commit().await?;
+                key
+            };
+            // Registered as the commit returns; a message delivered before is not timed.
             if let Ok(mut m) = committed.lock() {
                 m.insert(key, Instant::now());
             }
@@ -448,8 +474,14 @@ pub async fn run_latency(db: &TestDb, args: &LatencyArgs) -> Result<()> {
     anyhow::ensure!(!l.is_empty(), "no message timed");
     let pct = |p: f64| l[((l.len() as f64 * p) as usize).min(l.len() - 1)];
     println!(
-        "txoutbox-bench latency: {} msg/s offered for {}s, one transaction each, hint after commit",
-        args.rate, args.seconds
+        "txoutbox-bench latency: {} msg/s offered for {}s, one transaction each{}, hint after commit",
+        args.rate,
+        args.seconds,
+        if args.deferred {
+            " (a request with deferred effects)"
+        } else {
+            ""
+        }
     );
     println!(
         "timed {} of {} messages (a message delivered before its commit returned is not timed)",

@@ -409,3 +409,20 @@ async fn waiting_for_the_key_past_the_lock_timeout_is_in_flight() -> TestResult 
     ));
     Ok(())
 }
+
+#[tokio::test]
+async fn effects_deferred_while_a_relay_runs_are_fanned_out_and_delivered() -> TestResult {
+    let (db, mut client) = db_with_orders().await?;
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(relay(&db, &sink)?);
+    // The relay has started and found nothing; the requests come later, with no hint.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let scope = deferred()?;
+    for n in 0..5 {
+        request(&mut client, &scope, &key(&format!("k-live-{n}"))).await?;
+    }
+    assert_eq!(sink.wait_for(10, Duration::from_secs(10)).await, 10);
+    relay.stop().await?;
+    assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 0);
+    Ok(())
+}

@@ -17,17 +17,21 @@ pub(super) struct Claimed {
     /// Claim again at once: the claim parked rows waiting behind an ordering-key head (there
     /// may be due rows past them), or the fan-out beside it wrote rows it could not see.
     pub again: bool,
+    /// Rows the fan-out beside the claim wrote (there may be more keys to fan out).
+    pub fanned_out: u64,
     /// How long until a destination the claim held back may have rows again.
     pub next_change: Option<Duration>,
 }
 
-/// Claims up to `want` due rows, none of those in `held`, within the flow-control bounds. The
-/// fan-out of deferred effects runs beside it, on the same connection in the same round trip.
+/// Claims up to `want` due rows, none of those in `held`, within the flow-control bounds. With
+/// `fan_out`, the fan-out of deferred effects runs beside it, on the same connection in the same
+/// round trip.
 pub(super) async fn claim(
     inner: &Inner,
     want: usize,
     held: Vec<Uuid>,
     bounds: &flow::Bounds,
+    fan_out: bool,
 ) -> Result<Claimed> {
     let client = inner.pool.get().await?;
     let conn = Pooled::new(&client, inner.config.prepared_statements);
@@ -42,10 +46,14 @@ pub(super) async fn claim(
         // last claim saw no destination with a flow-control state.
         unbounded: bounds.destinations.is_empty() && !inner.flow_seen.load(Ordering::Relaxed),
     };
-    let (fanned, claimed) = futures::join!(
-        fan_out::fan_out(&conn, &inner.poisoned),
-        store::messages::claim_due(&conn, &due)
-    );
+    let fanning = async {
+        if fan_out {
+            fan_out::fan_out(&conn, &inner.poisoned).await
+        } else {
+            Ok(0)
+        }
+    };
+    let (fanned, claimed) = futures::join!(fanning, store::messages::claim_due(&conn, &due));
     let fanned = fanned.unwrap_or_else(|e| {
         // The effects wait on their key rows for the next claim; the claim itself stands.
         tracing::debug!(error = %e, "fan-out of deferred effects failed; will try again");
@@ -78,6 +86,7 @@ pub(super) async fn claim(
     Ok(Claimed {
         leases: claimed.rows.into_iter().map(Lease::from).collect(),
         again: claimed.parked > 0 || fanned > 0,
+        fanned_out: fanned,
         next_change,
     })
 }

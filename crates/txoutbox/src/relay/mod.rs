@@ -172,6 +172,11 @@ struct Finished {
     signal: Option<flow::Signal>,
 }
 
+/// How often, at least, a relay claiming back to back through a backlog fans out deferred
+/// effects: the fan-out's statement is planned at each run, so it does not run beside every claim
+/// of a drain, yet deferred effects never wait behind a backlog for longer than this.
+const FAN_OUT_INTERVAL: Duration = Duration::from_millis(50);
+
 /// How long the claim loop waits, at shutdown, for a claim already sent: its UPDATE commits on
 /// the server whether or not anyone waits, so the relay waits for its rows and gives them back.
 const CLAIM_WAIT: Duration = Duration::from_secs(2);
@@ -236,6 +241,11 @@ impl Relay {
         let mut report = RelayReport::default();
         let mut failures = 0u32;
         let mut registered = false;
+        // Fan out beside the next claim: at start, after a wake-up (the write path's hint, a
+        // poll), after a fan-out that wrote rows (there may be more), and at least every
+        // FAN_OUT_INTERVAL while a backlog keeps the loop claiming back to back.
+        let mut fan_out_due = true;
+        let mut last_fan_out = Instant::now();
         tokio::pin!(shutdown);
         let stopping_at = loop {
             while deliveries.try_join_next().is_some() {}
@@ -257,7 +267,11 @@ impl Relay {
                 }
             }
             let bounds = inner.flow.bounds(&inner, want, &held.per_destination());
-            let claim = claim(&inner, want, held.ids(), &bounds);
+            let fan_out = fan_out_due || last_fan_out.elapsed() >= FAN_OUT_INTERVAL;
+            if fan_out {
+                last_fan_out = Instant::now();
+            }
+            let claim = claim(&inner, want, held.ids(), &bounds, fan_out);
             tokio::pin!(claim);
             let (claimed, stopping) = tokio::select! {
                 biased;
@@ -275,6 +289,7 @@ impl Relay {
             let claim::Claimed {
                 leases: rows,
                 again,
+                fanned_out,
                 next_change,
             } = match claimed {
                 Ok(claimed) => {
@@ -303,6 +318,7 @@ impl Relay {
                 }
                 break at;
             }
+            fan_out_due = fanned_out > 0;
             let full = rows.len() == want || again;
             for lease in rows {
                 if held.contains(lease.delivery.id) {
@@ -353,6 +369,7 @@ impl Relay {
                 _ = inner.wake.notified() => {}
                 _ = tokio::time::sleep(wait) => {}
             }
+            fan_out_due = true;
         };
 
         // Shutdown: no more claims; let deliveries finish within the grace period (counted from
