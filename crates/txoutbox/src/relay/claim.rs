@@ -24,8 +24,9 @@ pub(super) struct Claimed {
 }
 
 /// Claims up to `want` due rows, none of those in `held`, within the flow-control bounds. With
-/// `fan_out`, the fan-out of deferred effects runs beside it, on the same connection in the same
-/// round trip.
+/// `fan_out`, the fan-out of deferred effects runs first, on the same connection in the same
+/// round trip, so the claim (a statement of its own, with a snapshot taken after the fan-out
+/// committed) can take the rows it wrote.
 pub(super) async fn claim(
     inner: &Inner,
     want: usize,
@@ -53,7 +54,8 @@ pub(super) async fn claim(
             Ok(0)
         }
     };
-    let (fanned, claimed) = futures::join!(fanning, store::messages::claim_due(&conn, &due));
+    let (fanned, claimed) =
+        store::in_order(fanning, store::messages::claim_due(&conn, &due)).await;
     let fanned = fanned.unwrap_or_else(|e| {
         // The effects wait on their key rows for the next claim; the claim itself stands.
         tracing::debug!(error = %e, "fan-out of deferred effects failed; will try again");

@@ -131,7 +131,7 @@ fn values<'a>(params: Params<'a>) -> Vec<&'a (dyn ToSql + Sync)> {
 
 /// Waits for two statements sent in this order: `first` is polled once (tokio-postgres sends a
 /// request when its future is first polled) before `second` is, then both are awaited together.
-async fn in_order<A, B>(first: A, second: B) -> (A::Output, B::Output)
+pub(crate) async fn in_order<A, B>(first: A, second: B) -> (A::Output, B::Output)
 where
     A: Future,
     B: Future,
