@@ -144,14 +144,56 @@ impl Idempotent {
     }
 
     /// Stores `response` with the key (with the claim's outbox rows) in `tx`, without
-    /// committing: for a handler that wants a step between the two (see [`Prepared::commit`]).
-    /// A 5xx is not stored; its `commit` rolls back.
+    /// committing: for a handler that wants a step between the two (see [`Prepared::commit`]),
+    /// or whose `tx` is a nested transaction. A 5xx is not stored; its `commit` rolls back.
     pub async fn prepare(
         &self,
         tx: &Transaction<'_>,
         claim: Claim,
         response: impl IntoResponse,
     ) -> Result<Prepared, Problem> {
+        let answer = Answer::read(response).await?;
+        let mut enqueued = Enqueued::default();
+        if let Some(stored) = &answer.stored {
+            enqueued = claim.complete(tx, stored).await?;
+        }
+        Ok(Prepared {
+            store: answer.stored.is_some(),
+            response: answer.response,
+            enqueued,
+        })
+    }
+
+    /// Stores `response` with the key and commits `tx` in one round trip ([`Claim::commit`]),
+    /// then returns the response; a 5xx rolls `tx` back instead (nothing is kept: the retry runs
+    /// again). `tx` must be the outermost transaction (no savepoint open); for a nested one, use
+    /// [`Idempotent::prepare`] and [`Prepared::commit`].
+    pub async fn complete(
+        &self,
+        tx: Transaction<'_>,
+        claim: Claim,
+        response: impl IntoResponse,
+    ) -> Result<Response, Problem> {
+        let answer = Answer::read(response).await?;
+        match &answer.stored {
+            Some(stored) => {
+                claim.commit(tx, stored).await?;
+            }
+            None => tx.rollback().await?,
+        }
+        Ok(answer.response)
+    }
+}
+
+/// A handler's response, read whole: what is stored with the key (nothing for a 5xx) and what
+/// is sent.
+struct Answer {
+    response: Response,
+    stored: Option<StoredResponse>,
+}
+
+impl Answer {
+    async fn read(response: impl IntoResponse) -> Result<Self, Problem> {
         let (parts, body) = response.into_response().into_parts();
         let body = axum::body::to_bytes(body, usize::MAX).await.map_err(|e| {
             Problem::blank(
@@ -159,39 +201,22 @@ impl Idempotent {
                 format!("the handler's response body could not be read: {e}"),
             )
         })?;
-        let store = parts.status.as_u16() < 500;
-        let mut enqueued = Enqueued::default();
-        if store {
-            let stored = StoredResponse {
-                status: parts.status.as_u16(),
-                headers: parts
-                    .headers
-                    .iter()
-                    .filter(|(name, _)| kept(name))
-                    .filter_map(|(name, value)| {
-                        Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
-                    })
-                    .collect(),
-                body: body.to_vec(),
-            };
-            enqueued = claim.complete(tx, &stored).await?;
-        }
-        Ok(Prepared {
+        let stored = (parts.status.as_u16() < 500).then(|| StoredResponse {
+            status: parts.status.as_u16(),
+            headers: parts
+                .headers
+                .iter()
+                .filter(|(name, _)| kept(name))
+                .filter_map(|(name, value)| {
+                    Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+                })
+                .collect(),
+            body: body.to_vec(),
+        });
+        Ok(Self {
             response: Response::from_parts(parts, Body::from(body)),
-            store,
-            enqueued,
+            stored,
         })
-    }
-
-    /// Stores `response` with the key and commits `tx`, then returns the response; a 5xx rolls
-    /// `tx` back instead (nothing is kept: the retry runs again).
-    pub async fn complete(
-        &self,
-        tx: Transaction<'_>,
-        claim: Claim,
-        response: impl IntoResponse,
-    ) -> Result<Response, Problem> {
-        self.prepare(&tx, claim, response).await?.commit(tx).await
     }
 }
 

@@ -245,9 +245,7 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
             };
             if clients == args.ratio_at {
                 match mode {
-                    Mode::FullOneRow => {
-                        ratio.one_row = Some((r, tps / cheapest, tps / same_trips))
-                    }
+                    Mode::FullOneRow => ratio.one_row = Some((r, tps / cheapest, tps / same_trips)),
                     Mode::Full => ratio.rows = Some(r),
                     _ => {}
                 }

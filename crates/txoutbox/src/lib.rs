@@ -29,6 +29,26 @@
 //! # }
 //! ```
 //!
+//! The cheapest path writes one row per request and commits in one round trip with it: a scope
+//! with [`Scope::with_deferred_effects`] (the effects ride on the key row until the relay fans
+//! them out) and [`Claim::commit`] in place of `complete` and `commit`:
+//!
+//! ```no_run
+//! # use txoutbox::{Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
+//! # async fn handler(client: &mut tokio_postgres::Client, key: IdempotencyKey, fingerprint: Fingerprint)
+//! #     -> Result<(), txoutbox::Error> {
+//! let scope = Scope::new("charges")?.with_deferred_effects();
+//! let tx = client.transaction().await?;
+//! if let Begin::New(mut claim) = txoutbox::begin(&tx, &scope, &key, &fingerprint).await? {
+//!     tx.execute("INSERT INTO charges (amount) VALUES (100)", &[]).await?;
+//!     claim.enqueue("receipt", OutboxMessage::new("email", &serde_json::json!({"to": "a@b.c"}))?)?;
+//!     let response = StoredResponse { status: 201, headers: vec![], body: b"{}".to_vec() };
+//!     claim.commit(tx, &response).await?;                     // key, response, effects, COMMIT
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Layout: the root holds the write path: [`IdempotencyKey`] and [`Fingerprint`] validate the
 //! request, [`begin`] and [`Claim`] claim its key and store its response, [`OutboxMessage`] and
 //! [`enqueue`] write its effects, [`migrate`] applies the schema. The rest is in namespaces:

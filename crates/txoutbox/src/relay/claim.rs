@@ -54,8 +54,7 @@ pub(super) async fn claim(
             Ok(0)
         }
     };
-    let (fanned, claimed) =
-        store::in_order(fanning, store::messages::claim_due(&conn, &due)).await;
+    let (fanned, claimed) = store::in_order(fanning, store::messages::claim_due(&conn, &due)).await;
     let fanned = fanned.unwrap_or_else(|e| {
         // The effects wait on their key rows for the next claim; the claim itself stands.
         tracing::debug!(error = %e, "fan-out of deferred effects failed; will try again");
