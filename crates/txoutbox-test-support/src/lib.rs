@@ -30,6 +30,7 @@ mod port;
 pub mod prometheus;
 pub mod raw_http;
 pub mod relay;
+pub mod request;
 pub mod smtp;
 pub mod tls;
 pub mod webdriver;

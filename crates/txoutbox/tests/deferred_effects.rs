@@ -7,23 +7,13 @@ use std::time::Duration;
 
 use txoutbox::relay::Relay;
 use txoutbox::{admin, StoredResponse};
-use txoutbox::{begin, Begin, Claim, Error, Fingerprint, IdempotencyKey, OutboxMessage, Scope};
+use txoutbox::{begin, Begin, Claim, Error, IdempotencyKey, OutboxMessage, Scope};
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
-use txoutbox_test_support::{count, test_db, TestDb};
+use txoutbox_test_support::{count, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
-fn key(s: &str) -> IdempotencyKey {
-    IdempotencyKey::parse(&format!("{s:-<16}")).expect("test keys are valid")
-}
-
-fn fingerprint(amount: i64) -> Fingerprint {
-    Fingerprint::new(
-        "POST",
-        "/charge",
-        format!(r#"{{"amount":{amount}}}"#).as_bytes(),
-    )
-}
+use txoutbox_test_support::request::{charge_fingerprint as fingerprint, db_with_orders, key};
 
 fn created(id: i64) -> StoredResponse {
     StoredResponse {
@@ -37,15 +27,6 @@ fn deferred() -> anyhow::Result<Scope> {
     Ok(Scope::new("charges")?
         .with_lock_timeout(Duration::from_secs(5))?
         .with_deferred_effects())
-}
-
-async fn db_with_orders() -> anyhow::Result<(TestDb, tokio_postgres::Client)> {
-    let db = test_db().await?;
-    let client = db.connect().await?;
-    client
-        .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, note text NOT NULL)")
-        .await?;
-    Ok((db, client))
 }
 
 /// The order's business row and its two effects, enqueued on `claim`.

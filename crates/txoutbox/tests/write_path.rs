@@ -9,22 +9,11 @@ use txoutbox::{
     begin, enqueue, idempotency::KeyError, relay::RelayWaker, Begin, Error, Fingerprint,
     IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
-use txoutbox_test_support::{count, test_db, Cluster, ClusterOptions, TestDb};
+use txoutbox_test_support::{count, test_db, Cluster, ClusterOptions};
 
 type TestResult = anyhow::Result<()>;
 
-/// A test key: `s`, padded with `-` to the 16 characters a scope requires by default.
-fn key(s: &str) -> IdempotencyKey {
-    IdempotencyKey::parse(&format!("{s:-<16}")).expect("test keys are valid")
-}
-
-fn charge_fp(amount: i64) -> Fingerprint {
-    Fingerprint::new(
-        "POST",
-        "/charge",
-        format!(r#"{{"amount":{amount}}}"#).as_bytes(),
-    )
-}
+use txoutbox_test_support::request::{charge_fingerprint as charge_fp, db_with_orders, key};
 
 fn created(body: &str) -> StoredResponse {
     StoredResponse {
@@ -36,15 +25,6 @@ fn created(body: &str) -> StoredResponse {
         ],
         body: body.as_bytes().to_vec(),
     }
-}
-
-async fn db_with_orders() -> anyhow::Result<(TestDb, Client)> {
-    let db = test_db().await?;
-    let client = db.connect().await?;
-    client
-        .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, note text NOT NULL)")
-        .await?;
-    Ok((db, client))
 }
 
 /// The handler every test runs: one business row, two effects, a 201.

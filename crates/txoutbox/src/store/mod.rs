@@ -175,15 +175,7 @@ impl CommitExecutor for tokio_postgres::Transaction<'_> {
                 let client = self.client();
                 then_commit(client, client.query_typed(sql, params)).await
             };
-            match committed {
-                Some(committed) => {
-                    // The server ended the transaction: dropping it would send another ROLLBACK.
-                    std::mem::forget(self);
-                    (rows, committed)
-                }
-                // Nothing was sent: dropping the transaction rolls it back.
-                None => (rows, Ok(())),
-            }
+            settle(self, std::mem::forget, rows, committed)
         })
     }
 }
@@ -207,13 +199,7 @@ impl CommitExecutor for deadpool_postgres::Transaction<'_> {
             let values = values(params);
             let (rows, committed) =
                 then_commit(self.client(), self.query(&statement, &values)).await;
-            match committed {
-                Some(committed) => {
-                    forget_ended(self);
-                    (rows, committed)
-                }
-                None => (rows, Ok(())),
-            }
+            settle(self, forget_ended, rows, committed)
         })
     }
 }
@@ -234,6 +220,27 @@ async fn then_commit(
         std::task::Poll::Pending => {
             let (rows, committed) = futures::join!(statement, client.batch_execute("COMMIT"));
             (rows, Some(committed))
+        }
+    }
+}
+
+/// What [`then_commit`] leaves of `tx`: when the COMMIT was sent the server has ended the
+/// transaction, and `forget` disposes of it (dropping it would send another ROLLBACK); when
+/// nothing was sent, dropping it rolls it back.
+fn settle<T>(
+    tx: T,
+    forget: impl FnOnce(T),
+    rows: Result<Vec<Row>>,
+    committed: Option<Result<()>>,
+) -> (Result<Vec<Row>>, Result<()>) {
+    match committed {
+        Some(committed) => {
+            forget(tx);
+            (rows, committed)
+        }
+        None => {
+            drop(tx);
+            (rows, Ok(()))
         }
     }
 }

@@ -1,0 +1,32 @@
+//! What the write path's tests send: keys, fingerprints, and a database with a business table.
+
+use anyhow::Result;
+use tokio_postgres::Client;
+use txoutbox::{Fingerprint, IdempotencyKey};
+
+use crate::{test_db, TestDb};
+
+/// A test key: `s`, padded with `-` to the 16 characters a scope requires by default.
+pub fn key(s: &str) -> IdempotencyKey {
+    IdempotencyKey::parse(&format!("{s:-<16}")).expect("test keys are valid")
+}
+
+/// The fingerprint of a `POST /charge` of `amount`.
+pub fn charge_fingerprint(amount: i64) -> Fingerprint {
+    Fingerprint::new(
+        "POST",
+        "/charge",
+        format!(r#"{{"amount":{amount}}}"#).as_bytes(),
+    )
+}
+
+/// A test database with the business table `orders (id bigserial, note text)`, and a
+/// connection to it.
+pub async fn db_with_orders() -> Result<(TestDb, Client)> {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    client
+        .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, note text NOT NULL)")
+        .await?;
+    Ok((db, client))
+}
