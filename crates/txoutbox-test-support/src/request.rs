@@ -30,3 +30,27 @@ pub async fn db_with_orders() -> Result<(TestDb, Client)> {
         .await?;
     Ok((db, client))
 }
+
+/// Runs `request` on `n` connections of their own at once (the tasks wait on a barrier, then go
+/// together), and gives back every answer, in the order the tasks were started.
+pub async fn at_once<T, F, Fut>(db: &TestDb, n: usize, request: F) -> Result<Vec<T>>
+where
+    F: Fn(Client) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(n));
+    let mut tasks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (barrier, request) = (barrier.clone(), request(db.connect().await?));
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            request.await
+        }));
+    }
+    let mut answers = Vec::with_capacity(n);
+    for task in tasks {
+        answers.push(task.await?);
+    }
+    Ok(answers)
+}

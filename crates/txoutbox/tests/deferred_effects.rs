@@ -13,7 +13,9 @@ use txoutbox_test_support::{count, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
-use txoutbox_test_support::request::{charge_fingerprint as fingerprint, db_with_orders, key};
+use txoutbox_test_support::request::{
+    at_once, charge_fingerprint as fingerprint, db_with_orders, key,
+};
 
 fn created(id: i64) -> StoredResponse {
     StoredResponse {
@@ -141,20 +143,13 @@ async fn fifty_concurrent_deferred_requests_with_one_key_make_one_set_of_effects
     let (db, observer) = db_with_orders().await?;
     let scope = Arc::new(deferred()?);
     let k = key("k-fifty");
-    let barrier = Arc::new(tokio::sync::Barrier::new(50));
-    let mut tasks = Vec::new();
-    for _ in 0..50 {
-        let mut client = db.connect().await?;
-        let (scope, k, barrier) = (scope.clone(), k.clone(), barrier.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            request(&mut client, &scope, &k).await
-        }));
-    }
-    let mut answers = Vec::new();
-    for task in tasks {
-        answers.push(task.await??);
-    }
+    let answers = at_once(&db, 50, |mut client| {
+        let (scope, k) = (scope.clone(), k.clone());
+        async move { request(&mut client, &scope, &k).await }
+    })
+    .await?
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
     let first = answers
         .iter()
         .find(|a| a.status == 201)

@@ -13,7 +13,9 @@ use txoutbox_test_support::{count, test_db, Cluster, ClusterOptions};
 
 type TestResult = anyhow::Result<()>;
 
-use txoutbox_test_support::request::{charge_fingerprint as charge_fp, db_with_orders, key};
+use txoutbox_test_support::request::{
+    at_once, charge_fingerprint as charge_fp, db_with_orders, key,
+};
 
 fn created(body: &str) -> StoredResponse {
     StoredResponse {
@@ -224,20 +226,13 @@ async fn fifty_concurrent_duplicates_make_one_effect() -> TestResult {
     let (db, observer) = db_with_orders().await?;
     let scope = Arc::new(Scope::new("charges")?.with_lock_timeout(Duration::from_secs(5))?);
     let k = key("k-concurrent");
-    let barrier = Arc::new(tokio::sync::Barrier::new(50));
-    let mut tasks = Vec::new();
-    for _ in 0..50 {
-        let mut client = db.connect().await?;
-        let (scope, k, barrier) = (scope.clone(), k.clone(), barrier.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            charge(&mut client, &scope, &k, &charge_fp(7)).await
-        }));
-    }
-    let mut answers = Vec::new();
-    for task in tasks {
-        answers.push(task.await??);
-    }
+    let answers = at_once(&db, 50, |mut client| {
+        let (scope, k) = (scope.clone(), k.clone());
+        async move { charge(&mut client, &scope, &k, &charge_fp(7)).await }
+    })
+    .await?
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
     let stored = answers
         .iter()
         .find(|a| a.status == 201)
@@ -261,19 +256,14 @@ async fn fifty_concurrent_duplicates_at(level: IsolationLevel) -> TestResult {
     let (db, observer) = db_with_orders().await?;
     let scope = Arc::new(Scope::new("charges")?.with_lock_timeout(Duration::from_secs(5))?);
     let k = key("k-isolation");
-    let barrier = Arc::new(tokio::sync::Barrier::new(50));
-    let mut tasks = Vec::new();
-    for _ in 0..50 {
-        let mut client = db.connect().await?;
-        let (scope, k, barrier) = (scope.clone(), k.clone(), barrier.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            charge_at(&mut client, Some(level), &scope, &k, &charge_fp(7)).await
-        }));
-    }
+    let outcomes = at_once(&db, 50, |mut client| {
+        let (scope, k) = (scope.clone(), k.clone());
+        async move { charge_at(&mut client, Some(level), &scope, &k, &charge_fp(7)).await }
+    })
+    .await?;
     let mut answers = Vec::new();
-    for task in tasks {
-        match task.await? {
+    for outcome in outcomes {
+        match outcome {
             Ok(answer) => answers.push(answer.status),
             Err(e) => {
                 assert_eq!(e.http_status(), 409, "{level:?}: {e}");
