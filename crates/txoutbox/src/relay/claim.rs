@@ -15,10 +15,10 @@ use crate::store::{self, Pooled};
 pub(super) struct Claimed {
     pub leases: Vec<Lease>,
     /// Claim again at once: the claim parked rows waiting behind an ordering-key head (there
-    /// may be due rows past them), or the fan-out beside it wrote rows it could not see.
+    /// may be due rows past them), or the fan-out before it left keys to fan out.
     pub again: bool,
-    /// Rows the fan-out beside the claim wrote (there may be more keys to fan out).
-    pub fanned_out: u64,
+    /// The fan-out before the claim left keys to fan out.
+    pub fan_out_more: bool,
     /// How long until a destination the claim held back may have rows again.
     pub next_change: Option<Duration>,
 }
@@ -51,14 +51,14 @@ pub(super) async fn claim(
         if fan_out {
             fan_out::fan_out(&conn, &inner.poisoned).await
         } else {
-            Ok(0)
+            Ok(false)
         }
     };
-    let (fanned, claimed) = store::in_order(fanning, store::messages::claim_due(&conn, &due)).await;
-    let fanned = fanned.unwrap_or_else(|e| {
+    let (more, claimed) = store::in_order(fanning, store::messages::claim_due(&conn, &due)).await;
+    let more = more.unwrap_or_else(|e| {
         // The effects wait on their key rows for the next claim; the claim itself stands.
         tracing::debug!(error = %e, "fan-out of deferred effects failed; will try again");
-        0
+        false
     });
     let mut claimed = claimed?;
     if claimed.flow {
@@ -86,8 +86,8 @@ pub(super) async fn claim(
     let next_change = inner.flow.observe(&gates, bounds, inner.sinks.keys());
     Ok(Claimed {
         leases: claimed.rows.into_iter().map(Lease::from).collect(),
-        again: claimed.parked > 0 || fanned > 0,
-        fanned_out: fanned,
+        again: claimed.parked > 0 || more,
+        fan_out_more: more,
         next_change,
     })
 }

@@ -33,10 +33,10 @@ impl Poisoned {
     }
 }
 
-/// Moves the effects of up to [`FAN_OUT_KEYS`] keys into the outbox; returns how many rows it
-/// wrote. A batch the database refuses for a data reason is fanned out key by key, and a key
-/// refused alone is set aside.
-pub(super) async fn fan_out(conn: &impl TxExecutor, poisoned: &Poisoned) -> Result<u64> {
+/// Moves the effects of up to [`FAN_OUT_KEYS`] keys into the outbox; returns whether there may
+/// be more (it emptied as many keys as it may). A batch the database refuses for a data reason
+/// is fanned out key by key, and a key refused alone is set aside.
+pub(super) async fn fan_out(conn: &impl TxExecutor, poisoned: &Poisoned) -> Result<bool> {
     let skip = poisoned.list();
     let e = match store::keys::fan_out(conn, FAN_OUT_KEYS, &skip, None).await {
         Ok(done) => {
@@ -47,17 +47,18 @@ pub(super) async fn fan_out(conn: &impl TxExecutor, poisoned: &Poisoned) -> Resu
                     "fanned out deferred effects"
                 );
             }
-            return Ok(done.destinations.len() as u64);
+            return Ok(done.keys >= FAN_OUT_KEYS as u64);
         }
         Err(e) => Error::from(e),
     };
     if refused(&e).is_none() {
         return Err(e);
     }
-    let mut written = 0;
-    for (scope, key) in store::keys::awaiting_fan_out(conn, FAN_OUT_KEYS, &skip).await? {
+    let awaiting = store::keys::awaiting_fan_out(conn, FAN_OUT_KEYS, &skip).await?;
+    let more = awaiting.len() >= FAN_OUT_KEYS as usize;
+    for (scope, key) in awaiting {
         match store::keys::fan_out(conn, 1, &skip, Some((&scope, &key))).await {
-            Ok(done) => written += done.destinations.len() as u64,
+            Ok(_) => {}
             Err(e) => {
                 let e = Error::from(e);
                 if refused(&e).is_none() {
@@ -72,5 +73,5 @@ pub(super) async fn fan_out(conn: &impl TxExecutor, poisoned: &Poisoned) -> Resu
             }
         }
     }
-    Ok(written)
+    Ok(more)
 }

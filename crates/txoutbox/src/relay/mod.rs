@@ -241,9 +241,9 @@ impl Relay {
         let mut report = RelayReport::default();
         let mut failures = 0u32;
         let mut registered = false;
-        // Fan out beside the next claim: at start, after a wake-up (the write path's hint, a
-        // poll), after a fan-out that wrote rows (there may be more), and at least every
-        // FAN_OUT_INTERVAL while a backlog keeps the loop claiming back to back.
+        // Fan out before the next claim: at start, after a wake-up (the write path's hint, a
+        // poll), after a fan-out that left keys to fan out, and at least every FAN_OUT_INTERVAL
+        // while a backlog keeps the loop claiming back to back.
         let mut fan_out_due = true;
         let mut last_fan_out = Instant::now();
         tokio::pin!(shutdown);
@@ -289,7 +289,7 @@ impl Relay {
             let claim::Claimed {
                 leases: rows,
                 again,
-                fanned_out,
+                fan_out_more,
                 next_change,
             } = match claimed {
                 Ok(claimed) => {
@@ -318,7 +318,7 @@ impl Relay {
                 }
                 break at;
             }
-            fan_out_due = fanned_out > 0;
+            fan_out_due = fan_out_more;
             let full = rows.len() == want || again;
             for lease in rows {
                 if held.contains(lease.delivery.id) {

@@ -196,6 +196,12 @@ const STORE: [(&str, &str); 3] = [
 /// $3 and $4 set, only that key. An effect whose (destination, downstream key) is already in the
 /// hot table is not written twice. Returns how many keys it emptied and the destinations of the
 /// rows it wrote.
+///
+/// Its commit does not wait for the WAL flush (`synchronous_commit` off for this statement's
+/// transaction alone): a crash can lose the fan-out only whole, and the key rows then still carry
+/// the effects, fanned out again. The claim that takes the rows commits with a flush, which
+/// makes the fan-out before it durable too (the WAL is flushed in order): no sink is called for a
+/// row whose fan-out could still be lost.
 const FAN_OUT: &str = "WITH k AS ( \
      SELECT scope, key, effects, created_at FROM txoutbox_idempotency_keys \
      WHERE effects IS NOT NULL AND NOT (scope || chr(10) || key = ANY($2::text[])) \
@@ -213,7 +219,8 @@ const FAN_OUT: &str = "WITH k AS ( \
  emptied AS ( \
      UPDATE txoutbox_idempotency_keys t SET effects = NULL FROM k \
      WHERE t.scope = k.scope AND t.key = k.key RETURNING 1) \
- SELECT (SELECT count(*) FROM emptied), (SELECT array_agg(destination) FROM written)";
+ SELECT (SELECT count(*) FROM emptied), (SELECT array_agg(destination) FROM written), \
+     set_config('synchronous_commit', 'off', true)";
 
 /// The oldest keys (up to $1) that still carry effects, but keys $2 (as in [`FAN_OUT`]).
 const AWAITING_FAN_OUT: &str = "SELECT scope, key FROM txoutbox_idempotency_keys \
