@@ -30,6 +30,11 @@ use crate::{
     outbox::OutboxMessage,
 };
 
+/// The most effects one request stores on its key row in a scope with deferred effects: a
+/// request with more writes them all as rows at once, so that a fan-out, which moves the effects
+/// of up to 100 keys in one statement, stays a statement of bounded size.
+pub const MAX_DEFERRED_EFFECTS: usize = 100;
+
 /// The default key window: a retry within 24 hours of the first request is deduplicated.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -145,7 +150,8 @@ impl Scope {
     /// after the commit with a relay running (`txoutbox stats` counts those not yet fanned out),
     /// and a key is not pruned while it still carries effects. Effects with an ordering key or a
     /// downstream key of their own are written as rows at once, as without this option: their
-    /// commit order and their deduplication are decided when they are enqueued.
+    /// commit order and their deduplication are decided when they are enqueued; so are all the
+    /// effects of a request with more than [`MAX_DEFERRED_EFFECTS`].
     pub fn with_deferred_effects(mut self) -> Self {
         self.deferred_effects = true;
         self
@@ -486,6 +492,7 @@ impl Claim {
                 &message,
             )?;
             let rows_now = !self.scope.deferred_effects
+                || self.messages.len() > MAX_DEFERRED_EFFECTS
                 || message.ordering_key.is_some()
                 || message.downstream_key.is_some();
             if rows_now {

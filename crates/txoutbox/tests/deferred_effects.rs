@@ -402,3 +402,30 @@ async fn effects_deferred_while_a_relay_runs_are_fanned_out_and_delivered() -> T
     assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 0);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_request_with_more_effects_than_a_key_row_carries_writes_them_as_rows() -> TestResult {
+    use txoutbox::idempotency::MAX_DEFERRED_EFFECTS;
+    let (_db, mut client) = db_with_orders().await?;
+    for (n, effects) in [(1, MAX_DEFERRED_EFFECTS), (2, MAX_DEFERRED_EFFECTS + 1)] {
+        let tx = client.transaction().await?;
+        let k = key(&format!("k-many-{n}"));
+        let Begin::New(mut claim) = begin(&tx, &deferred()?, &k, &fingerprint(n)).await? else {
+            panic!("a new key");
+        };
+        for i in 0..effects {
+            claim.enqueue(&format!("effect-{i}"), OutboxMessage::new("email", &i)?)?;
+        }
+        claim.commit(tx, &created(n)).await?;
+    }
+    // The first request's effects ride on its key row; the second's are rows at once.
+    assert_eq!(
+        count(&client, EFFECTS_ON_KEYS).await?,
+        MAX_DEFERRED_EFFECTS as i64
+    );
+    assert_eq!(
+        count(&client, "txoutbox_messages").await?,
+        MAX_DEFERRED_EFFECTS as i64 + 1
+    );
+    Ok(())
+}
