@@ -57,7 +57,7 @@ pub(super) async fn claim(
     let (more, claimed) = store::in_order(fanning, store::messages::claim_due(&conn, &due)).await;
     let more = more.unwrap_or_else(|e| {
         // The effects wait on their key rows for the next claim; the claim itself stands.
-        tracing::debug!(error = %e, "fan-out of deferred effects failed; will try again");
+        tracing::warn!(error = %e, "fan-out of deferred effects failed; will try again");
         false
     });
     let mut claimed = claimed?;
