@@ -235,10 +235,8 @@ pub struct Claim {
     scope: Scope,
     key: IdempotencyKey,
     fingerprint: Vec<u8>,
-    /// The claim's time (the transaction's `now()`, which becomes the key row's `created_at`),
-    /// µs since the epoch: part of its effects' downstream keys.
-    claimed_at_micros: i64,
-    /// The same time, as the database gave it.
+    /// The claim's time (the transaction's `now()`, which becomes the key row's `created_at`):
+    /// in microseconds since the epoch, part of its effects' downstream keys.
     claimed_at: chrono::DateTime<chrono::Utc>,
     /// The claim's backend: the key is stored only in the claim's transaction.
     backend_pid: i32,
@@ -285,10 +283,7 @@ pub async fn begin(
     let locked = match keys::lock_and_lookup(tx, &scope.name, key.as_str(), &timeout).await {
         Ok(Some(locked)) => locked,
         Ok(None) => return Err(Error::Internal("the key's lookup answered no row".into())),
-        Err(e) if held_elsewhere(&e) => {
-            count(IDEMPOTENCY_CONFLICTS, scope);
-            return Ok(Begin::InFlight);
-        }
+        Err(e) if held_elsewhere(&e) => return Ok(in_flight(scope)),
         Err(e) => return Err(e.into()),
     };
     if let Some(row) = locked.key {
@@ -315,23 +310,16 @@ pub async fn begin(
         .await;
         match claimed {
             Ok(true) => {}
-            // A live key this transaction's snapshot could not see, held without the lock.
-            Ok(false) => {
-                count(IDEMPOTENCY_CONFLICTS, scope);
-                return Ok(Begin::InFlight);
-            }
-            Err(e) if held_elsewhere(&e) => {
-                count(IDEMPOTENCY_CONFLICTS, scope);
-                return Ok(Begin::InFlight);
-            }
-            Err(e) => return Err(e.into()),
+            Err(e) if !held_elsewhere(&e) => return Err(e.into()),
+            // Held elsewhere, or a live key this transaction's snapshot could not see, held
+            // without the lock.
+            _ => return Ok(in_flight(scope)),
         }
     }
     Ok(Begin::New(Claim {
         scope: scope.clone(),
         key: key.clone(),
         fingerprint: fp.to_vec(),
-        claimed_at_micros: locked.now.timestamp_micros(),
         claimed_at: locked.now,
         backend_pid: locked.backend_pid,
         write,
@@ -354,8 +342,7 @@ fn answer(scope: &Scope, fingerprint: &[u8], row: keys::KeyRow) -> Result<Begin>
         row.response_body,
     ) else {
         // Committed without a response (a caller that skipped `complete`): treat as held.
-        count(IDEMPOTENCY_CONFLICTS, scope);
-        return Ok(Begin::InFlight);
+        return Ok(in_flight(scope));
     };
     let headers: Vec<(String, String)> = serde_json::from_value(headers)?;
     count(IDEMPOTENCY_REPLAYS, scope);
@@ -364,6 +351,12 @@ fn answer(scope: &Scope, fingerprint: &[u8], row: keys::KeyRow) -> Result<Begin>
         headers,
         body,
     }))
+}
+
+/// A key another request holds (counted as a conflict).
+fn in_flight(scope: &Scope) -> Begin {
+    count(IDEMPOTENCY_CONFLICTS, scope);
+    Begin::InFlight
 }
 
 fn count(name: &'static str, scope: &Scope) {
@@ -412,7 +405,12 @@ impl Claim {
     /// of the effect carries it; a request with the same key after the key's window is a new
     /// claim, and its effects get new keys (they are new effects, not the old ones again).
     pub fn downstream_key(&self, effect: &str) -> String {
-        derive_claim_downstream_key(self.scope.name(), &self.key, self.claimed_at_micros, effect)
+        derive_claim_downstream_key(
+            self.scope.name(),
+            &self.key,
+            self.claimed_at.timestamp_micros(),
+            effect,
+        )
     }
 
     /// The claimed key.
@@ -434,7 +432,7 @@ impl Claim {
     /// [`Error::Conflict`] (409) when a request that took no key lock (a txoutbox older than V5
     /// during a rolling upgrade) stored the key first; the transaction is then aborted.
     pub async fn complete(
-        self,
+        mut self,
         tx: &impl TxExecutor,
         response: &StoredResponse,
     ) -> Result<Enqueued> {
@@ -454,7 +452,7 @@ impl Claim {
     /// (a serialization failure: [`Error::Conflict`]; a lost connection:
     /// [`Error::StoreUnavailable`], the outcome unknown, as for any commit).
     pub async fn commit(
-        self,
+        mut self,
         tx: impl crate::store::CommitExecutor,
         response: &StoredResponse,
     ) -> Result<Enqueued> {
@@ -467,32 +465,28 @@ impl Claim {
         stored.enqueued(written)
     }
 
-    /// What storing this claim with `response` writes.
-    fn stored(&self, response: &StoredResponse) -> Result<Stored> {
+    /// What storing this claim with `response` writes; takes the claim's buffered messages.
+    fn stored<'r>(&mut self, response: &'r StoredResponse) -> Result<Stored<'r>> {
         if !(100..500).contains(&response.status) {
             return Err(Error::Invalid(format!(
                 "status {} is not stored: roll the transaction back so the retry runs again",
                 response.status
             )));
         }
+        let messages = std::mem::take(&mut self.messages);
+        let too_many_to_defer = messages.len() > MAX_DEFERRED_EFFECTS;
+        let claimed_at_micros = self.claimed_at.timestamp_micros();
         let mut now = Vec::new();
         let mut deferred = Vec::new();
         let mut deferred_ids = Vec::new();
         let mut deferred_destinations = Vec::new();
-        for (effect, message) in &self.messages {
-            let mut message = message.clone();
+        for (effect, mut message) in messages {
             if let Some(traceparent) = &self.traceparent {
                 attach_traceparent(&mut message, traceparent);
             }
-            let key = key_for(
-                &self.scope,
-                &self.key,
-                self.claimed_at_micros,
-                effect,
-                &message,
-            )?;
+            let key = key_for(&self.scope, &self.key, claimed_at_micros, &effect, &message)?;
             let rows_now = !self.scope.deferred_effects
-                || self.messages.len() > MAX_DEFERRED_EFFECTS
+                || too_many_to_defer
                 || message.ordering_key.is_some()
                 || message.downstream_key.is_some();
             if rows_now {
@@ -501,19 +495,20 @@ impl Claim {
             }
             deferred_ids.push(message.id);
             deferred_destinations.push(message.destination.clone());
-            deferred.push(serde_json::json!({
-                "id": message.id,
-                "destination": message.destination,
-                "payload": message.payload,
-                "headers": message.headers,
-                "downstream_key": key,
-            }));
+            // Built by moving the message's parts in: `json!` would copy the payload.
+            let mut row = serde_json::Map::with_capacity(5);
+            row.insert("id".into(), message.id.to_string().into());
+            row.insert("destination".into(), message.destination.into());
+            row.insert("payload".into(), message.payload);
+            row.insert("headers".into(), serde_json::to_value(message.headers)?);
+            row.insert("downstream_key".into(), key.into());
+            deferred.push(serde_json::Value::Object(row));
         }
         let rows = message_columns(now.iter().map(|(m, key)| (m, Some(key.clone()))))?;
         Ok(Stored {
             status: response.status as i16,
             headers: serde_json::to_value(&response.headers)?,
-            body: response.body.clone(),
+            body: &response.body,
             rows,
             effects: (!deferred.is_empty()).then_some(serde_json::Value::Array(deferred)),
             deferred_ids,
@@ -524,17 +519,17 @@ impl Claim {
 
 /// What a claim stores: its response, the outbox rows written now and the effects the key row
 /// carries.
-struct Stored {
+struct Stored<'r> {
     status: i16,
     headers: serde_json::Value,
-    body: Vec<u8>,
+    body: &'r [u8],
     rows: crate::store::messages::MessageColumns,
     effects: Option<serde_json::Value>,
     deferred_ids: Vec<uuid::Uuid>,
     deferred_destinations: Vec<String>,
 }
 
-impl Stored {
+impl Stored<'_> {
     fn statement<'a>(&'a self, claim: &'a Claim, outermost: bool) -> keys::CompleteKey<'a> {
         keys::CompleteKey {
             scope: &claim.scope.name,
@@ -543,7 +538,7 @@ impl Stored {
             window_secs: claim.scope.window.as_secs_f64(),
             status: self.status,
             headers: &self.headers,
-            body: &self.body,
+            body: self.body,
             messages: &self.rows,
             effects: self.effects.as_ref(),
             backend_pid: claim.backend_pid,
