@@ -43,7 +43,7 @@ pub(super) async fn fan_out(conn: &impl TxExecutor, poisoned: &Poisoned) -> Resu
             if done.keys > 0 {
                 tracing::trace!(
                     keys = done.keys,
-                    rows = done.destinations.len(),
+                    rows = done.rows,
                     "fanned out deferred effects"
                 );
             }
