@@ -222,6 +222,72 @@ impl<S: Sink> Sink for HangAfter<S> {
     }
 }
 
+/// Sleeps for its duration before delivering to its recording sink.
+#[derive(Debug, Clone)]
+pub struct SlowSink(pub RecordingSink, pub Duration);
+
+#[async_trait::async_trait]
+impl Sink for SlowSink {
+    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
+        tokio::time::sleep(self.1).await;
+        self.0.deliver(d).await
+    }
+}
+
+/// A relay for a drain a Postgres restart lands in: small batches (16, as many in flight), a
+/// lease of 2 s and a reclaim every 200 ms, so the rows held when the server went away come back
+/// soon after it is up again.
+pub fn restart_config() -> txoutbox::relay::RelayConfig {
+    txoutbox::relay::RelayConfig {
+        concurrency: 16,
+        batch_size: 16,
+        lease: Duration::from_secs(2),
+        poll_interval: Duration::from_millis(50),
+        reclaim_interval: Duration::from_millis(200),
+        ..txoutbox::relay::RelayConfig::default()
+    }
+}
+
+/// What a drain through a restart ended with: rows delivered, and the distinct downstream keys
+/// the sink saw.
+pub struct Drained {
+    /// Rows in `txoutbox_delivered` when the wait ended.
+    pub delivered: i64,
+    /// Distinct downstream keys the sink was called with.
+    pub distinct_keys: usize,
+}
+
+/// Lets `relay` drain into `sink` until the sink has seen `before` calls, restarts `cluster`
+/// with an immediate stop (as a crash), then waits (90 s at most) until `total` rows are in
+/// `txoutbox_delivered`, and stops the relay.
+pub async fn drain_through_a_restart(
+    cluster: &crate::Cluster,
+    db: &crate::TestDb,
+    relay: RunningRelay,
+    sink: &RecordingSink,
+    before: usize,
+    total: i64,
+) -> Result<Drained> {
+    sink.wait_for(before, Duration::from_secs(30)).await;
+    cluster.restart()?;
+    let client = db.connect().await?;
+    let delivered = crate::wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        total,
+        Duration::from_secs(90),
+    )
+    .await?;
+    relay.stop().await?;
+    let mut keys = sink.keys();
+    keys.sort();
+    keys.dedup();
+    Ok(Drained {
+        delivered,
+        distinct_keys: keys.len(),
+    })
+}
+
 /// Test-friendly relay timings: poll every 50 ms, reclaim expired leases every 100 ms (what
 /// [`TestDb::relay`](crate::TestDb::relay) starts from).
 pub fn relay_config() -> txoutbox::relay::RelayConfig {

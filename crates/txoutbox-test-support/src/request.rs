@@ -20,15 +20,20 @@ pub fn charge_fingerprint(amount: i64) -> Fingerprint {
     )
 }
 
-/// A test database with the business table `orders (id bigserial, note text)`, and a
-/// connection to it.
+/// A test database with the business table of [`create_orders`], and a connection to it.
 pub async fn db_with_orders() -> Result<(TestDb, Client)> {
     let db = test_db().await?;
     let client = db.connect().await?;
+    create_orders(&client).await?;
+    Ok((db, client))
+}
+
+/// Creates the business table `orders (id bigserial, note text)`.
+pub async fn create_orders(client: &Client) -> Result<()> {
     client
         .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, note text NOT NULL)")
         .await?;
-    Ok((db, client))
+    Ok(())
 }
 
 /// Runs `request` on `n` connections of their own at once (the tasks wait on a barrier, then go

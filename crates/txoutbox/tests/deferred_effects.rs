@@ -430,71 +430,39 @@ async fn a_request_with_more_effects_than_a_key_row_carries_writes_them_as_rows(
     Ok(())
 }
 
-/// A sink that takes a little time per call, so a crash lands mid-drain.
-#[derive(Clone)]
-struct SlowSink(RecordingSink);
-
-#[async_trait::async_trait]
-impl txoutbox::sink::Sink for SlowSink {
-    async fn deliver(
-        &self,
-        d: &txoutbox::sink::Delivery,
-    ) -> Result<txoutbox::sink::Receipt, txoutbox::sink::DeliveryError> {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        self.0.deliver(d).await
-    }
-}
-
 #[tokio::test]
 async fn a_postgres_crash_while_effects_are_fanned_out_loses_no_effect() -> TestResult {
-    use txoutbox_test_support::{wait_for_count, Cluster, ClusterOptions};
+    use txoutbox_test_support::relay::{drain_through_a_restart, restart_config, SlowSink};
+    use txoutbox_test_support::request::create_orders;
+    use txoutbox_test_support::{Cluster, ClusterOptions};
     let cluster = Cluster::private(&ClusterOptions::default())?;
     let db = TestDb::create_on(&cluster.admin()).await?;
     let mut client = db.connect().await?;
-    client
-        .batch_execute("CREATE TABLE orders (id bigserial PRIMARY KEY, note text NOT NULL)")
-        .await?;
+    create_orders(&client).await?;
     let scope = deferred()?;
     for n in 0..1_500 {
         request(&mut client, &scope, &key(&format!("k-crash-{n}"))).await?;
     }
     drop(client);
-    let sink = SlowSink(RecordingSink::new());
+    let sink = SlowSink(RecordingSink::new(), Duration::from_millis(2));
     let relay = RunningRelay::start(
         db.relay()?
-            .config(txoutbox::relay::RelayConfig {
-                concurrency: 16,
-                batch_size: 16,
-                lease: Duration::from_secs(2),
-                poll_interval: Duration::from_millis(50),
-                reclaim_interval: Duration::from_millis(200),
-                ..txoutbox::relay::RelayConfig::default()
-            })
+            .config(restart_config())
             .sink("stripe", sink.clone())
             .sink("email", sink.clone())
             .build()?,
     );
     // Mid-drain, with fan-outs committed without waiting for their flush: an immediate stop,
     // as a crash.
-    sink.0.wait_for(300, Duration::from_secs(30)).await;
-    cluster.restart()?;
+    let drained = drain_through_a_restart(&cluster, &db, relay, &sink.0, 300, 3_000).await?;
     let client = db.connect().await?;
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        3_000,
-        Duration::from_secs(90),
-    )
-    .await?;
-    relay.stop().await?;
-    assert_eq!(delivered, 3_000, "every effect delivered after the crash");
-    assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 0);
-    let mut keys = sink.0.keys();
-    keys.sort();
-    keys.dedup();
     assert_eq!(
-        keys.len(),
-        3_000,
+        drained.delivered, 3_000,
+        "every effect delivered after the crash"
+    );
+    assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 0);
+    assert_eq!(
+        drained.distinct_keys, 3_000,
         "at least once: every key reached the sink"
     );
     Ok(())

@@ -13,7 +13,8 @@ use txoutbox::{
 };
 use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::relay::{
-    quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay, ScriptedSink,
+    drain_through_a_restart, quick_retry, restart_config, CrashableRelay, HangAfter, RecordingSink,
+    RunningRelay, ScriptedSink, SlowSink,
 };
 use txoutbox_test_support::{count, test_db, wait_for_count, Cluster, ClusterOptions, TestDb};
 
@@ -445,18 +446,6 @@ async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
     Ok(())
 }
 
-/// Sleeps before delivering.
-#[derive(Clone)]
-struct SlowSink(RecordingSink, Duration);
-
-#[async_trait::async_trait]
-impl Sink for SlowSink {
-    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
-        tokio::time::sleep(self.1).await;
-        self.0.deliver(d).await
-    }
-}
-
 #[tokio::test]
 async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
     let db = test_db().await?;
@@ -707,39 +696,22 @@ async fn a_postgres_restart_while_relaying_loses_no_row() -> TestResult {
     let sink = SlowSink(RecordingSink::new(), Duration::from_millis(2));
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                concurrency: 16,
-                batch_size: 16,
-                lease: Duration::from_secs(2),
-                poll_interval: Duration::from_millis(50),
-                reclaim_interval: Duration::from_millis(200),
-                ..RelayConfig::default()
-            })
+            .config(restart_config())
             .sink("email", sink.clone())
             .build()?,
     );
-    sink.0.wait_for(300, Duration::from_secs(30)).await;
-    cluster.restart()?;
+    let drained = drain_through_a_restart(&cluster, &db, relay, &sink.0, 300, 3_000).await?;
     let client = db.connect().await?;
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        3_000,
-        Duration::from_secs(90),
-    )
-    .await?;
-    relay.stop().await?;
-    assert_eq!(delivered, 3_000, "every row delivered after the restart");
+    assert_eq!(
+        drained.delivered, 3_000,
+        "every row delivered after the restart"
+    );
     assert_eq!(
         count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
         0
     );
-    let mut keys: Vec<String> = sink.0.keys();
-    keys.sort();
-    keys.dedup();
     assert_eq!(
-        keys.len(),
-        3_000,
+        drained.distinct_keys, 3_000,
         "at least once: every key reached the sink"
     );
     drop(client);
