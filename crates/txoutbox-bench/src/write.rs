@@ -515,14 +515,10 @@ async fn hand_written_one_row(
     type Values<'a> = Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)>;
     let key_values: Values = vec![&scope, &key];
     let order_values: Values = vec![&customer, &amount];
-    let begin = async {
-        if two_trips {
-            Ok(())
-        } else {
-            client.batch_execute("BEGIN").await
-        }
-    };
-    begin.await?;
+    if !two_trips {
+        client.batch_execute("BEGIN").await?;
+    }
+    // With two trips the BEGIN is the first request of the pipeline (polled first by join!).
     let pipelined_begin = async {
         if two_trips {
             client.batch_execute("BEGIN").await
