@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_postgres::IsolationLevel;
+
 use txoutbox::relay::Relay;
 use txoutbox::{admin, StoredResponse};
 use txoutbox::{begin, Begin, Claim, Error, IdempotencyKey, OutboxMessage, Scope};
@@ -212,6 +214,94 @@ async fn an_expired_key_taken_over_keeps_the_first_requests_effects() -> TestRes
     keys.sort();
     keys.dedup();
     assert_eq!(keys.len(), 4, "two claims, two keys each");
+    Ok(())
+}
+
+/// One request of key `k` at `level` with a deferred effect `{"req": n}` (none when `n` is
+/// `None`), stored with [`Claim::complete`] and committed; returns the effect's downstream key.
+async fn request_at(
+    client: &mut tokio_postgres::Client,
+    level: IsolationLevel,
+    k: &IdempotencyKey,
+    n: Option<i64>,
+) -> anyhow::Result<Option<String>> {
+    let scope = deferred()?;
+    let tx = client
+        .build_transaction()
+        .isolation_level(level)
+        .start()
+        .await?;
+    let Begin::New(mut claim) = begin(&tx, &scope, k, &fingerprint(1)).await? else {
+        panic!("a new or expired key is claimed");
+    };
+    let downstream = n.map(|_| claim.downstream_key("charge"));
+    if let Some(n) = n {
+        claim.enqueue(
+            "charge",
+            OutboxMessage::new("stripe", &serde_json::json!({ "req": n }))?,
+        )?;
+    }
+    claim.complete(&tx, &created(n.unwrap_or(0))).await?;
+    tx.commit().await?;
+    Ok(downstream)
+}
+
+/// Ends the window of every key, as if it had passed with no relay running.
+async fn expire_keys(client: &tokio_postgres::Client) -> anyhow::Result<()> {
+    client
+        .execute(
+            "UPDATE txoutbox_idempotency_keys SET expires_at = now() - interval '1 second'",
+            &[],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Takes over, at every isolation level, a key whose effects are still on its row with a
+/// request that enqueues `second` (or nothing), runs a relay, and returns the downstream keys
+/// expected (each effect's own claim's) and delivered.
+async fn take_over_at_every_level(
+    second: Option<i64>,
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let (db, mut client) = db_with_orders().await?;
+    let levels = [
+        IsolationLevel::ReadCommitted,
+        IsolationLevel::RepeatableRead,
+        IsolationLevel::Serializable,
+    ];
+    let mut expected = Vec::new();
+    for (i, level) in levels.into_iter().enumerate() {
+        let k = key(&format!("k-take-over-{i}"));
+        expected.extend(request_at(&mut client, IsolationLevel::ReadCommitted, &k, Some(1)).await?);
+        expire_keys(&client).await?;
+        expected.extend(request_at(&mut client, level, &k, second).await?);
+    }
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(relay(&db, &sink)?);
+    sink.wait_for(expected.len(), Duration::from_secs(10)).await;
+    relay.stop().await?;
+    assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 0);
+    expected.sort();
+    let mut delivered = sink.keys();
+    delivered.sort();
+    Ok((expected, delivered))
+}
+
+#[tokio::test]
+async fn a_take_over_at_any_isolation_level_delivers_both_requests_effects_with_their_keys(
+) -> TestResult {
+    let (expected, delivered) = take_over_at_every_level(Some(2)).await?;
+    assert_eq!(expected.len(), 6, "two effects a level");
+    assert_eq!(delivered, expected);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_take_over_without_effects_at_any_isolation_level_keeps_the_first_requests_effects(
+) -> TestResult {
+    let (expected, delivered) = take_over_at_every_level(None).await?;
+    assert_eq!(expected.len(), 3, "the first request's effect, a level");
+    assert_eq!(delivered, expected);
     Ok(())
 }
 

@@ -46,7 +46,8 @@ const LOOKUP_RESTORE: &str = "SELECT k.fingerprint, k.state, k.response_status, 
 /// Inserts the key row at the claim, under REPEATABLE READ and SERIALIZABLE (where the lookup
 /// reads the transaction's first snapshot and cannot see a key committed after it): a key
 /// committed after the snapshot then refuses the insert with a serialization failure instead of
-/// being overlooked. Takes over an expired key. Returns a row only when the key is now ours.
+/// being overlooked. Takes over an expired key, leaving it the effects it still carries (the
+/// completion, [`update_key!`], adds this request's). Returns a row only when the key is now ours.
 /// The lock timeout is set and restored as in [`LOCK_WAIT`], for a holder that took no advisory
 /// lock.
 const CLAIM: &str = "INSERT INTO txoutbox_idempotency_keys \
@@ -126,9 +127,20 @@ macro_rules! insert_key {
     };
 }
 
-/// [`insert_key!`] over an expired key the lookup found: it is taken over; its effects not yet
-/// fanned out are kept, with this request's after them. A live key (stored meanwhile by a
-/// request that took no lock) is left alone, and the statement refused.
+/// The key row's effects once a request has stored its own ($8, NULL for none): those of an
+/// earlier request of the key, taken over after its window but not fanned out yet, are kept,
+/// with this request's after them. Every write of a key row's effects goes through this, so no
+/// request's effects are ever written over.
+macro_rules! kept_effects {
+    () => {
+        "CASE WHEN k.effects IS NULL THEN $8::jsonb WHEN $8::jsonb IS NULL THEN k.effects \
+             ELSE k.effects || $8::jsonb END"
+    };
+}
+
+/// [`insert_key!`] over an expired key the lookup found: it is taken over, its effects kept
+/// ([`kept_effects!`]). A live key (stored meanwhile by a request that took no lock) is left
+/// alone, and the statement refused.
 macro_rules! take_over_key {
     () => {
         concat!(
@@ -137,25 +149,29 @@ macro_rules! take_over_key {
             " ON CONFLICT (scope, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, \
          state = 'completed', response_status = EXCLUDED.response_status, \
          response_headers = EXCLUDED.response_headers, response_body = EXCLUDED.response_body, \
-         created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at, \
-         effects = CASE WHEN k.effects IS NULL THEN EXCLUDED.effects \
-             WHEN EXCLUDED.effects IS NULL THEN k.effects \
-             ELSE k.effects || EXCLUDED.effects END \
-     WHERE k.expires_at <= now() \
+         created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at, effects = ",
+            kept_effects!(),
+            " WHERE k.expires_at <= now() \
      RETURNING k.xmin = pg_current_xact_id()::xid AS outermost)"
         )
     };
 }
 
 /// The key row [`CLAIM`] inserted, given its response and effects (REPEATABLE READ,
-/// SERIALIZABLE), with the parameters of [`insert_key!`].
+/// SERIALIZABLE), with the parameters of [`insert_key!`]. When [`CLAIM`] took over an expired
+/// key, the row still carries the effects of the request before, which are kept
+/// ([`kept_effects!`]): [`CLAIM`] leaves them alone, and the row is locked from the claim on, so
+/// no fan-out empties it in between.
 macro_rules! update_key {
     () => {
-        "stored AS ( \
+        concat!(
+            "stored AS ( \
      UPDATE txoutbox_idempotency_keys k SET state = 'completed', response_status = $4, \
-         response_headers = $5, response_body = $6, effects = $8 \
-     WHERE k.scope = $1 AND k.key = $2 \
+         response_headers = $5, response_body = $6, effects = ",
+            kept_effects!(),
+            " WHERE k.scope = $1 AND k.key = $2 \
      RETURNING k.xmin = pg_current_xact_id()::xid AS outermost)"
+        )
     };
 }
 
