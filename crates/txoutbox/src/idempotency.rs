@@ -445,12 +445,31 @@ impl Claim {
     }
 
     /// [`Claim::complete`] and the commit of `tx` in one round trip: the statement that stores
-    /// the key and the COMMIT are sent together. `tx` must be the outermost transaction with no
-    /// savepoint open (a COMMIT would end the outer transaction too): a transaction with one is
-    /// refused with [`Error::Internal`] and rolled back, as is everything when the statement
-    /// fails. A commit that fails is the database's error, as `tx.commit()` would give
-    /// (a serialization failure: [`Error::Conflict`]; a lost connection:
-    /// [`Error::StoreUnavailable`], the outcome unknown, as for any commit).
+    /// the key and the COMMIT are sent together. A commit that fails is the database's error, as
+    /// `tx.commit()` would give (a serialization failure: [`Error::Conflict`]; a lost
+    /// connection: [`Error::StoreUnavailable`], the outcome unknown, as for any commit).
+    ///
+    /// `tx` must be the outermost transaction, with no savepoint open: the COMMIT ends the
+    /// outermost transaction whatever `tx` is. A savepoint (what `transaction()` on a
+    /// transaction returns), or a transaction with one open, is refused with [`Error::Internal`].
+    /// The refusal, like any failure of the statement (a [`Error::Conflict`]), is known only
+    /// once the COMMIT behind it is sent, and that COMMIT then rolls back the whole transaction
+    /// on the server, the enclosing transactions' work included. What holds after an error:
+    /// - nothing of the transaction is committed, and nothing written later on the connection is
+    ///   committed as part of it;
+    /// - `tx` outermost: the connection is out of any transaction, ready for the next one (a
+    ///   pooled connection goes back to its pool clean);
+    /// - `tx` a savepoint: the connection is left inside an aborted transaction, so every
+    ///   statement of the enclosing transactions fails (SQLSTATE 25P02, "current transaction is
+    ///   aborted") until the outermost one is rolled back (`rollback()` or its drop), which
+    ///   leaves the connection clean. The outermost one's `commit()` commits nothing: PostgreSQL
+    ///   ends an aborted transaction with a rollback, whatever it is asked (tokio-postgres then
+    ///   answers `Ok`).
+    ///   An enclosing savepoint's `commit()` and `rollback()` fail: its savepoint is gone.
+    ///
+    /// An error before the statement and its COMMIT are sent (a status that is not stored, an
+    /// ordering key's lock) leaves `tx` to its drop, which rolls back `tx` alone, as for any
+    /// transaction.
     pub async fn commit(
         mut self,
         tx: impl crate::store::CommitExecutor,
@@ -577,9 +596,10 @@ fn refused(e: tokio_postgres::Error) -> Error {
                 .into(),
         ),
         Some(keys::Refused::Savepoint) => Error::Internal(
-            "Claim::commit was given a transaction with a savepoint open, whose COMMIT would end \
-             the outer transaction too: everything was rolled back; use Claim::complete, then \
-             commit the transaction"
+            "Claim::commit was given a savepoint or a transaction with one open, whose COMMIT \
+             would end the outer transaction too: the whole transaction was rolled back, and its \
+             enclosing transactions refuse every statement until they are rolled back; use \
+             Claim::complete, then commit the transaction"
                 .into(),
         ),
         None => e.into(),

@@ -396,37 +396,6 @@ async fn commit_stores_the_key_and_commits_with_a_deadpool_transaction() -> Test
 }
 
 #[tokio::test]
-async fn commit_refuses_a_transaction_with_a_savepoint_open_and_rolls_everything_back() -> TestResult
-{
-    let (_db, mut client) = db_with_orders().await?;
-    let scope = Scope::new("charges")?;
-    let mut outer = client.transaction().await?;
-    outer
-        .execute("INSERT INTO orders (note) VALUES ('outer')", &[])
-        .await?;
-    let inner = outer.transaction().await?;
-    let Begin::New(mut claim) = begin(&inner, &scope, &key("k-savepoint"), &fingerprint(1)).await?
-    else {
-        panic!("a new key");
-    };
-    inner
-        .execute("INSERT INTO orders (note) VALUES ('inner')", &[])
-        .await?;
-    claim.enqueue("receipt", OutboxMessage::new("email", &1)?)?;
-    let err = claim
-        .commit(inner, &created(1))
-        .await
-        .expect_err("a COMMIT there would end the outer transaction");
-    assert!(matches!(err, Error::Internal(_)), "{err:?}");
-    assert!(err.to_string().contains("savepoint"), "{err}");
-    drop(outer);
-    for table in ["orders", "txoutbox_messages", "txoutbox_idempotency_keys"] {
-        assert_eq!(count(&client, table).await?, 0, "{table}");
-    }
-    Ok(())
-}
-
-#[tokio::test]
 async fn a_key_stored_first_by_a_request_without_the_lock_is_a_409_and_commits_nothing(
 ) -> TestResult {
     // A request of a txoutbox before V5 claims the key by inserting its row, without the lock.

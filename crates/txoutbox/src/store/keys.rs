@@ -487,8 +487,9 @@ pub(crate) async fn complete_key(
 }
 
 /// [`complete_key`] and a COMMIT in one round trip. The statement is sent first; when it fails
-/// the COMMIT finds the transaction aborted and rolls it back. Returns the statement's result and
-/// the commit's.
+/// the COMMIT finds the transaction aborted and rolls it back, and the connection is left as
+/// [`CommitExecutor::rows_then_commit`](super::CommitExecutor::rows_then_commit) says (the
+/// statement refuses a savepoint, TXK03). Returns the statement's result and the commit's.
 pub(crate) async fn complete_key_and_commit(
     tx: impl super::CommitExecutor,
     complete: &CompleteKey<'_>,

@@ -150,6 +150,12 @@ pub trait CommitExecutor: TxExecutor + Sized + Send {
     /// sent first; if it fails, the COMMIT finds the transaction aborted and rolls it back, so
     /// the commit's result means something only when the statement's is `Ok`.
     ///
+    /// `sql` must fail unless it runs in the outermost transaction, with no savepoint open: a
+    /// COMMIT ends the outermost transaction, whatever the depth of `self`. When it fails, the
+    /// COMMIT has rolled back the whole transaction on the server, and the connection is left
+    /// out of any transaction when `self` was the outermost, else inside an aborted one, so that
+    /// the statements of the enclosing transactions fail until they are rolled back.
+    ///
     /// Boxed: an unboxed future here is one the compiler cannot prove `Send` for every lifetime
     /// of the transaction, so a handler awaiting it could not be spawned.
     fn rows_then_commit<'a>(
@@ -175,7 +181,7 @@ impl CommitExecutor for tokio_postgres::Transaction<'_> {
                 let client = self.client();
                 then_commit(client, client.query_typed(sql, params)).await
             };
-            settle(self, std::mem::forget, rows, committed)
+            settle(self, rows, committed).await
         })
     }
 }
@@ -199,7 +205,7 @@ impl CommitExecutor for deadpool_postgres::Transaction<'_> {
             let values = values(params);
             let (rows, committed) =
                 then_commit(self.client(), self.query(&statement, &values)).await;
-            settle(self, forget_ended, rows, committed)
+            settle(self, rows, committed).await
         })
     }
 }
@@ -224,23 +230,71 @@ async fn then_commit(
     }
 }
 
-/// What [`then_commit`] leaves of `tx`: when the COMMIT was sent the server has ended the
-/// transaction, and `forget` disposes of it (dropping it would send another ROLLBACK); when
-/// nothing was sent, dropping it rolls it back.
-fn settle<T>(
+/// A transaction (tokio-postgres's or deadpool's) that a COMMIT sent behind its back has ended
+/// on the server.
+trait Ended: Sized + Send {
+    /// Disposes of it without sending anything (its drop would send a ROLLBACK).
+    fn forget(self);
+
+    /// Opens a transaction block, then rolls `self` back in it, as `rollback` does: ROLLBACK
+    /// when it is the outermost transaction, which closes the block again and leaves the
+    /// connection clean; ROLLBACK TO its savepoint when it is one, which the new block does not
+    /// know: that fails, and leaves the connection inside an aborted transaction block. Every
+    /// later statement of the enclosing transactions then fails (SQLSTATE 25P02) instead of
+    /// running outside any transaction, until the outermost one is rolled back (its
+    /// `rollback()` or its drop) and leaves the connection clean. The depth of a
+    /// tokio-postgres transaction is private to it: its own rollback is the one statement that
+    /// depends on it.
+    fn close(self) -> impl Future<Output = ()> + Send;
+}
+
+impl Ended for tokio_postgres::Transaction<'_> {
+    fn forget(self) {
+        std::mem::forget(self);
+    }
+
+    async fn close(self) {
+        // Errors ignored: on a lost connection there is nothing left to close, and the
+        // savepoint's rollback is meant to fail.
+        let _ = self.client().batch_execute("BEGIN").await;
+        let _ = self.rollback().await;
+    }
+}
+
+impl Ended for deadpool_postgres::Transaction<'_> {
+    fn forget(self) {
+        forget_ended(self);
+    }
+
+    async fn close(self) {
+        let _ = self.client().batch_execute("BEGIN").await;
+        let _ = self.rollback().await;
+    }
+}
+
+/// What [`then_commit`] leaves of `tx`. When the COMMIT was not sent, dropping `tx` rolls it
+/// back. When it was sent, the server has ended the outermost transaction: after a statement
+/// that succeeded, which only the outermost transaction can run (see
+/// [`CommitExecutor::rows_then_commit`]), `tx` was it and is forgotten; after one that failed,
+/// `tx` may be a savepoint whose enclosing transactions the caller still holds, and it is closed
+/// as [`Ended::close`] says.
+async fn settle<T: Ended>(
     tx: T,
-    forget: impl FnOnce(T),
     rows: Result<Vec<Row>>,
     committed: Option<Result<()>>,
 ) -> (Result<Vec<Row>>, Result<()>) {
     match committed {
-        Some(committed) => {
-            forget(tx);
-            (rows, committed)
-        }
         None => {
             drop(tx);
             (rows, Ok(()))
+        }
+        Some(committed) if rows.is_ok() => {
+            tx.forget();
+            (rows, committed)
+        }
+        Some(committed) => {
+            tx.close().await;
+            (rows, committed)
         }
     }
 }
