@@ -89,6 +89,28 @@ impl TestCa {
     }
 }
 
+/// A self-signed certificate for `name`, made as the PostgreSQL documentation makes one
+/// (`openssl req -new -x509 -nodes -subj /CN=name`): the name in its common name only (no
+/// subjectAltName), `CA:TRUE`, and its own issuer, so that a client's `sslrootcert` is the
+/// certificate itself. `expired` makes one whose validity ended in 2001.
+pub fn self_signed_cert(name: &str, expired: bool) -> Result<ServerCert> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    if expired {
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+    }
+    let key = KeyPair::generate()?;
+    let cert = params
+        .self_signed(&key)
+        .context("self-signing the server certificate")?;
+    Ok(ServerCert {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
 /// A private cluster serving TLS (plain connections still accepted) with a certificate signed by
 /// a CA of its own, and a directory for the client's files (the CA's certificate among them).
 pub struct TlsServer {
@@ -121,6 +143,28 @@ impl TlsServer {
         Self::start_with(names, true)
     }
 
+    /// Starts a cluster serving `cert`, a certificate of [`self_signed_cert`]: its own CA, so
+    /// [`TlsServer::ca_file`] is the certificate itself (the test CA signs no certificate of
+    /// the server's).
+    pub fn start_self_signed(cert: ServerCert) -> Result<TlsServer> {
+        let ca = TestCa::new("txoutbox test CA")?;
+        let cert_pem = cert.cert_pem.clone();
+        let cluster = Cluster::private(&ClusterOptions {
+            tls: Some(cert),
+            ..ClusterOptions::default()
+        })?;
+        let files = tempfile::tempdir()?;
+        let ca_file = files.path().join("server.pem");
+        std::fs::write(&ca_file, cert_pem)
+            .with_context(|| format!("writing {}", ca_file.display()))?;
+        Ok(TlsServer {
+            cluster,
+            ca,
+            files,
+            ca_file,
+        })
+    }
+
     fn start_with(names: &[&str], client_certs: bool) -> Result<TlsServer> {
         let ca = TestCa::new("txoutbox test CA")?;
         let cluster = Cluster::private(&ClusterOptions {
@@ -138,7 +182,8 @@ impl TlsServer {
         })
     }
 
-    /// The file of the CA's certificate (what `sslrootcert` names).
+    /// The file of the CA's certificate (what `sslrootcert` names): the server's own for
+    /// [`TlsServer::start_self_signed`].
     pub fn ca_file(&self) -> &Path {
         &self.ca_file
     }

@@ -10,7 +10,7 @@ use txoutbox::{
     OutboxMessage,
 };
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
-use txoutbox_test_support::tls::{TestCa, TlsServer};
+use txoutbox_test_support::tls::{self_signed_cert, TestCa, TlsServer};
 use txoutbox_test_support::{Cluster, ConnInfo, TestDb};
 
 type TestResult = anyhow::Result<()>;
@@ -145,6 +145,74 @@ async fn verify_ca_checks_the_chain_but_not_the_host_name() -> TestResult {
     let message = failure(&wrong_chain.config()?).await;
     assert_one_line(&message);
     assert!(message.contains("is not signed by the CA in"), "{message}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn verify_full_accepts_a_self_signed_certificate_that_is_its_own_sslrootcert() -> TestResult {
+    // CA:TRUE and the name in the common name only, as `openssl req -x509 -subj /CN=localhost`.
+    let server = TlsServer::start_self_signed(self_signed_cert("localhost", false)?)?;
+    assert!(encrypted(&connect(&server.verified().config()?).await?).await?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn verify_ca_accepts_a_self_signed_certificate_that_is_its_own_sslrootcert_for_any_host(
+) -> TestResult {
+    let server = TlsServer::start_self_signed(self_signed_cert("db.example", false)?)?;
+    let chain_only = server.verified().with_tls("sslmode", "verify-ca");
+    assert!(encrypted(&connect(&chain_only.config()?).await?).await?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn verify_full_refuses_a_self_signed_certificate_for_another_host_in_one_line_naming_both(
+) -> TestResult {
+    let server = TlsServer::start_self_signed(self_signed_cert("db.example", false)?)?;
+    let message = failure(&server.verified().config()?).await;
+    assert_one_line(&message);
+    assert!(
+        message.contains(
+            "TLS: the server's certificate is not issued for \"localhost\" but for db.example"
+        ),
+        "{message}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_self_signed_certificate_other_than_sslrootcerts_is_refused_in_one_line() -> TestResult {
+    let server = TlsServer::start_self_signed(self_signed_cert("localhost", false)?)?;
+    let stranger = self_signed_cert("localhost", false)?;
+    let other = server.write_file("other.pem", &stranger.cert_pem)?;
+    for mode in ["verify-ca", "verify-full"] {
+        let info = server
+            .verified()
+            .with_tls("sslmode", mode)
+            .with_tls("sslrootcert", &other.display().to_string());
+        let message = failure(&info.config()?).await;
+        assert_one_line(&message);
+        assert!(
+            message.contains(&format!(
+                "TLS: the server's certificate is a CA certificate (CA:TRUE) that is not itself \
+                 in the CA in {} (sslrootcert)",
+                other.display()
+            )),
+            "{message}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_expired_self_signed_certificate_in_sslrootcert_is_refused_in_one_line() -> TestResult {
+    let server = TlsServer::start_self_signed(self_signed_cert("localhost", true)?)?;
+    let message = failure(&server.verified().config()?).await;
+    assert_one_line(&message);
+    assert!(
+        message.contains("TLS: the server's certificate has expired"),
+        "{message}"
+    );
     Ok(())
 }
 

@@ -6,8 +6,9 @@
 //!
 //! Layout: this file holds [`PgConfig`] and its public API, and the one-line text of a failed
 //! connection; `parse` reads the connection string (libpq's URL and key=value forms, the `PG*`
-//! variables); `tls` holds [`SslMode`] and the rustls connector ([`MakeTls`]) with its
-//! certificate checks.
+//! variables); `tls` holds [`SslMode`] and the rustls connector ([`MakeTls`]); `verify` the
+//! certificate checks of each mode (a self-signed certificate in `sslrootcert` accepted as libpq
+//! accepts it, host names matched by libpq's rules).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ mod parse;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod verify;
 
 use parse::{apply_env, strip_tls_params, TlsParams};
 use tls::{client_config, Verify};

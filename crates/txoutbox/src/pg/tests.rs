@@ -2,7 +2,10 @@
 
 use tokio_postgres::config::Host;
 
+use rustls::pki_types::ServerName;
+
 use super::tls::bare_name;
+use super::verify::{wildcard_matches, CertNames};
 use super::*;
 
 fn parse(text: &str) -> Result<PgConfig> {
@@ -227,4 +230,58 @@ fn presented_names_are_shown_bare() {
     assert_eq!(bare_name("DnsName(\"db.example\")"), "db.example");
     assert_eq!(bare_name("IpAddress(10.0.0.1)"), "10.0.0.1");
     assert_eq!(bare_name("something else"), "something else");
+}
+
+/// The names of a certificate: DNS names and IP addresses of its subjectAltName, its CN.
+fn names(dns: &[&str], ips: &[&[u8]], common_name: Option<&str>) -> CertNames {
+    CertNames {
+        dns: dns.iter().map(|n| n.as_bytes().to_vec()).collect(),
+        ips: ips.iter().map(|ip| ip.to_vec()).collect(),
+        common_name: common_name.map(|cn| cn.as_bytes().to_vec()),
+    }
+}
+
+fn host(name: &str) -> ServerName<'static> {
+    ServerName::try_from(name.to_owned()).expect("a valid server name")
+}
+
+#[test]
+fn a_wildcard_stands_for_one_whole_leftmost_label_as_in_libpq() {
+    assert!(wildcard_matches(b"*.example.com", "db.example.com"));
+    assert!(wildcard_matches(b"*.EXAMPLE.com", "DB.example.COM"));
+    assert!(!wildcard_matches(b"*.example.com", "a.db.example.com"));
+    assert!(!wildcard_matches(b"*.example.com", "example.com"));
+    assert!(!wildcard_matches(b"*.example.com", ".example.com"));
+    assert!(!wildcard_matches(b"db*.example.com", "db1.example.com"));
+    assert!(!wildcard_matches(b"*.", "a."));
+    assert!(!wildcard_matches(b"*", "anything"));
+}
+
+#[test]
+fn the_common_name_counts_only_without_a_san_name_of_the_hosts_kind() {
+    let cn_only = names(&[], &[], Some("localhost"));
+    assert!(cn_only.match_host(&host("localhost")));
+    assert!(cn_only.match_host(&host("LOCALHOST")));
+    assert!(!cn_only.match_host(&host("db.example")));
+
+    let with_san = names(&["db.example"], &[], Some("localhost"));
+    assert!(with_san.match_host(&host("db.example")));
+    assert!(
+        !with_san.match_host(&host("localhost")),
+        "a DNS name hides the CN"
+    );
+
+    // For an address, only IP addresses of the SAN hide the CN.
+    let dns_and_cn = names(&["db.example"], &[], Some("127.0.0.1"));
+    assert!(dns_and_cn.match_host(&host("127.0.0.1")));
+    let ip_and_cn = names(&[], &[&[10, 0, 0, 1]], Some("127.0.0.1"));
+    assert!(!ip_and_cn.match_host(&host("127.0.0.1")));
+    assert!(ip_and_cn.match_host(&host("10.0.0.1")));
+}
+
+#[test]
+fn a_wildcard_common_name_matches_as_a_san_name_does() {
+    let wildcard = names(&[], &[], Some("*.example.com"));
+    assert!(wildcard.match_host(&host("db.example.com")));
+    assert!(!wildcard.match_host(&host("a.db.example.com")));
 }

@@ -1,6 +1,6 @@
 //! TLS to Postgres with rustls: [`SslMode`], the client configuration a mode and its files
-//! make (which certificates are checked, the client's identity), and [`MakeTls`], the
-//! connector whose handshake failures say in one line what was wrong.
+//! make (which certificates are checked, by the verifiers of `verify`; the client's identity),
+//! and [`MakeTls`], the connector whose handshake failures say in one line what was wrong.
 
 use std::fmt;
 use std::future::Future;
@@ -8,16 +8,16 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::danger::ServerCertVerifier;
 use rustls::client::WebPkiServerVerifier;
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{CertificateError, RootCertStore};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::verify::{AcceptAny, CaNotInRoots, Roots};
 use crate::error::{Error, Result};
 
 /// libpq's `sslmode`: whether TLS is used, and what of the server's certificate is checked.
@@ -91,16 +91,17 @@ pub(super) fn client_config(
     let verifier: Arc<dyn ServerCertVerifier> = match (verify, root) {
         (Verify::None, _) | (_, None) => Arc::new(AcceptAny(provider.clone())),
         (verify, Some(root)) => {
-            let roots = read_roots(root)?;
+            let anchors = read_certs(root, "sslrootcert")?;
+            let roots = root_store(&anchors, root)?;
             let webpki =
                 WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                     .build()
                     .map_err(|e| Error::Config(format!("sslrootcert: {}: {e}", root.display())))?;
-            if verify == Verify::Full {
-                webpki
-            } else {
-                Arc::new(ChainOnly(webpki))
-            }
+            Arc::new(Roots {
+                webpki,
+                anchors,
+                full: verify == Verify::Full,
+            })
         }
     };
     let builder = rustls::ClientConfig::builder_with_provider(provider)
@@ -116,12 +117,11 @@ pub(super) fn client_config(
     }
 }
 
-fn read_roots(path: &Path) -> Result<RootCertStore> {
-    let certs = read_certs(path, "sslrootcert")?;
+fn root_store(certs: &[CertificateDer<'static>], path: &Path) -> Result<RootCertStore> {
     let mut roots = RootCertStore::empty();
     for cert in certs {
         roots
-            .add(cert)
+            .add(cert.clone())
             .map_err(|e| Error::Config(format!("sslrootcert: {}: {e}", path.display())))?;
     }
     Ok(roots)
@@ -152,105 +152,6 @@ fn read_identity(
     let key = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| Error::Config(format!("sslkey: cannot read {}: {e}", key.display())))?;
     Ok((chain, key))
-}
-
-/// Accepts any certificate (`prefer`, and `require` without a CA): the handshake's signatures are
-/// still checked, so the channel is encrypted to the holder of the certificate's key.
-#[derive(Debug)]
-struct AcceptAny(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AcceptAny {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain must lead to the CA; the host name is not checked.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        // webpki checks the chain (and validity dates) before the name: a name error means
-        // the chain is good.
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
 }
 
 /// The rustls connector of a [`PgConfig`](super::PgConfig) (a `MakeTlsConnect` for tokio-postgres and deadpool),
@@ -373,6 +274,12 @@ impl TlsContext {
                 CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
                     "TLS: the server's certificate is not valid yet".to_owned()
                 }
+                CertificateError::Other(other) if other.0.is::<CaNotInRoots>() => format!(
+                    "TLS: the server's certificate is a CA certificate (CA:TRUE) that is not \
+                     itself in {ca}: put the server's own certificate in sslrootcert (a \
+                     self-signed one is trusted as it is), or give the server a certificate \
+                     without CA:TRUE"
+                ),
                 other => format!("TLS: the server's certificate is refused: {other}"),
             },
             Some(other) => format!("TLS: the handshake with {host} failed: {other}"),
