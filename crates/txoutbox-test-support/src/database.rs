@@ -173,6 +173,46 @@ pub async fn drop_schema(client: &Client) -> Result<()> {
     Ok(())
 }
 
+/// Rolls the schema's recorded version back by one (deletes the newest row of the migration
+/// history; the tables stay as they are): a database a txoutbox of this build sees as behind.
+/// Returns the version the history now says.
+pub async fn forget_last_migration(client: &Client) -> Result<i32> {
+    client
+        .execute(
+            "DELETE FROM txoutbox_schema_history \
+             WHERE version = (SELECT max(version) FROM txoutbox_schema_history)",
+            &[],
+        )
+        .await?;
+    let row = client
+        .query_one(
+            "SELECT COALESCE(max(version), 0) FROM txoutbox_schema_history",
+            &[],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Records a migration newer than any this build carries, as a newer txoutbox would have (its
+/// time in RFC 3339, as refinery writes it): a database this build must refuse. Returns the
+/// version recorded.
+pub async fn record_newer_migration(client: &Client) -> Result<i32> {
+    let newest = txoutbox::admin::embedded_migrations()
+        .last()
+        .map(|(version, _, _)| *version)
+        .context("this build carries no migration")?;
+    let newer = newest + 1;
+    client
+        .execute(
+            "INSERT INTO txoutbox_schema_history (version, name, applied_on, checksum) \
+             VALUES ($1, 'from_a_newer_txoutbox', \
+                 to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), '0')",
+            &[&newer],
+        )
+        .await?;
+    Ok(newer)
+}
+
 /// A database of one test's own, dropped (with its connections) when this is dropped.
 #[derive(Debug)]
 pub struct TestDb {

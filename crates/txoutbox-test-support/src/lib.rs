@@ -38,5 +38,7 @@ pub mod webhook;
 
 pub use cluster::{Cluster, ClusterOptions};
 pub use counts::{count, wait_for_count, wait_for_exact_count};
-pub use database::{drop_schema, test_db, ConnInfo, TestDb};
+pub use database::{
+    drop_schema, forget_last_migration, record_newer_migration, test_db, ConnInfo, TestDb,
+};
 pub use port::{free_addr, free_port};

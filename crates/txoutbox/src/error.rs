@@ -1,6 +1,7 @@
 //! The library's one error type. Each variant says what the caller should answer.
 
 use crate::key::KeyError;
+use crate::schema::SchemaMismatch;
 
 /// What went wrong in a txoutbox call.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +40,11 @@ pub enum Error {
     /// Applying the migrations failed.
     #[error("migration failed: {0}")]
     Migration(String),
+    /// The database's schema is not the version this build needs (never migrated, behind, or
+    /// migrated by a newer txoutbox); the text is one line that says what to run. Nothing can
+    /// work until it matches: answer `503 Service Unavailable`.
+    #[error(transparent)]
+    Schema(#[from] SchemaMismatch),
 }
 
 impl Error {
@@ -50,7 +56,7 @@ impl Error {
     /// The HTTP status a service should answer this error with.
     pub fn http_status(&self) -> u16 {
         match self {
-            Error::StoreUnavailable(_) => 503,
+            Error::StoreUnavailable(_) | Error::Schema(_) => 503,
             Error::Key(_) | Error::Invalid(_) | Error::Payload(_) => 400,
             Error::Conflict(_) => 409,
             Error::Database(_) | Error::Migration(_) | Error::Config(_) | Error::Internal(_) => 500,
@@ -100,10 +106,22 @@ impl From<deadpool_postgres::PoolError> for Error {
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The server's own message (tokio-postgres's Display only says "db error").
+/// The server's own message (tokio-postgres's Display only says "db error"), with what to do
+/// when it is one of txoutbox's tables or columns that is missing: the schema is not the one
+/// this build needs (the binaries check it at start; a library caller may not have).
 fn db_message(err: &tokio_postgres::Error) -> String {
-    match err.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => err.to_string(),
-    }
+    let Some(db) = err.as_db_error() else {
+        return err.to_string();
+    };
+    let code = db.code().code();
+    let ours_missing = matches!(code, "42P01" | "42703") && db.message().contains(TABLE_PREFIX);
+    let hint = if ours_missing {
+        ": the database schema does not match this txoutbox: run `txoutbox migrate`"
+    } else {
+        ""
+    };
+    format!("{} ({code}){hint}", db.message())
 }
+
+/// The prefix of every relation txoutbox's migrations create.
+const TABLE_PREFIX: &str = "\"txoutbox_";

@@ -51,7 +51,8 @@
 //!
 //! Layout: the root holds the write path: [`IdempotencyKey`] and [`Fingerprint`] validate the
 //! request, [`begin`] and [`Claim`] claim its key and store its response, [`OutboxMessage`] and
-//! [`enqueue`] write its effects, [`migrate`] applies the schema. The rest is in namespaces:
+//! [`enqueue`] write its effects, [`migrate`] applies the schema and [`check_schema`] says whether
+//! the database's is the one this build needs. The rest is in namespaces:
 //! [`idempotency`] (the key window's limits, downstream keys), [`relay`] (the worker that
 //! delivers, its configuration, the wake-up hint after commit), [`sink`] (what a downstream
 //! implements), [`admin`] (what operators run: list, show, replay, discard, purge, stats, pause),
@@ -76,6 +77,7 @@ mod migrate;
 mod outbox;
 pub mod pg;
 pub mod relay;
+mod schema;
 mod shutdown;
 pub mod sink;
 mod state;
@@ -89,4 +91,5 @@ pub use idempotency::{begin, Begin, Claim, Scope, StoredResponse};
 pub use key::IdempotencyKey;
 pub use migrate::migrate;
 pub use outbox::{enqueue, Enqueued, OutboxMessage};
+pub use schema::{check_schema, SchemaMismatch, SchemaVersion};
 pub use store::{CommitExecutor, TxExecutor};

@@ -4,6 +4,7 @@
 use tokio_postgres::Client;
 
 use crate::error::{Error, Result};
+use crate::schema::SchemaMismatch;
 use crate::store::{schema, Unnamed};
 
 mod embedded {
@@ -17,7 +18,8 @@ pub const HISTORY_TABLE: &str = "txoutbox_schema_history";
 const MIGRATION_LOCK: i64 = 0x7478_6f75_7462_6f78;
 
 /// Applies every migration not yet applied. Applying twice is a no-op. Returns the versions that
-/// this call applied.
+/// this call applied. A database a newer txoutbox migrated is refused with
+/// [`Error::Schema`](crate::Error::Schema) ([`SchemaMismatch::Ahead`]), changing nothing.
 pub async fn migrate(client: &mut Client) -> Result<Vec<i32>> {
     run(client, refinery::Target::Latest).await
 }
@@ -31,15 +33,27 @@ pub async fn migrate_to(client: &mut Client, version: i32) -> Result<Vec<i32>> {
 
 async fn run(client: &mut Client, target: refinery::Target) -> Result<Vec<i32>> {
     schema::lock(&Unnamed(&*client), MIGRATION_LOCK).await?;
+    let applied = apply(client, target).await;
+    // Unlock whatever happened; a failed unlock only matters if the session lives on.
+    let unlocked = schema::unlock(&Unnamed(&*client), MIGRATION_LOCK).await;
+    let applied = applied?;
+    unlocked?;
+    Ok(applied)
+}
+
+/// Applies the migrations up to `target`. A schema a newer txoutbox migrated is refused in its
+/// own words (a schema is never migrated down), before refinery finds its versions "missing".
+async fn apply(client: &mut Client, target: refinery::Target) -> Result<Vec<i32>> {
+    let version = crate::schema::schema_version(client).await?;
+    if let Err(mismatch @ SchemaMismatch::Ahead { .. }) = version.check() {
+        return Err(mismatch.into());
+    }
     let report = embedded::migrations::runner()
         .set_target(target)
         .set_migration_table_name(HISTORY_TABLE)
         .run_async(client)
-        .await;
-    // Unlock whatever happened; a failed unlock only matters if the session lives on.
-    let unlocked = schema::unlock(&Unnamed(&*client), MIGRATION_LOCK).await;
-    let report = report.map_err(|e| Error::Migration(e.to_string()))?;
-    unlocked?;
+        .await
+        .map_err(|e| Error::Migration(e.to_string()))?;
     Ok(report
         .applied_migrations()
         .iter()

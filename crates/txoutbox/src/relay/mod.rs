@@ -24,6 +24,7 @@ mod flow;
 mod held;
 mod listener;
 mod maintenance;
+mod startup;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -220,9 +221,18 @@ impl Relay {
     /// and returns, at most [`SHUTDOWN_FLUSH`] after the grace period whatever the database or
     /// the sinks do. Database outages are waited out (the pool reconnects); they never end the
     /// run.
+    ///
+    /// Before its first claim it checks the database's schema ([`check_schema`](crate::check_schema),
+    /// waiting for an unreachable database) and fails with [`Error::Schema`](crate::Error::Schema)
+    /// when it is not the version this build needs: never migrated, behind, or migrated by a
+    /// newer txoutbox.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<RelayReport> {
         let inner = self.inner.clone();
         let config = &inner.config;
+        tokio::pin!(shutdown);
+        if !startup::schema_matches(&inner, shutdown.as_mut()).await? {
+            return Ok(RelayReport::default());
+        }
         crate::telemetry::register_destinations(inner.sinks.keys());
         let stop = Arc::new(Notify::new());
         let mut background = maintenance::spawn(&inner, &stop);
@@ -246,7 +256,6 @@ impl Relay {
         // while a backlog keeps the loop claiming back to back.
         let mut fan_out_due = true;
         let mut last_fan_out = Instant::now();
-        tokio::pin!(shutdown);
         let stopping_at = loop {
             while deliveries.try_join_next().is_some() {}
             let free = slots.available_permits();
