@@ -1,5 +1,6 @@
 //! Health of a process that runs a relay: `/healthz` (the process answers), `/readyz` (its
-//! database answers through the relay's pool and its LISTEN connection is up), as routes to mount
+//! database answers through the relay's pool, with the schema this build needs, and its LISTEN
+//! connection is up), as routes to mount
 //! in a service's router, and, with the `prometheus` feature, [`MetricsServer`], the three
 //! endpoints with `/metrics` on an address of their own (what `txoutbox relay --metrics-addr`
 //! serves).
@@ -12,7 +13,7 @@ use axum::routing::get;
 use axum::Router;
 use txoutbox::relay::Relay;
 
-/// How long `/readyz` waits for the database's `SELECT 1`.
+/// How long `/readyz` waits for the database's answer.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What `/readyz` checks.
@@ -23,9 +24,11 @@ struct Readiness {
 }
 
 /// `GET /healthz` (200 `ok` while the process runs) and `GET /readyz` (200 `ready` when the
-/// database answers through `relay`'s pool within [`READY_TIMEOUT`] and, unless `poll_only`, the
-/// relay's LISTEN connection is up; 503 with the reason otherwise). Merge them into a service's
-/// router: `router.merge(txoutbox_axum::health::routes(&relay, false))`.
+/// database answers through `relay`'s pool within [`READY_TIMEOUT`], its schema is the version
+/// this build needs ([`txoutbox::check_schema`], one small query a probe) and, unless
+/// `poll_only`, the relay's LISTEN connection is up; 503 `not ready: <reason>` otherwise, the
+/// reason of a schema that does not match being the line that says what to run). Merge them
+/// into a service's router: `router.merge(txoutbox_axum::health::routes(&relay, false))`.
 pub fn routes<S>(relay: &Relay, poll_only: bool) -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
@@ -42,37 +45,32 @@ where
 async fn readiness(State(state): State<Readiness>) -> (StatusCode, String) {
     let pool = state.relay.pool().clone();
     let probe = tokio::time::timeout(READY_TIMEOUT, async move {
-        let client = pool.get().await.map_err(|e| e.to_string())?;
-        client
-            .simple_query("SELECT 1")
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        let client = pool.get().await?;
+        txoutbox::check_schema(&client).await
     })
     .await;
+    let not_ready = |reason: String| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        )
+    };
     match probe {
         Err(_) => {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "not ready: the database did not answer within {}\n",
-                    humantime::format_duration(READY_TIMEOUT)
-                ),
-            )
+            return not_ready(format!(
+                "the database did not answer within {}",
+                humantime::format_duration(READY_TIMEOUT)
+            ))
         }
-        Ok(Err(e)) => {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("not ready: the database is unreachable: {e}\n"),
-            )
+        Ok(Err(txoutbox::Error::StoreUnavailable(e))) => {
+            return not_ready(format!("the database is unreachable: {e}"))
         }
-        Ok(Ok(())) => {}
+        // The schema's own line (what to run), or the database's answer.
+        Ok(Err(e)) => return not_ready(e.to_string()),
+        Ok(Ok(_)) => {}
     }
     if !state.poll_only && !state.relay.listener_connected() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the LISTEN connection is down\n".to_owned(),
-        );
+        return not_ready("the LISTEN connection is down".to_owned());
     }
     (StatusCode::OK, "ready\n".to_owned())
 }

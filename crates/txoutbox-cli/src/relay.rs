@@ -198,7 +198,9 @@ fn split_pair<'a>(text: &'a str, form: &str) -> Result<(&'a str, &'a str), Strin
         .ok_or_else(|| format!("expected {form}, got {text:?}"))
 }
 
-/// Runs the relay until SIGINT or SIGTERM.
+/// Runs the relay until SIGINT or SIGTERM. Exits at start, with the line that says what to run,
+/// when the database's schema is not the version this build needs (the relay waits for an
+/// unreachable database first).
 pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
     // Installed first, so a signal that arrives while the relay is still starting stops it
     // gracefully instead of killing it. One signal stops both the relay and the metrics server.
@@ -374,7 +376,13 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
             None => Ok(()),
         }
     };
-    let (report, served) = tokio::join!(relay.run(shutdown.wait()), serving);
+    // A relay that ends by itself (a schema this build cannot use) stops the server too.
+    let relaying = async {
+        let report = relay.run(shutdown.wait()).await;
+        shutdown.trigger();
+        report
+    };
+    let (report, served) = tokio::join!(relaying, serving);
     let report = report?;
     tracing::info!(
         claimed = report.claimed,

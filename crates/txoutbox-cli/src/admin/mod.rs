@@ -89,9 +89,11 @@ impl FilterArgs {
     }
 }
 
-/// Runs one operator command against the database at `url`.
+/// Runs one operator command against the database at `url`, once its schema is the version this
+/// build reads (else the line that says what to run is the error).
 pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
     let mut client = crate::connect(url).await?;
+    txoutbox::check_schema(&client).await?;
     let mut out = String::new();
     match command {
         AdminCommand::List(args) => inspect::list(&client, args, &mut out).await?,
