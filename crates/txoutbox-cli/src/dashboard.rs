@@ -2,6 +2,7 @@
 //! SIGTERM. Thin: reads the flags, builds the pool, calls the crate.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -54,6 +55,7 @@ pub async fn run(url: &str, args: DashboardArgs) -> Result<()> {
     if let Some(notice) = notice {
         eprintln!("warning: {notice}");
     }
+    warn_on_schema(&pool).await;
     let router = txoutbox_dashboard::router(
         pool,
         DashboardConfig {
@@ -76,4 +78,18 @@ pub async fn run(url: &str, args: DashboardArgs) -> Result<()> {
         )
         .await
         .context("the dashboard server failed")
+}
+
+/// Says at start when the database's schema is not the version this build reads: the dashboard
+/// serves anyway, its pages answering 503 with the same line until `txoutbox migrate` has run.
+/// A database that does not answer within a moment is the pages' to report.
+async fn warn_on_schema(pool: &deadpool_postgres::Pool) {
+    let checked = tokio::time::timeout(Duration::from_secs(2), async {
+        let client = pool.get().await.map_err(txoutbox::Error::from)?;
+        txoutbox::check_schema(&client).await
+    })
+    .await;
+    if let Ok(Err(txoutbox::Error::Schema(mismatch))) = checked {
+        eprintln!("warning: {mismatch} (until then, every page answers 503 with this line)");
+    }
 }

@@ -1,9 +1,10 @@
 //! Every command against a database whose schema is not the version this build needs (never
 //! migrated, behind, or migrated by a newer txoutbox), run as a user runs it: one line that says
 //! what to run, from the relay (exit 1, and `/readyz` 503 while it runs), the operator's
-//! commands (exit 1) and `migrate` (a schema is never migrated down).
+//! commands (exit 1), `migrate` (a schema is never migrated down) and the dashboard (503 until
+//! the schema matches, then it serves without a restart).
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -231,5 +232,42 @@ async fn migrate_refuses_a_schema_newer_than_the_binary_with_the_reverse_line() 
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(err, format!("error: {}\n", ahead(newer)));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_dashboard_answers_503_with_the_line_until_migrate_runs_then_serves() -> TestResult {
+    let db = never_migrated().await?;
+    let mut dashboard = Running(
+        txoutbox(&db)
+            .args(["dashboard", "--addr", "127.0.0.1:0"])
+            .env_remove("TXOUTBOX_DASHBOARD_USERS")
+            .env_remove("TXOUTBOX_DASHBOARD_ADDR")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?,
+    );
+    let mut line = String::new();
+    if let Some(stdout) = dashboard.0.stdout.take() {
+        BufReader::new(stdout).read_line(&mut line)?;
+    }
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("dashboard on http://")
+        .ok_or_else(|| anyhow::anyhow!("no address printed: {line:?}"))?
+        .parse()?;
+    let (status, page) = get(addr, "/").await?;
+    assert_eq!(status, 503, "{page}");
+    assert!(page.contains(&behind(0)), "{page}");
+    let (status, body) = get(addr, "/api/stats").await?;
+    assert_eq!(status, 503, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body)?;
+    assert_eq!(answer["error"], behind(0));
+    let migrated = output(&db, &["migrate"]).await?;
+    assert!(migrated.status.success(), "{migrated:?}");
+    let (_, body) = wait_for(addr, "/api/stats", |status, _| status == 200).await?;
+    assert!(body.contains("\"total\""), "{body}");
+    let err = dashboard.stderr()?;
+    assert!(err.contains(&format!("warning: {}", behind(0))), "{err}");
     Ok(())
 }

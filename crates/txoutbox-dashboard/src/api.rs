@@ -25,13 +25,18 @@ struct Problem {
 fn answer<T: Serialize>(result: Result<T, Failure>) -> Response {
     match result {
         Ok(value) => json(StatusCode::OK, &value),
-        Err(failure) => json(
-            failure.status(),
-            &Problem {
-                error: failure.to_string(),
-            },
-        ),
+        Err(failure) => problem(&failure),
     }
+}
+
+/// A failure as the API answers it: its status and `{"error": "<text>"}`.
+pub(crate) fn problem(failure: &Failure) -> Response {
+    json(
+        failure.status(),
+        &Problem {
+            error: failure.to_string(),
+        },
+    )
 }
 
 /// `GET /api/stats`: counts by destination and state, oldest pending age, the last hour's

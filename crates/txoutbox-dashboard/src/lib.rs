@@ -21,9 +21,10 @@
 //! same the `txoutbox` command calls, and is recorded in the attempt log with the user's name.
 //!
 //! Layout: `auth` checks users, roles and cross-site requests and sets the security headers;
-//! `query` reads a page's filter from its query string; `redact` hides configured payload
-//! fields; `pages` renders the HTML (with `chart`'s inline SVG); `api` answers JSON; the CSS and
-//! the live-refresh script are in `assets/`, embedded.
+//! `schema` answers 503 while the database's schema is not the one this build reads; `query`
+//! reads a page's filter from its query string; `redact` hides configured payload fields;
+//! `pages` renders the HTML (with `chart`'s inline SVG); `api` answers JSON; the CSS and the
+//! live-refresh script are in `assets/`, embedded.
 
 mod api;
 mod auth;
@@ -31,6 +32,7 @@ mod chart;
 mod pages;
 mod query;
 mod redact;
+mod schema;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -84,6 +86,7 @@ impl Default for DashboardConfig {
 struct App {
     pool: deadpool_postgres::Pool,
     config: DashboardConfig,
+    schema: schema::SchemaGate,
 }
 
 type Shared = Arc<App>;
@@ -91,10 +94,18 @@ type Shared = Arc<App>;
 /// The dashboard: pages at `/`, `/messages`, `/messages/{id}`, `/failures`, `/keys`, the JSON API
 /// under `/api`, assets under `/assets`. Links work under whatever prefix it is nested at. A
 /// destination in a path is one percent-encoded segment (`/destinations/webhook:orders/pause`).
+///
+/// While the database's schema is not the version this build reads ([`txoutbox::check_schema`],
+/// checked at most every 3 s), every page and API route answers 503 with the line that says what
+/// to run (`{"error": …}` under `/api`); it serves again by itself once the schema matches.
 pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router {
     let mut config = config;
     config.page_size = config.page_size.clamp(1, 500);
-    let app = Arc::new(App { pool, config });
+    let app = Arc::new(App {
+        pool,
+        config,
+        schema: schema::SchemaGate::default(),
+    });
     Router::new()
         .route("/", get(pages::overview))
         .route("/messages", get(pages::messages))
@@ -135,6 +146,12 @@ pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router 
         .route("/assets/dashboard.css", get(pages::css))
         .route("/assets/live.js", get(pages::script))
         .fallback(pages::not_found)
+        // Inside the sign-in: only a user learns the schema's state, and its 503 carries the
+        // security headers.
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            schema::guard,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             auth::guard,
@@ -178,6 +195,8 @@ enum Failure {
     BadRequest(String),
     #[error("not found")]
     NotFound,
+    #[error(transparent)]
+    Schema(txoutbox::SchemaMismatch),
 }
 
 impl Failure {
@@ -193,7 +212,7 @@ impl Failure {
             ) => StatusCode::CONFLICT,
             Failure::Admin(A::Invalid(_)) | Failure::BadRequest(_) => StatusCode::BAD_REQUEST,
             Failure::Admin(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
-            Failure::Pool(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Failure::Pool(_) | Failure::Schema(_) => StatusCode::SERVICE_UNAVAILABLE,
             Failure::Admin(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

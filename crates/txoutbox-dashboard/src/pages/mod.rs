@@ -121,7 +121,7 @@ fn html_response(status: StatusCode, markup: Markup) -> Response {
         .into_response()
 }
 
-fn error_page(base: &Base, failure: &Failure) -> Response {
+pub(crate) fn error_page(base: &Base, failure: &Failure) -> Response {
     let status = failure.status();
     let b = &base.0;
     html_response(
