@@ -131,7 +131,8 @@ pub async fn show_message(
 pub struct FailureGroup {
     /// The destination.
     pub destination: String,
-    /// The normalised error text (UUIDs as `<uuid>`, digits as `<n>`; `""` without an error):
+    /// The normalised error text (UUIDs as `<uuid>`, email addresses as `<email>`, digits as
+    /// `<n>`; `""` without an error):
     /// the [`MessageFilter::error_class`] that selects the group.
     pub error: String,
     /// One of the group's original texts.
