@@ -12,9 +12,9 @@ use txoutbox::admin::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelect
 use uuid::Uuid;
 
 use crate::auth::Principal;
-use crate::pages::{discard_options, pause_reason, redacted_detail, shown_body};
+use crate::pages::{discard_options, pause_reason, shown_flow, shown_message, shown_response};
 use crate::query::{page, pairs, storable, FilterFields};
-use crate::redact::{is_redacted, REDACTED};
+use crate::redact::{Redaction, Shown};
 use crate::{json, Failure, Shared};
 
 #[derive(Serialize)]
@@ -51,8 +51,10 @@ pub(crate) async fn stats(State(app): State<Shared>) -> Response {
     answer(
         async {
             let client = app.client().await?;
+            let mut stats = txoutbox::admin::stats(&**client).await?;
+            stats.flow = shown_flow(&app.redaction, stats.flow);
             Ok(Stats {
-                stats: txoutbox::admin::stats(&**client).await?,
+                stats,
                 last_hour_by_minute: txoutbox::admin::activity(&**client, 60).await?,
             })
         }
@@ -72,17 +74,21 @@ pub(crate) async fn messages(State(app): State<Shared>, RawQuery(query): RawQuer
     answer(
         async {
             let pairs = pairs(query.unwrap_or_default().as_bytes());
-            let mut filter = FilterFields::from_pairs(&pairs).filter()?;
+            let mut filter = FilterFields::from_pairs(&pairs).filter(&app.redaction)?;
             let (cursor, limit) = page(&pairs, app.config.page_size, 1000)?;
             filter.before = cursor;
             filter.limit = Some(limit);
             let client = app.client().await?;
             let rows = txoutbox::admin::list_messages(&**client, &filter).await?;
+            let scrub = app.redaction.shapes();
             Ok(rows
                 .into_iter()
-                .map(|m| Row {
-                    cursor: m.cursor().to_string(),
-                    message: m,
+                .map(|mut m| {
+                    m.last_error = scrub.opt(m.last_error.as_deref());
+                    Row {
+                        cursor: m.cursor().to_string(),
+                        message: m,
+                    }
                 })
                 .collect::<Vec<_>>())
         }
@@ -94,14 +100,15 @@ fn parse_id(id: &str) -> Result<Uuid, Failure> {
     Uuid::parse_str(id).map_err(|_| Failure::NotFound)
 }
 
-/// `GET /api/messages/{id}`: payload (redacted), headers, attempts.
+/// `GET /api/messages/{id}`: payload and headers (redacted, or withheld when they cannot be),
+/// attempts (their text scrubbed).
 pub(crate) async fn message(State(app): State<Shared>, Path(id): Path<String>) -> Response {
     answer(
         async {
             let id = parse_id(&id)?;
             let client = app.client().await?;
-            Ok(redacted_detail(
-                &app.config.redact,
+            Ok(shown_message(
+                &app.redaction,
                 txoutbox::admin::show_message(&**client, id).await?,
             ))
         }
@@ -162,6 +169,7 @@ fn body<T: Default + DeserializeOwned>(bytes: &Bytes) -> Result<T, Failure> {
 fn selection(
     ids: &Option<Vec<Uuid>>,
     filter: &Option<FilterBody>,
+    redaction: &Redaction,
 ) -> Result<ReplaySelection, Failure> {
     match (ids, filter) {
         (Some(_), Some(_)) => Err(Failure::BadRequest("give ids or a filter, not both".into())),
@@ -182,7 +190,7 @@ fn selection(
             if let Some(status) = &fields.status {
                 status.parse::<MessageStatus>()?;
             }
-            Ok(ReplaySelection::Filter(fields.filter()?))
+            Ok(ReplaySelection::Filter(fields.filter(redaction)?))
         }
     }
 }
@@ -231,7 +239,7 @@ pub(crate) async fn replay(
     answer(
         async {
             let body: ReplayBody = body(&bytes)?;
-            let selection = selection(&body.ids, &body.filter)?;
+            let selection = selection(&body.ids, &body.filter, &app.redaction)?;
             let mut client = app.client().await?;
             Ok(
                 txoutbox::admin::replay(&mut client, &selection, &options(&body, &who), None)
@@ -287,7 +295,7 @@ pub(crate) async fn discard(
     answer(
         async {
             let body: DiscardBody = body(&bytes)?;
-            let selection = selection(&body.ids, &body.filter)?;
+            let selection = selection(&body.ids, &body.filter, &app.redaction)?;
             let options = discard_body_options(&body, &who)?;
             let mut client = app.client().await?;
             Ok(txoutbox::admin::discard(&mut client, &selection, &options).await?)
@@ -303,7 +311,8 @@ pub(crate) async fn destinations(State(app): State<Shared>) -> Response {
     answer(
         async {
             let client = app.client().await?;
-            Ok(txoutbox::admin::destination_flows(&**client).await?)
+            let flows = txoutbox::admin::destination_flows(&**client).await?;
+            Ok(shown_flow(&app.redaction, flows))
         }
         .await,
     )
@@ -370,7 +379,8 @@ pub(crate) async fn resume_destination(
     )
 }
 
-/// `GET /api/keys?scope=…&key=…`: the key row and the messages its request enqueued.
+/// `GET /api/keys?scope=…&key=…`: the key row (its stored response redacted, or its body
+/// withheld when it cannot be) and the messages its request enqueued.
 pub(crate) async fn key(State(app): State<Shared>, RawQuery(query): RawQuery) -> Response {
     answer(
         async {
@@ -389,21 +399,21 @@ pub(crate) async fn key(State(app): State<Shared>, RawQuery(query): RawQuery) ->
             let found = txoutbox::admin::lookup_key(&**client, &scope, &key, &app.config.effects)
                 .await?
                 .ok_or(Failure::NotFound)?;
+            let response = shown_response(&app.redaction, &found.record);
             let mut record = found.record;
-            for (name, value) in record.response_headers.iter_mut() {
-                if is_redacted(&app.config.redact, name) {
-                    *value = REDACTED.into();
-                }
+            record.response_headers = response.headers;
+            record.response_body = None;
+            let scrub = app.redaction.shapes();
+            let mut messages = found.messages;
+            for m in &mut messages {
+                m.last_error = scrub.opt(m.last_error.as_deref());
             }
-            let body = record
-                .response_body
-                .take()
-                .map(|b| shown_body(&app.config.redact, &b));
             let mut value =
                 serde_json::to_value(&record).map_err(|e| Failure::BadRequest(e.to_string()))?;
-            value["response_body"] = body.into();
-            value["messages"] = serde_json::to_value(&found.messages)
-                .map_err(|e| Failure::BadRequest(e.to_string()))?;
+            // Text, as before: the JSON body pretty-printed, the text, or the placeholder.
+            value["response_body"] = response.body.as_ref().map(Shown::to_text).into();
+            value["messages"] =
+                serde_json::to_value(&messages).map_err(|e| Failure::BadRequest(e.to_string()))?;
             Ok(value)
         }
         .await,

@@ -22,9 +22,9 @@
 //!
 //! Layout: `auth` checks users, roles and cross-site requests and sets the security headers;
 //! `schema` answers 503 while the database's schema is not the one this build reads; `query`
-//! reads a page's filter from its query string; `redact` hides configured payload fields;
-//! `pages` renders the HTML (with `chart`'s inline SVG); `api` answers JSON; the CSS and the
-//! live-refresh script are in `assets/`, embedded.
+//! reads a page's filter from its query string; `redact` hides configured fields (failing
+//! closed) and scrubs free text; `pages` renders the HTML (with `chart`'s inline SVG); `api`
+//! answers JSON; the CSS and the live-refresh script are in `assets/`, embedded.
 
 mod api;
 mod auth;
@@ -56,8 +56,27 @@ pub struct DashboardConfig {
     /// Who may sign in (HTTP Basic). Empty: no sign-in, everyone is an operator; serve it on
     /// loopback only ([`listen_addr`]) or behind the service's own access control.
     pub users: Vec<User>,
-    /// Payload (and header, stored-response) field names whose values never reach the browser,
-    /// at any depth, compared without case.
+    /// Field names whose values never reach the browser, compared without case, at any depth
+    /// of a payload, its headers and a stored response (its headers and its JSON body).
+    ///
+    /// Redaction fails closed: a document that cannot be shown to be redacted (a body that is
+    /// not JSON, JSON that serde_json refuses such as a number out of range or nesting past 128
+    /// levels) is withheld whole, with a placeholder saying why. Without redacted fields every
+    /// document is shown as stored.
+    ///
+    /// Free text (a downstream's error text, receipts, a breaker's reason) is scrubbed, not
+    /// withheld: on a message's own page and API answer, of the values its payload and headers
+    /// hid (strings and numbers of 3 characters or more, compared without ASCII case; all of its
+    /// text is withheld when its payload or headers were); everywhere, of text shaped like a
+    /// redacted kind: email addresses when a field name contains `mail`, card numbers (13 to 19
+    /// digits passing the Luhn check) when one contains `card` or is `pan`. Lists and failure
+    /// groups do not read payloads: a value of no known shape (a name) that a downstream copies
+    /// into its error text shows there. Failure groups normalise email addresses to `<email>`
+    /// and digits to `<n>`.
+    ///
+    /// With redacted fields, the error-text search (`error=` on pages and in the API's filters)
+    /// is refused (400): it matches the stored text, so it would confirm a hidden value. The
+    /// failure groups (`error_class=`) still select rows by their normalised text.
     pub redact: Vec<String>,
     /// A link for a message's trace id: `{trace_id}` is replaced (e.g.
     /// `https://tempo.example/trace/{trace_id}`).
@@ -87,6 +106,8 @@ struct App {
     pool: deadpool_postgres::Pool,
     config: DashboardConfig,
     schema: schema::SchemaGate,
+    /// What [`DashboardConfig::redact`] hides, and how.
+    redaction: redact::Redaction,
 }
 
 type Shared = Arc<App>;
@@ -101,10 +122,12 @@ type Shared = Arc<App>;
 pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router {
     let mut config = config;
     config.page_size = config.page_size.clamp(1, 500);
+    let redaction = redact::Redaction::new(&config.redact);
     let app = Arc::new(App {
         pool,
         config,
         schema: schema::SchemaGate::default(),
+        redaction,
     });
     Router::new()
         .route("/", get(pages::overview))

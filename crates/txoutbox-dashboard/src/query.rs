@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use txoutbox::admin::{ListCursor, MessageFilter, MessageStatus, TimeBound};
 
+use crate::redact::Redaction;
 use crate::Failure;
 
 /// The filter fields, as given (empty fields dropped).
@@ -74,10 +75,29 @@ impl FilterFields {
         .collect()
     }
 
-    /// The core's filter (without cursor or limit).
-    pub fn filter(&self) -> Result<MessageFilter, Failure> {
+    /// The core's filter (without cursor or limit). With redacted fields, a search of the error
+    /// text is refused: it matches the stored text, so it would confirm a value the dashboard
+    /// hides; so is an error class holding text the dashboard scrubs (the failure groups'
+    /// classes hold none: their addresses and digits are normalised).
+    pub fn filter(&self, redaction: &Redaction) -> Result<MessageFilter, Failure> {
         for (name, value) in self.to_pairs() {
             storable(name, value)?;
+        }
+        if redaction.is_on() && self.error.is_some() {
+            return Err(Failure::BadRequest(
+                "the error-text search (error=) is off while fields are redacted: it would \
+                 confirm a hidden value; use the failure groups (error_class=)"
+                    .into(),
+            ));
+        }
+        if let Some(class) = &self.error_class {
+            if !redaction.shapes().is_clean(class) {
+                return Err(Failure::BadRequest(
+                    "this error class holds redacted text: take a group's link from the \
+                     failures page"
+                        .into(),
+                ));
+            }
         }
         let status = self
             .status
@@ -186,7 +206,7 @@ mod tests {
         assert_eq!(fields.error.as_deref(), Some("card declined"));
         let again = FilterFields::from_pairs(&pairs(encode(fields.to_pairs()).as_bytes()));
         assert_eq!(again, fields);
-        let filter = fields.filter().expect("filter");
+        let filter = fields.filter(&Redaction::default()).expect("filter");
         assert_eq!(filter.status, Some(MessageStatus::Failed));
         assert_eq!(
             filter.since,
@@ -212,7 +232,9 @@ mod tests {
             b"since=yesterday",
             b"until=99999999999y",
         ] {
-            assert!(FilterFields::from_pairs(&pairs(input)).filter().is_err());
+            assert!(FilterFields::from_pairs(&pairs(input))
+                .filter(&Redaction::default())
+                .is_err());
         }
         assert!(page(&pairs(b"before=nope"), 50, 500).is_err());
         assert!(page(&pairs(b"limit=-1"), 50, 500).is_err());

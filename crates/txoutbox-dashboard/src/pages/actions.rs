@@ -145,7 +145,7 @@ pub(crate) async fn replay_filter(
     let result = async {
         let pairs = pairs(&body);
         let fields = FilterFields::from_pairs(&pairs);
-        let filter = fields.filter()?;
+        let filter = fields.filter(&app.redaction)?;
         let mut opts = options(&pairs, &who);
         let confirmed = confirmed_count(&pairs)?;
         let mut client = app.client().await?;
@@ -318,7 +318,7 @@ pub(crate) async fn discard_filter(
     let result = async {
         let pairs = pairs(&body);
         let fields = FilterFields::from_pairs(&pairs);
-        let filter = fields.filter()?;
+        let filter = fields.filter(&app.redaction)?;
         let reason = form_value(&pairs, "reason")
             .map(str::trim)
             .filter(|r| !r.is_empty());

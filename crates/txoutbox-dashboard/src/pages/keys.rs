@@ -5,24 +5,34 @@ use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use axum::Extension;
 use maud::html;
-use serde_json::Value;
+use txoutbox::admin::IdempotencyRecord;
 
 use super::messages::message_rows;
 use super::{layout, render, time};
 use crate::auth::{Base, Principal};
 use crate::query::{pairs, storable};
-use crate::redact::{is_redacted, redact, REDACTED};
+use crate::redact::{Redaction, Shown, REDACTED};
 use crate::Shared;
 
-/// A stored response body as the browser may see it: JSON with the configured fields redacted,
-/// else text.
-pub(crate) fn shown_body(fields: &[String], body: &[u8]) -> String {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(mut v) => {
-            redact(fields, &mut v);
-            serde_json::to_string_pretty(&v).unwrap_or_default()
-        }
-        Err(_) => String::from_utf8_lossy(body).into_owned(),
+/// A stored response as the browser may see it: its headers with the redacted ones replaced,
+/// its body redacted as a JSON document (withheld when it is not one and fields are redacted).
+pub(crate) struct ShownResponse {
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Shown>,
+}
+
+/// The stored response of `record`, as the browser may see it.
+pub(crate) fn shown_response(redaction: &Redaction, record: &IdempotencyRecord) -> ShownResponse {
+    ShownResponse {
+        headers: record
+            .response_headers
+            .iter()
+            .map(|(name, value)| (name.clone(), redaction.header(name, value).to_owned()))
+            .collect(),
+        body: record
+            .response_body
+            .as_deref()
+            .map(|body| redaction.document(body).shown),
     }
 }
 
@@ -71,22 +81,26 @@ pub(crate) async fn keys(
                             dt { "Expires" } dd { (time(r.expires_at)) }
                             @if let Some(s) = r.response_status { dt { "Stored response" } dd { (s) } }
                         }
-                        @if !r.response_headers.is_empty() {
+                        @let response = shown_response(&app.redaction, r);
+                        @if !response.headers.is_empty() {
                             h3 { "Response headers" }
-                            table { tbody { @for (k, v) in &r.response_headers {
-                                tr { th scope="row" { (k) } td { code { @if is_redacted(&app.config.redact, k) { (REDACTED) } @else { (v) } } } }
+                            table { tbody { @for (k, v) in &response.headers {
+                                tr { th scope="row" { (k) } td { @if v == REDACTED { span class="redacted" { (v) } } @else { code { (v) } } } }
                             } } }
                         }
-                        @if let Some(body) = &r.response_body {
+                        @if let Some(body) = &response.body {
                             details open {
                                 summary { "Response body" }
-                                pre { (shown_body(&app.config.redact, body)) }
+                                @match body {
+                                    Shown::Withheld(why) => p class="withheld" { (why) },
+                                    shown => pre { (shown.to_text()) },
+                                }
                             }
                         }
                     }
                     section id="effects" data-live aria-labelledby="effects-h" {
                         h2 id="effects-h" { "Messages this request enqueued" }
-                        @if found.messages.is_empty() { p { "None." } } @else { (message_rows(&base, &found.messages, false)) }
+                        @if found.messages.is_empty() { p { "None." } } @else { (message_rows(&base, &found.messages, false, &app.redaction.shapes())) }
                     }
                 }
             }

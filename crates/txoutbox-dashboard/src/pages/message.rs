@@ -1,18 +1,21 @@
 //! One message: its fields and trace link, its actions, the payload as a tree, its headers
 //! and its attempt log, with the configured fields redacted.
 
+use std::collections::BTreeMap;
+
 use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::Extension;
 use maud::{html, Markup};
+use serde::Serialize;
 use serde_json::Value;
-use txoutbox::admin::{MessageDetail, MessageStatus};
+use txoutbox::admin::{AttemptRecord, MessageDetail, MessageStatus, MessageSummary};
 use uuid::Uuid;
 
 use super::actions::{DISCARD_NOTE, NEW_KEY_WARNING};
 use super::{layout, render, status_badge, time};
 use crate::auth::{Base, Principal};
-use crate::redact::{is_redacted, redact, REDACTED};
+use crate::redact::{Redaction, Shown, REDACTED};
 use crate::{Failure, Shared};
 
 /// A JSON value as nested `<details>`: objects and arrays collapse.
@@ -41,22 +44,93 @@ fn json_tree(value: &Value) -> Markup {
     }
 }
 
+/// A message as the browser may see it: its payload and headers redacted (or withheld), its
+/// free text (last error, attempt errors, receipts) scrubbed of what they hid. The API answers
+/// it as JSON, in the shape of [`MessageDetail`].
+#[derive(Debug, Serialize)]
+pub(crate) struct ShownMessage {
+    #[serde(flatten)]
+    pub message: MessageSummary,
+    pub payload: Shown,
+    pub headers: Shown,
+    pub receipt: Option<String>,
+    pub history: Vec<AttemptRecord>,
+}
+
+/// `detail` as the browser may see it.
+pub(crate) fn shown_message(redaction: &Redaction, detail: MessageDetail) -> ShownMessage {
+    let payload = redaction.json(detail.payload);
+    let headers = redaction.json(headers_document(detail.headers));
+    let scrub = redaction.scrubber(&[&payload.hidden, &headers.hidden]);
+    let mut message = detail.message;
+    message.last_error = scrub.opt(message.last_error.as_deref());
+    let history = detail
+        .history
+        .into_iter()
+        .map(|mut a| {
+            a.error = scrub.opt(a.error.as_deref());
+            a.receipt = scrub.opt(a.receipt.as_deref());
+            a
+        })
+        .collect();
+    ShownMessage {
+        message,
+        payload: payload.shown,
+        headers: headers.shown,
+        receipt: scrub.opt(detail.receipt.as_deref()),
+        history,
+    }
+}
+
+/// A message's headers as the JSON object they are stored as.
+fn headers_document(headers: BTreeMap<String, String>) -> Value {
+    Value::Object(
+        headers
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect(),
+    )
+}
+
+/// A header's value: its text, marked when redacted.
+fn header_value(value: &Value) -> Markup {
+    match value {
+        Value::String(s) if s == REDACTED => html! { span class="redacted" { (s) } },
+        Value::String(s) => html! { code { (s) } },
+        other => html! { code { (other.to_string()) } },
+    }
+}
+
+/// A shown document: its tree, its text, or why it is withheld.
+fn document(shown: &Shown) -> Markup {
+    match shown {
+        Shown::Json(v) => html! { div class="tree" { (json_tree(v)) } },
+        Shown::Text(t) => html! { pre { (t) } },
+        Shown::Withheld(why) => html! { p class="withheld" { (why) } },
+    }
+}
+
+/// A message's headers: a table of names and values, or the document when it is not one.
+fn headers_table(headers: &Shown) -> Markup {
+    match headers {
+        Shown::Json(Value::Object(map)) if map.is_empty() => html! { p { "None." } },
+        Shown::Json(Value::Object(map)) => html! {
+            table { tbody {
+                @for (k, v) in map {
+                    tr { th scope="row" { (k) } td { (header_value(v)) } }
+                }
+            } }
+        },
+        other => document(other),
+    }
+}
+
 /// The trace id of a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`).
 fn trace_id(traceparent: &str) -> Option<&str> {
     let mut parts = traceparent.split('-');
     let _version = parts.next()?;
     let id = parts.next()?;
     (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
-}
-
-pub(crate) fn redacted_detail(fields: &[String], mut detail: MessageDetail) -> MessageDetail {
-    redact(fields, &mut detail.payload);
-    for (name, value) in detail.headers.iter_mut() {
-        if is_redacted(fields, name) {
-            *value = REDACTED.into();
-        }
-    }
-    detail
 }
 
 pub(crate) async fn message(
@@ -68,17 +142,20 @@ pub(crate) async fn message(
     let result = async {
         let id = Uuid::parse_str(&id).map_err(|_| Failure::NotFound)?;
         let client = app.client().await?;
-        let detail = redacted_detail(
-            &app.config.redact,
+        let detail = shown_message(
+            &app.redaction,
             txoutbox::admin::show_message(&**client, id).await?,
         );
         let m = &detail.message;
         let b = &base.0;
-        let trace = detail
-            .headers
-            .get("traceparent")
-            .and_then(|t| trace_id(t))
-            .map(str::to_owned);
+        let trace = match &detail.headers {
+            Shown::Json(Value::Object(map)) => map
+                .get("traceparent")
+                .and_then(Value::as_str)
+                .and_then(trace_id)
+                .map(str::to_owned),
+            _ => None,
+        };
         let body = html! {
             section id="summary" data-live aria-labelledby="summary-h" {
                 h2 id="summary-h" { "Message" }
@@ -134,15 +211,11 @@ pub(crate) async fn message(
             }
             section aria-labelledby="payload-h" {
                 h2 id="payload-h" { "Payload" }
-                div class="tree" { (json_tree(&detail.payload)) }
+                (document(&detail.payload))
             }
             section aria-labelledby="headers-h" {
                 h2 id="headers-h" { "Headers" }
-                @if detail.headers.is_empty() { p { "None." } } @else {
-                    table { tbody {
-                        @for (k, v) in &detail.headers { tr { th scope="row" { (k) } td { code { (v) } } } }
-                    } }
-                }
+                (headers_table(&detail.headers))
             }
             section id="attempts" data-live aria-labelledby="attempts-h" {
                 h2 id="attempts-h" { "Attempts" }

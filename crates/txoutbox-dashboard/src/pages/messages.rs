@@ -11,9 +11,10 @@ use super::actions::{DISCARD_NOTE, NEW_KEY_WARNING};
 use super::{hidden_fields, layout, render, status_badge, time};
 use crate::auth::{Base, Principal};
 use crate::query::{encode, page, pairs, FilterFields};
+use crate::redact::{Redaction, Scrubber};
 use crate::Shared;
 
-fn filter_form(base: &Base, fields: &FilterFields) -> Markup {
+fn filter_form(base: &Base, fields: &FilterFields, redaction: &Redaction) -> Markup {
     let b = &base.0;
     let v = |o: &Option<String>| o.clone().unwrap_or_default();
     let status = fields.status.clone().unwrap_or_default();
@@ -32,7 +33,11 @@ fn filter_form(base: &Base, fields: &FilterFields) -> Markup {
             label { "Until " input name="until" placeholder="30m or RFC 3339" value=(v(&fields.until)); }
             label { "Downstream key " input name="key" value=(v(&fields.key)); }
             label { "Ordering key " input name="ordering_key" value=(v(&fields.ordering_key)); }
-            label { "Error text " input name="error" value=(v(&fields.error)); }
+            @if redaction.is_on() {
+                span class="note" { "Error-text search is off: fields are redacted, and a search would confirm a hidden value." }
+            } @else {
+                label { "Error text " input name="error" value=(v(&fields.error)); }
+            }
             @if let Some(class) = &fields.error_class {
                 input type="hidden" name="error_class" value=(class);
             }
@@ -42,7 +47,13 @@ fn filter_form(base: &Base, fields: &FilterFields) -> Markup {
     }
 }
 
-pub(super) fn message_rows(base: &Base, rows: &[MessageSummary], selectable: bool) -> Markup {
+/// A table of messages; their errors scrubbed by `scrub`.
+pub(super) fn message_rows(
+    base: &Base,
+    rows: &[MessageSummary],
+    selectable: bool,
+    scrub: &Scrubber<'_>,
+) -> Markup {
     let b = &base.0;
     html! {
         table class="messages" {
@@ -71,7 +82,7 @@ pub(super) fn message_rows(base: &Base, rows: &[MessageSummary], selectable: boo
                         td { (status_badge(m.status)) }
                         td class="num" { (m.attempts) }
                         td { (time(m.created_at)) }
-                        td class="error" { @if let Some(e) = &m.last_error { (e) } }
+                        td class="error" { @if let Some(e) = &m.last_error { (scrub.text(e)) } }
                         td { code { (m.downstream_key) } }
                     }
                 }
@@ -90,7 +101,7 @@ pub(crate) async fn messages(
         let pairs = pairs(query.unwrap_or_default().as_bytes());
         let fields = FilterFields::from_pairs(&pairs);
         let (cursor, limit) = page(&pairs, app.config.page_size, 500)?;
-        let mut filter = fields.filter()?;
+        let mut filter = fields.filter(&app.redaction)?;
         filter.before = cursor;
         filter.limit = Some(limit + 1);
         let client = app.client().await?;
@@ -108,6 +119,7 @@ pub(crate) async fn messages(
             next.push(("limit", limit_text.as_str()));
         }
         let first_page = encode(fields.to_pairs());
+        let scrub = app.redaction.shapes();
         // What a replay or a discard by this filter takes (failed rows unless it names unknown).
         let actionable = filter.status.is_none()
             || matches!(
@@ -115,14 +127,14 @@ pub(crate) async fn messages(
                 Some(MessageStatus::Failed | MessageStatus::Unknown)
             );
         let body = html! {
-            (filter_form(&base, &fields))
+            (filter_form(&base, &fields, &app.redaction))
             // Refreshed live (paused while a row is ticked): new rows appear on the first page.
             section id="results" data-live aria-label="Messages" {
                 @if rows.is_empty() {
                     p { "No message matches." }
                 } @else if who.may_act() {
                     form method="post" action={(b) "/replay"} {
-                        (message_rows(&base, &rows, true))
+                        (message_rows(&base, &rows, true, &scrub))
                         div class="actions" {
                             button type="submit" formnovalidate { "Replay selected" }
                             button type="submit" formnovalidate name="new_key" value="1" { "Replay selected with new keys" }
@@ -135,7 +147,7 @@ pub(crate) async fn messages(
                         }
                     }
                 } @else {
-                    (message_rows(&base, &rows, false))
+                    (message_rows(&base, &rows, false, &scrub))
                 }
                 nav class="pages" aria-label="Pages" {
                     @if cursor.is_some() { a href={(b) "/messages?" (first_page)} { "Newest" } }

@@ -17,10 +17,10 @@ pub(crate) use actions::{
     pause_reason, replay_filter, replay_one, replay_selected, resume_destination,
 };
 pub(crate) use failures::failures;
-pub(crate) use keys::{keys, shown_body};
-pub(crate) use message::{message, redacted_detail};
+pub(crate) use keys::{keys, shown_response};
+pub(crate) use message::{message, shown_message};
 pub(crate) use messages::messages;
-pub(crate) use overview::overview;
+pub(crate) use overview::{overview, shown_flow};
 
 use std::time::Duration;
 

@@ -14,6 +14,7 @@ use super::actions::flow_actions;
 use super::{age, layout, render, time};
 use crate::auth::{Base, Principal};
 use crate::query::encode;
+use crate::redact::Redaction;
 use crate::{chart, Shared};
 
 /// `~` before a count that is an estimate (a large backlog or history).
@@ -37,7 +38,8 @@ pub(crate) async fn overview(
 ) -> Response {
     let result = async {
         let client = app.client().await?;
-        let stats = txoutbox::admin::stats(&**client).await?;
+        let mut stats = txoutbox::admin::stats(&**client).await?;
+        stats.flow = shown_flow(&app.redaction, stats.flow);
         let minutes = txoutbox::admin::activity(&**client, 60).await?;
         let b = &base.0;
         let mut failing: Vec<_> = stats
@@ -177,6 +179,23 @@ pub(crate) async fn overview(
     }
     .await;
     render(&base, result)
+}
+
+/// Flow-control states as the browser may see them: their reasons scrubbed (a breaker's reason
+/// is a downstream's error text; a pause's, an operator's words).
+pub(crate) fn shown_flow(
+    redaction: &Redaction,
+    flows: Vec<DestinationFlow>,
+) -> Vec<DestinationFlow> {
+    let scrub = redaction.shapes();
+    flows
+        .into_iter()
+        .map(|mut f| {
+            f.paused_reason = scrub.opt(f.paused_reason.as_deref());
+            f.open_reason = scrub.opt(f.open_reason.as_deref());
+            f
+        })
+        .collect()
 }
 
 /// A destination's flow-control state as the overview says it: paused by whom, since when and
