@@ -15,14 +15,26 @@ use txoutbox_dashboard::{DashboardConfig, User};
     txoutbox dashboard --addr 0.0.0.0:9470 --user alice:s3cret:operator --user bob:sha256:<hex>:viewer\n  \
     txoutbox dashboard --redact email,card --trace-url 'https://tempo.example/trace/{trace_id}'")]
 pub struct DashboardArgs {
-    /// Where to listen. Without --user, only a loopback address is used (the port is kept).
+    /// Where to listen. Without --user, only a loopback address is used (the port is kept), and
+    /// only requests addressed to localhost, 127.0.0.1 or [::1] (or an --allowed-host) are
+    /// answered.
     #[arg(long, env = "TXOUTBOX_DASHBOARD_ADDR", default_value = txoutbox_dashboard::DEFAULT_ADDR)]
     addr: SocketAddr,
     /// A user, NAME:PASSWORD:ROLE (role viewer or operator; PASSWORD may be sha256:<hex> of the
     /// password). Repeatable; comma-separated in the environment variable.
     #[arg(long = "user", env = "TXOUTBOX_DASHBOARD_USERS", value_delimiter = ',', hide_env_values = true, value_parser = parse_user)]
     users: Vec<User>,
-    /// Payload fields never shown (at any depth), comma-separated: --redact email,card.
+    /// Without --user, a Host name answered besides localhost, 127.0.0.1 and [::1] (NAME for
+    /// any port, NAME:PORT for one), for a dashboard behind a proxy that forwards its own Host
+    /// and signs users in itself. Repeatable; comma-separated in the environment variable.
+    #[arg(
+        long = "allowed-host",
+        env = "TXOUTBOX_DASHBOARD_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    allowed_hosts: Vec<String>,
+    /// Fields never shown (at any depth of payloads, headers and stored responses; a document
+    /// that cannot be redacted is withheld), comma-separated: --redact email,card.
     #[arg(long, env = "TXOUTBOX_DASHBOARD_REDACT", value_delimiter = ',')]
     redact: Vec<String>,
     /// A link for trace ids; {trace_id} is replaced.
@@ -60,6 +72,7 @@ pub async fn run(url: &str, args: DashboardArgs) -> Result<()> {
         pool,
         DashboardConfig {
             users: args.users,
+            allowed_hosts: args.allowed_hosts,
             redact: args.redact,
             trace_url: args.trace_url,
             effects: args.effects,

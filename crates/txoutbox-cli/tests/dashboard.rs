@@ -28,6 +28,7 @@ fn serve(db: &TestDb, args: &[&str]) -> anyhow::Result<Served> {
         .env("DATABASE_URL", db.url())
         .env_remove("TXOUTBOX_DASHBOARD_USERS")
         .env_remove("TXOUTBOX_DASHBOARD_ADDR")
+        .env_remove("TXOUTBOX_DASHBOARD_ALLOWED_HOSTS")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
@@ -88,6 +89,91 @@ async fn dashboard_without_users_listens_on_loopback_only_and_says_so() -> anyho
     let answer = get(&served.addr, "/api/stats", None)?;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"total\""), "{answer}");
+    Ok(())
+}
+
+/// `METHOD path` over plain HTTP/1.1 addressed to `host` (what a page of the site `host` sends
+/// from a visitor's browser, once its name resolves to the dashboard's address), with `headers`
+/// and `body`: the whole answer.
+fn send_to(
+    addr: &str,
+    method: &str,
+    path: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> anyhow::Result<String> {
+    let mut stream = TcpStream::connect(addr)?;
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    stream.write_all(request.as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+#[tokio::test]
+async fn dashboard_without_users_refuses_requests_addressed_to_another_host() -> anyhow::Result<()>
+{
+    let db = test_db().await?;
+    let served = serve(&db, &["--addr", "127.0.0.1:0"])?;
+    let port = served.addr.rsplit(':').next().unwrap_or_default();
+    let host = format!("rebind.attacker.example:{port}");
+    let origin = format!("http://{host}");
+
+    let answer = send_to(
+        &served.addr,
+        "POST",
+        "/api/destinations/email/pause",
+        &host,
+        &[
+            ("Content-Type", "application/json"),
+            ("Origin", &origin),
+            ("Sec-Fetch-Site", "same-origin"),
+        ],
+        r#"{"reason":"rebinding"}"#,
+    )?;
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+    let answer = send_to(&served.addr, "GET", "/api/destinations", &host, &[], "")?;
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+    let paused = db
+        .connect()
+        .await?
+        .query_opt(
+            "SELECT 1 FROM txoutbox_destinations WHERE destination = 'email'",
+            &[],
+        )
+        .await?;
+    assert!(paused.is_none(), "nothing paused");
+    let local = send_to(
+        &served.addr,
+        "GET",
+        "/api/stats",
+        &format!("localhost:{port}"),
+        &[],
+        "",
+    )?;
+    assert!(local.starts_with("HTTP/1.1 200"), "{local}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn dashboard_without_users_answers_an_allowed_host() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let served = serve(
+        &db,
+        &["--addr", "127.0.0.1:0", "--allowed-host", "ops.example"],
+    )?;
+    let answer = send_to(&served.addr, "GET", "/api/stats", "ops.example", &[], "")?;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let answer = send_to(&served.addr, "GET", "/api/stats", "evil.example", &[], "")?;
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
     Ok(())
 }
 

@@ -1,5 +1,5 @@
-//! Who is asking, and may they: HTTP Basic users with roles, the cross-site check on actions,
-//! and the security headers every answer carries.
+//! Who is asking, and may they: the Host check of a dashboard without users, HTTP Basic users
+//! with roles, the cross-site check on actions, and the security headers every answer carries.
 
 use std::fmt;
 use std::str::FromStr;
@@ -202,6 +202,12 @@ pub(crate) async fn guard(State(app): State<Shared>, mut req: Request, next: Nex
     };
 
     let users = &app.config.users;
+    if users.is_empty() {
+        let host = crate::host::of_request(req.headers(), req.uri());
+        if !crate::host::is_answered(host.as_deref(), &app.config.allowed_hosts) {
+            return secure(crate::host::misdirected(host.as_deref()));
+        }
+    }
     let principal = if users.is_empty() {
         Principal {
             name: "local".into(),

@@ -21,14 +21,16 @@
 //! same the `txoutbox` command calls, and is recorded in the attempt log with the user's name.
 //!
 //! Layout: `auth` checks users, roles and cross-site requests and sets the security headers;
-//! `schema` answers 503 while the database's schema is not the one this build reads; `query`
-//! reads a page's filter from its query string; `redact` hides configured fields (failing
-//! closed) and scrubs free text; `pages` renders the HTML (with `chart`'s inline SVG); `api`
-//! answers JSON; the CSS and the live-refresh script are in `assets/`, embedded.
+//! `host` says which Host a dashboard without users answers; `schema` answers 503 while the
+//! database's schema is not the one this build reads; `query` reads a page's filter from its
+//! query string; `redact` hides configured fields (failing closed) and scrubs free text; `pages`
+//! renders the HTML (with `chart`'s inline SVG); `api` answers JSON; the CSS and the
+//! live-refresh script are in `assets/`, embedded.
 
 mod api;
 mod auth;
 mod chart;
+mod host;
 mod pages;
 mod query;
 mod redact;
@@ -53,9 +55,20 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:9470";
 /// What the dashboard shows and who may use it.
 #[derive(Debug, Clone)]
 pub struct DashboardConfig {
-    /// Who may sign in (HTTP Basic). Empty: no sign-in, everyone is an operator; serve it on
-    /// loopback only ([`listen_addr`]) or behind the service's own access control.
+    /// Who may sign in (HTTP Basic). Empty: no sign-in, everyone is an operator, and only
+    /// requests whose Host is a loopback name or address (`localhost`, 127.0.0.0/8, `[::1]`,
+    /// with or without a port) or one of [`DashboardConfig::allowed_hosts`] are answered; the
+    /// rest get 421 (Misdirected Request), whatever their method. A page of another site that
+    /// rebinds its name to 127.0.0.1 (DNS rebinding) reaches the dashboard from a visitor's
+    /// browser as its own origin, but still under its own name. Serve it on loopback
+    /// ([`listen_addr`]), or configure users.
     pub users: Vec<User>,
+    /// More Host names a dashboard without users answers (`ops.example`, or `ops.example:8443`
+    /// for that port only), compared without case: for one behind the service's own access
+    /// control or a reverse proxy that forwards its own Host. Not needed with users: a
+    /// rebinding page cannot send a user's credentials (the browser keeps them for the real
+    /// origin), so every request is signed in whatever its Host.
+    pub allowed_hosts: Vec<String>,
     /// Field names whose values never reach the browser, compared without case, at any depth
     /// of a payload, its headers and a stored response (its headers and its JSON body).
     ///
@@ -93,6 +106,7 @@ impl Default for DashboardConfig {
     fn default() -> Self {
         Self {
             users: Vec::new(),
+            allowed_hosts: Vec::new(),
             redact: Vec::new(),
             trace_url: None,
             effects: Vec::new(),
