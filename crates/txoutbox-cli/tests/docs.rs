@@ -214,8 +214,12 @@ fn check_document(file: &str, text: &str, cli: &Cli, report: &mut Report) {
     while i < lines.len() {
         place.line = i + 1;
         let line = lines[i];
-        if line.starts_with("```") {
-            i = check_code_block(&lines, i + 1, &mut place, cli, report);
+        if let Some(lang) = line.strip_prefix("```") {
+            i = if is_shell(lang) {
+                check_code_block(&lines, i + 1, &mut place, cli, report)
+            } else {
+                skip_code_block(&lines, i + 1)
+            };
             continue;
         }
         if line.trim().is_empty() {
@@ -239,6 +243,22 @@ fn check_document(file: &str, text: &str, cli: &Cli, report: &mut Report) {
         }
         i = end;
     }
+}
+
+/// Whether a fenced block of this info string holds shell lines (none given counts as shell);
+/// `text`, `rust`, `yaml` and the like are output or code, whose `txoutbox` is no invocation.
+fn is_shell(lang: &str) -> bool {
+    matches!(
+        lang.trim(),
+        "" | "sh" | "shell" | "bash" | "console" | "zsh"
+    )
+}
+
+/// The line after the closing fence of a block opened before `start`.
+fn skip_code_block(lines: &[&str], start: usize) -> usize {
+    (start..lines.len())
+        .find(|&j| lines[j].starts_with("```"))
+        .map_or(lines.len(), |j| j + 1)
 }
 
 /// Checks the lines of a fenced code block from `start` (lines ending in `\` continue on the
@@ -337,6 +357,10 @@ txoutbox relay --lease 10s \\
 | `--missing-in-table DEST=N` | |
 
 Prose with `txoutbox purge --retention 1d --nope` inline.
+
+```text
+the database schema is at version 0, this txoutbox needs 5 --not-a-flag
+```
 ";
     let mut report = Report::default();
     check_document("planted.md", planted, &cli, &mut report);
