@@ -8,7 +8,9 @@ use crate::schema::SchemaMismatch;
 use crate::store::{schema, Unnamed};
 
 mod embedded {
-    refinery::embed_migrations!("../../migrations");
+    // `migrations` here is a symbolic link to the workspace's top-level `migrations/`, the one
+    // place the schema is written: `cargo package` copies the files it points to into the crate.
+    refinery::embed_migrations!("migrations");
 }
 
 /// The table refinery records applied migrations in.
