@@ -55,6 +55,13 @@ impl Cluster {
         Self::open(dir, &ClusterOptions::default(), false)
     }
 
+    /// The cluster in `dir` (made if missing), left running when dropped, as the shared one is:
+    /// for a test of what stops the tests' clusters (`./scripts/test --stop`) in a target
+    /// directory of its own.
+    pub fn open_in(dir: &Path, options: &ClusterOptions) -> Result<Cluster> {
+        Self::open(dir.to_path_buf(), options, false)
+    }
+
     /// A cluster of the caller's own in a new directory, stopped and removed when dropped; for
     /// tests that stop or restart Postgres, and for benchmarks.
     pub fn private(options: &ClusterOptions) -> Result<Cluster> {

@@ -3,7 +3,7 @@
 //! - With `DATABASE_URL` set, it is the admin connection (a role that may create databases).
 //! - Without it, a throwaway cluster is started from the `initdb`/`pg_ctl` found on `PATH` or under
 //!   `/usr/lib/postgresql/*/bin`, in `target/txoutbox-pg` (shared by every test process of a run
-//!   and left running for the next one; stop it with `pg_ctl -D target/txoutbox-pg/data stop`).
+//!   and left running for the next one; `./scripts/test --stop` stops it, as root or as a user).
 //!
 //! A template database is migrated once per schema version; every test clones it
 //! (`CREATE DATABASE … TEMPLATE …`) and drops its clone when the [`TestDb`] is dropped, so tests run
