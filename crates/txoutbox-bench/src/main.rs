@@ -10,7 +10,9 @@ mod write;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Parser, Subcommand};
+use txoutbox::telemetry::logs::{LogFormat, LOG_FORMAT_ENV};
 use txoutbox_test_support::{Cluster, ClusterOptions, ConnInfo, TestDb};
 
 #[derive(Debug, Parser)]
@@ -19,6 +21,17 @@ use txoutbox_test_support::{Cluster, ClusterOptions, ConnInfo, TestDb};
     about = "txoutbox benchmarks, as ratios to a baseline"
 )]
 struct Cli {
+    /// How log lines are written to stderr: text (coloured on a terminal unless NO_COLOR is
+    /// set) or json (one object a line).
+    #[arg(
+        long,
+        env = LOG_FORMAT_ENV,
+        global = true,
+        value_name = "FORMAT",
+        default_value = "text",
+        value_parser = PossibleValuesParser::new(["text", "json"]).try_map(|v| v.parse::<LogFormat>())
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -84,6 +97,7 @@ struct SoakArgs {
 #[tokio::main]
 async fn main() -> Result<ExitCode> {
     let cli = Cli::parse();
+    txoutbox::telemetry::logs::init(cli.log_format, "warn")?;
     if let Command::Soak(args) = &cli.command {
         return soak(args).await;
     }

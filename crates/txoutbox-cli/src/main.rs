@@ -10,7 +10,9 @@ mod relay;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Parser, Subcommand};
+use txoutbox::telemetry::logs::{LogFormat, LOG_FORMAT_ENV};
 
 /// txoutbox: a transactional outbox for Postgres.
 #[derive(Debug, Parser)]
@@ -20,6 +22,18 @@ struct Cli {
     /// sslcert, sslkey; the PG* environment variables fill in what it leaves out).
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     database_url: Option<String>,
+
+    /// How log lines are written to stderr: text (coloured on a terminal unless NO_COLOR is
+    /// set) or json (one object a line, with the fields of the delivery it concerns).
+    #[arg(
+        long,
+        env = LOG_FORMAT_ENV,
+        global = true,
+        value_name = "FORMAT",
+        default_value = "text",
+        value_parser = PossibleValuesParser::new(["text", "json"]).try_map(|v| v.parse::<LogFormat>())
+    )]
+    log_format: LogFormat,
 
     #[command(subcommand)]
     command: Command,
@@ -45,14 +59,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
-    use tracing_subscriber::Layer as _;
-    let log = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        );
-    let registry = tracing_subscriber::registry().with(log);
+    let registry = tracing_subscriber::registry()
+        .with(txoutbox::telemetry::logs::layer(cli.log_format, "info"));
     // Declared before the runtime, so that it is dropped (flushing the spans) after it.
     #[cfg(feature = "otel")]
     let _export = match otel::layer() {
@@ -114,10 +122,6 @@ async fn connect(url: &str) -> Result<tokio_postgres::Client> {
         .connect()
         .await
         .context("cannot connect to the database")?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::warn!(error = %e, "database connection closed");
-        }
-    });
+    tokio::spawn(txoutbox::pg::drive(connection));
     Ok(client)
 }

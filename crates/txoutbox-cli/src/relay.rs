@@ -376,19 +376,15 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
             None => Ok(()),
         }
     };
-    // A relay that ends by itself (a schema this build cannot use) stops the server too.
+    // A relay that ends by itself (a schema this build cannot use) stops the server too. The
+    // relay logs its own "relay stopped" with its counts.
     let relaying = async {
         let report = relay.run(shutdown.wait()).await;
         shutdown.trigger();
         report
     };
     let (report, served) = tokio::join!(relaying, serving);
-    let report = report?;
-    tracing::info!(
-        claimed = report.claimed,
-        released = report.released,
-        "relay stopped"
-    );
+    report?;
     served.context("the metrics server failed")
 }
 

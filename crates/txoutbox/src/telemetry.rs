@@ -11,12 +11,18 @@
 //! and `parent_span_id`), and the attempt's context is what the sinks that speak HTTP forward.
 //! The `otel` feature makes the attempt's `tracing` span the OpenTelemetry span of that context,
 //! for export by a `tracing-opentelemetry` layer the process installs.
+//!
+//! Logs: the `logging` feature adds [`logs`], the log output txoutbox's own binaries install
+//! (text or JSON lines on standard error); a service with a subscriber of its own leaves it off.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::num::NonZeroU64;
 
 use crate::error::{Error, Result};
+
+#[cfg(feature = "logging")]
+pub mod logs;
 
 /// Rows written to the outbox, by `destination` (counted when the insert runs in the caller's
 /// transaction; a transaction rolled back afterwards still counted).

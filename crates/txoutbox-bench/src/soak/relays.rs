@@ -86,7 +86,6 @@ impl Fleet {
             .args(["--owner", &owner])
             .env("DATABASE_URL", &self.spec.database_url)
             .env("RUST_LOG", "warn")
-            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)

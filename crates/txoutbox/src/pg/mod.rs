@@ -5,7 +5,8 @@
 //! binaries open goes through [`PgConfig`].
 //!
 //! Layout: this file holds [`PgConfig`] and its public API, and the one-line text of a failed
-//! connection; `parse` reads the connection string (libpq's URL and key=value forms, the `PG*`
+//! connection; `connection` drives connections (notices logged by severity, the pool's
+//! connector); `parse` reads the connection string (libpq's URL and key=value forms, the `PG*`
 //! variables); `tls` holds [`SslMode`] and the rustls connector ([`MakeTls`]); `verify` the
 //! certificate checks of each mode (a self-signed certificate in `sslrootcert` accepted as libpq
 //! accepts it, host names matched by libpq's rules).
@@ -19,12 +20,14 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::error::{Error, Result};
 
+mod connection;
 mod parse;
 #[cfg(test)]
 mod tests;
 mod tls;
 mod verify;
 
+pub use connection::{drive, log_notice};
 use parse::{apply_env, strip_tls_params, TlsParams};
 use tls::{client_config, Verify};
 pub use tls::{MakeTls, SslMode, TlsConnector, TlsError};
@@ -43,7 +46,7 @@ pub type PgConnection = Connection<Socket, PgStream>;
 ///     "postgres://app@db.internal/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem",
 /// )?;
 /// let (client, connection) = pg.connect().await?;
-/// tokio::spawn(connection);
+/// tokio::spawn(txoutbox::pg::drive(connection));
 /// let relay = txoutbox::relay::Relay::builder(pg.clone()); // any API taking a config takes it
 /// # let _ = (client, relay); Ok(()) }
 /// ```
@@ -200,15 +203,21 @@ impl PgConfig {
         self.tls.clone()
     }
 
-    /// Opens a connection; drive the returned [`PgConnection`] on a task of its own. A TLS
-    /// failure is [`Error::StoreUnavailable`] with one line saying what was wrong.
+    /// Opens a connection; drive the returned [`PgConnection`] on a task of its own
+    /// ([`drive`]). A TLS failure is [`Error::StoreUnavailable`] with one line saying what was
+    /// wrong.
     pub async fn connect(&self) -> Result<(Client, PgConnection)> {
         Ok(self.config.connect(self.tls()).await?)
     }
 
-    /// A deadpool manager over this configuration, with TLS.
+    /// A deadpool manager over this configuration, with TLS; its connections are driven by
+    /// [`drive`] (notices logged by severity).
     pub fn manager(&self, config: deadpool_postgres::ManagerConfig) -> deadpool_postgres::Manager {
-        deadpool_postgres::Manager::from_config(self.config.clone(), self.tls(), config)
+        deadpool_postgres::Manager::from_connect(
+            self.config.clone(),
+            connection::Connector { tls: self.tls() },
+            config,
+        )
     }
 }
 

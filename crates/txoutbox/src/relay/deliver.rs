@@ -17,6 +17,7 @@ use crate::store::{self, Pooled};
 pub(super) async fn deliver(inner: &Inner, mut lease: Lease, held: &Held) -> Finished {
     let span = tracing::info_span!(
         "delivery",
+        relay = %inner.config.owner,
         message_id = %lease.delivery.id,
         destination = %lease.delivery.destination,
         attempt = lease.delivery.attempt,

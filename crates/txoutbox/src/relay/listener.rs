@@ -57,6 +57,7 @@ async fn run_once(
             result = &mut listen => { result?; break; }
             message = messages.next() => match message {
                 Some(Ok(AsyncMessage::Notification(_))) => wake.notify_one(),
+                Some(Ok(AsyncMessage::Notice(notice))) => crate::pg::log_notice(&notice),
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e),
                 None => return Ok(()),
@@ -66,8 +67,10 @@ async fn run_once(
     connected.store(true, Ordering::Relaxed);
     tracing::debug!("relay listener connected");
     while let Some(message) = messages.next().await {
-        if let AsyncMessage::Notification(_) = message? {
-            wake.notify_one();
+        match message? {
+            AsyncMessage::Notification(_) => wake.notify_one(),
+            AsyncMessage::Notice(notice) => crate::pg::log_notice(&notice),
+            _ => {}
         }
     }
     Ok(())
