@@ -77,3 +77,41 @@ fn unknown_command_exits_2() {
     let out = txoutbox().arg("frobnicate").output().expect("runs");
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn a_url_with_an_unknown_scheme_says_so_and_not_the_password() {
+    let out = txoutbox()
+        .arg("stats")
+        .env("DATABASE_URL", "postgress://app:s3cret@127.0.0.1:1/app")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("unknown scheme `postgress`"), "{err}");
+    assert!(
+        err.contains("expected postgres:// or postgresql://"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret"), "{err}");
+}
+
+#[test]
+fn a_connection_error_names_the_host_and_port_and_never_the_password() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = closed.local_addr().expect("an address").port();
+    drop(closed);
+    let out = txoutbox()
+        .arg("stats")
+        .env(
+            "DATABASE_URL",
+            format!("postgres://app:s3cret@127.0.0.1:{port}/app?connect_timeout=2"),
+        )
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+}

@@ -1,13 +1,16 @@
-//! Driving a connection: what the server says on its own (notices) is logged by its severity,
-//! and a pool's connections are driven the same way.
+//! Driving a connection: what the server says on its own (notices) is logged by its severity, a
+//! pool's connections are driven the same way, and a connection that cannot be opened is one
+//! line naming the hosts and ports tried.
 
 use futures::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinHandle;
+use tokio_postgres::config::Host;
 use tokio_postgres::error::{DbError, Severity};
 use tokio_postgres::{AsyncMessage, Client, Config, Connection};
 
 use super::MakeTls;
+use crate::error::Error;
 
 /// Drives `connection` until it closes: run it on a task of its own (`tokio::spawn(drive(c))`)
 /// in place of awaiting it. A notice is logged by its severity ([`log_notice`]), a connection
@@ -64,5 +67,47 @@ impl deadpool_postgres::Connect for Connector {
             let (client, connection) = config.connect(tls).await?;
             Ok((client, tokio::spawn(drive(connection))))
         })
+    }
+}
+
+/// Where `config` connects, as an operator reads it: `host:port` for each host (`[::1]:5432`,
+/// a socket as `/run/postgresql/.s.PGSQL.5432`), comma-separated; never the user or password.
+pub(super) fn target(config: &Config) -> String {
+    let ports = config.get_ports();
+    let port = |i: usize| match ports {
+        [] => 5432,
+        [one] => *one,
+        many => many.get(i).copied().unwrap_or(5432),
+    };
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| match host {
+            Host::Tcp(name) if name.contains(':') => format!("[{name}]:{}", port(i)),
+            Host::Tcp(name) => format!("{name}:{}", port(i)),
+            #[cfg(unix)]
+            Host::Unix(dir) => format!("{}/.s.PGSQL.{}", dir.display(), port(i)),
+        })
+        .collect();
+    if hosts.is_empty() {
+        format!("(no host):{}", port(0))
+    } else {
+        hosts.join(", ")
+    }
+}
+
+/// A failed connection attempt to `target`: an unreachable store names the hosts and ports
+/// tried, without tokio-postgres's "error connecting to server" in front; any other error is
+/// classified as usual.
+pub(super) fn connect_error(target: &str, err: tokio_postgres::Error) -> Error {
+    match Error::from(err) {
+        Error::StoreUnavailable(why) => {
+            let why = why
+                .strip_prefix("error connecting to server: ")
+                .unwrap_or(&why);
+            Error::StoreUnavailable(format!("cannot connect to {target}: {why}"))
+        }
+        other => other,
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! Layout: this file holds [`PgConfig`] and its public API, and the one-line text of a failed
 //! connection; `connection` drives connections (notices logged by severity, the pool's
-//! connector); `parse` reads the connection string (libpq's URL and key=value forms, the `PG*`
+//! connector) and names the hosts and ports of a failed one; `parse` reads the connection string (libpq's URL and key=value forms, the `PG*`
 //! variables); `tls` holds [`SslMode`] and the rustls connector ([`MakeTls`]); `verify` the
 //! certificate checks of each mode (a self-signed certificate in `sslrootcert` accepted as libpq
 //! accepts it, host names matched by libpq's rules).
@@ -204,10 +204,20 @@ impl PgConfig {
     }
 
     /// Opens a connection; drive the returned [`PgConnection`] on a task of its own
-    /// ([`drive`]). A TLS failure is [`Error::StoreUnavailable`] with one line saying what was
-    /// wrong.
+    /// ([`drive`]). A server that cannot be reached (or a TLS failure) is
+    /// [`Error::StoreUnavailable`] with one line naming the hosts and ports tried and what was
+    /// wrong (never the password).
     pub async fn connect(&self) -> Result<(Client, PgConnection)> {
-        Ok(self.config.connect(self.tls()).await?)
+        self.config
+            .connect(self.tls())
+            .await
+            .map_err(|e| connection::connect_error(&self.target(), e))
+    }
+
+    /// Where this configuration connects, for messages: `host:port` of each host, comma-separated
+    /// (a Unix socket as its path), without the user or the password.
+    pub fn target(&self) -> String {
+        connection::target(&self.config)
     }
 
     /// A deadpool manager over this configuration, with TLS; its connections are driven by

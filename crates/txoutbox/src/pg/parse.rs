@@ -46,11 +46,20 @@ impl TlsParams {
 }
 
 /// Takes the TLS parameters out of a connection string, returning the rest for tokio-postgres.
+/// A URL of another scheme (`postgress://`, `mysql://`) is refused by its scheme, not read as a
+/// malformed key=value list (whose error would quote the string, password and all).
 pub(super) fn strip_tls_params(text: &str, tls: &mut TlsParams) -> Result<String> {
-    for scheme in ["postgres://", "postgresql://"] {
-        if text.starts_with(scheme) {
-            return strip_from_url(text, tls);
+    match url_scheme(text) {
+        Some(scheme) if scheme == "postgres" || scheme == "postgresql" => {
+            return strip_from_url(text, tls)
         }
+        Some(scheme) => {
+            return Err(Error::Config(format!(
+                "connection string: unknown scheme `{scheme}` (expected postgres:// or \
+                 postgresql://, or key=value pairs)"
+            )))
+        }
+        None => {}
     }
     let mut kept = Vec::new();
     for (key, value) in key_values(text)? {
@@ -62,6 +71,17 @@ pub(super) fn strip_tls_params(text: &str, tls: &mut TlsParams) -> Result<String
         }
     }
     Ok(kept.join(" "))
+}
+
+/// The scheme of a URL (`scheme://...`, RFC 3986's letters, digits, `+`, `-`, `.`), or `None`
+/// for text that does not start like one (a key=value list).
+fn url_scheme(text: &str) -> Option<&str> {
+    let (scheme, _) = text.split_once("://")?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    .then_some(scheme)
 }
 
 fn strip_from_url(url: &str, tls: &mut TlsParams) -> Result<String> {

@@ -149,6 +149,57 @@ fn malformed_strings_are_config_errors() {
 }
 
 #[test]
+fn a_url_of_another_scheme_is_refused_by_its_scheme_without_the_password() {
+    for (text, scheme) in [
+        ("postgress://app:s3cret@db/app", "postgress"),
+        ("mysql://app:s3cret@db/app", "mysql"),
+        ("Postgres+ssl://app:s3cret@db/app", "Postgres+ssl"),
+    ] {
+        let message = config_error(text);
+        assert_eq!(
+            message,
+            format!(
+                "connection string: unknown scheme `{scheme}` (expected postgres:// or \
+                 postgresql://, or key=value pairs)"
+            )
+        );
+        assert!(!message.contains("s3cret"), "{message}");
+    }
+    // A key=value value that holds "://" is no scheme.
+    assert!(parse("host=db options='-c search_path=a://b'").is_ok());
+}
+
+#[test]
+fn the_target_names_every_host_and_port_and_never_the_password() -> Result<()> {
+    let pg = parse("postgres://app:s3cret@db1:5433,[::1]:5434/app")?;
+    assert_eq!(pg.target(), "db1:5433, [::1]:5434");
+    let pg = parse("host=/run/postgresql user=app password=s3cret")?;
+    assert_eq!(pg.target(), "/run/postgresql/.s.PGSQL.5432");
+    let pg = parse("host=db1,db2 port=6432 password=s3cret")?;
+    assert_eq!(pg.target(), "db1:6432, db2:6432");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_refused_connection_names_the_host_and_port_tried_and_not_the_password() {
+    // A port nothing listens on: connecting is refused at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let pg = parse(&format!("postgres://app:s3cret@127.0.0.1:{port}/app")).expect("parses");
+    let err = pg.connect().await.err().expect("refused");
+    let text = err.to_string();
+    assert!(err.is_unavailable(), "{text}");
+    assert!(
+        text.contains(&format!("cannot connect to 127.0.0.1:{port}: ")),
+        "{text}"
+    );
+    assert!(!text.contains("error connecting to server"), "{text}");
+    assert!(!text.contains("s3cret"), "{text}");
+}
+
+#[test]
 fn environment_fills_what_the_string_leaves_out() -> Result<()> {
     let pg = PgConfig::parse_with_env("dbname=x", |name| match name {
         "PGHOST" => Some("db1".into()),
