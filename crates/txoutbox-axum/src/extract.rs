@@ -196,9 +196,11 @@ impl Answer {
     async fn read(response: impl IntoResponse) -> Result<Self, Problem> {
         let (parts, body) = response.into_response().into_parts();
         let body = axum::body::to_bytes(body, usize::MAX).await.map_err(|e| {
+            tracing::error!(error = %crate::problem::chain(&e), "the handler's response body could not be read");
             Problem::blank(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the handler's response body could not be read: {e}"),
+                "the response could not be produced and the request was rolled back; it is \
+                 safe to retry with the same key",
             )
         })?;
         let stored = (parts.status.as_u16() < 500).then(|| StoredResponse {

@@ -34,10 +34,13 @@
 //!   a key held by a request still running gets 409 with `Retry-After`;
 //! - a handler's 1xx–4xx answers are stored (business outcomes such as "out of stock" included);
 //!   a 5xx or an error rolls everything back, so a retry runs the request again;
-//! - Postgres unreachable is 503 with `Retry-After`: nothing was decided, nothing is assumed.
+//! - Postgres unreachable is 503 with `Retry-After`: nothing was decided, nothing is assumed
+//!   (the detail says when to retry; why is for the service's log, never for the client).
 //!
-//! Every error is an RFC 9457 problem document ([`Problem`], `application/problem+json`) whose
-//! `type` resolves to its documentation ([`set_problem_base`]; by default the README).
+//! Every error is an RFC 9457 problem document ([`Problem`], `application/problem+json`): by
+//! default `about:blank`, titled with its status phrase, the `detail` saying what happened; a
+//! service that documents the problem types gives each its own `type` and title with
+//! [`set_problem_base`].
 //!
 //! Layout: `extract` holds the [`Idempotent`] extractor and the begin/complete steps;
 //! `rejection` its refusals ([`IdempotencyRejection`]); `problem` holds [`Problem`], the error
@@ -55,7 +58,7 @@ mod rejection;
 
 pub use extract::{Idempotent, Prepared, Started, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use problem::{
-    problem_type, set_problem_base, status_title, Problem, DEFAULT_PROBLEM_BASE, PROBLEM_JSON,
+    problem_type, set_problem_base, status_title, Problem, PROBLEM_JSON, UNAVAILABLE_RETRY_AFTER,
 };
 pub use rejection::IdempotencyRejection;
 /// The W3C trace-context request header; its value is attached to the request's effects.

@@ -16,25 +16,25 @@ pub struct Problem {
     /// The `type`: a URI naming the kind of problem, which resolves to its documentation
     /// ([`problem_type`]), or `about:blank` for a problem that says no more than its status.
     pub kind: String,
-    /// A short, fixed summary of the kind.
+    /// A short, fixed summary of the kind (the status phrase for `about:blank`).
     pub title: String,
-    /// What happened this time.
+    /// What happened this time, fit to show the client (never a driver's or server's text).
     pub detail: String,
     /// `Retry-After` in seconds, sent with 409 and 503.
     pub retry_after: Option<u64>,
 }
 
-/// Where the `type` URIs of txoutbox's own problems point by default: the README's section on
-/// each problem (`…/README.md#problem-mismatch`), in the repository named by `Cargo.toml`.
-pub const DEFAULT_PROBLEM_BASE: &str =
-    concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/README.md#");
+/// The `Retry-After` (seconds) of a 503 for an unavailable store, also said in its detail.
+pub const UNAVAILABLE_RETRY_AFTER: u64 = 1;
 
 static PROBLEM_BASE: OnceLock<String> = OnceLock::new();
 
-/// Points the `type` of txoutbox's problem documents at your own documentation: each `type` is
-/// `base` followed by the problem's name (`problem-mismatch`, `problem-in-flight`, …; the
-/// README lists them). Call it once at start, before serving; without it, the types point into
-/// txoutbox's README ([`DEFAULT_PROBLEM_BASE`]).
+/// Gives each of txoutbox's problems a `type` of its own, documented by the service: each
+/// `type` is `base` followed by the problem's name (`problem-mismatch`, `problem-in-flight`,
+/// …; the problem types section of the docs lists them), with a precise title ("Idempotency-Key
+/// reused"). Call it once at start, before serving. Without it, every problem is RFC 9457's
+/// `about:blank`, titled with its status phrase, its `detail` saying what happened: no `type`
+/// points to a page that does not exist.
 ///
 /// Fails with [`txoutbox::Error::Config`] for a base that is not an absolute URI
 /// (`scheme:...`), or when a different base was set already.
@@ -60,12 +60,13 @@ pub fn set_problem_base(base: impl Into<String>) -> txoutbox::Result<()> {
     Ok(())
 }
 
-/// The `type` URI of txoutbox's problem named `name`.
+/// The `type` URI of txoutbox's problem named `name`: the base [`set_problem_base`] set
+/// followed by the name, or `about:blank` when no base was set.
 pub fn problem_type(name: &str) -> String {
-    let base = PROBLEM_BASE
-        .get()
-        .map_or(DEFAULT_PROBLEM_BASE, String::as_str);
-    format!("{base}{name}")
+    match PROBLEM_BASE.get() {
+        Some(base) => format!("{base}{name}"),
+        None => "about:blank".to_owned(),
+    }
 }
 
 /// The reason phrase RFC 9110 §15 gives `status` (the `title` of an `about:blank` problem,
@@ -103,6 +104,15 @@ impl Problem {
         Self::new(status, "about:blank", status_title(status), detail)
     }
 
+    /// One of txoutbox's own problems: of type `name` with its `title` once the service set a
+    /// base ([`set_problem_base`]), else `about:blank` titled with the status phrase.
+    fn typed(status: StatusCode, name: &str, title: &str, detail: impl Into<String>) -> Self {
+        match PROBLEM_BASE.get() {
+            Some(base) => Self::new(status, format!("{base}{name}"), title, detail),
+            None => Self::blank(status, detail),
+        }
+    }
+
     /// Adds `Retry-After: seconds`.
     pub fn with_retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds);
@@ -111,9 +121,9 @@ impl Problem {
 
     /// 400: the request needs an `Idempotency-Key` header and has none.
     pub fn missing_key() -> Self {
-        Self::new(
+        Self::typed(
             StatusCode::BAD_REQUEST,
-            problem_type("problem-missing-key"),
+            "problem-missing-key",
             "Idempotency-Key required",
             "send an Idempotency-Key header (a UUID as an sf-string, \"8e03978e-40d5-43e8-bc93-6894a57f9324\", the same one on every retry of this operation)",
         )
@@ -121,9 +131,9 @@ impl Problem {
 
     /// 400: the `Idempotency-Key` header is not a usable key.
     pub fn malformed_key(detail: impl Into<String>) -> Self {
-        Self::new(
+        Self::typed(
             StatusCode::BAD_REQUEST,
-            problem_type("problem-malformed-key"),
+            "problem-malformed-key",
             "Malformed Idempotency-Key",
             detail,
         )
@@ -131,9 +141,9 @@ impl Problem {
 
     /// 400: the request carries two `Idempotency-Key` fields, or a list of keys in one.
     pub fn multiple_keys() -> Self {
-        Self::new(
+        Self::typed(
             StatusCode::BAD_REQUEST,
-            problem_type("problem-multiple-keys"),
+            "problem-multiple-keys",
             "More than one Idempotency-Key",
             "send exactly one Idempotency-Key field with one key",
         )
@@ -141,9 +151,9 @@ impl Problem {
 
     /// 400: the key is shorter than the scope accepts (too easy to guess or to collide).
     pub fn key_too_short(detail: impl Into<String>) -> Self {
-        Self::new(
+        Self::typed(
             StatusCode::BAD_REQUEST,
-            problem_type("problem-key-too-short"),
+            "problem-key-too-short",
             "Idempotency-Key too short",
             detail,
         )
@@ -151,9 +161,9 @@ impl Problem {
 
     /// 422: the key was used for a different request.
     pub fn mismatch() -> Self {
-        Self::new(
+        Self::typed(
             StatusCode::UNPROCESSABLE_ENTITY,
-            problem_type("problem-mismatch"),
+            "problem-mismatch",
             "Idempotency-Key reused",
             "this key was already used for a different request; use a new key for a new operation",
         )
@@ -161,9 +171,9 @@ impl Problem {
 
     /// 409: another request with this key is running.
     pub fn in_flight() -> Self {
-        Self::new(
+        Self::typed(
             StatusCode::CONFLICT,
-            problem_type("problem-in-flight"),
+            "problem-in-flight",
             "Request in progress",
             "a request with this Idempotency-Key is still being processed; retry shortly with the same key",
         )
@@ -173,9 +183,9 @@ impl Problem {
     /// 409: the transaction lost a race with a concurrent one (serialization failure, deadlock)
     /// and was rolled back.
     pub fn conflict() -> Self {
-        Self::new(
+        Self::typed(
             StatusCode::CONFLICT,
-            problem_type("problem-conflict"),
+            "problem-conflict",
             "Concurrent request conflict",
             "the request conflicted with a concurrent one and was rolled back; retry shortly with the same key",
         )
@@ -184,9 +194,9 @@ impl Problem {
 
     /// 413: the request body is over the size limit.
     pub fn body_too_large(detail: impl Into<String>) -> Self {
-        Self::new(
+        Self::typed(
             StatusCode::PAYLOAD_TOO_LARGE,
-            problem_type("problem-body-too-large"),
+            "problem-body-too-large",
             "Request body too large",
             detail,
         )
@@ -194,23 +204,25 @@ impl Problem {
 
     /// 400: the request body could not be read or parsed.
     pub fn invalid_body(detail: impl Into<String>) -> Self {
-        Self::new(
+        Self::typed(
             StatusCode::BAD_REQUEST,
-            problem_type("problem-invalid-body"),
+            "problem-invalid-body",
             "Invalid request body",
             detail,
         )
     }
 
-    /// 503: the store could not be reached; nothing was decided.
-    pub fn unavailable(detail: impl Into<String>) -> Self {
-        Self::new(
+    /// 503: the store could not be reached; nothing was decided. The detail says when to retry
+    /// ([`UNAVAILABLE_RETRY_AFTER`], also the `Retry-After`) and nothing of why: the reason is
+    /// for the service's log.
+    pub fn unavailable() -> Self {
+        Self::typed(
             StatusCode::SERVICE_UNAVAILABLE,
-            problem_type("problem-unavailable"),
+            "problem-unavailable",
             "Store unavailable",
-            detail,
+            format!("the store is unavailable; retry after {UNAVAILABLE_RETRY_AFTER} s"),
         )
-        .with_retry_after(1)
+        .with_retry_after(UNAVAILABLE_RETRY_AFTER)
     }
 
     /// The document as JSON.
@@ -263,10 +275,13 @@ impl IntoResponse for Problem {
     }
 }
 
+/// A server-side failure's text is for the log, never for the client: a 503 says the store is
+/// unavailable and when to retry, any other 5xx that the request was rolled back.
 impl From<txoutbox::Error> for Problem {
     fn from(err: txoutbox::Error) -> Self {
         if err.is_unavailable() {
-            return Problem::unavailable(format!("the database is unreachable: {err}"));
+            tracing::error!(error = %chain(&err), "the store is unavailable; answered 503");
+            return Problem::unavailable();
         }
         match &err {
             txoutbox::Error::Key(key) => return key.into(),
@@ -276,8 +291,7 @@ impl From<txoutbox::Error> for Problem {
         let status =
             StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {
-            // The detail of a database error is for the log, not for the client.
-            tracing::error!(error = %err, "request failed");
+            tracing::error!(error = %chain(&err), "request failed");
             return Problem::blank(
                 status,
                 "the request failed and was rolled back; it is safe to retry with the same key",
@@ -285,6 +299,18 @@ impl From<txoutbox::Error> for Problem {
         }
         Problem::blank(status, err.to_string())
     }
+}
+
+/// `err: its cause: the cause's cause`, for the log.
+pub(crate) fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 impl From<&txoutbox::idempotency::KeyError> for Problem {
@@ -345,13 +371,26 @@ mod tests {
     }
 
     #[test]
-    fn the_default_base_points_into_the_repository_readme() {
-        assert_eq!(
-            problem_type("problem-mismatch"),
-            format!(
-                "{}/blob/main/README.md#problem-mismatch",
-                env!("CARGO_PKG_REPOSITORY")
-            )
-        );
+    fn without_a_base_a_problem_is_about_blank_titled_with_its_status_phrase() {
+        for problem in [
+            Problem::mismatch(),
+            Problem::in_flight(),
+            Problem::missing_key(),
+            Problem::unavailable(),
+        ] {
+            assert_eq!(problem.kind, "about:blank", "{problem}");
+            assert_eq!(problem.title, status_title(problem.status), "{problem}");
+            assert!(!problem.kind.contains("example.invalid"), "{problem}");
+        }
+    }
+
+    #[test]
+    fn a_503_says_the_store_is_unavailable_and_when_to_retry_and_no_driver_text() {
+        let problem = Problem::from(txoutbox::Error::StoreUnavailable(
+            "cannot connect to 127.0.0.1:5432: Connection refused (os error 111)".into(),
+        ));
+        assert_eq!(problem.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(problem.detail, "the store is unavailable; retry after 1 s");
+        assert_eq!(problem.retry_after, Some(UNAVAILABLE_RETRY_AFTER));
     }
 }

@@ -10,7 +10,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio_postgres::IsolationLevel;
 use txoutbox::Scope;
-use txoutbox_axum::{problem_type, Idempotent, Problem, Started, DEFAULT_PROBLEM_BASE};
+use txoutbox_axum::{problem_type, Idempotent, Problem, Started};
 use txoutbox_test_support::{test_db, TestDb};
 
 #[derive(Clone)]
@@ -280,10 +280,9 @@ async fn malformed_key_is_400_problem() -> anyhow::Result<()> {
         .post(Some(&"x".repeat(300)), &json!({"quantity": 1}))
         .await?;
     assert_eq!(response.status(), 400);
-    assert_eq!(
-        problem(response).await?["type"],
-        problem_type("problem-malformed-key")
-    );
+    let body = problem(response).await?;
+    assert_eq!(body["type"], problem_type("problem-malformed-key"));
+    assert!(detail(&body).contains("at most 255"), "{body}");
     Ok(())
 }
 
@@ -330,10 +329,9 @@ async fn an_escaped_sf_string_is_unescaped_into_one_key() -> anyhow::Result<()> 
         .post(Some(r#""order\n42-2026-12-03""#), &json!({"quantity": 1}))
         .await?;
     assert_eq!(refused.status(), 400);
-    assert_eq!(
-        problem(refused).await?["type"],
-        problem_type("problem-malformed-key")
-    );
+    let body = problem(refused).await?;
+    assert_eq!(body["type"], problem_type("problem-malformed-key"));
+    assert!(detail(&body).contains("not a valid sf-string"), "{body}");
     assert_eq!(s.orders().await?, 1);
     Ok(())
 }
@@ -354,17 +352,16 @@ async fn two_idempotency_key_fields_are_a_400_problem() -> anyhow::Result<()> {
         assert_eq!(response.status(), 400);
         let body = problem(response).await?;
         assert_eq!(body["type"], problem_type("problem-multiple-keys"));
-        assert_eq!(body["title"], "More than one Idempotency-Key");
+        assert!(detail(&body).contains("exactly one"), "{body}");
     }
     // One field holding a list is two keys as well.
     let list = s
         .post(Some(&format!("\"{a}\", \"{b}\"")), &json!({"quantity": 1}))
         .await?;
     assert_eq!(list.status(), 400);
-    assert_eq!(
-        problem(list).await?["type"],
-        problem_type("problem-multiple-keys")
-    );
+    let body = problem(list).await?;
+    assert_eq!(body["type"], problem_type("problem-multiple-keys"));
+    assert!(detail(&body).contains("exactly one"), "{body}");
     assert_eq!(s.orders().await?, 0);
     Ok(())
 }
@@ -378,7 +375,7 @@ async fn a_key_shorter_than_16_characters_is_a_400_problem() -> anyhow::Result<(
     assert_eq!(response.status(), 400);
     let body = problem(response).await?;
     assert_eq!(body["type"], problem_type("problem-key-too-short"));
-    assert_eq!(body["title"], "Idempotency-Key too short");
+    assert!(detail(&body).contains("at least 16"), "{body}");
     assert_eq!(s.orders().await?, 0);
     // Sixteen characters are enough.
     let sixteen = s
@@ -435,20 +432,25 @@ async fn concurrent_duplicates_in_serializable_handlers_are_replays_or_409_never
     Ok(())
 }
 
-/// The content type, `type` and `title` of one problem answer.
-async fn problem_kind(response: reqwest::Response) -> anyhow::Result<(u16, String, String)> {
+/// A problem's `detail`.
+fn detail(body: &Value) -> &str {
+    body["detail"].as_str().unwrap_or_default()
+}
+
+/// The status, `type`, `title` and `detail` of one problem answer (its content type checked).
+async fn problem_kind(
+    response: reqwest::Response,
+) -> anyhow::Result<(u16, String, String, String)> {
     let status = response.status().as_u16();
     let body = problem(response).await?;
     assert_eq!(body["status"], status);
-    Ok((
-        status,
-        body["type"].as_str().unwrap_or_default().to_owned(),
-        body["title"].as_str().unwrap_or_default().to_owned(),
-    ))
+    let text = |field: &str| body[field].as_str().unwrap_or_default().to_owned();
+    Ok((status, text("type"), text("title"), text("detail")))
 }
 
 #[tokio::test]
-async fn every_problem_has_its_content_type_documented_type_and_title() -> anyhow::Result<()> {
+async fn by_default_a_problems_type_is_about_blank_titled_with_its_status_phrase(
+) -> anyhow::Result<()> {
     let s = server().await?;
     let used = key();
     s.post(Some(&used), &json!({"quantity": 1})).await?;
@@ -486,23 +488,28 @@ async fn every_problem_has_its_content_type_documented_type_and_title() -> anyho
         problem_kind(too_large).await?,
         problem_kind(not_json).await?,
     ];
+    // No service here set a base: no `type` points to a page that does not exist, and the
+    // detail says which problem it is.
     let expected = [
-        (400, "problem-missing-key", "Idempotency-Key required"),
-        (400, "problem-malformed-key", "Malformed Idempotency-Key"),
-        (400, "problem-key-too-short", "Idempotency-Key too short"),
-        (422, "problem-mismatch", "Idempotency-Key reused"),
-        (409, "problem-in-flight", "Request in progress"),
-        (413, "problem-body-too-large", "Request body too large"),
-        (400, "problem-invalid-body", "Invalid request body"),
+        (400, "Bad Request", "send an Idempotency-Key header"),
+        (400, "Bad Request", "not a valid sf-string"),
+        (400, "Bad Request", "at least 16"),
+        (
+            422,
+            "Unprocessable Content",
+            "already used for a different request",
+        ),
+        (409, "Conflict", "still being processed"),
+        (413, "Content Too Large", "length limit"),
+        (400, "Bad Request", "line 1"),
     ];
-    for ((status, kind, title), (want_status, want_kind, want_title)) in seen.iter().zip(expected) {
-        assert_eq!(*status, want_status, "{kind}");
-        assert_eq!(*kind, problem_type(want_kind));
-        assert!(
-            kind.starts_with(DEFAULT_PROBLEM_BASE) && kind.contains("/README.md#problem-"),
-            "{kind} points into the README"
-        );
-        assert_eq!(title, want_title, "{kind}");
+    for ((status, kind, title, detail), (want_status, want_title, said)) in
+        seen.iter().zip(expected)
+    {
+        assert_eq!(*status, want_status, "{detail}");
+        assert_eq!(kind, "about:blank", "{detail}");
+        assert_eq!(title, want_title, "{detail}");
+        assert!(detail.contains(said), "{detail:?} does not say {said:?}");
     }
     Ok(())
 }
@@ -658,8 +665,35 @@ async fn unreachable_postgres_is_503_with_retry_after() -> anyhow::Result<()> {
     assert_eq!(response.headers()["retry-after"], "1");
     let body = problem(response).await?;
     assert_eq!(body["status"], 503);
-    assert_eq!(body["type"], problem_type("problem-unavailable"));
-    assert_eq!(body["title"], "Store unavailable");
+    assert_eq!(body["type"], "about:blank");
+    assert_eq!(body["title"], "Service Unavailable");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_503s_detail_says_when_to_retry_and_holds_no_driver_text() -> anyhow::Result<()> {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = closed.local_addr()?.port();
+    drop(closed);
+    let pg = txoutbox::pg::PgConfig::parse(&format!(
+        "postgres://nobody:s3cret@127.0.0.1:{port}/nothing"
+    ))?;
+    let pool =
+        deadpool_postgres::Pool::builder(pg.manager(deadpool_postgres::ManagerConfig::default()))
+            .max_size(2)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(Duration::from_secs(2)))
+            .wait_timeout(Some(Duration::from_secs(2)))
+            .build()?;
+    let s = serve(pool, None).await?;
+    let response = s.post(Some(&key()), &json!({"quantity": 1})).await?;
+    assert_eq!(response.status(), 503);
+    let body = problem(response).await?;
+    assert_eq!(
+        detail(&body),
+        "the store is unavailable; retry after 1 s",
+        "{body}"
+    );
     Ok(())
 }
 

@@ -1,5 +1,5 @@
-//! A service points the `type` of txoutbox's problems at its own documentation. Its own test
-//! binary: the base is set once per process.
+//! A service points the `type` of txoutbox's problems at its own documentation (each type with
+//! its own title). Its own test binary: the base is set once per process.
 
 use axum::http::StatusCode;
 use axum::routing::post;
@@ -44,6 +44,8 @@ async fn problem_types_resolve_under_the_configured_base() -> anyhow::Result<()>
         body["type"],
         "https://docs.example.com/errors#problem-missing-key"
     );
+    // A documented type has its own title, not the status phrase of `about:blank`.
+    assert_eq!(body["title"], "Idempotency-Key required");
     let accepted = http
         .post(format!("{base}/orders"))
         .header(

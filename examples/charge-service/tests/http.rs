@@ -175,6 +175,11 @@ async fn postgres_down_is_503_and_the_retry_after_it_is_back_charges_once() -> a
     assert_eq!(down.headers()["content-type"], "application/problem+json");
     let problem: Value = down.json().await?;
     assert_eq!(problem["status"], 503);
+    // Why is for the service's log; the client is told when to retry.
+    assert_eq!(
+        problem["detail"],
+        "the store is unavailable; retry after 1 s"
+    );
 
     // The client keeps retrying the same key while Postgres comes back.
     let client = common::client(Duration::from_secs(30), Duration::from_secs(5))?;

@@ -116,7 +116,7 @@ async fn a_body_over_the_limit_is_a_413_problem_document() -> anyhow::Result<()>
         problem["type"],
         txoutbox_axum::problem_type("problem-body-too-large")
     );
-    assert_eq!(problem["title"], "Request body too large");
+    assert_eq!(problem["title"], "Content Too Large");
     Ok(())
 }
 
