@@ -14,9 +14,15 @@ use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Parser, Subcommand};
 use txoutbox::telemetry::logs::{LogFormat, LOG_FORMAT_ENV};
 
+/// The summary `txoutbox --help` opens with: every command, by what it is for (a test checks
+/// that it names each one).
+const ABOUT: &str = "txoutbox: a transactional outbox for Postgres. Apply the schema (migrate), \
+     deliver the outbox (relay), watch and repair it from a browser (dashboard) or from here \
+     (list, show, replay, discard, purge, stats, pause, resume).";
+
 /// txoutbox: a transactional outbox for Postgres.
 #[derive(Debug, Parser)]
-#[command(name = "txoutbox", version, about, long_about = None)]
+#[command(name = "txoutbox", version, about = ABOUT, long_about = None)]
 struct Cli {
     /// Postgres connection string (URL or key=value form, with libpq's sslmode, sslrootcert,
     /// sslcert, sslkey; the PG* environment variables fill in what it leaves out).
@@ -90,10 +96,27 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<Usage>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
+
+/// An argument refused after parsing (a destination nothing names): exit 2, as clap's own usage
+/// errors, where a failure to do what was asked is 1.
+#[derive(Debug)]
+struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
 
 async fn run(cli: Cli) -> Result<()> {
     let url = cli

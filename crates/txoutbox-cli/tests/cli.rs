@@ -79,6 +79,31 @@ fn unknown_command_exits_2() {
 }
 
 #[test]
+fn the_help_summary_names_every_command() {
+    let out = txoutbox().arg("--help").output().expect("runs");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let (summary, rest) = help.split_once("Usage:").expect("a usage line");
+    let commands: Vec<&str> = rest
+        .split_once("Commands:")
+        .expect("a command list")
+        .1
+        .lines()
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .collect();
+    assert!(commands.len() >= 11, "{help}");
+    for command in commands {
+        assert!(
+            summary.contains(command),
+            "the summary does not name {command}: {summary}"
+        );
+    }
+}
+
+#[test]
 fn a_url_with_an_unknown_scheme_says_so_and_not_the_password() {
     let out = txoutbox()
         .arg("stats")

@@ -336,6 +336,8 @@ async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyho
             "receiver incident",
             "--by",
             "alice",
+            // No row names the destination yet: its rows come after the pause.
+            "--force",
         ])
         .env("DATABASE_URL", db.url())
         .output()?;
@@ -452,4 +454,77 @@ fn a_rate_limit_that_matches_no_sink_or_does_not_parse_is_refused() {
             .expect("runs");
         assert_eq!(out.status.code(), Some(2), "{bad}");
     }
+}
+
+/// The destination's row in `txoutbox_destinations`, if any: (paused).
+async fn paused(db: &TestDb, destination: &str) -> anyhow::Result<Option<bool>> {
+    let client = db.connect().await?;
+    Ok(client
+        .query_opt(
+            "SELECT paused_at IS NOT NULL FROM txoutbox_destinations WHERE destination = $1",
+            &[&destination],
+        )
+        .await?
+        .map(|r| r.get(0)))
+}
+
+#[tokio::test]
+async fn a_pause_of_a_destination_nothing_names_exits_2_with_the_known_ones_and_pauses_nothing(
+) -> anyhow::Result<()> {
+    let db = test_db().await?;
+    message(&db).destination("stripe").create().await?;
+    message(&db).destination("email").create().await?;
+    let out = txoutbox()
+        .args(["pause", "emial", "--reason", "SMTP incident"])
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(r#"destination "emial""#)
+            && err.contains("closest first: email, stripe")
+            && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(paused(&db, "emial").await?, None);
+    assert_eq!(paused(&db, "email").await?, None);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_forced_pause_pauses_a_destination_before_its_first_row() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let out = txoutbox()
+        .args(["pause", "sms", "--reason", "not live yet", "--force"])
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(paused(&db, "sms").await?, Some(true));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_resume_of_a_destination_nothing_names_exits_2_with_the_known_ones() -> anyhow::Result<()>
+{
+    let db = test_db().await?;
+    message(&db).destination("email").create().await?;
+    let out = txoutbox()
+        .args(["resume", "emial"])
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("closest first: email"), "{err}");
+    Ok(())
 }

@@ -20,6 +20,9 @@ use crate::{json, Failure, Shared};
 #[derive(Serialize)]
 struct Problem {
     error: String,
+    /// With a destination nothing names: the ones that exist, closest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    known_destinations: Option<Vec<String>>,
 }
 
 fn answer<T: Serialize>(result: Result<T, Failure>) -> Response {
@@ -29,12 +32,20 @@ fn answer<T: Serialize>(result: Result<T, Failure>) -> Response {
     }
 }
 
-/// A failure as the API answers it: its status and `{"error": "<text>"}`.
+/// A failure as the API answers it: its status and `{"error": "<text>"}` (with
+/// `known_destinations` for a destination nothing names).
 pub(crate) fn problem(failure: &Failure) -> Response {
+    let known_destinations = match failure {
+        Failure::Admin(txoutbox::admin::AdminError::UnknownDestination { known, .. }) => {
+            Some(known.clone())
+        }
+        _ => None,
+    };
     json(
         failure.status(),
         &Problem {
             error: failure.to_string(),
+            known_destinations,
         },
     )
 }
@@ -324,15 +335,22 @@ pub(crate) async fn destinations(State(app): State<Shared>) -> Response {
 struct PauseBody {
     /// Why no relay may call the destination (required, not blank).
     reason: Option<String>,
+    /// Pause a destination nothing names yet (one about to be used).
+    force: bool,
 }
 
-/// A resume takes no field (an empty body or `{}`).
+/// How to resume, as the API takes it (an empty body or `{}` will do).
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ResumeBody {}
+#[serde(default, deny_unknown_fields)]
+struct ResumeBody {
+    /// Skip the check that something names the destination.
+    force: bool,
+}
 
 /// `POST /api/destinations/{destination}/pause` with `{"reason": "…"}`: the destination's flow
-/// state afterwards. Pausing a paused destination updates the reason.
+/// state afterwards. Pausing a paused destination updates the reason. A destination nothing
+/// names (no row, flow-control state or configured sink) is a 400 with `known_destinations`,
+/// closest first, unless the body says `"force": true`.
 pub(crate) async fn pause_destination(
     State(app): State<Shared>,
     Extension(who): Extension<Principal>,
@@ -345,6 +363,8 @@ pub(crate) async fn pause_destination(
             let reason = pause_reason(body.reason.as_deref())?;
             storable("destination", &destination)?;
             let mut client = app.client().await?;
+            app.known_destination(&client, &destination, body.force)
+                .await?;
             Ok(txoutbox::admin::pause_destination(
                 &mut client,
                 &destination,
@@ -357,8 +377,8 @@ pub(crate) async fn pause_destination(
     )
 }
 
-/// `POST /api/destinations/{destination}/resume`: the destination's flow state afterwards; 400
-/// when it is not paused.
+/// `POST /api/destinations/{destination}/resume` (optionally `{"force": true}`): the
+/// destination's flow state afterwards; 400 when it is not paused, or when nothing names it.
 pub(crate) async fn resume_destination(
     State(app): State<Shared>,
     Extension(who): Extension<Principal>,
@@ -367,9 +387,11 @@ pub(crate) async fn resume_destination(
 ) -> Response {
     answer(
         async {
-            let _: ResumeBody = body(&bytes)?;
+            let body: ResumeBody = body(&bytes)?;
             storable("destination", &destination)?;
             let mut client = app.client().await?;
+            app.known_destination(&client, &destination, body.force)
+                .await?;
             Ok(
                 txoutbox::admin::resume_destination(&mut client, &destination, Some(&who.name))
                     .await?,

@@ -98,6 +98,10 @@ pub struct DashboardConfig {
     /// request's messages by the downstream keys derived for them, besides those its transaction
     /// wrote.
     pub effects: Vec<String>,
+    /// The destinations the service's relays have sinks for: a pause or resume of one of these
+    /// is accepted before any row names it. Any other name nothing in the database names is
+    /// refused as a likely typo, with the known ones (`"force": true` in the API accepts it).
+    pub destinations: Vec<String>,
     /// Rows per list page (default 50, at most 500).
     pub page_size: u64,
 }
@@ -110,6 +114,7 @@ impl Default for DashboardConfig {
             redact: Vec::new(),
             trace_url: None,
             effects: Vec::new(),
+            destinations: Vec::new(),
             page_size: DEFAULT_PAGE_SIZE,
         }
     }
@@ -247,7 +252,8 @@ impl Failure {
                 | A::KeyConflict { .. }
                 | A::TooMany { .. },
             ) => StatusCode::CONFLICT,
-            Failure::Admin(A::Invalid(_)) | Failure::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Failure::Admin(A::Invalid(_) | A::UnknownDestination { .. })
+            | Failure::BadRequest(_) => StatusCode::BAD_REQUEST,
             Failure::Admin(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             Failure::Pool(_) | Failure::Schema(_) => StatusCode::SERVICE_UNAVAILABLE,
             Failure::Admin(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -258,6 +264,25 @@ impl Failure {
 impl App {
     async fn client(&self) -> Result<deadpool_postgres::Object, Failure> {
         Ok(self.pool.get().await?)
+    }
+
+    /// Refuses a destination nothing names (a likely typo) unless `force`: see
+    /// [`txoutbox::admin::require_known_destination`], with the configured destinations.
+    async fn known_destination(
+        &self,
+        client: &tokio_postgres::Client,
+        destination: &str,
+        force: bool,
+    ) -> Result<(), Failure> {
+        if !force {
+            txoutbox::admin::require_known_destination(
+                client,
+                destination,
+                &self.config.destinations,
+            )
+            .await?;
+        }
+        Ok(())
     }
 }
 

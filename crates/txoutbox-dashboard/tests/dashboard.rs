@@ -1409,6 +1409,74 @@ async fn resuming_a_destination_that_is_not_paused_says_so_and_changes_nothing()
 }
 
 #[tokio::test]
+async fn an_api_pause_of_a_destination_nothing_names_is_a_400_with_the_known_ones() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    pending_empty(&mut client, "stripe", "s-1").await?;
+    pending_empty(&mut client, "email", "e-1").await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+
+    let res = dash
+        .post_json(
+            "/api/destinations/strpie/pause",
+            &json!({"reason": "Stripe incident"}),
+            ALICE,
+        )
+        .await?;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let problem: Value = res.json().await?;
+    assert_eq!(
+        problem["known_destinations"],
+        json!(["stripe", "email"]),
+        "{problem}"
+    );
+    assert!(
+        problem["error"]
+            .as_str()
+            .is_some_and(|e| e.contains(r#"destination "strpie""#)),
+        "{problem}"
+    );
+    assert_eq!(pause_of(&client, "strpie").await?, None);
+    assert!(destination_log(&client, "strpie").await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_configured_destination_or_a_forced_one_is_paused_before_its_first_row() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    let config = DashboardConfig {
+        destinations: vec!["sms".into()],
+        ..users()?
+    };
+    let dash = Dashboard::start(&db, config).await?;
+
+    let configured = dash
+        .post_json(
+            "/api/destinations/sms/pause",
+            &json!({"reason": "not live yet"}),
+            ALICE,
+        )
+        .await?;
+    assert_eq!(configured.status(), StatusCode::OK);
+    let forced = dash
+        .post_json(
+            "/api/destinations/push/pause",
+            &json!({"reason": "not live yet", "force": true}),
+            ALICE,
+        )
+        .await?;
+    assert_eq!(forced.status(), StatusCode::OK);
+    for destination in ["sms", "push"] {
+        assert_eq!(
+            pause_of(&client, destination).await?,
+            Some((true, Some("alice".into()), Some("not live yet".into())))
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_pause_without_a_reason_is_a_400_and_pauses_nothing() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;

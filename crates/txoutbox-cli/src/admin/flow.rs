@@ -10,6 +10,10 @@ interval); calls already out finish. Paused rows stay pending, unleased, and spe
 Each pause and resume is logged in the attempt log under the destination, with --reason and
 --by (default: $USER). `txoutbox stats` shows paused destinations and open breakers.
 
+A destination that no message, flow-control state or earlier pause names is refused (exit 2)
+with the known ones, closest first: a typo must not pause nothing while the real one flows.
+--force pauses it anyway (a destination about to be used).
+
 Examples:
   txoutbox pause stripe --reason 'Stripe incident INC-42'
   txoutbox resume stripe";
@@ -25,6 +29,9 @@ pub struct PauseArgs {
     /// Who pauses it (default: $USER).
     #[arg(long)]
     by: Option<String>,
+    /// Pause it even though nothing names it yet (a destination about to be used).
+    #[arg(long)]
+    force: bool,
 }
 
 /// Options of `txoutbox resume`.
@@ -35,6 +42,9 @@ pub struct ResumeArgs {
     /// Who resumes it (default: $USER).
     #[arg(long)]
     by: Option<String>,
+    /// Skip the check that something names the destination.
+    #[arg(long)]
+    force: bool,
 }
 
 /// Who runs the command, for the attempt log: `--by`, else `$USER`.
@@ -43,12 +53,28 @@ fn operator(by: Option<String>) -> Option<String> {
         .filter(|u| !u.trim().is_empty())
 }
 
+/// Refuses a destination nothing names (unless `force`): the refusal is a usage error (exit 2)
+/// listing the known destinations, closest first.
+async fn known(client: &tokio_postgres::Client, destination: &str, force: bool) -> Result<()> {
+    if force {
+        return Ok(());
+    }
+    match txoutbox::admin::require_known_destination(client, destination, &[]).await {
+        Err(e @ txoutbox::admin::AdminError::UnknownDestination { .. }) => Err(crate::Usage(
+            format!("{e} (check the name, or pass --force for a destination about to be used)"),
+        )
+        .into()),
+        other => Ok(other?),
+    }
+}
+
 /// `txoutbox pause`: pauses the destination for every relay.
 pub(super) async fn pause(
     client: &mut tokio_postgres::Client,
     args: PauseArgs,
     out: &mut String,
 ) -> Result<()> {
+    known(client, &args.destination, args.force).await?;
     let by = operator(args.by);
     let flow =
         txoutbox::admin::pause_destination(client, &args.destination, &args.reason, by.as_deref())
@@ -66,6 +92,7 @@ pub(super) async fn resume(
     args: ResumeArgs,
     out: &mut String,
 ) -> Result<()> {
+    known(client, &args.destination, args.force).await?;
     let by = operator(args.by);
     let flow =
         txoutbox::admin::resume_destination(client, &args.destination, by.as_deref()).await?;

@@ -414,7 +414,8 @@ pub(crate) fn pause_reason(reason: Option<&str>) -> Result<&str, Failure> {
     Ok(reason)
 }
 
-/// Pauses a destination for every relay (`reason` required); back to the overview.
+/// Pauses a destination for every relay (`reason` required; one nothing names is refused
+/// unless `force`); back to the overview.
 pub(crate) async fn pause_destination(
     State(app): State<Shared>,
     Extension(who): Extension<Principal>,
@@ -427,6 +428,8 @@ pub(crate) async fn pause_destination(
         let reason = pause_reason(form_value(&pairs, "reason"))?;
         storable("destination", &destination)?;
         let mut client = app.client().await?;
+        app.known_destination(&client, &destination, flag(&pairs, "force"))
+            .await?;
         txoutbox::admin::pause_destination(&mut client, &destination, reason, Some(&who.name))
             .await?;
         Ok(())
@@ -435,16 +438,20 @@ pub(crate) async fn pause_destination(
     back_to(&base, result.map(|()| link(&base.0, "/")))
 }
 
-/// Ends an operator's pause of a destination; back to the overview.
+/// Ends an operator's pause of a destination (one nothing names is refused unless `force`);
+/// back to the overview.
 pub(crate) async fn resume_destination(
     State(app): State<Shared>,
     Extension(who): Extension<Principal>,
     Extension(base): Extension<Base>,
     Path(destination): Path<String>,
+    body: Bytes,
 ) -> Response {
     let result = async {
         storable("destination", &destination)?;
         let mut client = app.client().await?;
+        app.known_destination(&client, &destination, flag(&pairs(&body), "force"))
+            .await?;
         txoutbox::admin::resume_destination(&mut client, &destination, Some(&who.name)).await?;
         Ok(())
     }

@@ -60,9 +60,36 @@ pub enum AdminError {
     /// The selection or the options contradict each other.
     #[error("invalid selection: {0}")]
     Invalid(String),
+    /// No row, flow-control state or configured sink names this destination: most likely a typo
+    /// ([`require_known_destination`](super::require_known_destination)).
+    #[error(
+        "no message, flow-control state or sink names destination {destination:?}{}; {}",
+        if .destination.contains('*') { " (`*` is not a pattern here: name one destination)" } else { "" },
+        known_list(.known)
+    )]
+    UnknownDestination {
+        /// The name given.
+        destination: String,
+        /// The destinations that exist, closest to the name given first.
+        known: Vec<String>,
+    },
     /// Postgres could not be reached or answered with an error.
     #[error(transparent)]
     Store(#[from] Error),
+}
+
+/// How many known destinations an [`AdminError::UnknownDestination`] names in its text.
+const KNOWN_SHOWN: usize = 10;
+
+fn known_list(known: &[String]) -> String {
+    if known.is_empty() {
+        return "none is known yet".to_owned();
+    }
+    let shown = known[..known.len().min(KNOWN_SHOWN)].join(", ");
+    match known.len().saturating_sub(KNOWN_SHOWN) {
+        0 => format!("known destinations, closest first: {shown}"),
+        more => format!("known destinations, closest first: {shown} and {more} more"),
+    }
 }
 
 impl AdminError {

@@ -7,6 +7,7 @@ mod error;
 mod filter;
 mod flow;
 mod inspect;
+mod known;
 mod purge;
 mod replay;
 mod stats;
@@ -24,6 +25,7 @@ pub use inspect::{
     activity, failure_groups, list_messages, lookup_key, show_message, AttemptRecord, FailureGroup,
     IdempotencyRecord, KeyLookup, MessageDetail, MessageSummary, MinuteActivity,
 };
+pub use known::require_known_destination;
 pub use purge::{
     prune_expired_keys, purge, PurgeOptions, PurgeReport, Retention, DEFAULT_FAILED_RETENTION,
     DEFAULT_PRUNE_BATCH, DEFAULT_RETENTION,

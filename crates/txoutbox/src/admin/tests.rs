@@ -4,6 +4,7 @@
 use uuid::Uuid;
 
 use super::discard::discard_note;
+use super::known::closest_first;
 use super::replay::replayed_statuses;
 use super::{replay_downstream_key, MessageFilter, ReplayOptions};
 use crate::state::MessageStatus;
@@ -82,4 +83,23 @@ fn attempt_outcomes_parse_from_their_column_values() {
         );
     }
     assert!("unstarted".parse::<crate::state::AttemptOutcome>().is_err());
+}
+
+#[test]
+fn an_unknown_destination_is_answered_with_the_closest_names_first() {
+    let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        closest_first(
+            "emial",
+            names(&["stripe", "webhook:orders", "email", "stripe"])
+        ),
+        names(&["email", "stripe", "webhook:orders"])
+    );
+    assert_eq!(
+        closest_first(
+            "webhook:*",
+            names(&["email", "webhook:orders", "webhook:billing", "webhook"])
+        ),
+        names(&["webhook:billing", "webhook:orders", "webhook", "email"])
+    );
 }

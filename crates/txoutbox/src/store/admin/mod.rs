@@ -81,6 +81,7 @@ macro_rules! filter {
 pub(crate) mod discard;
 pub(crate) mod flow;
 pub(crate) mod inspect;
+pub(crate) mod known;
 pub(crate) mod purge;
 pub(crate) mod replay;
 pub(crate) mod stats;
