@@ -87,64 +87,130 @@ fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// Plays the demo; returns when done (bounded: every wait has a limit).
-pub async fn run_demo() -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(110);
-    let exe = std::env::current_exe()?;
-    let mut env = Vec::new();
+/// What the demo runs against: Postgres, Stripe and mail, its own unless the environment names
+/// them, and the environment the service processes get.
+struct Peers {
+    env: Vec<(String, String)>,
+    database_url: String,
+    /// The throwaway cluster's URL, to print (none when DATABASE_URL was given).
+    own_database: Option<String>,
+    fake: Option<FakeStripe>,
+    mail_dir: Option<PathBuf>,
+    _cluster: Option<Cluster>,
+    _mail_tmp: Option<tempfile::TempDir>,
+}
 
-    let _cluster;
-    let database_url = match var("DATABASE_URL") {
-        Some(url) => {
-            println!("Postgres:  DATABASE_URL");
-            url
-        }
-        None => {
-            println!("Postgres:  starting a throwaway cluster...");
-            let cluster = Cluster::private(&ClusterOptions::default())?;
-            let url = cluster.admin().url();
-            _cluster = cluster;
-            url
-        }
-    };
-    env.push(("DATABASE_URL".to_owned(), database_url.clone()));
+impl Peers {
+    async fn start() -> anyhow::Result<Self> {
+        let mut env = Vec::new();
+        let (database_url, own_database, cluster) = match var("DATABASE_URL") {
+            Some(url) => {
+                println!("Postgres:  DATABASE_URL");
+                (url, None, None)
+            }
+            None => {
+                println!("Postgres:  starting a throwaway cluster...");
+                let cluster = Cluster::private(&ClusterOptions::default())?;
+                let admin = cluster.admin();
+                let url = format!(
+                    "postgres://{}@{}:{}/{}",
+                    admin.user(),
+                    admin.host(),
+                    admin.port(),
+                    admin.dbname()
+                );
+                (admin.url(), Some(url), Some(cluster))
+            }
+        };
+        env.push(("DATABASE_URL".to_owned(), database_url.clone()));
+        let fake = if var("STRIPE_SECRET_KEY").is_some() {
+            println!("Stripe:    STRIPE_SECRET_KEY / STRIPE_API_BASE");
+            None
+        } else {
+            let fake = FakeStripe::start().await?;
+            println!("Stripe:    the fake Stripe API at {}", fake.base_url());
+            env.push(("STRIPE_SECRET_KEY".into(), fake.secret_key().into()));
+            env.push(("STRIPE_API_BASE".into(), fake.base_url()));
+            Some(fake)
+        };
+        let (mail_dir, mail_tmp) = mail_dir(&mut env)?;
+        Ok(Self {
+            env,
+            database_url,
+            own_database,
+            fake,
+            mail_dir,
+            _cluster: cluster,
+            _mail_tmp: mail_tmp,
+        })
+    }
+}
 
-    let fake = if var("STRIPE_SECRET_KEY").is_some() {
-        println!("Stripe:    STRIPE_SECRET_KEY / STRIPE_API_BASE");
-        None
-    } else {
-        let fake = FakeStripe::start().await?;
-        println!("Stripe:    the fake Stripe API at {}", fake.base_url());
-        env.push(("STRIPE_SECRET_KEY".into(), fake.secret_key().into()));
-        env.push(("STRIPE_API_BASE".into(), fake.base_url()));
-        Some(fake)
-    };
-
-    let _mail_tmp;
-    let mail_dir: Option<PathBuf> = if var("SMTP_URL").is_some() {
+/// Where the receipts go: SMTP_URL, MAIL_DIR, or a temporary directory of `.eml` files.
+fn mail_dir(
+    env: &mut Vec<(String, String)>,
+) -> anyhow::Result<(Option<PathBuf>, Option<tempfile::TempDir>)> {
+    if var("SMTP_URL").is_some() {
         println!("Mail:      SMTP_URL");
-        None
-    } else if let Some(dir) = var("MAIL_DIR") {
+        return Ok((None, None));
+    }
+    if let Some(dir) = var("MAIL_DIR") {
         println!("Mail:      MAIL_DIR={dir}");
-        Some(PathBuf::from(dir))
-    } else {
-        let tmp = tempfile::tempdir()?;
-        let dir = tmp.path().to_path_buf();
-        println!("Mail:      .eml files in {}", dir.display());
-        env.push(("MAIL_DIR".into(), dir.display().to_string()));
-        _mail_tmp = tmp;
-        Some(dir)
-    };
+        return Ok((Some(PathBuf::from(dir)), None));
+    }
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().to_path_buf();
+    println!("Mail:      .eml files in {}", dir.display());
+    env.push(("MAIL_DIR".into(), dir.display().to_string()));
+    Ok((Some(dir), Some(tmp)))
+}
 
+/// What the story ends with.
+struct Story {
+    server: ServiceProcess,
+    key: String,
+    charge_id: String,
+    attempts: u32,
+    shown: serde_json::Value,
+    emails: Option<usize>,
+}
+
+/// Plays the demo; returns when done (bounded: every wait has a limit). With `keep`, the
+/// service (with its relay and dashboard) and the throwaway Postgres stay up afterwards until
+/// SIGINT or SIGTERM.
+pub async fn run_demo(keep: bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(110);
+    let mut peers = Peers::start().await?;
     let addr = free_addr()?;
     let password = uuid::Uuid::new_v4().simple().to_string();
-    env.push(("DASHBOARD_USERS".into(), format!("ops:{password}:operator")));
-    println!("Dashboard: http://{addr}/outbox (user ops, password {password}) while the demo runs");
+    peers
+        .env
+        .push(("DASHBOARD_USERS".into(), format!("ops:{password}:operator")));
+    let dashboard = format!("http://{addr}/outbox (user ops, password {password})");
+    if keep {
+        println!("Dashboard: {dashboard}, up until Ctrl-C");
+    } else {
+        println!("Dashboard: {dashboard} while the demo runs (--keep keeps it up)");
+    }
+    let mut story = play(&peers, addr, deadline).await?;
+    report(&peers, &story).await?;
+    if keep {
+        keep_up(&peers, &story.server, &dashboard).await?;
+    }
+    story.server.kill().await?;
+    if story.shown["status"] != "succeeded" {
+        bail!("the charge did not succeed: {}", story.shown);
+    }
+    Ok(())
+}
+
+/// Steps 1 to 6: the crash after commit, the retry under the same key, the relay's delivery.
+async fn play(peers: &Peers, addr: SocketAddr, deadline: Instant) -> anyhow::Result<Story> {
+    let exe = std::env::current_exe()?;
     println!("\n1. The service starts with CRASH_AT=after_commit: it will die after committing the charge, before answering.");
-    let mut crash_env = env.clone();
+    let mut crash_env = peers.env.clone();
     crash_env.push(("CRASH_AT".into(), "after_commit".into()));
     let mut server = ServiceProcess::start(&exe, addr, &crash_env, &[]).await?;
-
     let client = IdempotentClient::new(RetryPolicy {
         deadline: Duration::from_secs(60),
         attempt_timeout: Duration::from_secs(5),
@@ -152,8 +218,7 @@ pub async fn run_demo() -> anyhow::Result<()> {
         max_backoff: Duration::from_millis(500),
         max_attempts: 100,
     })?;
-    let operation = client.operation();
-    let key = operation.key().to_owned();
+    let key = client.operation().key().to_owned();
     let url = format!("{}/charge", server.base_url());
     let body = serde_json::json!({
         "customer_id": "cus_demo",
@@ -163,14 +228,14 @@ pub async fn run_demo() -> anyhow::Result<()> {
     });
     println!("2. The client POSTs /charge with Idempotency-Key {key}.");
     let request = {
-        let (client, key, url) = (client.clone(), key.clone(), url.clone());
+        let (client, key) = (client.clone(), key.clone());
         tokio::spawn(async move { client.operation_with_key(key).post_json(&url, &body).await })
     };
     let status = server.wait_exit(Duration::from_secs(30)).await?;
     println!("3. The server died mid-request ({status}); the client's answer was lost, it keeps retrying.");
     tokio::time::sleep(Duration::from_millis(500)).await;
     println!("4. The service restarts (no CRASH_AT).");
-    let mut server = ServiceProcess::start(&exe, addr, &env, &[]).await?;
+    let server = ServiceProcess::start(&exe, addr, &peers.env, &[]).await?;
     let outcome = request.await??;
     println!(
         "5. The client got HTTP {} after {} attempts{}: {}",
@@ -188,8 +253,29 @@ pub async fn run_demo() -> anyhow::Result<()> {
         .as_str()
         .context("no charge_id in the answer")?
         .to_owned();
-
     println!("6. The relay delivers the PaymentIntent and the receipt...");
+    let (shown, emails) = delivered(peers, &server, &charge_id, deadline).await?;
+    println!(
+        "   charge {charge_id} is {}, stripe id {}",
+        shown["status"], shown["stripe_id"]
+    );
+    Ok(Story {
+        server,
+        key,
+        charge_id,
+        attempts: outcome.attempts,
+        shown,
+        emails,
+    })
+}
+
+/// The charge once it is no longer pending, and the receipts written (by the deadline).
+async fn delivered(
+    peers: &Peers,
+    server: &ServiceProcess,
+    charge_id: &str,
+    deadline: Instant,
+) -> anyhow::Result<(serde_json::Value, Option<usize>)> {
     let http = reqwest_client()?;
     let shown = loop {
         let shown: serde_json::Value = http
@@ -205,7 +291,7 @@ pub async fn run_demo() -> anyhow::Result<()> {
     };
     // The email row is delivered by the same relay; give it the same chance.
     let emails = loop {
-        let emails = match &mail_dir {
+        let emails = match &peers.mail_dir {
             Some(dir) => Some(count_eml(dir)?),
             None => None,
         };
@@ -214,14 +300,14 @@ pub async fn run_demo() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    println!(
-        "   charge {charge_id} is {}, stripe id {}",
-        shown["status"], shown["stripe_id"]
-    );
+    Ok((shown, emails))
+}
 
-    let pg = txoutbox::pg::PgConfig::parse(&database_url)?;
+/// "What exists now": the charges, PaymentIntents and emails, and the client's attempts.
+async fn report(peers: &Peers, story: &Story) -> anyhow::Result<()> {
+    let pg = txoutbox::pg::PgConfig::parse(&peers.database_url)?;
     let (db, connection) = pg.connect().await?;
-    tokio::spawn(connection);
+    tokio::spawn(txoutbox::pg::drive(connection));
     let charges: i64 = db
         .query_one(
             "SELECT count(*) FROM charges WHERE customer_id = 'cus_demo'",
@@ -230,8 +316,8 @@ pub async fn run_demo() -> anyhow::Result<()> {
         .await?
         .get(0);
     println!("\nWhat exists now:");
-    println!("  charges:         {charges}");
-    match &fake {
+    println!("  charges:         {charges} ({})", story.charge_id);
+    match &peers.fake {
         Some(fake) => println!(
             "  PaymentIntents:  {} (at the fake Stripe, Idempotency-Key {})",
             fake.intents().len(),
@@ -242,18 +328,38 @@ pub async fn run_demo() -> anyhow::Result<()> {
         ),
         None => println!(
             "  PaymentIntents:  see your Stripe dashboard ({})",
-            shown["stripe_id"]
+            story.shown["stripe_id"]
         ),
     }
-    match emails {
+    match story.emails {
         Some(n) => println!("  emails:          {n}"),
         None => println!("  emails:          sent over SMTP_URL"),
     }
-    println!("  HTTP attempts:   {} (one key: {key})", outcome.attempts);
-    server.kill().await?;
-    if shown["status"] != "succeeded" {
-        bail!("the charge did not succeed: {shown}");
+    println!(
+        "  HTTP attempts:   {} (one key: {})",
+        story.attempts, story.key
+    );
+    Ok(())
+}
+
+/// `--keep`: says where everything is and waits for SIGINT or SIGTERM.
+async fn keep_up(peers: &Peers, server: &ServiceProcess, dashboard: &str) -> anyhow::Result<()> {
+    let shutdown = txoutbox::relay::Shutdown::on_signal()?;
+    println!("\nStill up until Ctrl-C:");
+    println!("  service:    {} (POST /charge)", server.base_url());
+    println!("  dashboard:  {dashboard}");
+    match &peers.own_database {
+        Some(url) => {
+            println!("  Postgres:   DATABASE_URL={url}");
+            println!("  try:        export DATABASE_URL={url}");
+            println!("              txoutbox stats   (from this checkout: cargo run -p txoutbox-cli -- stats)");
+            println!("              txoutbox list");
+            println!("              txoutbox dashboard");
+        }
+        None => println!("  Postgres:   your DATABASE_URL (txoutbox stats, list, dashboard)"),
     }
+    shutdown.wait().await;
+    println!("stopping");
     Ok(())
 }
 

@@ -94,7 +94,7 @@ impl Settings {
 /// instances starting at once apply them once.
 pub async fn migrate(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<()> {
     let (mut client, connection) = pg.connect().await?;
-    tokio::spawn(connection);
+    tokio::spawn(txoutbox::pg::drive(connection));
     txoutbox::migrate(&mut client).await?;
     client
         .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
@@ -178,6 +178,11 @@ pub fn dashboard(
             users,
             redact: vec!["email".into()],
             effects: vec!["payment_intent".into(), "receipt".into()],
+            // The in-process relay's sinks: pausable before their first row.
+            destinations: vec![
+                txoutbox_stripe::DESTINATION.into(),
+                txoutbox_email::DESTINATION.into(),
+            ],
             ..txoutbox_dashboard::DashboardConfig::default()
         },
     )

@@ -1,6 +1,8 @@
 //! `charge-service`: serve (with the relay in-process unless `--no-relay`), or `--demo`.
 
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::Parser;
+use txoutbox::telemetry::logs::{LogFormat, LOG_FORMAT_ENV};
 
 /// The POST /charge service on txoutbox.
 #[derive(Debug, Parser)]
@@ -13,20 +15,28 @@ struct Args {
     /// DATABASE_URL / STRIPE_* / SMTP_URL / MAIL_DIR given), then exit.
     #[arg(long)]
     demo: bool,
+    /// With --demo: keep the service, its dashboard and the throwaway Postgres up after the
+    /// story until Ctrl-C, and print the DATABASE_URL for `txoutbox stats`, `list`, `dashboard`.
+    #[arg(long, requires = "demo")]
+    keep: bool,
+    /// How log lines are written to stderr: text (coloured on a terminal unless NO_COLOR is
+    /// set) or json (one object a line).
+    #[arg(
+        long,
+        env = LOG_FORMAT_ENV,
+        value_name = "FORMAT",
+        default_value = "text",
+        value_parser = PossibleValuesParser::new(["text", "json"]).try_map(|v| v.parse::<LogFormat>())
+    )]
+    log_format: LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
+    txoutbox::telemetry::logs::init(args.log_format, "warn")?;
     if args.demo {
-        return charge_service::run_demo().await;
+        return charge_service::run_demo(args.keep).await;
     }
     let mut settings = charge_service::Settings::from_env()?;
     settings.relay = !args.no_relay;
