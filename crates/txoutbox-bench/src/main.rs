@@ -4,6 +4,7 @@
 
 mod dashboard;
 mod flow;
+mod ratio;
 mod relay;
 mod write;
 
