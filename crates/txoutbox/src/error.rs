@@ -19,6 +19,18 @@ pub enum Error {
     /// Postgres answered with an error (a constraint, a missing migration, a bug).
     #[error("database error: {}", db_message(.0))]
     Database(#[source] tokio_postgres::Error),
+    /// Postgres answered with an error through another driver than tokio-postgres (sqlx, the
+    /// `sqlx` feature), or that driver could not decode a row: the text is the server's message
+    /// and SQLSTATE, as for [`Error::Database`].
+    #[error("database error: {message}")]
+    Driver {
+        /// The server's message and SQLSTATE (or the driver's own words), with what to run when
+        /// one of txoutbox's tables or columns is missing.
+        message: String,
+        /// The driver's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// The idempotency key is malformed (400).
     #[error(transparent)]
     Key(#[from] KeyError),
@@ -59,7 +71,11 @@ impl Error {
             Error::StoreUnavailable(_) | Error::Schema(_) => 503,
             Error::Key(_) | Error::Invalid(_) | Error::Payload(_) => 400,
             Error::Conflict(_) => 409,
-            Error::Database(_) | Error::Migration(_) | Error::Config(_) | Error::Internal(_) => 500,
+            Error::Database(_)
+            | Error::Driver { .. }
+            | Error::Migration(_)
+            | Error::Config(_)
+            | Error::Internal(_) => 500,
         }
     }
 }
@@ -113,14 +129,19 @@ fn db_message(err: &tokio_postgres::Error) -> String {
     let Some(db) = err.as_db_error() else {
         return err.to_string();
     };
-    let code = db.code().code();
-    let ours_missing = matches!(code, "42P01" | "42703") && db.message().contains(TABLE_PREFIX);
+    server_message(db.code().code(), db.message())
+}
+
+/// A server's error message with its SQLSTATE, and what to run when the relation or column it
+/// misses is one of txoutbox's.
+pub(crate) fn server_message(code: &str, message: &str) -> String {
+    let ours_missing = matches!(code, "42P01" | "42703") && message.contains(TABLE_PREFIX);
     let hint = if ours_missing {
         ": the database schema does not match this txoutbox: run `txoutbox migrate`"
     } else {
         ""
     };
-    format!("{} ({code}){hint}", db.message())
+    format!("{message} ({code}){hint}")
 }
 
 /// The prefix of every relation txoutbox's migrations create.

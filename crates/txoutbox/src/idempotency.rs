@@ -8,6 +8,7 @@
 
 pub use crate::downstream_key::{derive_downstream_key, DOWNSTREAM_KEY_NAMESPACE};
 pub use crate::key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
+pub use crate::store::driver::{CommitTx, WriteTx};
 pub use crate::store::{CommitExecutor, Params, TxExecutor};
 pub use row::{BusinessKey, RowBegin, RowClaim};
 
@@ -16,10 +17,9 @@ mod row;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use tokio_postgres::error::SqlState;
-
 use crate::downstream_key::{check_downstream_key, derive_claim_downstream_key};
-use crate::outbox::{check_name, lock_ordering_keys, message_columns, Enqueued};
+use crate::outbox::{check_name, lock_ordering_keys, message_columns, ordering_keys, Enqueued};
+use crate::store::driver::StoreError;
 use crate::store::keys;
 use crate::telemetry::{
     IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS, TRACEPARENT,
@@ -272,7 +272,7 @@ pub(crate) fn enqueue_context() -> Option<crate::telemetry::Traceparent> {
 /// A key shorter than the scope's [`Scope::min_key_len`] is refused with
 /// [`KeyError::TooShort`] before anything is written.
 pub async fn begin(
-    tx: &impl TxExecutor,
+    mut tx: impl WriteTx,
     scope: &Scope,
     key: &IdempotencyKey,
     fingerprint: &Fingerprint,
@@ -280,10 +280,13 @@ pub async fn begin(
     scope.check_key(key)?;
     let timeout = format!("{}ms", scope.lock_timeout.as_millis().max(1));
     let fp: &[u8] = fingerprint.as_bytes();
-    let locked = match keys::lock_and_lookup(tx, &scope.name, key.as_str(), &timeout).await {
+    let locked = match tx
+        .lock_and_lookup(&scope.name, key.as_str(), &timeout)
+        .await
+    {
         Ok(Some(locked)) => locked,
         Ok(None) => return Err(Error::Internal("the key's lookup answered no row".into())),
-        Err(e) if held_elsewhere(&e) => return Ok(in_flight(scope)),
+        Err(e) if e.held_elsewhere() => return Ok(in_flight(scope)),
         Err(e) => return Err(e.into()),
     };
     if let Some(row) = locked.key {
@@ -297,20 +300,16 @@ pub async fn begin(
         keys::KeyWrite::Insert
     };
     if write == keys::KeyWrite::Update {
-        let claimed = keys::claim_key(
-            tx,
-            &keys::ClaimKey {
-                scope: &scope.name,
-                key: key.as_str(),
-                fingerprint: fp,
-                window_secs: scope.window.as_secs_f64(),
-                lock_timeout: &timeout,
-            },
-        )
-        .await;
-        match claimed {
+        let claim = keys::ClaimKey {
+            scope: &scope.name,
+            key: key.as_str(),
+            fingerprint: fp,
+            window_secs: scope.window.as_secs_f64(),
+            lock_timeout: &timeout,
+        };
+        match tx.claim_key(&claim).await {
             Ok(true) => {}
-            Err(e) if !held_elsewhere(&e) => return Err(e.into()),
+            Err(e) if !e.held_elsewhere() => return Err(e.into()),
             // Held elsewhere, or a live key this transaction's snapshot could not see, held
             // without the lock.
             _ => return Ok(in_flight(scope)),
@@ -433,12 +432,13 @@ impl Claim {
     /// during a rolling upgrade) stored the key first; the transaction is then aborted.
     pub async fn complete(
         mut self,
-        tx: &impl TxExecutor,
+        mut tx: impl WriteTx,
         response: &StoredResponse,
     ) -> Result<Enqueued> {
         let stored = self.stored(response)?;
-        lock_ordering_keys(tx, &stored.rows.ordering_keys).await?;
-        let written = keys::complete_key(tx, &stored.statement(&self, false))
+        lock_ordering_keys(&mut tx, &stored.rows.ordering_keys).await?;
+        let written = tx
+            .complete_key(&stored.statement(&self, false))
             .await
             .map_err(refused)?;
         stored.enqueued(written)
@@ -472,13 +472,16 @@ impl Claim {
     /// transaction.
     pub async fn commit(
         mut self,
-        tx: impl crate::store::CommitExecutor,
+        mut tx: impl CommitTx,
         response: &StoredResponse,
     ) -> Result<Enqueued> {
         let stored = self.stored(response)?;
-        lock_ordering_keys(&tx, &stored.rows.ordering_keys).await?;
-        let (written, committed) =
-            keys::complete_key_and_commit(tx, &stored.statement(&self, true)).await;
+        let ordering = ordering_keys(&stored.rows.ordering_keys);
+        if !ordering.is_empty() {
+            crate::store::driver::Committing::lock_ordering_keys(&mut tx, &ordering).await?;
+        }
+        let statement = stored.statement(&self, true);
+        let (written, committed) = tx.complete_key_and_commit(&statement).await;
         let written = written.map_err(refused)?;
         committed?;
         stored.enqueued(written)
@@ -584,7 +587,7 @@ impl Stored<'_> {
 }
 
 /// The error of a statement that stores a key, with txoutbox's refusals said in words.
-fn refused(e: tokio_postgres::Error) -> Error {
+fn refused(e: StoreError) -> Error {
     match keys::Refused::of(&e) {
         Some(keys::Refused::OtherTransaction) => Error::Internal(
             "the claimed key is not in this transaction (was it begun on another connection?)"
@@ -602,20 +605,15 @@ fn refused(e: tokio_postgres::Error) -> Error {
              Claim::complete, then commit the transaction"
                 .into(),
         ),
+        Some(keys::Refused::Nested) => Error::Internal(
+            "Claim::commit was given a nested transaction (a savepoint), whose COMMIT would end \
+             the outer transaction too: refused before anything was sent, so the enclosing \
+             transactions are as they were (this one rolls back when dropped); use \
+             Claim::complete, then commit the transaction"
+                .into(),
+        ),
         None => e.into(),
     }
-}
-
-/// A wait for a key that the transaction gave up (lock timeout) or lost (serialization failure,
-/// deadlock): the transaction is aborted, and the request is answered 409.
-pub(crate) fn held_elsewhere(e: &tokio_postgres::Error) -> bool {
-    [
-        SqlState::LOCK_NOT_AVAILABLE,
-        SqlState::T_R_SERIALIZATION_FAILURE,
-        SqlState::T_R_DEADLOCK_DETECTED,
-    ]
-    .iter()
-    .any(|code| e.code() == Some(code))
 }
 
 /// Checks an effect name and records it in `effects`: each name once per request, never with a

@@ -92,4 +92,5 @@ pub use key::IdempotencyKey;
 pub use migrate::migrate;
 pub use outbox::{enqueue, Enqueued, OutboxMessage};
 pub use schema::{check_schema, SchemaMismatch, SchemaVersion};
+pub use store::driver::{CommitTx, WriteTx};
 pub use store::{CommitExecutor, TxExecutor};

@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use crate::downstream_key::check_downstream_key;
 use crate::error::{Error, Result};
-use crate::store::messages::{self, MessageColumns};
-use crate::store::TxExecutor;
+use crate::store::driver::{Statements, WriteTx};
+use crate::store::messages::MessageColumns;
 
 /// What one enqueue wrote ([`enqueue`], [`crate::idempotency::Claim::complete`]), by message id
 /// ([`OutboxMessage::id`]), in the order given.
@@ -150,7 +150,7 @@ impl OutboxMessage {
 /// [`crate::downstream_key::derive_downstream_key`] builds one from a job's own key). A (destination, downstream key)
 /// already in the outbox is not enqueued again: the answer says which messages were written and
 /// which were skipped ([`Enqueued`]).
-pub async fn enqueue(tx: &impl TxExecutor, messages: &[OutboxMessage]) -> Result<Enqueued> {
+pub async fn enqueue(mut tx: impl WriteTx, messages: &[OutboxMessage]) -> Result<Enqueued> {
     for message in messages {
         match &message.downstream_key {
             None => {
@@ -164,8 +164,8 @@ pub async fn enqueue(tx: &impl TxExecutor, messages: &[OutboxMessage]) -> Result
         }
     }
     let rows = message_columns(messages.iter().map(|m| (m, m.downstream_key.clone())))?;
-    lock_ordering_keys(tx, &rows.ordering_keys).await?;
-    let written = messages::insert_messages(tx, &rows).await?;
+    lock_ordering_keys(&mut tx, &rows.ordering_keys).await?;
+    let written = tx.insert_messages(&rows).await?;
     count_enqueued(&written.destinations);
     Ok(Enqueued::new(&rows.ids, &written.ids))
 }
@@ -185,15 +185,20 @@ pub(crate) fn count_enqueued(destinations: &[String]) {
 
 /// Takes the ordering-key locks of a batch (no-op when no message has an ordering key).
 pub(crate) async fn lock_ordering_keys(
-    tx: &impl TxExecutor,
+    tx: &mut impl Statements,
     ordering_keys: &[Option<String>],
 ) -> Result<()> {
-    let keys: Vec<&str> = ordering_keys.iter().flatten().map(String::as_str).collect();
+    let keys = self::ordering_keys(ordering_keys);
     if keys.is_empty() {
         return Ok(());
     }
-    messages::lock_ordering_keys(tx, &keys).await?;
+    tx.lock_ordering_keys(&keys).await?;
     Ok(())
+}
+
+/// The ordering keys a batch carries.
+pub(crate) fn ordering_keys(ordering_keys: &[Option<String>]) -> Vec<&str> {
+    ordering_keys.iter().flatten().map(String::as_str).collect()
 }
 
 /// A batch of messages as column arrays, each with its downstream key, its names checked.

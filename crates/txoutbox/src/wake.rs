@@ -10,7 +10,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::error::Result;
-use crate::store::{self, Pooled, TxExecutor};
+use crate::store::driver::WriteTx;
+use crate::store::{self, Pooled};
 
 /// The channel the relays LISTEN on for the write path's hint.
 pub const WAKE_CHANNEL: &str = wake_channel!();
@@ -18,8 +19,8 @@ pub const WAKE_CHANNEL: &str = wake_channel!();
 /// Sends the relay's wake-up inside the caller's transaction. Postgres delivers it at commit, but
 /// every NOTIFY takes a database-wide lock at commit, serialising all committing transactions:
 /// prefer [`RelayWaker`] after commit, or leave waking to the relay's poll.
-pub async fn notify_in_transaction(tx: &impl TxExecutor) -> Result<()> {
-    store::wake::notify(tx).await?;
+pub async fn notify_in_transaction(mut tx: impl WriteTx) -> Result<()> {
+    tx.notify().await?;
     Ok(())
 }
 

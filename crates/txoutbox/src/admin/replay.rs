@@ -448,7 +448,7 @@ async fn apply(tx: &Transaction<'_>, plan: &Plan, batch: &Batch) -> Result<(), A
     if !plan.back_ids.is_empty() {
         // Re-inserted rows take a new seq: under the ordering-key locks enqueue takes, so that
         // seq stays commit order within a key.
-        lock_ordering_keys(tx, &batch.delivered).await?;
+        lock_ordering_keys(&mut &*tx, &batch.delivered).await?;
         store::replay::move_delivered(tx, &plan.back_ids, &plan.back_keys).await?;
     }
     let ids: Vec<Uuid> = batch.replayed.iter().map(|r| r.id).collect();

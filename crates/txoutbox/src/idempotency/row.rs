@@ -15,12 +15,13 @@ use std::collections::HashSet;
 
 use tokio_postgres::Row;
 
-use super::{attach_traceparent, check_effect, count, enqueue_context, held_elsewhere, Scope};
+use super::{attach_traceparent, check_effect, count, enqueue_context, Scope};
 use crate::downstream_key::{check_downstream_key, derive_downstream_key};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::outbox::{enqueue, Enqueued, OutboxMessage};
+use crate::store::driver::{BusinessRows, StoreError, StoreResult, WriteTx};
 use crate::store::{Params, TxExecutor};
 use crate::telemetry::{
     Traceparent, IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS,
@@ -83,17 +84,20 @@ pub struct BusinessKey {
 #[derive(Debug)]
 // Matched once per request, at once: boxing the claim would cost an allocation per request.
 #[allow(clippy::large_enum_variant)]
-pub enum RowBegin {
+///
+/// `R` is the driver's row: `tokio_postgres::Row`, or `sqlx::postgres::PgRow` from
+/// [`BusinessKey::begin_sqlx`].
+pub enum RowBegin<R = Row> {
     /// The insert wrote the row: this request is the first with its key. Enqueue its effects on
     /// the claim, [`RowClaim::complete`], then commit.
     New {
         /// The row the insert returned.
-        row: Row,
+        row: R,
         /// Where this request's effects are enqueued.
         claim: RowClaim,
     },
     /// A row with this key exists, from a request with the same fingerprint: answer from it.
-    Replay(Row),
+    Replay(R),
     /// A row with this key exists, from a different request: 422.
     Mismatch,
     /// The insert could not wait for a concurrent request with the same key (its `lock_timeout`
@@ -130,9 +134,37 @@ impl BusinessKey {
         params: Params<'_>,
     ) -> Result<RowBegin> {
         self.scope.check_key(key)?;
-        let inserted = match tx.rows(insert, params).await {
+        let inserted = tx.rows(insert, params).await.map_err(StoreError::from);
+        self.decide(tx, key, fingerprint, inserted).await
+    }
+
+    /// [`BusinessKey::begin`] in a sqlx transaction (`&mut tx` or `&mut *tx` of a
+    /// `sqlx::Transaction<'_, Postgres>`): `insert` is the service's query with its values bound
+    /// (`sqlx::query("INSERT … RETURNING *").bind(…)`); `lookup` is run with the key bound as `$1`.
+    #[cfg(feature = "sqlx")]
+    pub async fn begin_sqlx(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        insert: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<RowBegin<sqlx::postgres::PgRow>> {
+        self.scope.check_key(key)?;
+        let inserted = insert.fetch_all(&mut *conn).await.map_err(StoreError::Sqlx);
+        self.decide(conn, key, fingerprint, inserted).await
+    }
+
+    /// What the insert's answer says, with the lookup behind it when it wrote no row.
+    async fn decide<D: BusinessRows>(
+        &self,
+        mut tx: D,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        inserted: StoreResult<Vec<D::Row>>,
+    ) -> Result<RowBegin<D::Row>> {
+        let inserted = match inserted {
             Ok(rows) => rows,
-            Err(e) if held_elsewhere(&e) => {
+            Err(e) if e.held_elsewhere() => {
                 count(IDEMPOTENCY_CONFLICTS, &self.scope);
                 return Ok(RowBegin::InFlight);
             }
@@ -151,15 +183,9 @@ impl BusinessKey {
             });
         }
         let key_text = key.as_str();
-        let found = match tx
-            .rows(
-                self.lookup,
-                &[(&key_text, tokio_postgres::types::Type::TEXT)],
-            )
-            .await
-        {
+        let found = match tx.lookup(self.lookup, key_text).await {
             Ok(rows) => rows,
-            Err(e) if held_elsewhere(&e) => {
+            Err(e) if e.held_elsewhere() => {
                 count(IDEMPOTENCY_CONFLICTS, &self.scope);
                 return Ok(RowBegin::InFlight);
             }
@@ -172,7 +198,7 @@ impl BusinessKey {
                 "the insert of key {key_text:?} conflicted but the lookup found no row with it"
             )));
         };
-        let stored: Vec<u8> = row.try_get(self.fingerprint_column)?;
+        let stored = D::fingerprint(&row, self.fingerprint_column)?;
         if stored != fingerprint.as_bytes() {
             count(IDEMPOTENCY_MISMATCHES, &self.scope);
             return Ok(RowBegin::Mismatch);
@@ -225,7 +251,7 @@ impl RowClaim {
     }
 
     /// Writes the buffered effects in the caller's transaction; the caller then commits.
-    pub async fn complete(mut self, tx: &impl TxExecutor) -> Result<Enqueued> {
+    pub async fn complete(mut self, tx: impl WriteTx) -> Result<Enqueued> {
         if let Some(traceparent) = &self.traceparent {
             for message in &mut self.messages {
                 attach_traceparent(message, traceparent);

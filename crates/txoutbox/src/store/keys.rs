@@ -16,7 +16,8 @@ use super::{Result, TxExecutor};
 /// isolation level, the transaction's time (the claim's time, and the key row's `created_at` when
 /// it is written at the end) and the backend's pid (with the time, it tells the transaction the
 /// key is later stored in).
-const LOCK_TRY: &str = "SELECT pg_try_advisory_xact_lock(hashtextextended($1 || chr(10) || $2, \
+pub(super) const LOCK_TRY: &str =
+    "SELECT pg_try_advisory_xact_lock(hashtextextended($1 || chr(10) || $2, \
      4411)), current_setting('transaction_isolation'), now(), pg_backend_pid()";
 
 /// [`LOCK_TRY`] when another request holds the lock: waits for it at most $3 (a
@@ -24,7 +25,8 @@ const LOCK_TRY: &str = "SELECT pg_try_advisory_xact_lock(hashtextextended($1 || 
 /// `set_config` calls are nested into the lock's argument so that they run before the wait: the
 /// caller's timeout is saved, ours set; if the wait times out the transaction is aborted and the
 /// setting dies with it.
-const LOCK_WAIT: &str = "SELECT pg_advisory_xact_lock(hashtextextended(CASE WHEN set_config( \
+pub(super) const LOCK_WAIT: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended(CASE WHEN set_config( \
      'lock_timeout', CASE WHEN set_config('txoutbox.saved_lock_timeout', \
          current_setting('lock_timeout'), true) IS NULL THEN $3 ELSE $3 END, true) IS NULL \
      THEN $1 ELSE $1 END || chr(10) || $2, 4411)) IS NULL, \
@@ -32,13 +34,13 @@ const LOCK_WAIT: &str = "SELECT pg_advisory_xact_lock(hashtextextended(CASE WHEN
 
 /// Reads the key (scope $1, key $2) behind [`LOCK_TRY`]: no row when there is none; `live` is
 /// false for an expired one (the request is new: the key is taken over when it is stored).
-const LOOKUP: &str = "SELECT fingerprint, state, response_status, response_headers, \
+pub(super) const LOOKUP: &str = "SELECT fingerprint, state, response_status, response_headers, \
      response_body, expires_at > now() AS live \
      FROM txoutbox_idempotency_keys WHERE scope = $1 AND key = $2";
 
 /// [`LOOKUP`] behind [`LOCK_WAIT`], restoring the caller's lock timeout: always one row (the
 /// key's columns NULL when there is none).
-const LOOKUP_RESTORE: &str = "SELECT k.fingerprint, k.state, k.response_status, \
+pub(super) const LOOKUP_RESTORE: &str = "SELECT k.fingerprint, k.state, k.response_status, \
      k.response_headers, k.response_body, COALESCE(k.expires_at > now(), false) AS live, \
      set_config('lock_timeout', current_setting('txoutbox.saved_lock_timeout'), true) \
      FROM (SELECT 1) AS one LEFT JOIN txoutbox_idempotency_keys k ON k.scope = $1 AND k.key = $2";
@@ -50,7 +52,7 @@ const LOOKUP_RESTORE: &str = "SELECT k.fingerprint, k.state, k.response_status, 
 /// completion, [`update_key!`], adds this request's). Returns a row only when the key is now ours.
 /// The lock timeout is set and restored as in [`LOCK_WAIT`], for a holder that took no advisory
 /// lock.
-const CLAIM: &str = "INSERT INTO txoutbox_idempotency_keys \
+pub(super) const CLAIM: &str = "INSERT INTO txoutbox_idempotency_keys \
      (scope, key, fingerprint, state, expires_at, created_at) \
      VALUES ($1, $2, $3, \
          CASE WHEN set_config('lock_timeout', CASE WHEN set_config( \
@@ -251,7 +253,7 @@ const PRUNE_EXPIRED: &str = "DELETE FROM txoutbox_idempotency_keys WHERE (scope,
      ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING 1";
 
 /// What [`lock_and_lookup`] found behind the key's lock.
-pub(crate) struct Locked {
+pub struct Locked {
     /// The transaction runs at READ COMMITTED: the key row is written at the end (else [`CLAIM`]
     /// writes it now).
     pub read_committed: bool,
@@ -266,7 +268,7 @@ pub(crate) struct Locked {
 }
 
 /// A key some request stored, as [`lock_and_lookup`] read it.
-pub(crate) struct KeyRow {
+pub struct KeyRow {
     pub fingerprint: Vec<u8>,
     /// `in_flight` or `completed`.
     pub state: String,
@@ -323,37 +325,73 @@ pub(crate) async fn lock_and_lookup(
         };
         (lock, found?)
     };
-    let isolation: String = lock.try_get(1)?;
-    // LOOKUP_RESTORE answers a row of NULLs (its fingerprint NULL) when there is no key.
-    let found = match found.first() {
-        Some(row) if row.try_get::<_, Option<Vec<u8>>>(0)?.is_some() => Some(row),
-        _ => None,
+    let lock = LockRow {
+        isolation: lock.try_get(1)?,
+        now: lock.try_get(2)?,
+        backend_pid: lock.try_get(3)?,
     };
-    let live = found
-        .map(|row| row.try_get::<_, bool>("live"))
-        .transpose()?
-        .unwrap_or(false);
-    let key = match found {
-        Some(row) if live => Some(KeyRow {
+    let found = match found.first() {
+        Some(row) => Some(FoundRow {
             fingerprint: row.try_get(0)?,
             state: row.try_get(1)?,
             response_status: row.try_get(2)?,
             response_headers: row.try_get(3)?,
             response_body: row.try_get(4)?,
+            live: row.try_get("live")?,
+        }),
+        None => None,
+    };
+    Ok(Some(self::locked(lock, found)))
+}
+
+/// The row of [`LOCK_TRY`] or [`LOCK_WAIT`], decoded (by any driver).
+pub(crate) struct LockRow {
+    /// `transaction_isolation`.
+    pub isolation: String,
+    /// The transaction's time.
+    pub now: DateTime<Utc>,
+    /// The backend's pid.
+    pub backend_pid: i32,
+}
+
+/// The row of [`LOOKUP`] or [`LOOKUP_RESTORE`], decoded (by any driver); every column may be
+/// NULL ([`LOOKUP_RESTORE`] answers a row of NULLs when there is no key).
+pub(crate) struct FoundRow {
+    pub fingerprint: Option<Vec<u8>>,
+    pub state: Option<String>,
+    pub response_status: Option<i16>,
+    pub response_headers: Option<serde_json::Value>,
+    pub response_body: Option<Vec<u8>>,
+    pub live: Option<bool>,
+}
+
+/// What the lock and the lookup behind it say, whichever driver read them.
+pub(crate) fn locked(lock: LockRow, found: Option<FoundRow>) -> Locked {
+    let found = found.filter(|row| row.fingerprint.is_some());
+    let live = found.as_ref().and_then(|row| row.live).unwrap_or(false);
+    let expired = found.is_some() && !live;
+    let key = match found {
+        Some(row) if live => Some(KeyRow {
+            fingerprint: row.fingerprint.unwrap_or_default(),
+            // A key row without a state is answered as held (not `completed`).
+            state: row.state.unwrap_or_default(),
+            response_status: row.response_status,
+            response_headers: row.response_headers,
+            response_body: row.response_body,
         }),
         _ => None,
     };
-    Ok(Some(Locked {
-        read_committed: isolation == "read committed",
-        now: lock.try_get(2)?,
-        backend_pid: lock.try_get(3)?,
+    Locked {
+        read_committed: lock.isolation == "read committed",
+        now: lock.now,
+        backend_pid: lock.backend_pid,
         key,
-        expired: found.is_some() && !live,
-    }))
+        expired,
+    }
 }
 
 /// The key to claim at the start of a request (REPEATABLE READ, SERIALIZABLE).
-pub(crate) struct ClaimKey<'a> {
+pub struct ClaimKey<'a> {
     pub scope: &'a str,
     pub key: &'a str,
     pub fingerprint: &'a [u8],
@@ -383,7 +421,7 @@ pub(crate) async fn claim_key(tx: &impl TxExecutor, claim: &ClaimKey<'_>) -> Res
 
 /// What stores a claimed key: the response, the effects the key row carries, the request's
 /// other outbox rows.
-pub(crate) struct CompleteKey<'a> {
+pub struct CompleteKey<'a> {
     pub scope: &'a str,
     pub key: &'a str,
     pub fingerprint: &'a [u8],
@@ -405,7 +443,7 @@ pub(crate) struct CompleteKey<'a> {
 }
 
 impl CompleteKey<'_> {
-    fn statement(&self) -> &'static str {
+    pub(super) fn statement(&self) -> &'static str {
         let (alone, with_rows) = STORE[self.write as usize];
         if self.messages.ids.is_empty() {
             alone
@@ -437,7 +475,7 @@ impl CompleteKey<'_> {
 
 /// How a completion writes the key row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum KeyWrite {
+pub enum KeyWrite {
     /// Inserted now: the lookup found no key.
     Insert = 0,
     /// Inserted now over the expired key the lookup found.
@@ -448,25 +486,30 @@ pub(crate) enum KeyWrite {
 
 /// Why a key could not be stored (the SQLSTATE `txoutbox_refuse` raised).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub enum Refused {
     /// The key was claimed in another transaction.
     OtherTransaction,
     /// A concurrent request stored the key first.
     StoredConcurrently,
     /// A savepoint is open where the outermost transaction is needed.
     Savepoint,
+    /// A nested transaction was given where the outermost one is needed, and refused before
+    /// anything was sent (a driver that knows its transactions' depth: sqlx).
+    Nested,
 }
 
 impl Refused {
     /// The refusal an error carries, if it is one: `txoutbox_refuse`'s, or the unique violation
     /// of a key inserted meanwhile without the lock.
-    pub(crate) fn of(err: &tokio_postgres::Error) -> Option<Refused> {
-        let db = err.as_db_error()?;
-        match db.code().code() {
+    pub(crate) fn of(err: &super::driver::StoreError) -> Option<Refused> {
+        if let super::driver::StoreError::Refused(refused) = err {
+            return Some(*refused);
+        }
+        match err.code()?.as_str() {
             "TXK01" => Some(Refused::OtherTransaction),
             "TXK02" => Some(Refused::StoredConcurrently),
             "TXK03" => Some(Refused::Savepoint),
-            "23505" if db.constraint() == Some("txoutbox_idempotency_keys_pkey") => {
+            "23505" if err.constraint().as_deref() == Some("txoutbox_idempotency_keys_pkey") => {
                 Some(Refused::StoredConcurrently)
             }
             _ => None,

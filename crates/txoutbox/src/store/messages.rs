@@ -11,7 +11,7 @@ use super::{Result, TxExecutor};
 
 /// Inserts a batch of messages; a (destination, downstream key) already present is skipped.
 /// Returns the id and destination of each row written.
-const INSERT: &str = "INSERT INTO txoutbox_messages \
+pub(super) const INSERT: &str = "INSERT INTO txoutbox_messages \
      (id, destination, payload, headers, downstream_key, ordering_key) \
      SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::text[], \
          $6::text[]) \
@@ -19,12 +19,12 @@ const INSERT: &str = "INSERT INTO txoutbox_messages \
 
 /// Serialises the transactions that enqueue under the same ordering keys, so that insertion
 /// order (`seq`) is commit order within a key. Locks in a fixed order to avoid deadlocks.
-const LOCK_ORDERING_KEYS: &str = "SELECT count(pg_advisory_xact_lock(h)) FROM ( \
+pub(super) const LOCK_ORDERING_KEYS: &str = "SELECT count(pg_advisory_xact_lock(h)) FROM ( \
      SELECT DISTINCT hashtextextended(k, 7160) AS h FROM unnest($1::text[]) AS k ORDER BY h) AS l";
 
 /// A batch of messages as column arrays, ready for one `unnest` insert (in [`insert_messages`],
 /// and with a key's response in `keys::complete_key`).
-pub(crate) struct MessageColumns {
+pub struct MessageColumns {
     pub ids: Vec<Uuid>,
     pub destinations: Vec<String>,
     pub payloads: Vec<serde_json::Value>,
@@ -46,7 +46,7 @@ pub(super) fn columns(rows: &MessageColumns) -> [(&(dyn ToSql + Sync), Type); 6]
 }
 
 /// The rows an insert wrote: their ids and destinations.
-pub(crate) struct Inserted {
+pub struct Inserted {
     pub ids: Vec<Uuid>,
     pub destinations: Vec<String>,
 }

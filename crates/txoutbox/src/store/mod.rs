@@ -17,9 +17,12 @@
 pub(crate) mod admin;
 pub(crate) mod attempts;
 pub(crate) mod destinations;
+pub(crate) mod driver;
 pub(crate) mod keys;
 pub(crate) mod messages;
 pub(crate) mod schema;
+#[cfg(feature = "sqlx")]
+pub(crate) mod sqlx_driver;
 pub(crate) mod wake;
 
 use std::future::Future;

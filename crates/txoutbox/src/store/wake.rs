@@ -5,7 +5,7 @@ use std::future::Future;
 use super::{Result, TxExecutor};
 
 /// A hint on the relays' wake-up channel.
-const NOTIFY: &str = concat!("SELECT pg_notify('", wake_channel!(), "', '')");
+pub(super) const NOTIFY: &str = concat!("SELECT pg_notify('", wake_channel!(), "', '')");
 
 /// The channel the write path's hint arrives on.
 const LISTEN: &str = concat!("LISTEN ", wake_channel!());
