@@ -90,6 +90,11 @@ impl ConnInfo {
         self.port
     }
 
+    /// The password, if one is set.
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
     /// The role.
     pub fn user(&self) -> &str {
         &self.user

@@ -110,6 +110,16 @@ impl From<tokio_postgres::Error> for Error {
     }
 }
 
+/// As for tokio-postgres: no server answer, a connection exception or a server shutting down is
+/// [`Error::StoreUnavailable`]; 40001 and 40P01 are [`Error::Conflict`]; any other server answer
+/// (or a row sqlx cannot decode) is [`Error::Driver`].
+#[cfg(feature = "sqlx")]
+impl From<sqlx::Error> for Error {
+    fn from(err: sqlx::Error) -> Self {
+        crate::store::sqlx_driver::error(err)
+    }
+}
+
 impl From<deadpool_postgres::PoolError> for Error {
     fn from(err: deadpool_postgres::PoolError) -> Self {
         match err {

@@ -20,7 +20,7 @@ use super::keys::{self, ClaimKey, CompleteKey, FoundRow, LockRow, Locked, Refuse
 use super::messages::{self, Inserted, MessageColumns};
 
 /// A sqlx error as the library's: unreachable (503), a conflict (409), or the database's.
-pub(super) fn error(e: sqlx::Error) -> crate::Error {
+pub(crate) fn error(e: sqlx::Error) -> crate::Error {
     let (code, message) = match &e {
         sqlx::Error::Database(db) => (
             db.code().map(|c| c.into_owned()).unwrap_or_default(),
