@@ -5,9 +5,10 @@ use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use deadpool_postgres::Transaction;
 use txoutbox::telemetry::TRACEPARENT;
-use txoutbox::{Begin, Claim, Enqueued, Fingerprint, IdempotencyKey, Scope, StoredResponse};
+use txoutbox::{
+    Begin, Claim, CommitTx, Enqueued, Fingerprint, IdempotencyKey, Scope, StoredResponse, WriteTx,
+};
 
 use crate::{IdempotencyRejection, Problem};
 
@@ -124,7 +125,11 @@ impl Idempotent {
     ///
     /// A GET/HEAD without a key has nothing to claim; use the core API for such reads, or send
     /// a key. Calling `begin` for one is a 400 problem.
-    pub async fn begin(&self, tx: &Transaction<'_>, scope: &Scope) -> Result<Started, Problem> {
+    ///
+    /// `tx` is the handler's transaction on any driver txoutbox speaks ([`WriteTx`]): `&tx` of a
+    /// deadpool or tokio-postgres transaction, `&mut tx` of a `sqlx::Transaction<'_, Postgres>`
+    /// (the `sqlx` feature).
+    pub async fn begin(&self, tx: impl WriteTx, scope: &Scope) -> Result<Started, Problem> {
         let Some(key) = &self.key else {
             return Err(Problem::missing_key());
         };
@@ -148,7 +153,7 @@ impl Idempotent {
     /// or whose `tx` is a nested transaction. A 5xx is not stored; its `commit` rolls back.
     pub async fn prepare(
         &self,
-        tx: &Transaction<'_>,
+        tx: impl WriteTx,
         claim: Claim,
         response: impl IntoResponse,
     ) -> Result<Prepared, Problem> {
@@ -168,9 +173,12 @@ impl Idempotent {
     /// then returns the response; a 5xx rolls `tx` back instead (nothing is kept: the retry runs
     /// again). `tx` must be the outermost transaction (no savepoint open); for a nested one, use
     /// [`Idempotent::prepare`] and [`Prepared::commit`].
+    ///
+    /// On sqlx this takes two round trips (the statement, then COMMIT), and a nested
+    /// transaction is refused before anything is sent.
     pub async fn complete(
         &self,
-        tx: Transaction<'_>,
+        tx: impl CommitTx,
         claim: Claim,
         response: impl IntoResponse,
     ) -> Result<Response, Problem> {
@@ -234,7 +242,7 @@ pub struct Prepared {
 impl Prepared {
     /// Commits `tx` (rolls it back for a 5xx) and gives back the response. A commit that fails
     /// for want of a connection is a 503: the outcome is unknown, the retry will tell.
-    pub async fn commit(self, tx: Transaction<'_>) -> Result<Response, Problem> {
+    pub async fn commit(self, tx: impl CommitTx) -> Result<Response, Problem> {
         if self.store {
             tx.commit().await?;
         } else {

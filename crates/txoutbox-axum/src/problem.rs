@@ -332,6 +332,15 @@ impl From<tokio_postgres::Error> for Problem {
     }
 }
 
+/// A sqlx error in a handler (its business statements, its pool, its commit): 503 when Postgres
+/// cannot be reached, 409 for a serialization failure, else 500, as for tokio-postgres.
+#[cfg(feature = "sqlx")]
+impl From<sqlx::Error> for Problem {
+    fn from(err: sqlx::Error) -> Self {
+        txoutbox::Error::from(err).into()
+    }
+}
+
 impl From<deadpool_postgres::PoolError> for Problem {
     fn from(err: deadpool_postgres::PoolError) -> Self {
         txoutbox::Error::from(err).into()

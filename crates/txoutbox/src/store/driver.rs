@@ -92,7 +92,18 @@ impl<T: Statements> WriteTx for T {}
 /// A caller's transaction the write path may also commit ([`crate::Claim::commit`]):
 /// `tokio_postgres::Transaction`, `deadpool_postgres::Transaction` (any [`CommitExecutor`]), and
 /// with the `sqlx` feature `sqlx::Transaction<'_, Postgres>`. Passed by value: it is consumed.
-pub trait CommitTx: Committing {}
+pub trait CommitTx: Committing {
+    /// Commits the transaction: what a handler generic over the driver calls (on a concrete
+    /// transaction its own `commit()` is the same).
+    fn commit(self) -> impl Future<Output = crate::Result<()>> + Send {
+        async move { Ok(self.commit_tx().await?) }
+    }
+
+    /// Rolls the transaction back.
+    fn rollback(self) -> impl Future<Output = crate::Result<()>> + Send {
+        async move { Ok(self.rollback_tx().await?) }
+    }
+}
 
 impl<T: Committing> CommitTx for T {}
 
@@ -194,10 +205,10 @@ pub trait Committing: Send + Sized {
         Self: 'a;
 
     /// Commits the transaction.
-    fn commit(self) -> impl Future<Output = StoreResult<()>> + Send;
+    fn commit_tx(self) -> impl Future<Output = StoreResult<()>> + Send;
 
     /// Rolls the transaction back.
-    fn rollback(self) -> impl Future<Output = StoreResult<()>> + Send;
+    fn rollback_tx(self) -> impl Future<Output = StoreResult<()>> + Send;
 }
 
 /// tokio-postgres and deadpool: the statements of `store::keys` and `store::messages` over
@@ -300,11 +311,11 @@ impl<T: CommitExecutor + Finish> Committing for T {
         })
     }
 
-    async fn commit(self) -> StoreResult<()> {
+    async fn commit_tx(self) -> StoreResult<()> {
         Ok(Finish::commit(self).await?)
     }
 
-    async fn rollback(self) -> StoreResult<()> {
+    async fn rollback_tx(self) -> StoreResult<()> {
         Ok(Finish::rollback(self).await?)
     }
 }

@@ -347,11 +347,11 @@ impl Committing for sqlx::Transaction<'_, Postgres> {
         })
     }
 
-    async fn commit(self) -> StoreResult<()> {
+    async fn commit_tx(self) -> StoreResult<()> {
         Ok(sqlx::Transaction::commit(self).await?)
     }
 
-    async fn rollback(self) -> StoreResult<()> {
+    async fn rollback_tx(self) -> StoreResult<()> {
         Ok(sqlx::Transaction::rollback(self).await?)
     }
 }
