@@ -90,6 +90,8 @@ pub use fingerprint::Fingerprint;
 pub use idempotency::{begin, Begin, Claim, Scope, StoredResponse};
 pub use key::IdempotencyKey;
 pub use migrate::migrate;
+#[cfg(feature = "sqlx")]
+pub use migrate::migrate_sqlx;
 pub use outbox::{enqueue, Enqueued, OutboxMessage};
 pub use schema::{check_schema, SchemaMismatch, SchemaVersion};
 pub use store::driver::{CommitTx, WriteTx};

@@ -5,8 +5,8 @@ use tokio_postgres::types::Type;
 
 use super::{Result, TxExecutor};
 
-const LOCK: &str = "SELECT pg_advisory_lock($1)";
-const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
+pub(crate) const LOCK: &str = "SELECT pg_advisory_lock($1)";
+pub(crate) const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 
 /// The highest migration applied (0 for an empty history). Cast: refinery's `version` column is
 /// `int4`, or `int8` when built with its `int8-versions` feature. The table is found through the

@@ -7,6 +7,11 @@ use crate::error::{Error, Result};
 use crate::schema::SchemaMismatch;
 use crate::store::{schema, Unnamed};
 
+#[cfg(feature = "sqlx")]
+mod on_sqlx;
+#[cfg(feature = "sqlx")]
+pub use on_sqlx::migrate_sqlx;
+
 mod embedded {
     // `migrations` here is a symbolic link to the workspace's top-level `migrations/`, the one
     // place the schema is written: `cargo package` copies the files it points to into the crate.
