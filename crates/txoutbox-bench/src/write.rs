@@ -16,6 +16,7 @@ use txoutbox_test_support::TestDb;
 use crate::ratio::Ratio;
 
 mod requests;
+mod sqlx_requests;
 
 /// Options of `txoutbox-bench write`.
 #[derive(Debug, clap::Args)]
@@ -39,7 +40,7 @@ pub struct Args {
     modes: Vec<Mode>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 enum Mode {
     /// BEGIN; INSERT business row; COMMIT.
     Business,
@@ -76,6 +77,14 @@ enum Mode {
     /// `UNIQUE` key and fingerprint columns, `ON CONFLICT DO NOTHING`; the 2 outbox rows; COMMIT.
     /// No key row and no stored response: a retry is answered from the business row.
     BusinessKey,
+    /// [`Mode::Business`] on sqlx: the sqlx modes' baseline.
+    SqlxBusiness,
+    /// [`Mode::Full`] on sqlx (`&mut sqlx::Transaction`).
+    SqlxFull,
+    /// [`Mode::FullCommit`] on sqlx: the statement, then COMMIT (sqlx cannot pipeline them).
+    SqlxFullCommit,
+    /// [`Mode::FullOneRow`] on sqlx.
+    SqlxFullOneRow,
 }
 
 impl Mode {
@@ -92,12 +101,34 @@ impl Mode {
             Mode::HandWrittenOneRow => "hand-written SQL, one row",
             Mode::HandWrittenTwoTrips => "... BEGIN pipelined too",
             Mode::BusinessKey => "business row as key record",
+            Mode::SqlxBusiness => "sqlx: business insert only",
+            Mode::SqlxFull => "sqlx: full path (poll wake-up)",
+            Mode::SqlxFullCommit => "sqlx: ... + Claim::commit",
+            Mode::SqlxFullOneRow => "sqlx: ... + deferred effects",
+        }
+    }
+
+    fn is_sqlx(self) -> bool {
+        matches!(
+            self,
+            Mode::SqlxBusiness | Mode::SqlxFull | Mode::SqlxFullCommit | Mode::SqlxFullOneRow
+        )
+    }
+
+    /// The tokio-postgres mode a sqlx mode does the work of.
+    fn on_tokio_postgres(self) -> Option<Mode> {
+        match self {
+            Mode::SqlxBusiness => Some(Mode::Business),
+            Mode::SqlxFull => Some(Mode::Full),
+            Mode::SqlxFullCommit => Some(Mode::FullCommit),
+            Mode::SqlxFullOneRow => Some(Mode::FullOneRow),
+            _ => None,
         }
     }
 }
 
 /// The modes, in the order they run at each client count (the baselines first).
-const MODES: [Mode; 11] = [
+const MODES: [Mode; 15] = [
     Mode::Business,
     Mode::HandWritten,
     Mode::HandWrittenOneRow,
@@ -109,6 +140,10 @@ const MODES: [Mode; 11] = [
     Mode::FullCommit,
     Mode::FullOneRow,
     Mode::BusinessKey,
+    Mode::SqlxBusiness,
+    Mode::SqlxFull,
+    Mode::SqlxFullCommit,
+    Mode::SqlxFullOneRow,
 ];
 
 /// [`Mode::BusinessKey`]'s table and statements: the business table with the key and the
@@ -184,14 +219,25 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
          cached per connection (deadpool's statement cache)",
         max_clients + 1
     );
+    let sqlx = sqlx_pool(db, max_clients + 1);
+    println!(
+        "pool: sqlx, max_connections {} (the sqlx modes; prepared statements cached per \
+         connection, no pipelining)",
+        max_clients + 1
+    );
     let waker = RelayWaker::spawn(pool.clone());
+    let pools = Pools {
+        deadpool: pool,
+        sqlx,
+        waker,
+    };
     println!(
         "{:>7}  {:<30} {:>10} {:>8} {:>8} {:>12}",
         "clients", "mode", "tx/s", "ratio", "vs hand", "WAL B/req"
     );
     let mut ratios = Ratios::default();
     for &clients in &args.clients {
-        let row = measure_clients(args, &pool, &setup, &waker, clients).await?;
+        let row = measure_clients(args, &pools, &setup, clients).await?;
         if clients == args.ratio_at {
             ratios = row;
         }
@@ -210,19 +256,44 @@ struct Baselines {
     cheapest: Option<f64>,
     /// [`Mode::HandWrittenOneRow`]: the library's cheapest round trips, by hand.
     same_trips: Option<f64>,
+    /// [`Mode::SqlxBusiness`]: the sqlx modes' baseline.
+    sqlx_business: Option<f64>,
+}
+
+/// The connections the modes run on.
+struct Pools {
+    deadpool: deadpool_postgres::Pool,
+    sqlx: sqlx::PgPool,
+    waker: RelayWaker,
+}
+
+/// A sqlx pool over `db` (its connections opened as the clients ask).
+fn sqlx_pool(db: &TestDb, size: usize) -> sqlx::PgPool {
+    let info = db.info();
+    let mut options = sqlx::postgres::PgConnectOptions::new()
+        .host(info.host())
+        .port(info.port())
+        .username(info.user())
+        .database(info.dbname());
+    if let Some(password) = info.password() {
+        options = options.password(password);
+    }
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(u32::try_from(size).unwrap_or(u32::MAX))
+        .connect_lazy_with(options)
 }
 
 /// Measures every mode asked for at `clients` clients, printing a row each; the ratios of the
 /// full paths.
 async fn measure_clients(
     args: &Args,
-    pool: &deadpool_postgres::Pool,
+    pools: &Pools,
     setup: &tokio_postgres::Client,
-    waker: &RelayWaker,
     clients: usize,
 ) -> Result<Ratios> {
     let mut base = Baselines::default();
     let mut ratios = Ratios::default();
+    let mut measured = std::collections::HashMap::new();
     for mode in MODES
         .into_iter()
         .filter(|m| args.modes.is_empty() || args.modes.contains(m))
@@ -234,9 +305,15 @@ async fn measure_clients(
                  txoutbox_idempotency_keys; CHECKPOINT",
             )
             .await?;
-        let (tps, wal) = measure(pool, setup, waker, mode, clients, args.seconds).await?;
+        let (tps, wal) = measure(pools, setup, mode, clients, args.seconds).await?;
+        measured.insert(mode, tps);
+        if let Some(on_tokio) = mode.on_tokio_postgres() {
+            let of_tokio = Ratio::of(tps, measured.get(&on_tokio).copied());
+            ratios.sqlx.push((mode, of_tokio));
+        }
         match mode {
             Mode::Business => base.business = Some(tps),
+            Mode::SqlxBusiness => base.sqlx_business = Some(tps),
             Mode::HandWritten | Mode::HandWrittenOneRow | Mode::HandWrittenTwoTrips => {
                 base.cheapest = Some(base.cheapest.map_or(tps, |c| c.max(tps)));
                 if mode == Mode::HandWrittenOneRow {
@@ -245,7 +322,13 @@ async fn measure_clients(
             }
             _ => {}
         }
-        let r = Ratio::of(tps, base.business);
+        // A sqlx mode against the sqlx baseline: what the write path costs on its driver.
+        let r = match mode {
+            Mode::SqlxFull | Mode::SqlxFullCommit | Mode::SqlxFullOneRow => {
+                Ratio::of(tps, base.sqlx_business)
+            }
+            _ => Ratio::of(tps, base.business),
+        };
         let vs_hand = if mode == Mode::Business {
             String::new()
         } else {
@@ -296,6 +379,19 @@ fn print_ratios(args: &Args, ratio: &Ratios) {
             args.ratio_at
         ),
     }
+    if !ratio.sqlx.is_empty() {
+        let pairs: Vec<String> = ratio
+            .sqlx
+            .iter()
+            .map(|(mode, r)| format!("{} {r}", mode.name().trim_start_matches("sqlx: ")))
+            .collect();
+        println!(
+            "ratio sqlx / tokio-postgres: {} (the same work on each driver, {} clients)  \
+             {reproduce}",
+            pairs.join(", "),
+            args.ratio_at
+        );
+    }
     if let Some(rows) = ratio.rows {
         println!(
             "ratio with the effects as rows at commit: {rows} (full path, begin and complete \
@@ -313,12 +409,19 @@ struct Ratios {
     one_row: Option<(Ratio, Ratio, Ratio)>,
     /// [`Mode::Full`] against the business insert.
     rows: Option<Ratio>,
+    /// Each sqlx mode against the same work on tokio-postgres (deadpool).
+    sqlx: Vec<(Mode, Ratio)>,
+}
+
+/// A client's connection: deadpool's, or sqlx's for the sqlx modes.
+enum Client {
+    Deadpool(deadpool_postgres::Object),
+    Sqlx(sqlx::pool::PoolConnection<sqlx::Postgres>),
 }
 
 async fn measure(
-    pool: &deadpool_postgres::Pool,
+    pools: &Pools,
     observer: &tokio_postgres::Client,
-    waker: &RelayWaker,
     mode: Mode,
     clients: usize,
     seconds: u64,
@@ -328,23 +431,37 @@ async fn measure(
     let counting = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for client_no in 0..clients {
-        let (pool, stop, done, counting, waker) = (
-            pool.clone(),
+        let (pool, sqlx, stop, done, counting, waker) = (
+            pools.deadpool.clone(),
+            pools.sqlx.clone(),
             stop.clone(),
             done.clone(),
             counting.clone(),
-            waker.clone(),
+            pools.waker.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let mut client = pool.get().await?;
+            let mut client = if mode.is_sqlx() {
+                Client::Sqlx(sqlx.acquire().await?)
+            } else {
+                Client::Deadpool(pool.get().await?)
+            };
             let scope = match mode {
-                Mode::FullOneRow => Scope::new("bench")?.with_deferred_effects(),
+                Mode::FullOneRow | Mode::SqlxFullOneRow => {
+                    Scope::new("bench")?.with_deferred_effects()
+                }
                 _ => Scope::new("bench")?,
             };
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
-                requests::one_request(&mut client, &scope, &waker, mode, client_no, n).await?;
+                match &mut client {
+                    Client::Deadpool(client) => {
+                        requests::one_request(client, &scope, &waker, mode, client_no, n).await?
+                    }
+                    Client::Sqlx(conn) => {
+                        sqlx_requests::one_request(conn, &scope, mode, client_no, n).await?
+                    }
+                }
                 if counting.load(Ordering::Relaxed) {
                     done.fetch_add(1, Ordering::Relaxed);
                 }

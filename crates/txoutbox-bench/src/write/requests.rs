@@ -8,7 +8,7 @@ use txoutbox::{
 
 use super::Mode;
 
-const INSERT_ORDER: &str =
+pub(super) const INSERT_ORDER: &str =
     "INSERT INTO bench_orders (customer, amount) VALUES ($1, $2) RETURNING id";
 
 /// The hand-written baseline's statements (see [`Mode::HandWritten`]).
@@ -111,7 +111,11 @@ pub(super) async fn one_request(
 }
 
 /// The two effects of an order request, by effect name: its charge and its receipt.
-fn effects(id: i64, amount: i64, customer: &str) -> Result<[(&'static str, OutboxMessage); 2]> {
+pub(super) fn effects(
+    id: i64,
+    amount: i64,
+    customer: &str,
+) -> Result<[(&'static str, OutboxMessage); 2]> {
     Ok([
         (
             "charge",

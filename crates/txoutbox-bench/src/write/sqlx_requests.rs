@@ -1,0 +1,58 @@
+//! One request of each sqlx [`Mode`]: the same work as the tokio-postgres modes beside them,
+//! on a sqlx connection (prepared statements from sqlx's per-connection cache; no pipelining, so
+//! the key's lock and lookup and `Claim::commit` take a round trip more each).
+
+use anyhow::Result;
+use sqlx::Connection;
+use txoutbox::{Begin, Fingerprint, IdempotencyKey, Scope, StoredResponse};
+
+use super::requests::{effects, INSERT_ORDER};
+use super::Mode;
+
+/// One request of the sqlx `mode`, as client `client_no`'s `n`th.
+pub(super) async fn one_request(
+    conn: &mut sqlx::PgConnection,
+    scope: &Scope,
+    mode: Mode,
+    client_no: usize,
+    n: u64,
+) -> Result<()> {
+    let customer = format!("customer-{client_no}");
+    let amount = (n % 10_000) as i64;
+    let mut tx = conn.begin().await?;
+    if mode == Mode::SqlxBusiness {
+        sqlx::query(INSERT_ORDER)
+            .bind(&customer)
+            .bind(amount)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        return Ok(());
+    }
+    let key = IdempotencyKey::parse(&uuid::Uuid::now_v7().to_string())?;
+    let body = format!(r#"{{"customer":"{customer}","amount":{amount}}}"#);
+    let fingerprint = Fingerprint::new("POST", "/orders", body.as_bytes());
+    let Begin::New(mut claim) = txoutbox::begin(&mut tx, scope, &key, &fingerprint).await? else {
+        anyhow::bail!("a fresh key was not new");
+    };
+    let id: i64 = sqlx::query_scalar(INSERT_ORDER)
+        .bind(&customer)
+        .bind(amount)
+        .fetch_one(&mut *tx)
+        .await?;
+    for (effect, message) in effects(id, amount, &customer)? {
+        claim.enqueue(effect, message)?;
+    }
+    let response = StoredResponse {
+        status: 201,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: format!(r#"{{"order":{id}}}"#).into_bytes(),
+    };
+    if matches!(mode, Mode::SqlxFullCommit | Mode::SqlxFullOneRow) {
+        claim.commit(tx, &response).await?;
+        return Ok(());
+    }
+    claim.complete(&mut tx, &response).await?;
+    tx.commit().await?;
+    Ok(())
+}
