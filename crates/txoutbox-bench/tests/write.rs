@@ -46,3 +46,51 @@ async fn a_ratio_whose_baseline_was_not_measured_is_printed_n_a() -> anyhow::Res
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn the_sqlx_lines_are_measured_beside_the_tokio_postgres_ones() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let out = Command::new(env!("CARGO_BIN_EXE_txoutbox-bench"))
+        .args([
+            "write",
+            "--clients",
+            "1",
+            "--seconds",
+            "1",
+            "--ratio-at",
+            "1",
+        ])
+        .args([
+            "--modes",
+            "business,full-one-row,sqlx-business,sqlx-full-one-row",
+        ])
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for mode in ["sqlx: business insert only", "sqlx: ... + deferred effects"] {
+        let row = printed
+            .lines()
+            .find(|l| l.contains(mode))
+            .ok_or_else(|| anyhow::anyhow!("no {mode:?} row: {printed}"))?;
+        // The column after the mode's name: transactions per second.
+        let tps: f64 = row
+            .split(mode)
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|word| word.parse().ok())
+            .unwrap_or(0.0);
+        assert!(tps > 0.0, "{row}");
+    }
+    let ratio = printed
+        .lines()
+        .find(|l| l.starts_with("ratio sqlx / tokio-postgres: "))
+        .ok_or_else(|| anyhow::anyhow!("no sqlx ratio line: {printed}"))?;
+    assert!(ratio.contains("business insert only "), "{ratio}");
+    assert!(!ratio.contains("n/a"), "{ratio}");
+    Ok(())
+}
