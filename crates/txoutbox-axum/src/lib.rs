@@ -23,6 +23,11 @@
 //! }
 //! ```
 //!
+//! On sqlx (feature `sqlx`), the handler is the same with `let mut tx = pool.begin().await?;`
+//! and `request.begin(&mut tx, &scope)`; `complete(tx, …)` and `Prepared::commit(tx)` take the
+//! sqlx transaction by value, and a `sqlx::Error` converts into a [`Problem`] (503 when
+//! Postgres cannot be reached). What each driver costs: the repository's `docs/drivers.md`.
+//!
 //! The rules, as the core states them ([`txoutbox::begin`]):
 //! - the key is an RFC 8941 sf-string, `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`
 //!   (draft-ietf-httpapi-idempotency-key-header); the bare spelling is the same key;

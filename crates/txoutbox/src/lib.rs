@@ -49,6 +49,12 @@
 //! # }
 //! ```
 //!
+//! The write path runs in the caller's transaction on tokio-postgres, deadpool or (feature
+//! `sqlx`) sqlx: `begin(&tx, …)` on the first two, `begin(&mut tx, …)` on a
+//! `sqlx::Transaction<'_, Postgres>` ([`WriteTx`], [`CommitTx`]); `migrate_sqlx` applies the
+//! schema over a sqlx connection. Which to use and what sqlx costs: the repository's
+//! `docs/drivers.md`.
+//!
 //! Layout: the root holds the write path: [`IdempotencyKey`] and [`Fingerprint`] validate the
 //! request, [`begin`] and [`Claim`] claim its key and store its response, [`OutboxMessage`] and
 //! [`enqueue`] write its effects, [`migrate`] applies the schema and [`check_schema`] says whether
