@@ -12,6 +12,7 @@
 
 use std::future::Future;
 
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 
 use super::keys::{self, ClaimKey, CompleteKey, Locked, Refused};
@@ -77,6 +78,52 @@ impl From<StoreError> for crate::Error {
                 crate::Error::Internal(format!("refused before anything was sent: {refused:?}"))
             }
         }
+    }
+}
+
+/// The row of [`keys::LOCK_TRY`] or [`keys::LOCK_WAIT`], decoded (by any driver).
+pub struct LockRow {
+    /// `transaction_isolation`.
+    pub isolation: String,
+    /// The transaction's time.
+    pub now: DateTime<Utc>,
+    /// The backend's pid.
+    pub backend_pid: i32,
+}
+
+/// The row of [`keys::LOOKUP`] or [`keys::LOOKUP_RESTORE`], decoded (by any driver); every column may be
+/// NULL ([`keys::LOOKUP_RESTORE`] answers a row of NULLs when there is no key).
+pub struct FoundRow {
+    pub fingerprint: Option<Vec<u8>>,
+    pub state: Option<String>,
+    pub response_status: Option<i16>,
+    pub response_headers: Option<serde_json::Value>,
+    pub response_body: Option<Vec<u8>>,
+    pub live: Option<bool>,
+}
+
+/// What the lock and the lookup behind it say, whichever driver read them.
+pub(crate) fn locked(lock: LockRow, found: Option<FoundRow>) -> Locked {
+    let found = found.filter(|row| row.fingerprint.is_some());
+    let live = found.as_ref().and_then(|row| row.live).unwrap_or(false);
+    let expired = found.is_some() && !live;
+    let key = match found {
+        Some(row) if live => Some(keys::KeyRow {
+            fingerprint: row.fingerprint.unwrap_or_default(),
+            // A key row without a state is answered as held (not `completed`).
+            state: row.state.unwrap_or_default(),
+            response_status: row.response_status,
+            response_headers: row.response_headers,
+            response_body: row.response_body,
+        }),
+        _ => None,
+    };
+    Locked {
+        read_committed: lock.isolation == "read committed",
+        now: lock.now,
+        backend_pid: lock.backend_pid,
+        key,
+        expired,
     }
 }
 

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
+use super::driver::{self, FoundRow, LockRow};
 use super::messages::{self, MessageColumns};
 use super::{Result, TxExecutor};
 
@@ -341,53 +342,7 @@ pub(crate) async fn lock_and_lookup(
         }),
         None => None,
     };
-    Ok(Some(self::locked(lock, found)))
-}
-
-/// The row of [`LOCK_TRY`] or [`LOCK_WAIT`], decoded (by any driver).
-pub(crate) struct LockRow {
-    /// `transaction_isolation`.
-    pub isolation: String,
-    /// The transaction's time.
-    pub now: DateTime<Utc>,
-    /// The backend's pid.
-    pub backend_pid: i32,
-}
-
-/// The row of [`LOOKUP`] or [`LOOKUP_RESTORE`], decoded (by any driver); every column may be
-/// NULL ([`LOOKUP_RESTORE`] answers a row of NULLs when there is no key).
-pub(crate) struct FoundRow {
-    pub fingerprint: Option<Vec<u8>>,
-    pub state: Option<String>,
-    pub response_status: Option<i16>,
-    pub response_headers: Option<serde_json::Value>,
-    pub response_body: Option<Vec<u8>>,
-    pub live: Option<bool>,
-}
-
-/// What the lock and the lookup behind it say, whichever driver read them.
-pub(crate) fn locked(lock: LockRow, found: Option<FoundRow>) -> Locked {
-    let found = found.filter(|row| row.fingerprint.is_some());
-    let live = found.as_ref().and_then(|row| row.live).unwrap_or(false);
-    let expired = found.is_some() && !live;
-    let key = match found {
-        Some(row) if live => Some(KeyRow {
-            fingerprint: row.fingerprint.unwrap_or_default(),
-            // A key row without a state is answered as held (not `completed`).
-            state: row.state.unwrap_or_default(),
-            response_status: row.response_status,
-            response_headers: row.response_headers,
-            response_body: row.response_body,
-        }),
-        _ => None,
-    };
-    Locked {
-        read_committed: lock.isolation == "read committed",
-        now: lock.now,
-        backend_pid: lock.backend_pid,
-        key,
-        expired,
-    }
+    Ok(Some(driver::locked(lock, found)))
 }
 
 /// The key to claim at the start of a request (REPEATABLE READ, SERIALIZABLE).

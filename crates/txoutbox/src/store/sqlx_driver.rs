@@ -15,8 +15,9 @@ use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{Postgres, Row};
 use sqlx_core::transaction::TransactionManager;
 
+use super::driver::{locked, FoundRow, LockRow};
 use super::driver::{BusinessRows, Committing, Statements, StoreError, StoreResult};
-use super::keys::{self, ClaimKey, CompleteKey, FoundRow, LockRow, Locked, Refused};
+use super::keys::{self, ClaimKey, CompleteKey, Locked, Refused};
 use super::messages::{self, Inserted, MessageColumns};
 
 /// A sqlx error as the library's: unreachable (503), a conflict (409), or the database's.
@@ -114,7 +115,7 @@ async fn lock_and_lookup(
         }),
         None => None,
     };
-    Ok(Some(keys::locked(lock, found)))
+    Ok(Some(locked(lock, found)))
 }
 
 async fn claim_key(conn: &mut PgConnection, claim: &ClaimKey<'_>) -> StoreResult<bool> {
