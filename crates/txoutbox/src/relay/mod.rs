@@ -297,6 +297,7 @@ impl Relay {
             };
             let claim::Claimed {
                 leases: rows,
+                undecodable,
                 again,
                 fan_out_more,
                 next_change,
@@ -320,15 +321,21 @@ impl Relay {
                     }
                 }
             };
-            report.claimed += rows.len() as u64;
+            report.claimed += (rows.len() + undecodable.len()) as u64;
             if let Some(at) = stopping {
-                for lease in rows {
+                for lease in rows
+                    .into_iter()
+                    .chain(undecodable.into_iter().map(|(l, _)| l))
+                {
                     held.insert(lease);
                 }
                 break at;
             }
             fan_out_due = fan_out_more;
-            let full = rows.len() == want || again;
+            let full = rows.len() + undecodable.len() == want || again;
+            for (lease, error) in undecodable {
+                dead_letter_undecodable(&held, &done, lease, error).await;
+            }
             for lease in rows {
                 if held.contains(lease.delivery.id) {
                     // Cannot happen (the claim skips held rows); never run two attempts of one row.
@@ -436,6 +443,36 @@ impl Relay {
         while background.join_next().await.is_some() {}
         tracing::info!(owner = %config.owner, claimed = report.claimed, released = report.released, "relay stopped");
         Ok(report)
+    }
+}
+
+/// Dead-letters a claimed row whose stored data this relay cannot decode, without calling its
+/// sink: its outcome goes to the completer like any other, fenced by its lease. No completion
+/// hook runs (there is no delivery to hand it) and the destination's breaker learns nothing (the
+/// row is at fault, not the downstream).
+async fn dead_letter_undecodable(
+    held: &Held,
+    done: &mpsc::Sender<Finished>,
+    lease: Lease,
+    error: String,
+) {
+    let error = storable(error);
+    tracing::warn!(message_id = %lease.delivery.id, destination = %lease.delivery.destination,
+        error = %error, "undecodable row; dead-lettered");
+    let (id, token) = (lease.delivery.id, lease.token);
+    held.insert(lease.clone());
+    let finished = Finished {
+        finished: lease.now(),
+        lease,
+        outcome: Outcome::Failed,
+        error: Some(error),
+        receipt: None,
+        delay: Duration::ZERO,
+        completion: None,
+        signal: None,
+    };
+    if done.send(finished).await.is_ok() {
+        held.set(id, token, Stage::Finished);
     }
 }
 

@@ -1,0 +1,142 @@
+//! Rows written by another program that this relay cannot decode (JSON Postgres accepts and
+//! serde_json refuses): each fails its own row only. It is dead-lettered at once with a readable
+//! error and one attempt logged; the rows claimed with it are delivered.
+
+use std::time::Duration;
+
+use txoutbox_test_support::factory::message;
+use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
+use txoutbox_test_support::{test_db, wait_for_count, TestDb};
+
+type TestResult = anyhow::Result<()>;
+
+/// A JSON array nested 200 deep: Postgres stores it, serde_json stops at 128.
+fn nested(depth: usize) -> String {
+    format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+/// What became of the hostile row among 30 ordinary ones after a relay ran.
+struct Outcome {
+    delivered: i64,
+    status: String,
+    last_error: String,
+    /// The attempt log's rows for it: (outcome, error).
+    attempts: Vec<(String, Option<String>)>,
+    /// Calls its sink got with its key.
+    calls: usize,
+}
+
+/// Writes the hostile row first (the oldest, so it is in the first claim), then 30 ordinary rows,
+/// runs a relay until the 30 are delivered and the hostile one is no longer in flight.
+async fn one_hostile_row_among_thirty(
+    db: &TestDb,
+    hostile: txoutbox_test_support::factory::MessageFactory<'_>,
+) -> anyhow::Result<Outcome> {
+    let client = db.connect().await?;
+    hostile.key("hostile").create().await?;
+    message(db).key("ordinary").create_many(30).await?;
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(relay_config())
+            .sink("test", sink.clone())
+            .build()?,
+    );
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        30,
+        Duration::from_secs(20),
+    )
+    .await?;
+    wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages \
+         WHERE downstream_key = 'hostile' AND status <> 'in_flight' AND attempts > 0",
+        1,
+        Duration::from_secs(20),
+    )
+    .await?;
+    relay.stop().await?;
+    let row = client
+        .query_one(
+            "SELECT status, coalesce(last_error, '') FROM txoutbox_messages \
+             WHERE downstream_key = 'hostile'",
+            &[],
+        )
+        .await?;
+    let attempts = client
+        .query(
+            "SELECT outcome, error FROM txoutbox_attempts WHERE downstream_key = 'hostile'",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    Ok(Outcome {
+        delivered,
+        status: row.get(0),
+        last_error: row.get(1),
+        attempts,
+        calls: sink.keys().iter().filter(|k| *k == "hostile").count(),
+    })
+}
+
+/// The hostile row was dead-lettered at once, alone, with an error that says `cause`.
+fn assert_failed_alone(outcome: &Outcome, cause: &str) {
+    assert_eq!(outcome.delivered, 30, "every batch-mate is delivered");
+    assert_eq!(outcome.status, "failed", "{}", outcome.last_error);
+    assert!(
+        outcome.last_error.contains(cause),
+        "the error names the cause: {}",
+        outcome.last_error
+    );
+    assert!(
+        !outcome.last_error.contains("unavailable"),
+        "{}",
+        outcome.last_error
+    );
+    assert_eq!(
+        outcome.attempts,
+        vec![("failed".to_owned(), Some(outcome.last_error.clone()))],
+        "one attempt, logged with its reason"
+    );
+    assert_eq!(outcome.calls, 0, "its sink was never called");
+}
+
+#[tokio::test]
+async fn a_payload_nested_too_deep_fails_its_own_row_and_its_batch_is_delivered() -> TestResult {
+    let db = test_db().await?;
+    let outcome =
+        one_hostile_row_among_thirty(&db, message(&db).stored_payload(&nested(200))).await?;
+    assert_failed_alone(
+        &outcome,
+        "the stored payload is not valid for this relay: recursion limit exceeded",
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_payload_number_beyond_f64_fails_its_own_row_and_its_batch_is_delivered() -> TestResult {
+    let db = test_db().await?;
+    let outcome =
+        one_hostile_row_among_thirty(&db, message(&db).stored_payload(r#"{"n": 1e400}"#)).await?;
+    assert_failed_alone(
+        &outcome,
+        "the stored payload is not valid for this relay: number out of range",
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn headers_nested_too_deep_fail_their_own_row_and_its_batch_is_delivered() -> TestResult {
+    let db = test_db().await?;
+    let headers = format!(r#"{{"traceparent": {}}}"#, nested(200));
+    let outcome = one_hostile_row_among_thirty(&db, message(&db).stored_headers(&headers)).await?;
+    assert_failed_alone(
+        &outcome,
+        "the stored headers are not valid for this relay (an object of strings): invalid type",
+    );
+    Ok(())
+}
