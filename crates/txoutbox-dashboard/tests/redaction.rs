@@ -119,10 +119,10 @@ async fn a_stored_response_body_is_shown_as_stored_when_nothing_is_redacted() ->
     Ok(())
 }
 
-/// Today the core refuses to decode such a row (the page answers an error); once it hands the
-/// payload over as text, the dashboard parses it and withholds it. Either way, nothing leaks.
+/// The core hands such a payload over as its stored text; the dashboard cannot redact it, so it
+/// withholds it, and the page and the API still answer.
 #[tokio::test]
-async fn a_payload_serde_json_refuses_never_reaches_the_browser() -> TestResult {
+async fn a_payload_serde_json_refuses_is_withheld_while_redacting() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
     let id = failed_with(&mut client, json!({}), "timeout").await?;
@@ -139,7 +139,51 @@ async fn a_payload_serde_json_refuses_never_reaches_the_browser() -> TestResult 
     for path in [format!("/messages/{id}"), format!("/api/messages/{id}")] {
         let answer = dash.get(&path).await?;
         assert!(!answer.body.contains(SECRET), "{path} leaked: {answer:?}");
+        assert_eq!(answer.status, 200, "{path}: {answer:?}");
+        assert!(
+            answer.body.contains("withheld: cannot be redacted"),
+            "{path}: {answer:?}"
+        );
+        assert!(
+            answer.body.contains("the payload cannot be decoded"),
+            "marked: {path}: {answer:?}"
+        );
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_payload_serde_json_refuses_is_shown_as_stored_and_marked_when_nothing_is_redacted(
+) -> TestResult {
+    let db = test_db().await?;
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let id = message(&db)
+        .stored_payload(&deep)
+        .stored_headers(r#"{"traceparent": 7}"#)
+        .status(MessageStatus::Failed)
+        .create()
+        .await?;
+    let dash = Served::start(&db, DashboardConfig::default()).await?;
+
+    let html = dash.page(&format!("/messages/{id}")).await?;
+    assert!(html.contains(&deep), "the stored text is shown: {html}");
+    assert!(
+        html.contains("the payload cannot be decoded: recursion limit exceeded"),
+        "{html}"
+    );
+    assert!(html.contains("the headers cannot be decoded"), "{html}");
+    let api: serde_json::Value =
+        serde_json::from_str(&dash.page(&format!("/api/messages/{id}")).await?)?;
+    assert_eq!(api["payload"], deep.as_str());
+    assert_eq!(
+        api["headers"]["traceparent"], 7,
+        "valid JSON, not an object of strings"
+    );
+    assert_eq!(
+        api["undecodable"].as_array().map(Vec::len),
+        Some(2),
+        "{api}"
+    );
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::filter::FilterParams;
-use super::{AdminError, ListCursor, MessageFilter};
+use super::{AdminError, ListCursor, MessageFilter, StoredJson};
 use crate::state::{AttemptOutcome, MessageStatus};
 use crate::store::admin as store;
 
@@ -64,10 +64,11 @@ pub struct MessageDetail {
     /// The message's columns.
     #[serde(flatten)]
     pub message: MessageSummary,
-    /// The payload, as enqueued.
-    pub payload: serde_json::Value,
-    /// The headers forwarded to the sink.
-    pub headers: BTreeMap<String, String>,
+    /// The payload, as enqueued (or its stored text, when it cannot be decoded).
+    pub payload: StoredJson<serde_json::Value>,
+    /// The headers forwarded to the sink (or their stored text, when they are not an object of
+    /// strings).
+    pub headers: StoredJson<BTreeMap<String, String>>,
     /// The downstream's receipt (delivered rows only).
     pub receipt: Option<String>,
     /// Every attempt and operator action, in the order they happened.
@@ -119,8 +120,8 @@ pub async fn show_message(
     let history = store::inspect::history(client, id).await?;
     Ok(MessageDetail {
         message: shown.message,
-        payload: shown.payload,
-        headers: serde_json::from_value(shown.headers).unwrap_or_default(),
+        payload: StoredJson::decode(shown.payload),
+        headers: StoredJson::decode(shown.headers),
         receipt: shown.receipt,
         history,
     })

@@ -11,6 +11,7 @@ mod known;
 mod purge;
 mod replay;
 mod stats;
+mod stored;
 #[cfg(test)]
 mod tests;
 
@@ -37,6 +38,7 @@ pub use stats::{
     stats, DestinationStats, FailureRate, OutboxStats, StatusCounts, EXACT_DELIVERED_COUNT_MAX,
     EXACT_HOT_COUNT_MAX, FAILURE_RATE_WINDOW,
 };
+pub use stored::StoredJson;
 
 /// How many rows a replay by filter changes per transaction by default.
 pub const DEFAULT_REPLAY_BATCH: usize = 500;

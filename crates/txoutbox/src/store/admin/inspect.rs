@@ -42,16 +42,18 @@ const LIST: &str = concat!(
 /// One message, from whichever table holds it.
 const SHOW: &str = "SELECT id, seq, destination, status, downstream_key, ordering_key, \
          attempts, created_at, next_attempt_at, NULL::timestamptz AS delivered_at, last_error, \
-         lease_owner, lease_expires_at, NULL::timestamptz AS discarded_at, payload, headers, \
-         NULL::text AS receipt \
+         lease_owner, lease_expires_at, NULL::timestamptz AS discarded_at, payload::text, \
+         headers::text, NULL::text AS receipt \
      FROM txoutbox_messages WHERE id = $1 \
      UNION ALL \
      SELECT id, seq, destination, 'delivered', downstream_key, ordering_key, attempts, \
-         created_at, NULL, delivered_at, NULL, NULL, NULL, NULL, payload, headers, receipt \
+         created_at, NULL, delivered_at, NULL, NULL, NULL, NULL, payload::text, headers::text, \
+         receipt \
      FROM txoutbox_delivered WHERE id = $1 \
      UNION ALL \
      SELECT id, seq, destination, 'discarded', downstream_key, ordering_key, attempts, \
-         created_at, NULL, NULL, last_error, NULL, NULL, discarded_at, payload, headers, NULL \
+         created_at, NULL, NULL, last_error, NULL, NULL, discarded_at, payload::text, \
+         headers::text, NULL \
      FROM txoutbox_discarded WHERE id = $1";
 
 /// A message's attempt log (relay attempts and operator actions), in the order they happened.
@@ -133,11 +135,13 @@ pub(crate) async fn list(
     rows.iter().map(summary).collect()
 }
 
-/// One message with its payload, headers and receipt ([`SHOW`]).
+/// One message with its payload, headers and receipt ([`SHOW`]). The payload and headers come
+/// as stored JSON text, decoded by the caller row by row (a document serde_json refuses must not
+/// make the row unreadable).
 pub(crate) struct Shown {
     pub(crate) message: MessageSummary,
-    pub(crate) payload: serde_json::Value,
-    pub(crate) headers: serde_json::Value,
+    pub(crate) payload: String,
+    pub(crate) headers: String,
     pub(crate) receipt: Option<String>,
 }
 
