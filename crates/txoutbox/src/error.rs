@@ -34,6 +34,12 @@ pub enum Error {
     /// completing a claim on another connection. Answer 500.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A stored row this build cannot decode (JSON Postgres accepts and serde_json refuses, or
+    /// not the shape txoutbox writes: written by another program or by hand); the text names the
+    /// row, the column and the cause. It fails the request that read the row, and no other.
+    /// Answer 500.
+    #[error("a stored row cannot be decoded: {0}")]
+    Undecodable(String),
     /// A configuration that cannot work, refused at start (the text names the setting).
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -59,7 +65,11 @@ impl Error {
             Error::StoreUnavailable(_) | Error::Schema(_) => 503,
             Error::Key(_) | Error::Invalid(_) | Error::Payload(_) => 400,
             Error::Conflict(_) => 409,
-            Error::Database(_) | Error::Migration(_) | Error::Config(_) | Error::Internal(_) => 500,
+            Error::Database(_)
+            | Error::Migration(_)
+            | Error::Config(_)
+            | Error::Internal(_)
+            | Error::Undecodable(_) => 500,
         }
     }
 }

@@ -1,8 +1,12 @@
-//! Rows written by another program that this relay cannot decode (JSON Postgres accepts and
-//! serde_json refuses): each fails its own row only. It is dead-lettered at once with a readable
-//! error and one attempt logged; the rows claimed with it are delivered.
+//! Rows written by another program that this build cannot decode (JSON Postgres accepts and
+//! serde_json refuses): each fails its own row only. The relay dead-letters such an outbox row at
+//! once with a readable error and one attempt logged, and delivers the rows claimed with it; a
+//! key row's undecodable stored response fails its own request, not the others.
 
 use std::time::Duration;
+
+use txoutbox::{begin, Begin, Error, Scope, StoredResponse};
+use txoutbox_test_support::request::{charge_fingerprint, key};
 
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
@@ -138,5 +142,79 @@ async fn headers_nested_too_deep_fail_their_own_row_and_its_batch_is_delivered()
         &outcome,
         "the stored headers are not valid for this relay (an object of strings): invalid type",
     );
+    Ok(())
+}
+
+/// Runs one request with key `k`: a new key stores a 201 and commits; returns what `begin`
+/// answered (the replay of a stored key), or its error.
+async fn request(
+    client: &mut tokio_postgres::Client,
+    scope: &Scope,
+    k: &str,
+) -> Result<Begin, Error> {
+    let tx = client.transaction().await?;
+    let begun = begin(&tx, scope, &key(k), &charge_fingerprint(1)).await?;
+    if let Begin::New(claim) = begun {
+        let response = StoredResponse {
+            status: 201,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: b"{}".to_vec(),
+        };
+        claim.complete(&tx, &response).await?;
+        tx.commit().await?;
+        return Ok(Begin::Replay(response));
+    }
+    Ok(begun)
+}
+
+#[tokio::test]
+async fn a_stored_response_that_cannot_be_decoded_fails_its_own_key_only() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let scope = Scope::new("charges")?;
+    let hostile = [
+        ("k-hostile-deep-0000", nested(200)),
+        ("k-hostile-number-00", r#"[["n", 1e400]]"#.to_owned()),
+        (
+            "k-hostile-shape-000",
+            r#"{"content-type": "text/plain"}"#.to_owned(),
+        ),
+    ];
+    for (k, headers) in &hostile {
+        assert!(matches!(
+            request(&mut client, &scope, k).await?,
+            Begin::Replay(_)
+        ));
+        client
+            .execute(
+                "UPDATE txoutbox_idempotency_keys SET response_headers = $2::text::jsonb \
+                 WHERE key = $1",
+                &[k, headers],
+            )
+            .await?;
+    }
+    for (k, _) in &hostile {
+        let err = match request(&mut client, &scope, k).await {
+            Err(err) => err,
+            Ok(other) => panic!("{k}: answered {other:?}"),
+        };
+        assert!(matches!(err, Error::Undecodable(_)), "{k}: {err:?}");
+        assert!(!err.is_unavailable(), "{k}: {err}");
+        assert_eq!(err.http_status(), 500);
+        let text = err.to_string();
+        assert!(
+            text.contains(k) && text.contains("stored response headers"),
+            "names the key and the column: {text}"
+        );
+    }
+    // Other keys, new and stored, go on.
+    assert!(matches!(
+        request(&mut client, &scope, "k-ordinary-000000").await?,
+        Begin::Replay(_)
+    ));
+    let Begin::Replay(replayed) = request(&mut client, &scope, "k-ordinary-000000").await? else {
+        panic!("a stored key replays");
+    };
+    assert_eq!(replayed.status, 201);
     Ok(())
 }
