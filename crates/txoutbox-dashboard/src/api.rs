@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::Extension;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use txoutbox::admin::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection};
+use txoutbox::admin::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection, StoredJson};
 use uuid::Uuid;
 
 use crate::auth::Principal;
@@ -423,7 +423,13 @@ pub(crate) async fn key(State(app): State<Shared>, RawQuery(query): RawQuery) ->
                 .ok_or(Failure::NotFound)?;
             let response = shown_response(&app.redaction, &found.record);
             let mut record = found.record;
-            record.response_headers = response.headers;
+            record.response_headers = match response.undecodable_headers {
+                None => StoredJson::Decoded(response.headers),
+                Some((error, shown)) => StoredJson::Undecodable {
+                    text: shown.to_text(),
+                    error,
+                },
+            };
             record.response_body = None;
             let scrub = app.redaction.shapes();
             let mut messages = found.messages;

@@ -68,14 +68,14 @@ pub(crate) fn shown_message(redaction: &Redaction, detail: MessageDetail) -> Sho
         StoredJson::Decoded(payload) => redaction.json(payload),
         StoredJson::Undecodable { text, error } => {
             undecodable.push(("payload", error));
-            redaction.document(text.as_bytes())
+            redaction.undecodable(text.as_bytes())
         }
     };
     let headers = match detail.headers {
         StoredJson::Decoded(headers) => redaction.json(headers_document(headers)),
         StoredJson::Undecodable { text, error } => {
             undecodable.push(("headers", error));
-            redaction.document(text.as_bytes())
+            redaction.undecodable(text.as_bytes())
         }
     };
     let scrub = redaction.scrubber(&[&payload.hidden, &headers.hidden]);

@@ -193,8 +193,9 @@ pub struct IdempotencyRecord {
     pub state: String,
     /// The stored response's status (completed keys).
     pub response_status: Option<u16>,
-    /// Its headers, in order.
-    pub response_headers: Vec<(String, String)>,
+    /// Its headers, in order (none for a key without a response), or their stored text when
+    /// they are not a JSON array of [name, value] pairs.
+    pub response_headers: StoredJson<Vec<(String, String)>>,
     /// Its body bytes.
     pub response_body: Option<Vec<u8>>,
     /// When the request claimed the key.
@@ -236,8 +237,7 @@ pub async fn lookup_key(
         response_status: row.response_status.and_then(|s| u16::try_from(s).ok()),
         response_headers: row
             .response_headers
-            .and_then(|h| serde_json::from_value(h).ok())
-            .unwrap_or_default(),
+            .map_or(StoredJson::Decoded(Vec::new()), StoredJson::decode),
         response_body: row.response_body,
         claimed_at: row.claimed_at,
         expires_at: row.expires_at,

@@ -6,8 +6,8 @@
 use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
 
-/// A stored JSON document (a payload, headers) as read back.
-#[derive(Debug, Clone, PartialEq)]
+/// A stored JSON document (a payload, headers, a stored response's headers) as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoredJson<T> {
     /// Decoded.
     Decoded(T),

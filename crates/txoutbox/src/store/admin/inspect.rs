@@ -100,7 +100,7 @@ const ACTIVITY: &str = "WITH minutes AS ( \
 /// One idempotency key ($1 scope, $2 key), with its claim time in microseconds since the epoch
 /// (what its effects' downstream keys derive from) and whether its window has passed.
 const KEY: &str = "SELECT scope, key, fingerprint, state, response_status, \
-         response_headers, response_body, created_at, expires_at, \
+         response_headers::text, response_body, created_at, expires_at, \
          (extract(epoch FROM created_at) * 1000000)::int8, expires_at <= now() \
      FROM txoutbox_idempotency_keys WHERE scope = $1 AND key = $2";
 
@@ -236,7 +236,8 @@ pub(crate) struct KeyRow {
     pub(crate) fingerprint: Vec<u8>,
     pub(crate) state: String,
     pub(crate) response_status: Option<i16>,
-    pub(crate) response_headers: Option<serde_json::Value>,
+    /// As stored JSON text, decoded by the caller (see [`Shown`]).
+    pub(crate) response_headers: Option<String>,
     pub(crate) response_body: Option<Vec<u8>>,
     pub(crate) claimed_at: DateTime<Utc>,
     pub(crate) expires_at: DateTime<Utc>,
