@@ -77,13 +77,20 @@ impl Error {
 /// Errors without a server answer (I/O, closed connection, timeouts), connection exceptions
 /// (SQLSTATE class 08) and a server shutting down or starting (57P01..57P03) mean the store is
 /// unreachable; a serialization failure (40001) or a deadlock (40P01) is a [`Error::Conflict`];
-/// any other server answer is a database error.
+/// any other server answer is a database error. A column the driver cannot decode is
+/// [`Error::Undecodable`], and the driver's other client-side refusals (a parameter it cannot
+/// encode, a missing column, a wrong count) are database errors: none of them is an outage.
 impl From<tokio_postgres::Error> for Error {
     fn from(err: tokio_postgres::Error) -> Self {
         if let Some(db) = err.as_db_error() {
             if matches!(db.code().code(), "40001" | "40P01") {
                 return Error::Conflict(db.message().to_owned());
             }
+        }
+        match client_side(&err) {
+            Some(ClientSide::Decode) => return Error::Undecodable(crate::pg::describe(&err)),
+            Some(ClientSide::Other) => return Error::Database(err),
+            None => {}
         }
         let unavailable = err.is_closed()
             || match err.as_db_error() {
@@ -102,6 +109,32 @@ impl From<tokio_postgres::Error> for Error {
             Error::Database(err)
         }
     }
+}
+
+/// A refusal of the driver's own, about a statement's data or shape rather than the connection.
+enum ClientSide {
+    /// A column's value cannot be decoded into its Rust type.
+    Decode,
+    /// A parameter that cannot be encoded, a missing column, a wrong count of parameters,
+    /// columns or rows.
+    Other,
+}
+
+/// What kind of client-side refusal `err` is, if it is one. tokio-postgres tells its error's
+/// kind only in its text (the kind's own, without the cause).
+fn client_side(err: &tokio_postgres::Error) -> Option<ClientSide> {
+    if err.as_db_error().is_some() || err.is_closed() {
+        return None;
+    }
+    let text = err.to_string();
+    if text.starts_with("error deserializing column") {
+        return Some(ClientSide::Decode);
+    }
+    let other = text.starts_with("error serializing parameter")
+        || text.starts_with("invalid column")
+        || text.starts_with("query returned an unexpected number of")
+        || (text.starts_with("expected ") && text.contains(" parameters but got "));
+    other.then_some(ClientSide::Other)
 }
 
 impl From<deadpool_postgres::PoolError> for Error {

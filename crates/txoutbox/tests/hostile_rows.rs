@@ -218,3 +218,23 @@ async fn a_stored_response_that_cannot_be_decoded_fails_its_own_key_only() -> Te
     assert_eq!(replayed.status, 201);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_column_the_driver_cannot_decode_is_undecodable_not_an_outage() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    let row = client
+        .query_one(&format!("SELECT '{}'::jsonb", nested(200)), &[])
+        .await?;
+    let decode_error = row
+        .try_get::<_, serde_json::Value>(0)
+        .expect_err("serde_json refuses 200 levels");
+    let err = Error::from(decode_error);
+    assert!(matches!(err, Error::Undecodable(_)), "{err:?}");
+    assert!(!err.is_unavailable());
+    assert!(
+        err.to_string().contains("recursion limit exceeded"),
+        "{err}"
+    );
+    Ok(())
+}
