@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use txoutbox::sink::{Completion, CompletionHook, Delivery};
 use txoutbox::{begin, Begin, Error, Scope, StoredResponse};
 use txoutbox_test_support::request::{charge_fingerprint, key};
 
@@ -235,6 +236,70 @@ async fn a_column_the_driver_cannot_decode_is_undecodable_not_an_outage() -> Tes
     assert!(
         err.to_string().contains("recursion limit exceeded"),
         "{err}"
+    );
+    Ok(())
+}
+
+/// Records the downstream key of every completion it is handed.
+#[derive(Clone, Default)]
+struct RecordingHook(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+#[async_trait::async_trait]
+impl CompletionHook for RecordingHook {
+    async fn completed(
+        &self,
+        _tx: &tokio_postgres::Transaction<'_>,
+        delivery: &Delivery,
+        _completion: &Completion,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        if let Ok(mut seen) = self.0.lock() {
+            seen.push(delivery.downstream_key.clone());
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn an_undecodable_row_of_a_hooked_destination_fails_without_calling_the_hook() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    message(&db)
+        .key("hostile")
+        .stored_payload(&nested(200))
+        .create()
+        .await?;
+    message(&db).key("ordinary").create_many(5).await?;
+    let hook = RecordingHook::default();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(relay_config())
+            .sink("test", RecordingSink::new())
+            .hook("test", hook.clone())
+            .build()?,
+    );
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        5,
+        Duration::from_secs(20),
+    )
+    .await?;
+    let failed = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages \
+         WHERE downstream_key = 'hostile' AND status = 'failed'",
+        1,
+        Duration::from_secs(20),
+    )
+    .await?;
+    relay.stop().await?;
+    assert_eq!((delivered, failed), (5, 1));
+    let mut seen = hook.0.lock().map(|s| s.clone()).unwrap_or_default();
+    seen.sort();
+    assert_eq!(
+        seen,
+        (0..5).map(|i| format!("ordinary-{i}")).collect::<Vec<_>>(),
+        "the hook saw the delivered rows only"
     );
     Ok(())
 }
