@@ -117,3 +117,68 @@ async fn an_undecodable_row_is_shown_listed_replayed_and_discarded_with_the_cli(
     assert!(shown.contains("not decodable"), "{shown}");
     Ok(())
 }
+
+/// Sends SIGTERM to `relay` and waits (at most 20 s) for its exit code.
+fn terminate(relay: &mut std::process::Child) -> anyhow::Result<Option<i32>> {
+    let status = Command::new("kill")
+        .args(["-TERM", &relay.id().to_string()])
+        .status()?;
+    anyhow::ensure!(status.success(), "kill -TERM failed");
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(exit) = relay.try_wait()? {
+            return Ok(exit.code());
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = relay.kill();
+            anyhow::bail!("the relay did not stop on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn the_relay_process_delivers_the_batch_mates_of_a_row_inserted_with_psql() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    // As an operator would with psql, into a migrated database.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
+             VALUES (gen_random_uuid(), 'out', \
+                 (repeat('[',200)||'1'||repeat(']',200))::jsonb, 'hostile')",
+        )
+        .await?;
+    message(&db)
+        .destination("out")
+        .key("ordinary")
+        .create_many(30)
+        .await?;
+    let mut relay = Command::new(env!("CARGO_BIN_EXE_txoutbox"))
+        .args(["relay", "--stdout", "out", "--lease", "6s"])
+        .args(["--poll-interval", "100ms"])
+        .env("DATABASE_URL", db.url())
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let delivered = txoutbox_test_support::wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        30,
+        Duration::from_secs(20),
+    )
+    .await;
+    let failed = wait_for_status(&db, "failed").await;
+    let exit = terminate(&mut relay)?;
+    let mut log = String::new();
+    if let Some(mut stderr) = relay.stderr.take() {
+        std::io::Read::read_to_string(&mut stderr, &mut log)?;
+    }
+    assert_eq!(delivered?, 30, "{log}");
+    failed?;
+    assert_eq!(exit, Some(0), "{log}");
+    assert!(!log.contains("unavailable"), "{log}");
+    assert!(log.contains("undecodable row; dead-lettered"), "{log}");
+    Ok(())
+}
