@@ -131,7 +131,7 @@ struct App {
 
 type Shared = Arc<App>;
 
-/// The dashboard: pages at `/`, `/messages`, `/messages/{id}`, `/failures`, `/keys`, the JSON API
+/// The dashboard: pages at `/`, `/messages`, `/messages/{id}`, `/failures`, `/relays`, `/keys`, the JSON API
 /// under `/api`, assets under `/assets`. Links work under whatever prefix it is nested at. A
 /// destination in a path is one percent-encoded segment (`/destinations/webhook:orders/pause`).
 ///
@@ -167,6 +167,7 @@ pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router 
             post(pages::resume_destination),
         )
         .route("/failures", get(pages::failures))
+        .route("/relays", get(pages::relays))
         .route("/keys", get(pages::keys))
         .route("/api/stats", get(api::stats))
         .route("/api/messages", get(api::messages))
@@ -184,6 +185,7 @@ pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router 
             "/api/destinations/{destination}/resume",
             post(api::resume_destination),
         )
+        .route("/api/relays", get(api::relays))
         .route("/api/keys", get(api::key))
         .route("/assets/dashboard.css", get(pages::css))
         .route("/assets/live.js", get(pages::script))

@@ -4,7 +4,7 @@
 //! state by its live refresh, a discard asks for its reason and names the user, a destination
 //! is paused from the overview (its open form outlasting a live refresh) and resumed, a viewer sees
 //! no action and its forged POST is refused, a cross-site form is refused, a redacted field is
-//! not in the page.
+//! not in the page, a running relay is listed alive on the Relays page.
 
 use std::time::{Duration, Instant};
 
@@ -103,7 +103,9 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
 
     // The relay that delivers what gets replayed.
     let sink = RecordingSink::new();
-    let relay = RunningRelay::start(db.relay()?.sink("stripe", sink.clone()).build()?);
+    let relay = db.relay()?.sink("stripe", sink.clone()).build()?;
+    let relay_owner = relay.owner().to_owned();
+    let relay = RunningRelay::start(relay);
 
     let app = axum::Router::new().nest(
         "/outbox",
@@ -186,6 +188,18 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .await?
         .contains("<n> card_declined for charge <n>"));
     alice.screenshot("dashboard-failures.png").await?;
+
+    // The relay delivering `stripe` shows on the Relays page, alive, with its sink.
+    alice.open(&format!("{plain}/relays")).await?;
+    wait_for_text(&alice, "#relays", "1 relay alive").await?;
+    let relays = alice.text("table.relays").await?;
+    assert!(
+        relays.contains(relay_owner.as_str())
+            && relays.contains("alive")
+            && relays.contains("stripe"),
+        "{relays}"
+    );
+    alice.screenshot("dashboard-relays.png").await?;
 
     // An open list shows the rows enqueued since, by its live refresh.
     alice

@@ -295,6 +295,51 @@ async fn overview_counts_the_requests_whose_effects_wait_for_the_fan_out() -> Te
 }
 
 #[tokio::test]
+async fn the_overview_warns_when_rows_wait_and_no_relay_is_alive() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    let alarm = "No relay is alive";
+    let html = dash.page("").await?;
+    assert!(!html.contains(alarm), "nothing waits: {html}");
+    assert!(html.contains("No relay alive"), "{html}");
+
+    pending_empty(&mut client, "email", "e-1").await?;
+    // A relay that stopped beating an hour ago.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_relays (owner, host, pid, version, heartbeat_every, heartbeat_at) \
+             VALUES ('gone', 'box', 7, '0.1.0', interval '5 s', now() - interval '1 hour')",
+        )
+        .await?;
+    let html = dash.page("").await?;
+    assert!(html.contains(alarm), "{html}");
+    assert!(
+        html.contains("1 row(s) wait for delivery (1 relay(s) stopped sending heartbeats)"),
+        "{html}"
+    );
+    assert!(html.contains(r#"href="/outbox/relays""#), "{html}");
+
+    // One relay beating: no alarm.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_relays (owner, host, pid, version, heartbeat_every) \
+             VALUES ('alive', 'box', 8, '0.1.0', interval '1 hour')",
+        )
+        .await?;
+    let html = dash.page("").await?;
+    assert!(!html.contains(alarm), "{html}");
+    assert!(html.contains("1 relay alive"), "{html}");
+    let relays: Value = dash
+        .get_as("/api/relays", None)
+        .await
+        .map(|(_, body)| serde_json::from_str(&body))??;
+    assert_eq!(relays[0]["owner"], "alive");
+    assert_eq!(relays[1]["stale"], true);
+    Ok(())
+}
+
+#[tokio::test]
 async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
@@ -310,6 +355,7 @@ async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
         "/messages",
         &format!("/messages/{id}"),
         "/failures",
+        "/relays",
         "/keys",
         "/assets/dashboard.css",
         "/assets/live.js",

@@ -41,6 +41,7 @@ pub(crate) async fn overview(
         let mut stats = txoutbox::admin::stats(&**client).await?;
         stats.flow = shown_flow(&app.redaction, stats.flow);
         let minutes = txoutbox::admin::activity(&**client, 60).await?;
+        let relays = txoutbox::admin::relays(&**client).await?;
         let b = &base.0;
         let mut failing: Vec<_> = stats
             .destinations
@@ -73,6 +74,7 @@ pub(crate) async fn overview(
         }
         let body = html! {
             section id="backlog" data-live aria-labelledby="backlog-h" {
+                (relay_warning(b, &stats, &relays))
                 h2 id="backlog-h" { "Rows by destination and state" }
                 p {
                     "Oldest pending row: "
@@ -179,6 +181,36 @@ pub(crate) async fn overview(
     }
     .await;
     render(&base, result)
+}
+
+/// The alarm when rows wait and no relay is alive to deliver them (every relay stale, or none
+/// ever recorded); a line saying how many relays are alive otherwise.
+fn relay_warning(
+    b: &str,
+    stats: &txoutbox::admin::OutboxStats,
+    relays: &[txoutbox::admin::RelayRecord],
+) -> Markup {
+    let alive = relays.iter().filter(|r| !r.stale).count();
+    let stale = relays.len() - alive;
+    let waiting = stats.total.pending + stats.total.in_flight + stats.awaiting_fan_out;
+    html! {
+        @if alive == 0 && waiting > 0 {
+            p class="alarm banner" role="alert" {
+                strong { "No relay is alive" }
+                " while " (waiting) " row(s) wait for delivery"
+                @if stale > 0 { " (" (stale) " relay(s) stopped sending heartbeats)" }
+                ": nothing is being delivered. "
+                a href={(b) "/relays"} { "See the relays" }
+            }
+        } @else {
+            p class="note" {
+                a href={(b) "/relays"} {
+                    @match alive { 0 => { "No relay alive" }, 1 => { "1 relay alive" }, n => { (n) " relays alive" } }
+                }
+                @if stale > 0 { ", " span class="alarm" { (stale) " stale" } }
+            }
+        }
+    }
 }
 
 /// Flow-control states as the browser may see them: their reasons scrubbed (a breaker's reason

@@ -84,6 +84,9 @@ pub(super) async fn claim(
         }
     }
     let next_change = inner.flow.observe(&gates, bounds, inner.sinks.keys());
+    if let Some(row) = claimed.rows.first() {
+        inner.presence.claimed(row.attempt_started_at);
+    }
     Ok(Claimed {
         leases: claimed.rows.into_iter().map(Lease::from).collect(),
         again: claimed.parked > 0 || more,
