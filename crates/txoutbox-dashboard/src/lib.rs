@@ -84,8 +84,9 @@ pub struct DashboardConfig {
     /// redacted kind: email addresses when a field name contains `mail`, card numbers (13 to 19
     /// digits passing the Luhn check) when one contains `card` or is `pan`. Lists and failure
     /// groups do not read payloads: a value of no known shape (a name) that a downstream copies
-    /// into its error text shows there. Failure groups normalise email addresses to `<email>`
-    /// and digits to `<n>`.
+    /// into its error text shows there. Failure groups normalise email addresses to `<email>`,
+    /// timestamps to `<time>`, standalone numbers to `<n>` (status codes 100 to 599 kept) and
+    /// long words mixing digits and letters to `<id>`.
     ///
     /// With redacted fields, the error-text search (`error=` on pages and in the API's filters)
     /// is refused (400): it matches the stored text, so it would confirm a hidden value. The

@@ -4,7 +4,8 @@
 //! state by its live refresh, a discard asks for its reason and names the user, a destination
 //! is paused from the overview (its open form outlasting a live refresh) and resumed, a viewer sees
 //! no action and its forged POST is refused, a cross-site form is refused, a redacted field is
-//! not in the page, a running relay is listed alive on the Relays page.
+//! not in the page, a running relay is listed alive on the Relays page, an `unknown` row has its
+//! own group on the Failures page.
 
 use std::time::{Duration, Instant};
 
@@ -182,11 +183,34 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .await?
         .contains("402 card_declined"));
     alice.screenshot("dashboard-messages.png").await?;
+    // An at-most-once call whose outcome was lost: its own group, above the failed ones.
+    let lost = message(&mut client)
+        .destination("sms")
+        .payload(json!({"to": "+33600000000"}))
+        .create()
+        .await?;
+    client
+        .execute(
+            "UPDATE txoutbox_messages SET status = 'unknown', attempts = 1, \
+                 attempt_started_at = now(), last_error = 'call timed out after sending' \
+             WHERE id = $1",
+            &[&lost],
+        )
+        .await?;
     alice.open(&format!("{plain}/failures")).await?;
     assert!(alice
-        .text("table.groups")
+        .text("table.groups.failed")
         .await?
-        .contains("<n> card_declined for charge <n>"));
+        .contains("402 card_declined for charge <n>"));
+    let unknown = alice.text("#unknown").await?;
+    assert!(
+        unknown.contains("sms") && unknown.contains("call timed out after sending"),
+        "{unknown}"
+    );
+    assert!(alice
+        .text("table.groups.unknown")
+        .await?
+        .contains("Replay this group"));
     alice.screenshot("dashboard-failures.png").await?;
 
     // The relay delivering `stripe` shows on the Relays page, alive, with its sink.

@@ -200,20 +200,26 @@ async fn pending_empty(client: &mut Client, destination: &str, key: &str) -> any
 }
 
 async fn fail(client: &Client, id: Uuid, error: &str) -> TestResult {
+    settle(client, id, "failed", error).await
+}
+
+/// Gives row `id` the end state `status` (`failed`, `unknown`) after one attempt that ended with
+/// `error`, as the relay would.
+async fn settle(client: &Client, id: Uuid, status: &str, error: &str) -> TestResult {
     client
         .execute(
-            "UPDATE txoutbox_messages SET status = 'failed', attempts = 1, last_error = $2 \
-             WHERE id = $1",
-            &[&id, &error],
+            "UPDATE txoutbox_messages SET status = $3, attempts = 1, last_error = $2, \
+                 attempt_started_at = now() WHERE id = $1",
+            &[&id, &error, &status],
         )
         .await?;
     client
         .execute(
             "INSERT INTO txoutbox_attempts (message_id, attempt, downstream_key, relay, outcome, \
                  error, started_at) \
-             SELECT id, 1, downstream_key, 'relay-1', 'failed', $2, now() \
+             SELECT id, 1, downstream_key, 'relay-1', $3, $2, now() \
              FROM txoutbox_messages WHERE id = $1",
-            &[&id, &error],
+            &[&id, &error, &status],
         )
         .await?;
     Ok(())
@@ -561,7 +567,10 @@ async fn failures_are_grouped_by_destination_and_normalised_error() -> TestResul
         html.contains(r#"error_class=card+%3Cn%3E+declined+for+charge+%3Cuuid%3E">2</a>"#),
         "{html}"
     );
-    assert!(html.contains("&lt;n&gt; internal error"));
+    assert!(
+        html.contains(r#"<td class="error">500 internal error"#),
+        "{html}"
+    );
     assert!(html.contains("Replay this group"));
 
     // The group's link lists exactly its rows.
@@ -575,6 +584,116 @@ async fn failures_are_grouped_by_destination_and_normalised_error() -> TestResul
             "{id}"
         );
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn failure_groups_keep_status_codes_and_host_names_and_fold_ids_and_times() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let texts = [
+        "503 Service Unavailable from api.stripe.com for ch_3MmlLrLkdIwHu7ix0snN0B15 at 2026-12-06T12:30:01Z",
+        "503 Service Unavailable from api.stripe.com for ch_9ZZlLrLkdIwHu7ix0snN0B99 at 2026-12-07T08:00:59.5Z",
+        "502 Bad Gateway from api.stripe.com for ch_3MmlLrLkdIwHu7ix0snN0B15 at 2026-12-06T12:30:01Z",
+        "503 Service Unavailable from eu.stripe.com for ch_3MmlLrLkdIwHu7ix0snN0B15 at 2026-12-06T12:30:01Z",
+        "connect to 10.0.0.5:5432 failed for order 12345",
+        "connect to 10.0.0.6:5432 failed for order 67890",
+    ];
+    for (i, text) in texts.iter().enumerate() {
+        let id = pending_empty(&mut client, "stripe", &format!("s-{i}")).await?;
+        fail(&client, id, text).await?;
+    }
+    let groups = txoutbox::admin::failure_groups(&client, 100).await?;
+    let mut classes: Vec<(String, u64)> =
+        groups.iter().map(|g| (g.error.clone(), g.count)).collect();
+    classes.sort();
+    assert_eq!(
+        classes,
+        [
+            (
+                "502 Bad Gateway from api.stripe.com for <id> at <time>".to_owned(),
+                1
+            ),
+            (
+                "503 Service Unavailable from api.stripe.com for <id> at <time>".to_owned(),
+                2
+            ),
+            (
+                "503 Service Unavailable from eu.stripe.com for <id> at <time>".to_owned(),
+                1
+            ),
+            (
+                "connect to 10.0.0.5:5432 failed for order <n>".to_owned(),
+                1
+            ),
+            (
+                "connect to 10.0.0.6:5432 failed for order <n>".to_owned(),
+                1
+            ),
+        ]
+    );
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    let html = dash.page("/failures").await?;
+    assert!(
+        html.contains(r#"<td class="error">503 Service Unavailable from api.stripe.com for &lt;id&gt; at &lt;time&gt;"#),
+        "{html}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unknown_row_is_on_the_failures_page_in_its_own_group_with_its_actions() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let lost = "the relay stopped during an at-most-once attempt";
+    let unknown = pending_empty(&mut client, "sms", "u-1").await?;
+    settle(&client, unknown, "unknown", lost).await?;
+    let failed = pending_empty(&mut client, "sms", "f-1").await?;
+    fail(&client, failed, lost).await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+
+    let html = dash.page("/failures").await?;
+    let (unknown_part, failed_part) = html
+        .split_once(r#"id="groups""#)
+        .ok_or_else(|| anyhow::anyhow!("no failed section: {html}"))?;
+    assert!(
+        unknown_part.contains(r#"<table class="groups unknown">"#),
+        "{html}"
+    );
+    assert!(unknown_part.contains(r#"<span class="count alarm">1 row(s)</span>"#));
+    // Its own group, selecting the unknown row alone, with a replay and a discard.
+    assert!(unknown_part.contains(&format!(r#"<td class="error">{lost}"#)));
+    assert!(unknown_part.contains(r#"<input type="hidden" name="status" value="unknown">"#));
+    assert!(
+        unknown_part.contains("Replay this group") && unknown_part.contains("Discard this group")
+    );
+    assert!(failed_part.contains(r#"<input type="hidden" name="status" value="failed">"#));
+    let list = dash
+        .page(&format!(
+            "/messages?status=unknown&destination=sms&error_class={}",
+            lost.replace(' ', "+")
+        ))
+        .await?;
+    assert!(
+        list.contains(&format!("/outbox/messages/{unknown}\"")),
+        "{list}"
+    );
+    assert!(
+        !list.contains(&format!("/outbox/messages/{failed}\"")),
+        "{list}"
+    );
+
+    // The group's discard (after its dry run) closes the unknown row, not the failed one.
+    let answer = dash
+        .post_json(
+            "/api/discard",
+            &json!({"filter": {"status": "unknown", "destination": "sms", "error_class": lost}, "reason": "sent by hand"}),
+            None,
+        )
+        .await?;
+    assert!(answer.status().is_success(), "{:?}", answer.text().await);
+    assert_eq!(status_of(&client, unknown).await?, "discarded");
+    assert_eq!(status_of(&client, failed).await?, "failed");
     Ok(())
 }
 

@@ -126,14 +126,19 @@ pub async fn show_message(
     })
 }
 
-/// Failed rows of one destination whose errors are the same once normalised: [`failure_groups`].
+/// Failed (or unknown) rows of one destination whose errors are the same once normalised:
+/// [`failure_groups`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FailureGroup {
+    /// `failed` (dead-lettered) or `unknown` (an at-most-once attempt whose outcome was lost:
+    /// an operator decides whether it happened).
+    pub status: MessageStatus,
     /// The destination.
     pub destination: String,
-    /// The normalised error text (UUIDs as `<uuid>`, email addresses as `<email>`, digits as
-    /// `<n>`; `""` without an error):
-    /// the [`MessageFilter::error_class`] that selects the group.
+    /// The normalised error text (UUIDs as `<uuid>`, email addresses as `<email>`, timestamps as
+    /// `<time>`, standalone numbers as `<n>` but status codes 100 to 599 kept, long words mixing
+    /// digits and letters as `<id>`; host names, addresses and ports kept; `""` without an
+    /// error): the [`MessageFilter::error_class`] that selects the group.
     pub error: String,
     /// One of the group's original texts.
     pub example: Option<String>,
@@ -145,8 +150,8 @@ pub struct FailureGroup {
     pub last_seen: DateTime<Utc>,
 }
 
-/// Failed rows grouped by destination and normalised error text, the largest groups first, at
-/// most `limit` groups.
+/// Failed and unknown rows grouped by state, destination and normalised error text: the unknown
+/// groups first (they need an operator's decision), then the largest, at most `limit` groups.
 pub async fn failure_groups(
     client: &impl GenericClient,
     limit: u64,

@@ -65,13 +65,15 @@ const HISTORY: &str = "SELECT attempt, downstream_key, relay, lease_token, outco
 /// one original text; the largest groups first, at most $1. Reads the failed rows only (the
 /// partial index `txoutbox_messages_dead`), not the attempt log.
 const FAILURE_GROUPS: &str = concat!(
-    "SELECT destination, class, count(*), min(failed_at), max(failed_at), min(last_error) \
+    "SELECT status, destination, class, count(*), min(failed_at), max(failed_at), \
+         min(last_error) \
      FROM ( \
-     SELECT t.destination, t.last_error, COALESCE(",
+     SELECT t.status, t.destination, t.last_error, COALESCE(",
     normalised_error!("t.last_error"),
     ", '') AS class, COALESCE(t.attempt_started_at, t.created_at) AS failed_at \
-     FROM txoutbox_messages t WHERE t.status = 'failed') g \
-     GROUP BY destination, class ORDER BY count(*) DESC, destination, class LIMIT $1"
+     FROM txoutbox_messages t WHERE t.status IN ('failed', 'unknown')) g \
+     GROUP BY status, destination, class \
+     ORDER BY status = 'unknown' DESC, count(*) DESC, destination, class LIMIT $1"
 );
 
 /// The last $1 minutes (this one included), minute by minute: rows delivered, failing relay
@@ -192,13 +194,15 @@ pub(crate) async fn failure_groups(
         .await?
         .iter()
         .map(|r| {
+            let status: String = r.try_get(0)?;
             Ok(FailureGroup {
-                destination: r.try_get(0)?,
-                error: r.try_get(1)?,
-                count: r.try_get::<_, i64>(2)? as u64,
-                first_seen: r.try_get(3)?,
-                last_seen: r.try_get(4)?,
-                example: r.try_get(5)?,
+                status: status.parse().unwrap_or(MessageStatus::Failed),
+                destination: r.try_get(1)?,
+                error: r.try_get(2)?,
+                count: r.try_get::<_, i64>(3)? as u64,
+                first_seen: r.try_get(4)?,
+                last_seen: r.try_get(5)?,
+                example: r.try_get(6)?,
             })
         })
         .collect()
