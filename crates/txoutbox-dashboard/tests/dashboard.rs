@@ -698,6 +698,25 @@ async fn an_unknown_row_is_on_the_failures_page_in_its_own_group_with_its_action
 }
 
 #[tokio::test]
+async fn only_a_pending_row_shows_a_next_attempt() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let pending = pending_empty(&mut client, "sms", "p-1").await?;
+    let failed = pending_empty(&mut client, "sms", "f-1").await?;
+    fail(&client, failed, "400 bad number").await?;
+    let unknown = pending_empty(&mut client, "sms", "u-1").await?;
+    settle(&client, unknown, "unknown", "timed out after sending").await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    for (id, shown) in [(pending, true), (failed, false), (unknown, false)] {
+        let html = dash.page(&format!("/messages/{id}")).await?;
+        assert_eq!(html.contains("Next attempt"), shown, "{id}: {html}");
+        let api: Value = serde_json::from_str(&dash.page(&format!("/api/messages/{id}")).await?)?;
+        assert_eq!(api["next_attempt_at"].is_null(), !shown, "{api}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueued() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;

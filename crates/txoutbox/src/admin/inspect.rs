@@ -33,7 +33,7 @@ pub struct MessageSummary {
     pub attempts: i32,
     /// When it was enqueued.
     pub created_at: DateTime<Utc>,
-    /// When it is next due (hot rows only).
+    /// When it is next due (pending rows only: no other row will be tried again).
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// When it was delivered (delivered rows only).
     pub delivered_at: Option<DateTime<Utc>>,

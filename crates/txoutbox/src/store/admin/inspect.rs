@@ -294,16 +294,23 @@ pub(crate) async fn key_messages(
 
 /// The 14 columns every message listing starts with.
 fn summary(row: &Row) -> Result<MessageSummary, AdminError> {
+    let status: MessageStatus = row.try_get::<_, String>(3)?.parse()?;
     Ok(MessageSummary {
         id: row.try_get(0)?,
         seq: row.try_get(1)?,
         destination: row.try_get(2)?,
-        status: row.try_get::<_, String>(3)?.parse()?,
+        status,
         downstream_key: row.try_get(4)?,
         ordering_key: row.try_get(5)?,
         attempts: row.try_get(6)?,
         created_at: row.try_get(7)?,
-        next_attempt_at: row.try_get(8)?,
+        // Only a pending row will be tried again: a failed or unknown row keeps the column's
+        // last value, which no relay acts on.
+        next_attempt_at: if status == MessageStatus::Pending {
+            row.try_get(8)?
+        } else {
+            None
+        },
         delivered_at: row.try_get(9)?,
         last_error: row.try_get(10)?,
         lease_owner: row.try_get(11)?,
