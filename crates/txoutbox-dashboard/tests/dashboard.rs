@@ -265,8 +265,23 @@ async fn overview_counts_rows_by_destination_and_state() -> TestResult {
         html.contains(r#"destination=email&amp;status=pending">2</a>"#),
         "{html}"
     );
+    // A failed (or unknown) count above zero stands out; a zero does not.
     assert!(
-        html.contains(r#"destination=stripe&amp;status=failed">1</a>"#),
+        html.contains(
+            r#"<td class="num alarm"><a href="/outbox/messages?destination=stripe&amp;status=failed">1</a>"#
+        ),
+        "{html}"
+    );
+    assert!(
+        html.contains(
+            r#"<td class="num"><a href="/outbox/messages?destination=email&amp;status=failed">0</a>"#
+        ),
+        "{html}"
+    );
+    assert!(
+        html.contains(
+            r#"<td class="num"><a href="/outbox/messages?destination=stripe&amp;status=unknown">0</a>"#
+        ),
         "{html}"
     );
     assert!(html.contains("Top failing destinations"));
@@ -1515,7 +1530,9 @@ async fn a_destination_paused_from_the_overview_is_paused_and_logged_with_the_us
     let (_, html) = dash.get_as("", ALICE).await?;
     let row = overview_row(&html, "stripe");
     assert!(
-        row.contains(r#"<span class="flow paused">paused</span> by alice since <time"#),
+        row.contains(
+            r#"<span class="flow paused">paused</span> by alice since <span class="when"><time"#
+        ),
         "{row}"
     );
     assert!(row.contains(": Stripe incident 42"), "{row}");
@@ -1725,12 +1742,28 @@ async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> Tes
     assert_eq!(status, StatusCode::OK);
     let stripe = overview_row(&html, "stripe");
     assert!(
-        stripe.contains("paused</span> by bob since <time") && stripe.contains(": Stripe incident"),
+        stripe.contains(r#"paused</span> by bob since <span class="when"><time"#)
+            && stripe.contains(": Stripe incident"),
+        "{stripe}"
+    );
+    // A time says how long ago, or how far ahead, with the absolute time beside it.
+    let at = stripe
+        .split(r#"since <span class="when"><time datetime=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default();
+    assert_eq!(at.len(), "2026-01-01T00:00:00Z".len(), "{stripe}");
+    assert!(
+        stripe.contains(&format!(r#"title="{at}">"#))
+            && stripe.contains(r#" s ago</time> <small class="abs">"#)
+            && stripe.contains(&format!("{at}</small></span>")),
         "{stripe}"
     );
     let webhook = overview_row(&html, "webhook");
     assert!(
-        webhook.contains(r#"<span class="flow open">open</span> (breaker) until <time"#)
+        webhook.contains(
+            r#"<span class="flow open">open</span> (breaker) until <span class="when"><time"#
+        ) && webhook.contains(">in 59 min ")
             && webhook.contains(": 429 Retry-After: 3600")
             && webhook.contains("10 consecutive failure(s) counted"),
         "{webhook}"

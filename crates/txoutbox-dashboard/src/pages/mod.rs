@@ -156,13 +156,15 @@ fn render(base: &Base, result: Result<Markup, Failure>) -> Response {
     }
 }
 
+/// A time as on-call reads it: how long ago (or how far ahead) by this server's clock, with
+/// the absolute time beside it; a line may break between the two, never inside either.
 fn time(at: DateTime<Utc>) -> Markup {
-    let text = at.to_rfc3339_opts(SecondsFormat::Secs, true);
-    html! { time datetime=(text) { (text) } }
+    let secs = (Utc::now() - at).num_milliseconds() as f64 / 1000.0;
+    ago(at, secs)
 }
 
 /// A time `secs` seconds ago (negative: ahead), by whichever clock measured it (the
-/// database's, for the ages it computes), with the absolute time beside it.
+/// database's, for the ages it computes), with the absolute time beside it (see [`time`]).
 fn ago(at: DateTime<Utc>, secs: f64) -> Markup {
     let text = at.to_rfc3339_opts(SecondsFormat::Secs, true);
     let whole = Duration::from_secs(secs.abs().min(1e12) as u64);

@@ -31,6 +31,15 @@ fn estimated(stats: &txoutbox::admin::OutboxStats, status: MessageStatus) -> &'s
     }
 }
 
+/// A count's cell: red and bold when it counts rows that need an operator (failed, unknown),
+/// so a non-zero one cannot pass for a zero.
+fn count_class(status: MessageStatus, n: u64) -> &'static str {
+    match status {
+        MessageStatus::Failed | MessageStatus::Unknown if n > 0 => "num alarm",
+        _ => "num",
+    }
+}
+
 pub(crate) async fn overview(
     State(app): State<Shared>,
     Extension(who): Extension<Principal>,
@@ -113,7 +122,7 @@ pub(crate) async fn overview(
                                     a href={(b) "/messages?" (encode([("destination", *destination)]))} { (destination) }
                                 }
                                 @for s in MessageStatus::ALL {
-                                    td class="num" {
+                                    td class=(count_class(s, counts.get(s))) {
                                         a href={(b) "/messages?" (encode([("destination", *destination), ("status", s.as_str())]))} { (estimated(&stats, s)) (counts.get(s)) }
                                     }
                                 }
@@ -126,7 +135,7 @@ pub(crate) async fn overview(
                     tfoot {
                         tr {
                             th scope="row" { "All" }
-                            @for s in MessageStatus::ALL { td class="num" { (estimated(&stats, s)) (stats.total.get(s)) } }
+                            @for s in MessageStatus::ALL { td class=(count_class(s, stats.total.get(s))) { (estimated(&stats, s)) (stats.total.get(s)) } }
                             td {}
                             td {}
                             @if who.may_act() { td {} }
@@ -167,7 +176,7 @@ pub(crate) async fn overview(
                             @for d in &failing {
                                 tr {
                                     th scope="row" { a href={(b) "/messages?" (encode([("status", "failed"), ("destination", d.destination.as_str())]))} { (d.destination) } }
-                                    td class="num" { (d.counts.failed) }
+                                    td class=(count_class(MessageStatus::Failed, d.counts.failed)) { (d.counts.failed) }
                                     td class="num" { (d.last_hour.failures) " of " (d.last_hour.attempts) }
                                     td class="num" { @if let Some(r) = d.last_hour.rate { (format!("{:.1} %", r * 100.0)) } }
                                 }
