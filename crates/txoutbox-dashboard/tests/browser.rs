@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use txoutbox::admin::MessageStatus;
 use txoutbox::sink::DeliveryError;
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
@@ -184,18 +185,14 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .contains("402 card_declined"));
     alice.screenshot("dashboard-messages.png").await?;
     // An at-most-once call whose outcome was lost: its own group, above the failed ones.
-    let lost = message(&mut client)
+    // (Written in its end state: a pending row would be claimed by the relay running.)
+    message(&mut client)
         .destination("sms")
         .payload(json!({"to": "+33600000000"}))
+        .status(MessageStatus::Unknown)
+        .attempts(1)
+        .last_error("call timed out after sending")
         .create()
-        .await?;
-    client
-        .execute(
-            "UPDATE txoutbox_messages SET status = 'unknown', attempts = 1, \
-                 attempt_started_at = now(), last_error = 'call timed out after sending' \
-             WHERE id = $1",
-            &[&lost],
-        )
         .await?;
     alice.open(&format!("{plain}/failures")).await?;
     assert!(alice

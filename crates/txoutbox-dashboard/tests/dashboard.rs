@@ -361,6 +361,64 @@ async fn the_overview_warns_when_rows_wait_and_no_relay_is_alive() -> TestResult
 }
 
 #[tokio::test]
+async fn the_overview_charts_the_last_hour_day_or_week_with_axes() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    // Deliveries 30 min, 5 h and 3 days ago.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, downstream_key, \
+                 attempts, created_at, delivered_at) \
+             SELECT gen_random_uuid(), g, 'email', '{}', '{}', 'k-' || g, 1, \
+                 now() - a - interval '2 seconds', now() - a \
+             FROM unnest(ARRAY[interval '30 minutes', interval '5 hours', interval '3 days']) \
+                 WITH ORDINALITY AS t(a, g)",
+        )
+        .await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    for (window, heading, bars, delivered) in [
+        ("", "The last 1 h", 60, 1),
+        ("?window=1h", "The last 1 h", 60, 1),
+        ("?window=24h", "The last 24 h", 96, 2),
+        ("?window=7d", "The last 7 d", 168, 3),
+    ] {
+        let html = dash.page(window).await?;
+        assert!(html.contains(heading), "{window}: {html}");
+        let activity = html
+            .split(r#"<section id="activity""#)
+            .nth(1)
+            .and_then(|rest| rest.split("</section>").next())
+            .unwrap_or_default();
+        assert_eq!(
+            activity.matches(r#"<rect class="ok""#).count(),
+            bars,
+            "{window}"
+        );
+        assert!(
+            activity.contains(&format!(": {delivered} in ")),
+            "{window}: {activity}"
+        );
+        // Value labels and five time ticks on every chart.
+        assert_eq!(
+            activity.matches(r#"<text class="time""#).count(),
+            15,
+            "{window}"
+        );
+        assert!(activity.contains(r#"<text class="value""#), "{window}");
+        // The choice of span, the current one marked; only the last hour refreshes live.
+        assert!(activity.contains(r#"aria-current="true">"#), "{activity}");
+        assert_eq!(
+            activity.starts_with(" data-live"),
+            heading.ends_with("1 h"),
+            "{window}"
+        );
+    }
+    let (status, _) = dash.get_as("?window=1y", None).await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    Ok(())
+}
+
+#[tokio::test]
 async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;

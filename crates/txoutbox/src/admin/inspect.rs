@@ -160,10 +160,10 @@ pub async fn failure_groups(
     store::inspect::failure_groups(client, limit).await
 }
 
-/// One minute of the outbox's recent life: [`activity`].
+/// One minute (or one bucket of [`activity_buckets`]) of the outbox's recent life: [`activity`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MinuteActivity {
-    /// The minute's start.
+    /// The minute's (the bucket's) start.
     pub minute: DateTime<Utc>,
     /// Rows delivered in it.
     pub delivered: u64,
@@ -181,7 +181,20 @@ pub async fn activity(
     minutes: u32,
 ) -> Result<Vec<MinuteActivity>, AdminError> {
     let minutes = i32::try_from(minutes.clamp(1, 24 * 60)).unwrap_or(60);
-    store::inspect::activity(client, minutes).await
+    store::inspect::activity(client, minutes, 60.0).await
+}
+
+/// The last `buckets` buckets of `width` each (the current one included, each starting at a
+/// multiple of `width` since the epoch, UTC), oldest first: the 24 h and 7 d views (96 buckets of
+/// 15 min, 168 of 1 h). At most 1 440 buckets, each from 1 min to 1 day wide (clamped).
+pub async fn activity_buckets(
+    client: &impl GenericClient,
+    buckets: u32,
+    width: std::time::Duration,
+) -> Result<Vec<MinuteActivity>, AdminError> {
+    let buckets = i32::try_from(buckets.clamp(1, 24 * 60)).unwrap_or(60);
+    let width = width.as_secs().clamp(60, 24 * 60 * 60) as f64;
+    store::inspect::activity(client, buckets, width).await
 }
 
 /// One idempotency key as stored: [`lookup_key`].

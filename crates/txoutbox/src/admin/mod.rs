@@ -23,8 +23,9 @@ pub(crate) use filter::FilterParams;
 pub use filter::{ListCursor, MessageFilter, ReplaySelection, TimeBound};
 pub use flow::{destination_flows, pause_destination, resume_destination, DestinationFlow};
 pub use inspect::{
-    activity, failure_groups, list_messages, lookup_key, show_message, AttemptRecord, FailureGroup,
-    IdempotencyRecord, KeyLookup, MessageDetail, MessageSummary, MinuteActivity,
+    activity, activity_buckets, failure_groups, list_messages, lookup_key, show_message,
+    AttemptRecord, FailureGroup, IdempotencyRecord, KeyLookup, MessageDetail, MessageSummary,
+    MinuteActivity,
 };
 pub use known::require_known_destination;
 pub use purge::{
