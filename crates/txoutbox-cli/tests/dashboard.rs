@@ -218,7 +218,7 @@ fn relay_process(db: &TestDb, owner: &str) -> anyhow::Result<Child> {
 /// The `<tr …>` of the Relays page's table that names `owner` (empty when none does).
 fn relay_row<'a>(page: &'a str, owner: &str) -> &'a str {
     page.split("<tr")
-        .find(|row| row.contains(&format!("<code>{owner}</code>")))
+        .find(|row| row.contains(&format!(r#"<code class="id">{owner}</code>"#)))
         .unwrap_or("")
 }
 
@@ -250,7 +250,10 @@ async fn the_relays_page_lists_running_relays_and_marks_a_killed_one_stale() -> 
     for owner in ["relay-kept", "relay-killed"] {
         let row = relay_row(&page, owner);
         assert!(row.starts_with(r#" class="alive""#), "{owner}: {row}");
-        assert!(row.contains("<code>audit</code>"), "its sinks: {row}");
+        assert!(
+            row.contains(r#"<code class="id">audit</code>"#),
+            "its sinks: {row}"
+        );
         assert!(row.contains("every 200ms"), "its heartbeat: {row}");
     }
 

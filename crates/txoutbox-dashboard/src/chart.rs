@@ -7,12 +7,12 @@ use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 
 const WIDTH: f64 = 600.0;
-const HEIGHT: f64 = 150.0;
+const HEIGHT: f64 = 200.0;
 /// The plot's margins: room for the value labels on the left and the time labels below.
-const LEFT: f64 = 48.0;
+const LEFT: f64 = 80.0;
 const RIGHT: f64 = 8.0;
-const TOP: f64 = 8.0;
-const BOTTOM: f64 = 22.0;
+const TOP: f64 = 12.0;
+const BOTTOM: f64 = 34.0;
 
 /// The buckets a chart spans: their starts (oldest first) and how a tick names one.
 pub(crate) struct TimeAxis<'a> {
@@ -49,7 +49,7 @@ fn axes(max: f64, label: impl Fn(f64) -> String, time: &TimeAxis<'_>) -> Markup 
         @for v in [0.0, max / 2.0, max] {
             @let at = format!("{:.1}", y(v, max));
             line class="grid" x1=(LEFT) y1=(at) x2=(WIDTH - RIGHT) y2=(at) {}
-            text class="value" x=(LEFT - 4.0) y=(format!("{:.1}", y(v, max) + 4.0)) text-anchor="end" { (label(v)) }
+            text class="value" x=(LEFT - 6.0) y=(format!("{:.1}", y(v, max) + 7.0)) text-anchor="end" { (label(v)) }
         }
         line class="axis" x1=(LEFT) y1=(TOP) x2=(LEFT) y2=(plot_bottom()) {}
         line class="axis" x1=(LEFT) y1=(plot_bottom()) x2=(WIDTH - RIGHT) y2=(plot_bottom()) {}
@@ -57,7 +57,9 @@ fn axes(max: f64, label: impl Fn(f64) -> String, time: &TimeAxis<'_>) -> Markup 
             @if let Some(start) = time.starts.get(i) {
                 @let x = format!("{:.1}", LEFT + i as f64 * step + step / 2.0);
                 line class="axis" x1=(x) y1=(plot_bottom()) x2=(x) y2=(plot_bottom() + 4.0) {}
-                text class="time" x=(x) y=(HEIGHT - 6.0) text-anchor="middle" { (start.format(time.format)) }
+                // The first and last labels stay inside the chart.
+                @let anchor = if i == 0 { "start" } else if i + 1 == n { "end" } else { "middle" };
+                text class="time" x=(x) y=(HEIGHT - 8.0) text-anchor=(anchor) { (start.format(time.format)) }
             }
         }
     }

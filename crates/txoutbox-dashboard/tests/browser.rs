@@ -211,8 +211,18 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     alice.screenshot("dashboard-failures.png").await?;
 
     // The relay delivering `stripe` shows on the Relays page, alive, with its sink.
+    // And one killed an hour ago, whose row stayed behind: stale.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_relays (owner, host, pid, version, heartbeat_every, \
+                 started_at, heartbeat_at, last_claim_at, held, sinks) \
+             VALUES ('worker-7-4182-a1b2c3', 'worker-7', 4182, '0.1.0', interval '5 s', \
+                 now() - interval '3 hours', now() - interval '1 hour', \
+                 now() - interval '1 hour', 12, ARRAY['email', 'stripe'])",
+        )
+        .await?;
     alice.open(&format!("{plain}/relays")).await?;
-    wait_for_text(&alice, "#relays", "1 relay alive").await?;
+    wait_for_text(&alice, "#relays", "1 relay alive, 1 stale").await?;
     let relays = alice.text("table.relays").await?;
     assert!(
         relays.contains(relay_owner.as_str())

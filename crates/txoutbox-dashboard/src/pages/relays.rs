@@ -68,9 +68,9 @@ fn row(r: &RelayRecord) -> Markup {
                 @if r.stale { span class="relay stale" { "stale" } }
                 @else { span class="relay alive" { "alive" } }
             }
-            td {
-                code { (r.owner) } br;
-                small { (r.host) " · pid " (r.pid) }
+            td class="relay-name" {
+                code class="id" { (r.owner) } br;
+                small { (r.host) " · pid\u{a0}" (r.pid) }
             }
             td { (r.version) }
             td { (ago(r.started_at, r.started_age_secs)) }
@@ -85,7 +85,7 @@ fn row(r: &RelayRecord) -> Markup {
                 }
             }
             td class="num" { (r.held) }
-            td { @for (i, s) in r.sinks.iter().enumerate() { @if i > 0 { ", " } code { (s) } } }
+            td { @for (i, s) in r.sinks.iter().enumerate() { @if i > 0 { ", " } code class="id" { (s) } } }
             td { (bounds(&r.flow)) }
         }
     }
