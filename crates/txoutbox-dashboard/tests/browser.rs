@@ -309,6 +309,18 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     tokio::time::sleep(Duration::from_millis(500)).await;
     let refused = alice.source().await?;
     assert!(refused.contains("cross-site request refused"), "{refused}");
+
+    // Every relay gone (the last one stopped, the other stale) while a row waits: the overview
+    // raises the alarm. The week's charts have their axes too.
+    message(&mut client)
+        .destination("email")
+        .payload(json!({"template": "receipt"}))
+        .create()
+        .await?;
+    alice.open(&format!("{plain}?window=7d")).await?;
+    wait_for_text(&alice, "#backlog", "No relay is alive").await?;
+    assert!(alice.text("#activity").await?.contains("The last 7 d"));
+    alice.screenshot("dashboard-no-relay-7d.png").await?;
     alice.close().await;
 
     // A viewer reads, sees no action, and a forged same-site POST is refused.
