@@ -329,6 +329,20 @@ pub(crate) async fn destinations(State(app): State<Shared>) -> Response {
     )
 }
 
+/// `GET /api/relays`: every relay that recorded itself, alive ones first ([`RelayRecord`]'s
+/// fields, `stale` after three missed heartbeats).
+///
+/// [`RelayRecord`]: txoutbox::admin::RelayRecord
+pub(crate) async fn relays(State(app): State<Shared>) -> Response {
+    answer(
+        async {
+            let client = app.client().await?;
+            Ok(txoutbox::admin::relays(&**client).await?)
+        }
+        .await,
+    )
+}
+
 /// How to pause, as the API takes it.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -271,7 +271,7 @@ async fn failures_to_two_addresses_form_one_group_whose_link_lists_both() -> Tes
     let dash = Served::start(&db, redacting(&["email"])).await?;
 
     let html = dash.page("/failures").await?;
-    let link = "error_class=%3Cn%3E+%3C%3Cemail%3E%3E+mailbox+unavailable";
+    let link = "error_class=550+%3C%3Cemail%3E%3E+mailbox+unavailable";
     assert!(html.contains(&format!(r#"{link}">2</a>"#)), "{html}");
     let list = dash
         .page(&format!("/messages?status=failed&destination=email&{link}"))

@@ -88,6 +88,9 @@ pub(super) async fn claim(
         }
     }
     let next_change = inner.flow.observe(&gates, bounds, inner.sinks.keys());
+    if let Some(row) = claimed.rows.first() {
+        inner.presence.claimed(row.attempt_started_at);
+    }
     let mut leases = Vec::with_capacity(claimed.rows.len());
     let mut undecodable = Vec::new();
     for row in claimed.rows {

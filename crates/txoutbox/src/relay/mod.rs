@@ -7,7 +7,8 @@
 //! back unstarted ones at shutdown), and `held` tracks them until their outcome is written;
 //! `deliver` runs one attempt, bounded by the lease; `complete` writes outcomes in batches (a row
 //! whose outcome cannot be written never blocks the others); `maintenance` takes back expired
-//! leases and samples the backlog; `flow` is flow control. Every statement is in the crate's
+//! leases and samples the backlog; `flow` is flow control; `presence` keeps the relay's row in `txoutbox_relays` (its
+//! heartbeat). Every statement is in the crate's
 //! `store` module. [`RelayWaker`] and [`notify_in_transaction`] are the write path's side of the
 //! wake-up; [`Shutdown`] is the stop signal every background service here runs with.
 //!
@@ -24,6 +25,7 @@ mod flow;
 mod held;
 mod listener;
 mod maintenance;
+mod presence;
 mod startup;
 
 use std::collections::HashMap;
@@ -75,6 +77,8 @@ struct Inner {
     flow: flow::Flow,
     /// Keys whose deferred effects this relay found poisoned.
     poisoned: fan_out::Poisoned,
+    /// What the heartbeat reports (the last claim).
+    presence: presence::Presence,
 }
 
 impl Inner {
@@ -239,6 +243,11 @@ impl Relay {
         let (done, results) = mpsc::channel::<Finished>(config.concurrency.max(1) * 2);
         let shutting_down = Arc::new(AtomicBool::new(false));
         let held = Held::default();
+        background.spawn(presence::heartbeat(
+            inner.clone(),
+            held.clone(),
+            stop.clone(),
+        ));
         let mut completer = tokio::spawn(complete::completer(
             inner.clone(),
             results,
@@ -441,6 +450,7 @@ impl Relay {
         stop.notify_waiters();
         background.abort_all();
         while background.join_next().await.is_some() {}
+        presence::remove(&inner).await;
         tracing::info!(owner = %config.owner, claimed = report.claimed, released = report.released, "relay stopped");
         Ok(report)
     }
