@@ -23,6 +23,9 @@ pub const MAIL_DIR_VAR: &str = "MAIL_DIR";
 /// [`SmtpConfig::hello_name`]).
 pub const SMTP_HELO_NAME_VAR: &str = "SMTP_HELO_NAME";
 
+/// What makes a valid payload, as the attempt log names it.
+const BUILDER: &str = "txoutbox_email::Email";
+
 /// SMTP knobs; [`SmtpConfig::default`] suits most servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SmtpConfig {
@@ -306,7 +309,8 @@ impl fmt::Debug for EmailSink {
 #[async_trait::async_trait]
 impl Sink for EmailSink {
     async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
-        let email: Email = delivery.payload_as()?;
+        let email = Email::from_payload(&delivery.payload)
+            .map_err(|e| DeliveryError::malformed_payload(BUILDER, e))?;
         let (message, message_id) = email
             .to_message(
                 &delivery.downstream_key,
@@ -420,6 +424,11 @@ mod tests {
         };
         let err = sink.deliver(&delivery).await.expect_err("refused");
         assert!(err.is_permanent(), "{err:?}");
+        assert!(
+            err.to_string()
+                .starts_with("malformed payload (build it with txoutbox_email::Email): "),
+            "{err}"
+        );
         delivery.payload = serde_json::json!({
             "from": "shop@example.com", "to": ["not-an-address"], "subject": "s", "text": "t"
         });
