@@ -25,6 +25,13 @@ pub enum Error {
     /// A payload or header could not be serialised to JSON.
     #[error("the payload does not serialise to JSON: {0}")]
     Payload(#[from] serde_json::Error),
+    /// A payload its destination's builder or check refuses (an email without a recipient, a
+    /// webhook URL that is not http(s), a Stripe amount below 1, raw JSON of the wrong shape),
+    /// caught before the row is written rather than dead-lettered by the relay later. The source
+    /// is the builder's own typed error (`txoutbox_email::EmailError`, ...), reachable with
+    /// `std::error::Error::source` and `downcast_ref`. Answer `422 Unprocessable Content`.
+    #[error("invalid payload: {0}")]
+    InvalidPayload(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
     /// Caller input the library refuses to write: a message, scope, effect name, traceparent or
     /// response (the text says why). A client's mistake or the service's: answer 400.
     #[error("invalid input: {0}")]
@@ -59,12 +66,19 @@ impl Error {
         matches!(self, Error::StoreUnavailable(_))
     }
 
+    /// An [`Error::InvalidPayload`] whose source is `err`: what a sink crate's payload error
+    /// converts into.
+    pub fn invalid_payload(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::InvalidPayload(Box::new(err))
+    }
+
     /// The HTTP status a service should answer this error with.
     pub fn http_status(&self) -> u16 {
         match self {
             Error::StoreUnavailable(_) | Error::Schema(_) => 503,
             Error::Key(_) | Error::Invalid(_) | Error::Payload(_) => 400,
             Error::Conflict(_) => 409,
+            Error::InvalidPayload(_) => 422,
             Error::Database(_)
             | Error::Migration(_)
             | Error::Config(_)
@@ -168,3 +182,24 @@ fn db_message(err: &tokio_postgres::Error) -> String {
 
 /// The prefix of every relation txoutbox's migrations create.
 const TABLE_PREFIX: &str = "\"txoutbox_";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("an email needs at least one To recipient")]
+    struct NoRecipient;
+
+    #[test]
+    fn an_invalid_payload_is_a_422_that_keeps_the_builders_error_as_its_source() {
+        let err = Error::invalid_payload(NoRecipient);
+        assert_eq!(err.http_status(), 422);
+        assert_eq!(
+            err.to_string(),
+            "invalid payload: an email needs at least one To recipient"
+        );
+        let source = std::error::Error::source(&err).expect("a source");
+        assert!(source.downcast_ref::<NoRecipient>().is_some(), "{source:?}");
+    }
+}
