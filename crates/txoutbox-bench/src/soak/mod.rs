@@ -24,7 +24,7 @@ use anyhow::{Context, Result};
 use txoutbox::OutboxMessage;
 use txoutbox_test_support::{Cluster, ClusterOptions, TestDb};
 
-use check::{Attempt, Final, HotRow};
+use check::{Attempt, Committed, DeliveredRow, Expect, Final, HotRow};
 use downstream::Downstream;
 use plan::{EventKind, Plan, AT_LEAST_ONCE, AT_MOST_ONCE};
 use relays::{Fleet, RelaySpec};
@@ -204,15 +204,17 @@ pub async fn run(options: &SoakOptions) -> Result<SoakReport> {
             downstream.strays()
         ));
     }
-    let (violations, figures) = check::check(
-        &plan,
-        options.max_attempts,
-        options.grace,
-        &calls,
-        &state,
-        &fleet.exits,
-        &fleet.killed,
-    );
+    let expect = batch_expect(&plan);
+    let (violations, figures) = check::check(&check::Inputs {
+        plan: &plan,
+        expect: &expect,
+        max_attempts: options.max_attempts,
+        grace: options.grace,
+        calls: &calls,
+        state: &state,
+        exits: &fleet.exits,
+        killed: &fleet.killed,
+    });
     drop(observer);
     drop(db);
     drop(cluster);
@@ -338,18 +340,14 @@ async fn replay(fleet: &Fleet, db: &TestDb, downstream: &Downstream, notes: &mut
     }
     let unknown = async {
         let client = db.connect().await?;
-        let rows = client
-            .query(
-                "SELECT id, downstream_key FROM txoutbox_messages WHERE status = 'unknown'",
-                &[],
-            )
-            .await?;
+        let query =
+            format!("SELECT id, {ROW_OF_PAYLOAD} FROM txoutbox_messages WHERE status = 'unknown'");
+        let rows = client.query(&query, &[]).await?;
         anyhow::Ok(
             rows.iter()
                 .filter_map(|r| {
                     let id: uuid::Uuid = r.get(0);
-                    let key: String = r.get(1);
-                    let row = row_of(&key)?;
+                    let row = usize::try_from(r.get::<_, Option<i64>>(1)?).ok()?;
                     (!downstream.applied(row)).then_some(id.to_string())
                 })
                 .take(50)
@@ -375,20 +373,34 @@ async fn replay(fleet: &Fleet, db: &TestDb, downstream: &Downstream, notes: &mut
     }
 }
 
-fn row_of(downstream_key: &str) -> Option<usize> {
-    downstream_key.strip_prefix("soak-")?.parse().ok()
+/// What is known of the rows `txoutbox::enqueue` writes: each is committed (a failed transaction
+/// is tried again until it commits), with the soak's own downstream key.
+fn batch_expect(plan: &Plan) -> HashMap<usize, Expect> {
+    plan.rows
+        .iter()
+        .map(|row| {
+            let expect = Expect {
+                committed: Committed::Yes,
+                key: Some(plan::downstream_key(row.index)),
+                request: None,
+            };
+            (row.index, expect)
+        })
+        .collect()
 }
 
 /// Copies of every attempt (the log's rows and the delivering attempts delivered rows carry) and of
 /// the delivered history, which `txoutbox purge` does not touch.
 const AUDIT: &str = "\
 CREATE TABLE soak_attempts (LIKE txoutbox_attempts);
-CREATE TABLE soak_delivered (id uuid NOT NULL, downstream_key text NOT NULL);
+CREATE TABLE soak_delivered (id uuid NOT NULL, downstream_key text NOT NULL, row bigint);
 CREATE FUNCTION soak_copy_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN INSERT INTO soak_attempts VALUES (NEW.*); RETURN NULL; END $$;
 CREATE FUNCTION soak_copy_delivered() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO soak_delivered VALUES (NEW.id, NEW.downstream_key);
+    INSERT INTO soak_delivered VALUES (NEW.id, NEW.downstream_key, CASE WHEN
+        jsonb_typeof(NEW.payload -> 'data' -> 'row') = 'number'
+        THEN (NEW.payload -> 'data' ->> 'row')::bigint END);
     IF NEW.relay IS NOT NULL THEN
         INSERT INTO soak_attempts VALUES (NEW.id, NEW.attempts, NEW.downstream_key, NEW.relay,
             NEW.lease_token, 'delivered', NULL, NEW.receipt, NEW.attempt_started_at,
@@ -408,49 +420,62 @@ const UNSETTLED: &str = "SELECT count(*) FROM txoutbox_messages m \
          SELECT 1 FROM txoutbox_messages p WHERE p.ordering_key = m.ordering_key \
          AND p.seq < m.seq AND p.status IN ('failed', 'unknown')))";
 
+/// The row a stored payload names (`data.row`), read by Postgres (which reads any payload it
+/// stored, one the relay cannot decode too).
+const ROW_OF_PAYLOAD: &str = "CASE WHEN jsonb_typeof(payload -> 'data' -> 'row') = 'number' \
+     THEN (payload -> 'data' ->> 'row')::bigint END";
+
 async fn read_final(client: &tokio_postgres::Client) -> Result<Final> {
     let mut state = Final::default();
-    for r in client
-        .query(
-            "SELECT id, downstream_key, status, last_error, lease_owner, attempts, \
-             EXTRACT(EPOCH FROM next_attempt_at - now())::float8 FROM txoutbox_messages",
-            &[],
-        )
-        .await?
-    {
-        let key: String = r.get(1);
-        if let Some(row) = row_of(&key) {
-            state.hot.insert(
-                row,
-                HotRow {
-                    id: r.get(0),
-                    status: r.get(2),
-                    last_error: r.get(3),
-                    lease_owner: r.get(4),
-                    attempts: r.get(5),
-                    due_in: r.get(6),
-                },
-            );
-        }
+    let hot = format!(
+        "SELECT id, downstream_key, status, last_error, lease_owner, attempts, \
+         EXTRACT(EPOCH FROM next_attempt_at - now())::float8, {ROW_OF_PAYLOAD} \
+         FROM txoutbox_messages"
+    );
+    for r in client.query(&hot, &[]).await? {
+        let Some(row) = r
+            .get::<_, Option<i64>>(7)
+            .and_then(|r| usize::try_from(r).ok())
+        else {
+            continue;
+        };
+        let id: uuid::Uuid = r.get(0);
+        state.copies.entry(row).or_default().insert(id);
+        state.hot.insert(
+            row,
+            HotRow {
+                id,
+                downstream_key: r.get(1),
+                status: r.get(2),
+                last_error: r.get(3),
+                lease_owner: r.get(4),
+                attempts: r.get(5),
+                due_in: r.get(6),
+            },
+        );
     }
-    for r in client
-        .query(
-            "SELECT id, downstream_key FROM soak_delivered UNION \
-             SELECT id, downstream_key FROM txoutbox_delivered",
-            &[],
-        )
-        .await?
-    {
-        let key: String = r.get(1);
-        if let Some(row) = row_of(&key) {
-            state.delivered.insert(row, r.get(0));
-        }
+    let delivered = format!(
+        "SELECT id, downstream_key, row FROM soak_delivered UNION \
+         SELECT id, downstream_key, {ROW_OF_PAYLOAD} FROM txoutbox_delivered"
+    );
+    for r in client.query(&delivered, &[]).await? {
+        let Some(row) = r
+            .get::<_, Option<i64>>(2)
+            .and_then(|r| usize::try_from(r).ok())
+        else {
+            continue;
+        };
+        let id: uuid::Uuid = r.get(0);
+        state.copies.entry(row).or_default().insert(id);
+        let downstream_key = r.get(1);
+        state
+            .delivered
+            .insert(row, DeliveredRow { id, downstream_key });
     }
     let ids: HashMap<uuid::Uuid, usize> = state
-        .hot
+        .copies
         .iter()
-        .map(|(row, h)| (h.id, *row))
-        .chain(state.delivered.iter().map(|(row, id)| (*id, *row)))
+        .flat_map(|(row, ids)| ids.iter().map(move |id| (*id, *row)))
         .collect();
     for r in client
         .query(

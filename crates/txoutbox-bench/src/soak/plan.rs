@@ -104,6 +104,8 @@ pub struct RowPlan {
     pub script: Vec<Answer>,
     /// Every call of this row is refused with 422.
     pub poisoned: bool,
+    /// The row is stored with a payload the relay cannot decode (written with SQL).
+    pub undecodable: bool,
     /// When the row is enqueued, from the start of the run.
     pub enqueue_at: Duration,
 }
@@ -202,6 +204,7 @@ impl Plan {
                     ordering: None,
                     script,
                     poisoned: rng.random_bool(0.01),
+                    undecodable: false,
                     enqueue_at: Duration::from_millis(rng.random_range(0..window)),
                 }
             })
