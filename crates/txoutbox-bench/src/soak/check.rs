@@ -15,7 +15,7 @@ use super::plan::{Plan, RowPlan};
 use super::relays::Exit;
 
 /// The invariants, in report order: (name, what holds).
-pub const INVARIANTS: [(&str, &str); 14] = [
+pub const INVARIANTS: [(&str, &str); 15] = [
     (
         "settled",
         "every row ends delivered, failed or unknown (or waits behind a dead-lettered head)",
@@ -37,6 +37,11 @@ pub const INVARIANTS: [(&str, &str); 14] = [
     (
         "downstream-key",
         "every call carries the row's downstream key, the one its writer derived or gave",
+    ),
+    (
+        "request-answers",
+        "a request sent again in its window gets its stored response, or a mismatch for \
+         another body; a new or expired key is claimed",
     ),
     (
         "calls-logged",

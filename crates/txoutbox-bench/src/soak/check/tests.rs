@@ -22,9 +22,11 @@ fn plan(rows: usize) -> Plan {
                 script: Vec::new(),
                 poisoned: false,
                 undecodable: false,
+                request: None,
                 enqueue_at: Duration::ZERO,
             })
             .collect(),
+        requests: Vec::new(),
         events: Vec::new(),
         chaos: Duration::from_secs(1),
     }
