@@ -13,7 +13,7 @@ const SEED: u64 = 20261203;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relays_under_injected_faults_keep_every_delivery_invariant() -> anyhow::Result<()> {
     let mut options = SoakOptions::new(SEED, txoutbox_bin()?);
-    options.rows = 150;
+    options.rows = 200;
     options.chaos = Duration::from_secs(40);
     options.settle = Duration::from_secs(60);
     options.hostile = hostile_rows();

@@ -153,6 +153,7 @@ pub async fn run(options: &SoakOptions) -> Result<SoakReport> {
     }
     let mut expect = batch_expect(&plan);
     expect.extend(written.expect(&plan));
+
     let (mut violations, figures) = check::check(&check::Inputs {
         plan: &plan,
         expect: &expect,
@@ -164,6 +165,7 @@ pub async fn run(options: &SoakOptions) -> Result<SoakReport> {
         killed: &fleet.killed,
     });
     violations.extend(written.anomalies);
+    let requests = written.figures;
     drop(observer);
     drop(db);
     drop(cluster);
@@ -173,6 +175,7 @@ pub async fn run(options: &SoakOptions) -> Result<SoakReport> {
         rows: plan.rows.len(),
         faults,
         figures,
+        requests,
         violations,
         notes,
         log_dir,

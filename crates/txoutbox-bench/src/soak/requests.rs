@@ -6,7 +6,7 @@
 //! passed (a take-over). What each request committed, and with which claim, is what the checker
 //! expects in the outbox.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,6 +63,14 @@ pub struct Written {
     /// Answers the write path should not have given (a retry that ran again, a key derived
     /// against the documented rule).
     pub anomalies: Vec<Violation>,
+    /// What the requests did, counted for the report.
+    pub figures: BTreeMap<String, u64>,
+}
+
+impl Written {
+    fn count(&mut self, what: impl Into<String>) {
+        *self.figures.entry(what.into()).or_default() += 1;
+    }
 }
 
 impl Written {
@@ -130,9 +138,14 @@ pub async fn write_all(pool: Pool, plan: Arc<Plan>, epoch: Instant) -> Result<Wr
             let mut next = Some(index);
             while let Some(i) = next {
                 let request = &plan.requests[i];
+                let carried = match request.takes_over {
+                    Some(_) => carries_effects(&pool, request).await,
+                    None => false,
+                };
                 let started = Instant::now();
                 let done = run(&pool, &plan, request).await;
                 if let Ok(mut w) = written.lock() {
+                    w.tally(request, &done.0, carried);
                     w.outcomes.insert(i, done.0);
                     w.anomalies.extend(done.1);
                 }
@@ -152,6 +165,43 @@ pub async fn write_all(pool: Pool, plan: Arc<Plan>, epoch: Instant) -> Result<Wr
         .lock()
         .map_err(|_| anyhow::anyhow!("writer panicked"))?;
     Ok(std::mem::take(&mut *written))
+}
+
+impl Written {
+    /// Counts what one request did.
+    fn tally(&mut self, request: &RequestPlan, outcome: &Outcome, carried: bool) {
+        self.count(match outcome.committed {
+            Committed::Yes => "committed",
+            Committed::Maybe => "commit answer lost",
+            Committed::No => "not committed",
+        });
+        self.count(format!("{}, {:?}", request.keying.scope(), request.path));
+        if request.duplicate != Duplicate::None && outcome.committed == Committed::Yes {
+            self.count(format!("sent again ({:?})", request.duplicate));
+        }
+        if request.takes_over.is_some() {
+            self.count(format!("take-over at {:?}", request.isolation));
+            if carried {
+                self.count("take-over, effects not yet fanned out");
+            }
+        }
+    }
+}
+
+/// Whether the key a take-over is about to reuse still carries its predecessor's effects (not
+/// fanned out yet): the case where a take-over must keep them.
+async fn carries_effects(pool: &Pool, request: &RequestPlan) -> bool {
+    let Ok(client) = pool.get().await else {
+        return false;
+    };
+    client
+        .query_opt(
+            "SELECT 1 FROM txoutbox_idempotency_keys WHERE scope = $1 AND key = $2 \
+             AND effects IS NOT NULL",
+            &[&request.keying.scope(), &request.key],
+        )
+        .await
+        .is_ok_and(|row| row.is_some())
 }
 
 /// One request, tried until it commits (or, in a short scope, until its commit answer is lost:

@@ -10,7 +10,7 @@ use super::RowPlan;
 
 /// The window of the short scopes: a request with the same key this long after its
 /// predecessor's claim takes the key over.
-pub const SHORT_WINDOW: Duration = Duration::from_millis(50);
+pub const SHORT_WINDOW: Duration = Duration::from_millis(20);
 
 /// How a request's key is kept, and where its effects wait: one scope each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,40 +112,41 @@ pub fn effect_name(n: usize) -> String {
     format!("e{n}")
 }
 
-/// Makes about half of the rows that are not in an ordering key (nor undecodable) effects of
-/// requests, 1 to 3 a request; about half of the requests in a short scope are followed by a
-/// take-over of their key. Returns the requests; the rows are marked with theirs.
+/// Makes about 60 % of the rows that are not in an ordering key (nor undecodable) effects of
+/// requests, 1 to 3 a request; about 70 % of the requests in a short scope are followed by a
+/// take-over of their key (itself followed by another at half the chance, up to three).
+/// Returns the requests; the rows are marked with theirs.
 pub(super) fn draw(rng: &mut StdRng, seed: u64, rows: &mut [RowPlan]) -> Vec<RequestPlan> {
     let mut candidates: Vec<usize> = rows
         .iter()
         .filter(|r| r.ordering.is_none() && !r.undecodable)
         .map(|r| r.index)
-        .filter(|_| rng.random_bool(0.5))
+        .filter(|_| rng.random_bool(0.6))
         .collect();
     candidates.reverse();
     let mut requests: Vec<RequestPlan> = Vec::new();
     while !candidates.is_empty() {
         let keying = match rng.random_range(0..100) {
-            0..20 => Keying::Rows,
-            20..45 => Keying::Deferred,
-            45..60 => Keying::ShortRows,
-            60..85 => Keying::ShortDeferred,
+            0..15 => Keying::Rows,
+            15..35 => Keying::Deferred,
+            35..50 => Keying::ShortRows,
+            50..85 => Keying::ShortDeferred,
             _ => Keying::Business,
         };
         let index = requests.len();
         let key = format!("soak-{seed}-request-{index:05}");
-        let mut request = one(rng, rows, &mut candidates, index, keying, key);
-        let follow = keying.short() && rng.random_bool(0.5) && !candidates.is_empty();
-        if follow {
-            let key = request.key.clone();
-            let mut follower = one(rng, rows, &mut candidates, index + 1, keying, key);
-            follower.at = request.at;
-            follower.takes_over = Some(index);
-            request.taken_over_by = Some(index + 1);
-            requests.push(request);
+        requests.push(one(rng, rows, &mut candidates, index, keying, key));
+        // Take-overs: the key reused once its window has passed, up to three times in a row.
+        let mut chance = 0.7;
+        while keying.short() && !candidates.is_empty() && rng.random_bool(chance) {
+            let before = requests.len() - 1;
+            let key = requests[before].key.clone();
+            let mut follower = one(rng, rows, &mut candidates, before + 1, keying, key);
+            follower.at = requests[before].at;
+            follower.takes_over = Some(before);
+            requests[before].taken_over_by = Some(before + 1);
             requests.push(follower);
-        } else {
-            requests.push(request);
+            chance /= 2.0;
         }
     }
     requests
