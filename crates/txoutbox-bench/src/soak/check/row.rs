@@ -21,13 +21,14 @@ impl Ctx<'_> {
                 Some(i),
                 format!("in the outbox {copies} times, though nothing that wrote it committed"),
             ),
-            Some(Committed::Yes) if copies == 0 => self.push(
-                "effects-exact",
-                Some(i),
-                format!(
-                    "committed, yet neither in the outbox nor delivered (lost); {calls} calls seen"
-                ),
-            ),
+            Some(Committed::Yes) if copies == 0 => {
+                let observed = format!(
+                    "committed, yet neither in the outbox nor delivered (lost){}; {calls} calls \
+                     seen",
+                    self.request_of(i)
+                );
+                self.push("effects-exact", Some(i), observed);
+            }
             _ if copies > 1 => {
                 let ids: Vec<String> = state.copies[&i].iter().map(|id| id.to_string()).collect();
                 self.push(
@@ -51,6 +52,28 @@ impl Ctx<'_> {
         self.check_calls(row);
         self.check_key(row);
         final_state
+    }
+
+    /// For a row a request wrote: which request, and what became of its key.
+    fn request_of(&self, row: usize) -> String {
+        let plan = self.input.plan;
+        let Some(request) = plan.rows[row].request.and_then(|r| plan.requests.get(r)) else {
+            return String::new();
+        };
+        let mut text = format!(
+            ": effect of request {} ({}, {:?}, {:?})",
+            request.index,
+            request.keying.scope(),
+            request.path,
+            request.isolation
+        );
+        if let Some(next) = request.taken_over_by.and_then(|r| plan.requests.get(r)) {
+            text.push_str(&format!(
+                ", whose key request {} took over at {:?}",
+                next.index, next.isolation
+            ));
+        }
+        text
     }
 
     /// Settled, not leased, a reason for every dead row.
