@@ -1,6 +1,6 @@
 //! The short soak of `./scripts/test`: three `txoutbox relay` processes, a private Postgres and
 //! the scripted downstream under a fixed seed's faults, for well under three minutes. The long
-//! run is `txoutbox-bench soak --minutes 30` (see README).
+//! run's command is in docs/benchmarks.md.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
