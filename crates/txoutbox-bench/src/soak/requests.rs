@@ -142,7 +142,6 @@ pub async fn write_all(pool: Pool, plan: Arc<Plan>, epoch: Instant) -> Result<Wr
                     Some(_) => carries_effects(&pool, request).await,
                     None => false,
                 };
-                let started = Instant::now();
                 let done = run(&pool, &plan, request).await;
                 if let Ok(mut w) = written.lock() {
                     w.tally(request, &done.0, carried);
@@ -150,10 +149,11 @@ pub async fn write_all(pool: Pool, plan: Arc<Plan>, epoch: Instant) -> Result<Wr
                     w.anomalies.extend(done.1);
                 }
                 next = request.taken_over_by;
-                // The window runs from the claim: wait it out, with a margin, from the start.
-                let wait =
-                    (SHORT_WINDOW + Duration::from_millis(20)).saturating_sub(started.elapsed());
-                tokio::time::sleep(wait).await;
+                // The window runs from the claim, before the commit: once it has passed since
+                // the commit, the key has expired.
+                if next.is_some() {
+                    tokio::time::sleep(SHORT_WINDOW + Duration::from_millis(10)).await;
+                }
             }
             drop(permit);
         }));
@@ -369,11 +369,7 @@ async fn try_once(
             claim.enqueue(&name, message)?;
         }
         claim.complete(&*tx).await?;
-        return Ok(match tx.commit().await {
-            Ok(()) => Tried::Committed(None),
-            Err(e) if e.code().is_some() => return Err(e.into()),
-            Err(_) => Tried::Lost(None),
-        });
+        return committed(tx.commit().await, None);
     }
     let mut claim = match txoutbox::begin(&tx, &scope, &key, &fingerprint).await? {
         Begin::New(claim) => claim,
@@ -408,12 +404,18 @@ async fn try_once(
         },
         Path::Complete => {
             claim.complete(&tx, &response).await?;
-            match tx.commit().await {
-                Ok(()) => Ok(Tried::Committed(Some(claimed_at))),
-                Err(e) if e.code().is_some() => Err(e.into()),
-                Err(_) => Ok(Tried::Lost(Some(claimed_at))),
-            }
+            committed(tx.commit().await, Some(claimed_at))
         }
+    }
+}
+
+/// What a commit's answer says: committed, not (the server refused it), or unknown (no answer,
+/// or the server going away: the COMMIT may have been carried out).
+fn committed(answer: Result<(), tokio_postgres::Error>, claimed_at: Option<i64>) -> Result<Tried> {
+    match answer.map_err(txoutbox::Error::from) {
+        Ok(()) => Ok(Tried::Committed(claimed_at)),
+        Err(e) if e.is_unavailable() => Ok(Tried::Lost(claimed_at)),
+        Err(e) => Err(e.into()),
     }
 }
 
