@@ -15,7 +15,7 @@ async fn relays_under_injected_faults_keep_every_delivery_invariant() -> anyhow:
     let mut options = SoakOptions::new(SEED, txoutbox_bin()?);
     options.rows = 200;
     options.chaos = Duration::from_secs(40);
-    options.settle = Duration::from_secs(100);
+    options.settle = Duration::from_secs(120);
     options.hostile = hostile_rows();
     let report = soak::run(&options).await?;
     print!("{}", report.table());
