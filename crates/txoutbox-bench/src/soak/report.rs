@@ -74,10 +74,9 @@ impl SoakReport {
         let _ = writeln!(
             t,
             "requests                  {:>8}",
-            self.requests
+            ["committed", "commit answer lost", "not committed"]
                 .iter()
-                .filter(|(k, _)| k.contains(", "))
-                .map(|(_, n)| n)
+                .filter_map(|k| self.requests.get(*k))
                 .sum::<u64>()
         );
         for (what, n) in &self.requests {
