@@ -32,11 +32,10 @@ async fn relays_under_injected_faults_keep_every_delivery_invariant() -> anyhow:
     Ok(())
 }
 
-/// Whether the run stores undecodable rows: `SOAK_HOSTILE_ROWS=1` turns them on. Off by
-/// default until the relay dead-letters an undecodable row alone (today such a row fails the
-/// claim of its whole batch, and the backlog never settles).
+/// Whether the run stores undecodable rows: on unless `SOAK_HOSTILE_ROWS=0`. Each must fail
+/// alone, its batch-mates delivered.
 fn hostile_rows() -> bool {
-    std::env::var("SOAK_HOSTILE_ROWS").is_ok_and(|v| v == "1")
+    std::env::var("SOAK_HOSTILE_ROWS").map_or(true, |v| v != "0")
 }
 
 /// The `txoutbox` binary of this build: `TXOUTBOX_BIN`, else the one in this test's target
