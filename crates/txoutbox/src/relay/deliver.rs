@@ -101,22 +101,13 @@ pub(super) async fn deliver(inner: &Inner, mut lease: Lease, held: &Held) -> Fin
     let last = attempt >= policy.retry.max_attempts;
     // What the destination's breaker learns: a call that reached no verdict or failed
     // retryably counts against the downstream; a permanent failure (a bad row) does not. A
-    // downstream's Retry-After holds the whole destination on this relay at once (the shared
-    // row follows with the completion).
+    // `Retry-After` is the row's own: it delays that row (`retry`), not its destination.
     if sink_started.is_some() {
         out.signal = match &result {
             Ok(_) => Some(Signal::Delivered),
-            Err(DeliveryError::Retryable { retry_after, .. }) => {
-                if let Some(wait) = retry_after {
-                    inner
-                        .flow
-                        .hold(&delivery.destination, (*wait).min(policy.retry.cap));
-                }
-                Some(Signal::Failed {
-                    retry_after: *retry_after,
-                })
+            Err(DeliveryError::Retryable { .. } | DeliveryError::Indeterminate { .. }) => {
+                Some(Signal::Failed)
             }
-            Err(DeliveryError::Indeterminate { .. }) => Some(Signal::Failed { retry_after: None }),
             Err(DeliveryError::Permanent { .. }) => None,
         };
     }

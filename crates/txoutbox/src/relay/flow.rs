@@ -4,12 +4,12 @@
 //! the claim statement itself (`store::messages::claim_due`): an operator's pause, the breaker's state, and the
 //! token bucket of a rate limit, so that every relay of a deployment obeys one budget. What is
 //! this relay's own is passed to the claim as a bound per destination: the room left under its
-//! in-flight limit, and a hold it set itself on seeing a downstream's `Retry-After` (before the
-//! shared row says so).
+//! in-flight limit, and a hold it set itself (before the shared row says so).
 //!
 //! Outcomes feed the breaker back ([`feedback`]): consecutive retryable failures open it, a
-//! `Retry-After` opens it until then, a delivered probe closes it. The transitions are a pure
-//! function ([`Shared::apply`]) of the row's state and the batch's outcomes, in finishing order.
+//! delivered probe closes it. A `Retry-After` on one answer is that row's own: it delays the row,
+//! not the destination. The transitions are a pure function ([`Shared::apply`]) of the row's
+//! state and the batch's outcomes, in finishing order.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -29,8 +29,8 @@ use crate::store::Pooled;
 pub(super) enum Signal {
     /// The downstream took it.
     Delivered,
-    /// A retryable failure; `retry_after` when the downstream said when to come back.
-    Failed { retry_after: Option<Duration> },
+    /// A retryable failure, or a call that reached no verdict.
+    Failed,
 }
 
 /// This relay's view of flow control between claims.
@@ -217,16 +217,6 @@ impl Flow {
         (slot > now).then_some(slot)
     }
 
-    /// A downstream asked this relay to wait: claim none of `destination` until then.
-    pub(super) fn hold(&self, destination: &str, wait: Duration) {
-        if let Ok(mut local) = self.local.lock() {
-            let until = Instant::now() + wait;
-            let entry = local.holds.entry(destination.to_owned()).or_insert(until);
-            *entry = (*entry).max(until);
-            local.suspect.insert(destination.to_owned());
-        }
-    }
-
     /// Whether a delivery to `destination` is worth reporting to the shared row.
     pub(super) fn is_suspect(&self, destination: &str) -> bool {
         self.local
@@ -294,12 +284,11 @@ pub(super) struct Shared {
 
 impl Shared {
     /// The state after `signals` (in finishing order) at `now`. `breaker` is the destination's
-    /// policy (`None`: only a `Retry-After` opens it); `cap` bounds a `Retry-After`.
+    /// policy (`None`: it never opens).
     pub(super) fn apply(
         mut self,
         signals: &[Signal],
         breaker: Option<&Breaker>,
-        cap: Duration,
         now: DateTime<Utc>,
     ) -> Shared {
         let after =
@@ -316,20 +305,7 @@ impl Shared {
                         probe_until: None,
                     };
                 }
-                Signal::Failed {
-                    retry_after: Some(wait),
-                } => {
-                    self.failures = self.failures.saturating_add(1);
-                    let until = after(wait.min(cap));
-                    self.open_until = Some(self.open_until.map_or(until, |u| u.max(until)));
-                    self.breaker = "open";
-                    self.probe_until = None;
-                    self.open_reason = Some(format!(
-                        "the downstream asked to wait {} (Retry-After)",
-                        humanize(wait.min(cap))
-                    ));
-                }
-                Signal::Failed { retry_after: None } => {
+                Signal::Failed => {
                     self.failures = self.failures.saturating_add(1);
                     let Some(policy) = breaker else { continue };
                     let trips = match self.breaker {
@@ -436,7 +412,6 @@ pub(super) async fn feedback(
         let next = current.clone().apply(
             &signals[destination.as_str()],
             policy.flow.breaker.as_ref(),
-            policy.retry.cap,
             now,
         );
         inner.flow.settle(&destination, &next);

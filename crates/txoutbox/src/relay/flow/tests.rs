@@ -11,7 +11,7 @@ fn closed() -> Shared {
     }
 }
 
-const FAIL: Signal = Signal::Failed { retry_after: None };
+const FAIL: Signal = Signal::Failed;
 
 fn at(secs: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap_or_default()
@@ -20,10 +20,9 @@ fn at(secs: i64) -> DateTime<Utc> {
 #[test]
 fn the_breaker_opens_at_the_threshold_and_not_before() {
     let policy = Breaker::default();
-    let cap = Duration::from_secs(900);
-    let nine = closed().apply(&[FAIL; 9], Some(&policy), cap, at(0));
+    let nine = closed().apply(&[FAIL; 9], Some(&policy), at(0));
     assert_eq!((nine.breaker, nine.failures), ("closed", 9));
-    let ten = nine.apply(&[FAIL], Some(&policy), cap, at(1));
+    let ten = nine.apply(&[FAIL], Some(&policy), at(1));
     assert_eq!(ten.breaker, "open");
     assert_eq!(ten.opens, 1);
     assert_eq!(ten.open_until, Some(at(6)), "the first cool-down: 5 s");
@@ -37,11 +36,9 @@ fn the_breaker_opens_at_the_threshold_and_not_before() {
 #[test]
 fn a_delivery_resets_the_count_and_closes() {
     let policy = Breaker::default();
-    let cap = Duration::from_secs(900);
     let s = closed().apply(
         &[FAIL, FAIL, FAIL, Signal::Delivered, FAIL],
         Some(&policy),
-        cap,
         at(0),
     );
     assert_eq!((s.breaker, s.failures), ("closed", 1));
@@ -52,7 +49,7 @@ fn a_delivery_resets_the_count_and_closes() {
         ..closed()
     };
     assert_eq!(
-        half.apply(&[Signal::Delivered], Some(&policy), cap, at(1)),
+        half.apply(&[Signal::Delivered], Some(&policy), at(1)),
         closed()
     );
 }
@@ -64,55 +61,28 @@ fn a_failed_probe_opens_again_for_twice_as_long_up_to_the_cap() {
         cool_down: Duration::from_secs(5),
         max_cool_down: Duration::from_secs(12),
     };
-    let cap = Duration::from_secs(900);
     let half = Shared {
         breaker: "half_open",
         failures: 3,
         opens: 1,
         ..closed()
     };
-    let again = half.apply(&[FAIL], Some(&policy), cap, at(0));
+    let again = half.apply(&[FAIL], Some(&policy), at(0));
     assert_eq!((again.breaker, again.opens), ("open", 2));
     assert_eq!(again.open_until, Some(at(10)));
     let third = Shared {
         breaker: "half_open",
         ..again
     }
-    .apply(&[FAIL], Some(&policy), cap, at(20));
+    .apply(&[FAIL], Some(&policy), at(20));
     assert_eq!(
         third.open_until,
         Some(at(32)),
         "20 s doubled, capped at 12 s"
     );
     // Late failures of calls already out while open change nothing but the count.
-    let late = third
-        .clone()
-        .apply(&[FAIL, FAIL], Some(&policy), cap, at(21));
+    let late = third.clone().apply(&[FAIL, FAIL], Some(&policy), at(21));
     assert_eq!(late.open_until, third.open_until);
-}
-
-#[test]
-fn a_retry_after_opens_until_then_even_without_a_breaker() {
-    let cap = Duration::from_secs(60);
-    let wait = Signal::Failed {
-        retry_after: Some(Duration::from_secs(2)),
-    };
-    let s = closed().apply(&[wait], None, cap, at(0));
-    assert_eq!((s.breaker, s.open_until), ("open", Some(at(2))));
-    assert!(s
-        .open_reason
-        .as_deref()
-        .unwrap_or("")
-        .contains("Retry-After"));
-    let huge = Signal::Failed {
-        retry_after: Some(Duration::from_secs(10_000_000)),
-    };
-    let capped = closed().apply(&[huge], None, cap, at(0));
-    assert_eq!(capped.open_until, Some(at(60)), "capped at the retry cap");
-    assert_eq!(
-        closed().apply(&[FAIL; 50], None, cap, at(0)).breaker,
-        "closed"
-    );
 }
 
 #[test]
