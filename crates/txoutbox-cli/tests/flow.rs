@@ -1,7 +1,8 @@
 //! Flow control per destination, end to end: real `txoutbox relay` processes deliver to a real
 //! HTTP receiver that records when each call arrives and answers as its script says (429 with
 //! Retry-After, 503 while "down", 200). Rate limits shared by two relays, a downstream's
-//! Retry-After delaying its rows, the circuit breaker, and an operator's pause and resume.
+//! Retry-After delaying its rows and, when it throttles every call, pausing its destination, the
+//! circuit breaker, and an operator's pause and resume.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::webhook::{Call, WebhookReceiver};
-use txoutbox_test_support::{test_db, TestDb};
+use txoutbox_test_support::{test_db, wait_for_count, TestDb};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
@@ -122,7 +123,7 @@ async fn two_relays_share_one_rate_limit() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-async fn rows_throttled_with_retry_after_wait_it_and_are_delivered_once() -> anyhow::Result<()> {
+async fn a_downstream_throttling_every_call_pauses_the_whole_destination() -> anyhow::Result<()> {
     let db = test_db().await?;
     // 429 with Retry-After: 2 for the first 5 s, then 200.
     let (receiver, addr) = WebhookReceiver::start(|_, since| {
@@ -140,6 +141,24 @@ async fn rows_throttled_with_retry_after_wait_it_and_are_delivered_once() -> any
         &["webhook:x"],
         &["--max-in-flight", "webhook:x=4"],
     )?;
+    // While paused, the pause shows in `txoutbox stats`.
+    let client = db.connect().await?;
+    wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_destinations WHERE throttled_until > now()",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    let stats = txoutbox()
+        .arg("stats")
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    let shown = String::from_utf8_lossy(&stats.stdout);
+    assert!(
+        shown.contains("FLOW CONTROL") && shown.contains("Retry-After"),
+        "{shown}"
+    );
     let delivered = receiver
         .wait_delivered("webhook:x", 100, Duration::from_secs(30))
         .await;
@@ -159,6 +178,28 @@ async fn rows_throttled_with_retry_after_wait_it_and_are_delivered_once() -> any
             "called again before its Retry-After: {early:?}"
         );
     }
+    // The destination paused: while the downstream throttled, no call for the Retry-After it
+    // announced, though other rows were due.
+    let storm: Vec<Duration> = calls
+        .iter()
+        .filter(|c| c.status == 429)
+        .map(|c| c.at)
+        .collect();
+    let silence = storm
+        .windows(2)
+        .map(|pair| pair[1] - pair[0])
+        .chain(
+            calls
+                .iter()
+                .find(|c| c.status == 200)
+                .and_then(|first| storm.last().map(|last| first.at.saturating_sub(*last))),
+        )
+        .max()
+        .unwrap_or_default();
+    assert!(
+        silence >= Duration::from_millis(1900),
+        "no pause while the downstream throttled every call: {storm:?}"
+    );
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 //! delays that row only, while a downstream that throttles most calls pauses the destination for
 //! the time it asks, after which the flow ramps back up.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,18 +22,22 @@ struct Call {
     end: Instant,
     /// The `Retry-After` it answered, if it throttled the call.
     throttled: Option<Duration>,
+    /// Calls in flight at the downstream when this one arrived (itself included).
+    in_flight: usize,
 }
 
 type Answer = dyn Fn(&str, usize) -> Option<Duration> + Send + Sync;
 
 /// A downstream that answers each call after `latency`: 429 with the `Retry-After` that `answer`
 /// gives (from the row's downstream key and how many calls came before), else 200. It records
-/// every call.
+/// every call, and how many were in flight at once.
 #[derive(Clone)]
 struct Downstream {
     answer: Arc<Answer>,
     latency: Duration,
     calls: Arc<Mutex<Vec<Call>>>,
+    in_flight: Arc<Mutex<usize>>,
+    started: Arc<AtomicUsize>,
 }
 
 impl Downstream {
@@ -45,7 +49,14 @@ impl Downstream {
             answer: Arc::new(answer),
             latency,
             calls: Arc::default(),
+            in_flight: Arc::default(),
+            started: Arc::default(),
         }
+    }
+
+    /// Calls started so far.
+    fn started(&self) -> usize {
+        self.started.fetch_add(1, Ordering::SeqCst)
     }
 
     fn calls(&self) -> Vec<Call> {
@@ -75,15 +86,23 @@ impl Downstream {
 impl Sink for Downstream {
     async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
         let start = Instant::now();
-        let before = self.calls.lock().map(|c| c.len()).unwrap_or(0);
+        let (before, in_flight) = {
+            let mut n = self.in_flight.lock().map_err(|_| poisoned())?;
+            *n += 1;
+            (self.started(), *n)
+        };
         let throttled = (self.answer)(&delivery.downstream_key, before);
         tokio::time::sleep(self.latency).await;
+        if let Ok(mut n) = self.in_flight.lock() {
+            *n -= 1;
+        }
         if let Ok(mut calls) = self.calls.lock() {
             calls.push(Call {
                 key: delivery.downstream_key.clone(),
                 start,
                 end: Instant::now(),
                 throttled,
+                in_flight,
             });
         }
         match throttled {
@@ -94,6 +113,24 @@ impl Sink for Downstream {
 }
 
 /// A policy with room for a `Retry-After` of a few seconds, at most `in_flight` calls at once.
+fn poisoned() -> DeliveryError {
+    DeliveryError::retryable("the test downstream's lock was poisoned")
+}
+
+/// The pauses in `calls` (sorted by start): the indexes of the calls that started at least
+/// `silence` after every call before them had ended.
+fn pauses(calls: &[Call], silence: Duration) -> Vec<usize> {
+    let mut ended: Option<Instant> = None;
+    let mut out = Vec::new();
+    for (i, call) in calls.iter().enumerate() {
+        if ended.is_some_and(|e| call.start >= e + silence) {
+            out.push(i);
+        }
+        ended = Some(ended.map_or(call.end, |e| e.max(call.end)));
+    }
+    out
+}
+
 fn policy(in_flight: usize) -> DestinationPolicy {
     DestinationPolicy {
         retry: RetryPolicy {
@@ -158,6 +195,93 @@ async fn one_rows_retry_after_delays_that_row_and_the_others_are_delivered_meanw
         again.start >= due,
         "the throttled row was called again {:?} after its 429, before its Retry-After of {WAIT:?}",
         again.start - throttled.end
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_downstream_throttling_most_calls_pauses_the_destination_for_its_retry_after(
+) -> TestResult {
+    const WAIT: Duration = Duration::from_secs(3);
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    pending_many(&mut client, "email", "row", 30).await?;
+    // Every call 429s (Retry-After: 3) until six have, then every call is delivered.
+    let downstream = Downstream::new(Duration::ZERO, |_, n| (n < 6).then_some(WAIT));
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("email", downstream.clone())
+            .policy("email", policy(1))
+            .build()?,
+    );
+    assert_eq!(
+        downstream.wait_delivered(30, Duration::from_secs(30)).await,
+        30
+    );
+    relay.stop().await?;
+    let calls = downstream.calls();
+    // A silence of the whole Retry-After (less a clock's slack) while rows were due: the
+    // destination paused, and not before several answers had asked it to.
+    let paused = pauses(&calls, WAIT - Duration::from_millis(50));
+    let first = *paused
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("the destination never paused: {calls:?}"))?;
+    assert!(
+        first > 1 && calls[..first].iter().all(|c| c.throttled.is_some()),
+        "paused after {first} calls, not when most calls were throttled: {calls:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn after_a_pause_the_calls_ramp_back_up_more_than_one_at_a_time() -> TestResult {
+    const WAIT: Duration = Duration::from_secs(1);
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    pending_many(&mut client, "email", "row", 80).await?;
+    // Every call 429s (Retry-After: 1) until 16 have, then every call is delivered; each
+    // call takes 100 ms, so the calls of one claim are in flight together.
+    let downstream = Downstream::new(Duration::from_millis(100), |_, n| (n < 16).then_some(WAIT));
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("email", downstream.clone())
+            .policy("email", policy(8))
+            .build()?,
+    );
+    assert_eq!(
+        downstream.wait_delivered(80, Duration::from_secs(60)).await,
+        80
+    );
+    relay.stop().await?;
+    let calls = downstream.calls();
+    let paused = pauses(&calls, WAIT - Duration::from_millis(50));
+    let first = *paused
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("the destination never paused: {calls:?}"))?;
+    // Between the end of the first pause and the next one (or the end), calls overlap: the
+    // flow comes back more than one call at a time, not one probe per pause.
+    let next = paused.get(1).copied().unwrap_or(calls.len());
+    let after = &calls[first..next];
+    let most = after.iter().map(|c| c.in_flight).max().unwrap_or(0);
+    assert!(
+        most > 1,
+        "one call at a time after the pause until the next: {after:?}"
+    );
+    // It ramps: the calls that left before the first call after the last pause ended are two
+    // (not the destination's limit of 8), and the deliveries widen the window up to the limit.
+    let last = *paused.last().unwrap_or(&first);
+    let first_end = calls[last].end;
+    let together = calls[last..].iter().filter(|c| c.start < first_end).count();
+    assert!(
+        together <= 2,
+        "{together} calls came back at once after the pause: {:?}",
+        &calls[last..]
+    );
+    assert_eq!(
+        calls[last..].iter().map(|c| c.in_flight).max(),
+        Some(8),
+        "the ramp never reached the destination's limit: {:?}",
+        &calls[last..]
     );
     Ok(())
 }

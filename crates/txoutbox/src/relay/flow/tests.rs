@@ -1,4 +1,6 @@
+use super::shared::humanize;
 use super::*;
+use crate::relay::Breaker;
 
 fn closed() -> Shared {
     Shared {
@@ -8,6 +10,8 @@ fn closed() -> Shared {
         open_until: None,
         open_reason: None,
         probe_until: None,
+        throttled_until: None,
+        throttle_reason: None,
     }
 }
 
@@ -83,6 +87,123 @@ fn a_failed_probe_opens_again_for_twice_as_long_up_to_the_cap() {
     // Late failures of calls already out while open change nothing but the count.
     let late = third.clone().apply(&[FAIL, FAIL], Some(&policy), at(21));
     assert_eq!(late.open_until, third.open_until);
+}
+
+const CAP: Duration = Duration::from_secs(60);
+
+/// Feeds `flow` answers of `destination`: `Some(wait)` throttled, `None` delivered; returns the
+/// signals that tipped the window.
+fn answers(flow: &Flow, destination: &str, answers: &[Option<u64>]) -> Vec<Signal> {
+    answers
+        .iter()
+        .filter_map(|a| {
+            let wait = a.map(Duration::from_secs);
+            flow.answered(destination, wait, wait.is_none(), CAP, 64)
+        })
+        .collect()
+}
+
+#[test]
+fn a_few_rows_asking_to_wait_among_deliveries_do_not_pause_the_destination() {
+    let flow = Flow::default();
+    let mut mix = Vec::new();
+    for _ in 0..10 {
+        mix.extend([None, None, Some(2)]);
+    }
+    assert_eq!(
+        answers(&flow, "webhook", &mix),
+        vec![],
+        "10 of 30 asked to wait"
+    );
+    assert_eq!(
+        answers(&flow, "quiet", &[Some(2), Some(2), Some(2), Some(2)]),
+        vec![],
+        "four answers are too few to judge the downstream by"
+    );
+}
+
+#[test]
+fn most_answers_asking_to_wait_pause_the_destination_for_the_longest_wait_up_to_the_cap() {
+    let flow = Flow::default();
+    let tipped = answers(
+        &flow,
+        "webhook",
+        &[None, Some(1), Some(3), None, Some(2), Some(1), Some(1)],
+    );
+    assert_eq!(
+        tipped,
+        vec![Signal::Throttle {
+            wait: Duration::from_secs(3),
+            throttled: 5,
+            answers: 7
+        }]
+    );
+    // Held here at once; answers of calls that left before the hold are not counted.
+    assert!(answers(&flow, "webhook", &[Some(1); 10]).is_empty());
+    let other = Flow::default();
+    let capped = answers(&other, "webhook", &[Some(10_000_000_000_000); 5]);
+    assert_eq!(
+        capped,
+        vec![Signal::Throttle {
+            wait: CAP,
+            throttled: 5,
+            answers: 5
+        }]
+    );
+}
+
+#[test]
+fn after_a_throttle_the_ramp_starts_at_two_calls_and_grows_with_each_delivery() {
+    let flow = Flow::default();
+    let ramp = |flow: &Flow| {
+        flow.local
+            .lock()
+            .ok()
+            .and_then(|l| l.ramp.get("webhook").copied())
+    };
+    assert_eq!(ramp(&flow), None, "no ramp before a throttle");
+    let _ = answers(&flow, "webhook", &[Some(1); 5]);
+    assert_eq!(ramp(&flow), Some(RAMP_START));
+    for _ in 0..3 {
+        let _ = flow.answered("webhook", None, true, CAP, 8);
+    }
+    assert_eq!(ramp(&flow), Some(RAMP_START + 3));
+    for _ in 0..3 {
+        let _ = flow.answered("webhook", None, true, CAP, 8);
+    }
+    assert_eq!(ramp(&flow), None, "at the relay's limit the ramp ends");
+}
+
+#[test]
+fn a_throttle_pauses_until_the_time_asked_and_leaves_the_breaker_alone() {
+    let policy = Breaker::default();
+    let throttle = |secs| Signal::Throttle {
+        wait: Duration::from_secs(secs),
+        throttled: 8,
+        answers: 10,
+    };
+    let s = closed().apply(&[FAIL, FAIL, throttle(3)], Some(&policy), at(0));
+    assert_eq!((s.breaker, s.failures), ("closed", 2));
+    assert_eq!(s.throttled_until, Some(at(3)));
+    assert!(s
+        .throttle_reason
+        .as_deref()
+        .unwrap_or("")
+        .contains("throttled 8 of a relay's last 10 calls and asked to wait 3s"));
+    let later = s
+        .clone()
+        .apply(&[throttle(1), Signal::Delivered], Some(&policy), at(1));
+    assert_eq!(
+        later.throttled_until,
+        Some(at(3)),
+        "a shorter wait or a late delivery does not end it"
+    );
+    assert_eq!(later.failures, 0);
+    assert_eq!(
+        s.apply(&[throttle(5)], None, at(2)).throttled_until,
+        Some(at(7)),
+        "a longer wait extends it, breaker or none"
+    );
 }
 
 #[test]
