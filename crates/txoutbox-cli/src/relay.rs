@@ -106,7 +106,7 @@ pub struct RelayArgs {
     #[arg(long = "max-in-flight", value_name = "DESTINATION=N", env = "TXOUTBOX_MAX_IN_FLIGHT", value_delimiter = ',', value_parser = parse_in_flight)]
     max_in_flight: Vec<(String, usize)>,
     /// Consecutive retryable failures that open a destination's circuit breaker (0: no breaker;
-    /// a downstream's Retry-After still pauses its destination).
+    /// a downstream throttling most calls still pauses its destination).
     #[arg(long, env = "TXOUTBOX_BREAKER_FAILURES", default_value_t = 10)]
     breaker_failures: u32,
     /// How long an open breaker waits before its first probe (doubled at each opening in a row).

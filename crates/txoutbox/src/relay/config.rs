@@ -52,7 +52,7 @@ pub struct FlowControl {
     /// [`RelayConfig::concurrency`]).
     pub max_in_flight: Option<usize>,
     /// Leave a failing downstream alone for a while (default: [`Breaker::default`]); `None`
-    /// turns the breaker off (a downstream's `Retry-After` still pauses the destination).
+    /// turns the breaker off (a downstream throttling most calls still pauses the destination).
     pub breaker: Option<Breaker>,
 }
 

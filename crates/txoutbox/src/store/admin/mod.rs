@@ -20,12 +20,17 @@ macro_rules! flow_state {
     () => {
         "SELECT destination, \
              CASE WHEN paused_at IS NOT NULL THEN 'paused' \
+                 WHEN throttled_until > now() THEN 'open' \
                  WHEN breaker = 'open' AND open_until > now() THEN 'open' \
                  WHEN breaker <> 'closed' THEN 'half_open' ELSE 'closed' END AS state, \
              paused_at, paused_by, paused_reason, rate_per_sec, \
              CASE WHEN rate_per_sec IS NULL THEN NULL ELSE least(burst, tokens + rate_per_sec \
                  * greatest(EXTRACT(EPOCH FROM now() - refilled_at)::float8, 0)) END AS tokens, \
-             failures, open_until, open_reason \
+             failures, \
+             CASE WHEN throttled_until > now() THEN throttled_until ELSE open_until END \
+                 AS open_until, \
+             CASE WHEN throttled_until > now() THEN throttle_reason ELSE open_reason END \
+                 AS open_reason \
          FROM txoutbox_destinations"
     };
 }
