@@ -72,6 +72,7 @@ mod downstream_key;
 mod error;
 mod fingerprint;
 pub mod idempotency;
+pub mod inbox;
 mod key;
 mod migrate;
 mod outbox;
