@@ -35,8 +35,8 @@
 //! same key, so a chain A → B → C keeps one key per hop and per effect.
 //!
 //! The window: a record lives for its consumer's window ([`DEFAULT_WINDOW`], 7 days), longer
-//! than any sender's retry budget (our relay's default gives up within a day; Svix and Stripe
-//! within three). `txoutbox purge` prunes expired records in bounded batches; a message arriving
+//! than any sender's retry budget (our relay's default policy gives up within hours, Svix's
+//! schedule within about a day and a half, Stripe's webhooks within three days). `txoutbox purge` prunes expired records in bounded batches; a message arriving
 //! after its record expired is new again, as a request after its key's window is.
 
 use std::collections::HashSet;

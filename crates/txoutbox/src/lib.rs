@@ -81,6 +81,7 @@ pub mod relay;
 mod schema;
 mod shutdown;
 pub mod sink;
+pub mod standard_webhooks;
 mod state;
 mod store;
 pub mod telemetry;
