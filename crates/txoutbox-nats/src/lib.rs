@@ -24,10 +24,18 @@
 //! Layout: `message` holds [`NatsMessage`], the payload a service enqueues (subject and JSON
 //! data), and [`DESTINATION`]; `sink` holds [`NatsSink`] (connect, per-destination subject, ack timeout, a stream
 //! helper for tests and demos), the classification of publish failures, and
-//! [`PublishReceipt`], the stored ack (stream, sequence, duplicate).
+//! [`PublishReceipt`], the stored ack (stream, sequence, duplicate); `consumer` the receiving
+//! half, [`JetStreamConsumer`]: a durable pull consumer whose messages a [`MessageHandler`]
+//! applies once each, in a transaction with their inbox record ([`txoutbox::inbox`]), acked
+//! after the commit.
 
+mod consumer;
 mod message;
 mod sink;
 
+pub use consumer::{
+    message_id, ConsumerReport, HandlerError, JetStreamConsumer, MessageHandler,
+    DEFAULT_CONCURRENCY, DEFAULT_GRACE, DEFAULT_NAK_DELAY,
+};
 pub use message::{NatsMessage, DESTINATION};
 pub use sink::{NatsError, NatsSink, PublishReceipt, DEFAULT_ACK_TIMEOUT, NATS_MSG_ID};
