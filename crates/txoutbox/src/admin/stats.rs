@@ -247,15 +247,8 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
     };
     let (awaiting_fan_out, oldest_awaiting) =
         store::stats::awaiting_fan_out(client, EXACT_HOT_COUNT_MAX).await?;
-    let (records, expired, failed) = store::stats::inbox(client, EXACT_HOT_COUNT_MAX).await?;
-    let as_u64 = |n: i64| u64::try_from(n).unwrap_or(0);
     Ok(OutboxStats {
-        inbox: InboxStats {
-            records: as_u64(records),
-            expired: as_u64(expired),
-            failed: as_u64(failed),
-            capped: records >= EXACT_HOT_COUNT_MAX,
-        },
+        inbox: inbox_stats(client).await?,
         awaiting_fan_out: u64::try_from(awaiting_fan_out).unwrap_or(0),
         oldest_awaiting_fan_out_age: oldest_awaiting.map(|s| Duration::from_secs_f64(s.max(0.0))),
         destinations: by_destination.into_values().collect(),
@@ -269,6 +262,18 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
             .into_iter()
             .filter(DestinationFlow::is_notable)
             .collect(),
+    })
+}
+
+/// The inbox's counts, each read up to [`EXACT_HOT_COUNT_MAX`].
+async fn inbox_stats(client: &impl GenericClient) -> Result<InboxStats, AdminError> {
+    let (records, expired, failed) = store::stats::inbox(client, EXACT_HOT_COUNT_MAX).await?;
+    let as_u64 = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok(InboxStats {
+        records: as_u64(records),
+        expired: as_u64(expired),
+        failed: as_u64(failed),
+        capped: records >= EXACT_HOT_COUNT_MAX,
     })
 }
 
