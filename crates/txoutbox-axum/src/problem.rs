@@ -242,6 +242,18 @@ impl Problem {
         )
     }
 
+    /// 422: an effect's payload cannot be delivered as built (an email address that does not
+    /// parse, a webhook URL that is not http(s)), refused before anything was written. The
+    /// detail is the payload builder's own message.
+    pub fn invalid_payload(detail: impl Into<String>) -> Self {
+        Self::typed(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "problem-invalid-payload",
+            "Invalid effect payload",
+            detail,
+        )
+    }
+
     /// 503: the store could not be reached; nothing was decided. The detail says when to retry
     /// ([`UNAVAILABLE_RETRY_AFTER`], also the `Retry-After`) and nothing of why: the reason is
     /// for the service's log.
@@ -316,6 +328,9 @@ impl From<txoutbox::Error> for Problem {
         match &err {
             txoutbox::Error::Key(key) => return key.into(),
             txoutbox::Error::Conflict(_) => return Problem::conflict(),
+            txoutbox::Error::InvalidPayload(source) => {
+                return Problem::invalid_payload(source.to_string())
+            }
             _ => {}
         }
         let status =
@@ -388,6 +403,19 @@ mod tests {
         assert_eq!(problem.retry_after, Some(1));
         // The server's message is for the log, not for the client.
         assert!(!problem.detail.contains("serialize"));
+    }
+
+    #[test]
+    fn an_invalid_payload_is_a_422_problem_with_the_builders_message() {
+        let problem = Problem::from(txoutbox::Error::invalid_payload(std::io::Error::other(
+            "invalid to address \"bob@\": Invalid email domain",
+        )));
+        assert_eq!(problem.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(problem.kind, problem_type("problem-invalid-payload"));
+        assert_eq!(
+            problem.detail,
+            "invalid to address \"bob@\": Invalid email domain"
+        );
     }
 
     #[test]

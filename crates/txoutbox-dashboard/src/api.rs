@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::Extension;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use txoutbox::admin::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection};
+use txoutbox::admin::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection, StoredJson};
 use uuid::Uuid;
 
 use crate::auth::Principal;
@@ -329,6 +329,20 @@ pub(crate) async fn destinations(State(app): State<Shared>) -> Response {
     )
 }
 
+/// `GET /api/relays`: every relay that recorded itself, alive ones first ([`RelayRecord`]'s
+/// fields, `stale` after three missed heartbeats).
+///
+/// [`RelayRecord`]: txoutbox::admin::RelayRecord
+pub(crate) async fn relays(State(app): State<Shared>) -> Response {
+    answer(
+        async {
+            let client = app.client().await?;
+            Ok(txoutbox::admin::relays(&**client).await?)
+        }
+        .await,
+    )
+}
+
 /// How to pause, as the API takes it.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -438,7 +452,13 @@ pub(crate) async fn key(State(app): State<Shared>, RawQuery(query): RawQuery) ->
             };
             let response = shown_response(&app.redaction, &found.record);
             let mut record = found.record;
-            record.response_headers = response.headers;
+            record.response_headers = match response.undecodable_headers {
+                None => StoredJson::Decoded(response.headers),
+                Some((error, shown)) => StoredJson::Undecodable {
+                    text: shown.to_text(),
+                    error,
+                },
+            };
             record.response_body = None;
             let scrub = app.redaction.shapes();
             let mut messages = found.messages;

@@ -287,7 +287,7 @@ pub async fn begin(
         Err(e) => return Err(e.into()),
     };
     if let Some(row) = locked.key {
-        return answer(scope, fp, row);
+        return answer(scope, key, fp, row);
     }
     let write = if !locked.read_committed {
         keys::KeyWrite::Update
@@ -330,7 +330,12 @@ pub async fn begin(
 }
 
 /// The answer to a request whose key is stored: its response, a mismatch, or in flight.
-fn answer(scope: &Scope, fingerprint: &[u8], row: keys::KeyRow) -> Result<Begin> {
+fn answer(
+    scope: &Scope,
+    key: &IdempotencyKey,
+    fingerprint: &[u8],
+    row: keys::KeyRow,
+) -> Result<Begin> {
     if row.fingerprint != fingerprint {
         count(IDEMPOTENCY_MISMATCHES, scope);
         return Ok(Begin::Mismatch);
@@ -344,7 +349,14 @@ fn answer(scope: &Scope, fingerprint: &[u8], row: keys::KeyRow) -> Result<Begin>
         // Committed without a response (a caller that skipped `complete`): treat as held.
         return Ok(in_flight(scope));
     };
-    let headers: Vec<(String, String)> = serde_json::from_value(headers)?;
+    let headers: Vec<(String, String)> = serde_json::from_str(&headers).map_err(|e| {
+        Error::Undecodable(format!(
+            "the stored response headers of key {:?} in scope {:?} are not a JSON array of \
+             [name, value] pairs ({e}); the key row was written by another program or by hand",
+            key.as_str(),
+            scope.name
+        ))
+    })?;
     count(IDEMPOTENCY_REPLAYS, scope);
     Ok(Begin::Replay(StoredResponse {
         status: u16::try_from(status).unwrap_or(0),

@@ -143,6 +143,11 @@ impl OutboxMessage {
     pub fn downstream_key(&self) -> Option<&str> {
         self.downstream_key.as_deref()
     }
+
+    /// The payload, as the row will store it and the sink will read it.
+    pub fn payload(&self) -> &serde_json::Value {
+        &self.payload
+    }
 }
 
 /// Enqueues messages in the caller's transaction, outside any idempotent request (batch jobs,

@@ -115,6 +115,15 @@ impl DeliveryError {
         }
     }
 
+    /// A payload the sink cannot deliver as it is (the wrong JSON shape, an address that does
+    /// not parse): permanent, and the text names the builder that makes a valid one
+    /// (`"txoutbox_webhook::Webhook"`), since such a row was enqueued as raw JSON, unchecked.
+    pub fn malformed_payload(builder: &str, reason: impl std::fmt::Display) -> Self {
+        Self::permanent(format!(
+            "malformed payload (build it with {builder}): {reason}"
+        ))
+    }
+
     /// The request may have reached the downstream, but its outcome is unknown.
     pub fn indeterminate(message: impl Into<String>) -> Self {
         Self::Indeterminate {

@@ -5,7 +5,7 @@ use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use axum::Extension;
 use maud::html;
-use txoutbox::admin::IdempotencyRecord;
+use txoutbox::admin::{IdempotencyRecord, StoredJson};
 
 use super::messages::message_rows;
 use super::{layout, render, time};
@@ -18,17 +18,32 @@ use crate::Shared;
 /// its body redacted as a JSON document (withheld when it is not one and fields are redacted).
 pub(crate) struct ShownResponse {
     pub headers: Vec<(String, String)>,
+    /// Headers that cannot be decoded: why, and their stored text as a document (withheld
+    /// when fields are redacted and it cannot be parsed).
+    pub undecodable_headers: Option<(String, Shown)>,
     pub body: Option<Shown>,
 }
 
 /// The stored response of `record`, as the browser may see it.
 pub(crate) fn shown_response(redaction: &Redaction, record: &IdempotencyRecord) -> ShownResponse {
+    let (headers, undecodable_headers) = match &record.response_headers {
+        StoredJson::Decoded(headers) => (
+            headers
+                .iter()
+                .map(|(name, value)| (name.clone(), redaction.header(name, value).to_owned()))
+                .collect(),
+            None,
+        ),
+        StoredJson::Undecodable { text, error } => {
+            let shown = redaction.undecodable(text.as_bytes());
+            // serde_json's reason can quote a value: scrubbed as the document's own text.
+            let why = redaction.scrubber(&[&shown.hidden]).text(error);
+            (Vec::new(), Some((why, shown.shown)))
+        }
+    };
     ShownResponse {
-        headers: record
-            .response_headers
-            .iter()
-            .map(|(name, value)| (name.clone(), redaction.header(name, value).to_owned()))
-            .collect(),
+        headers,
+        undecodable_headers,
         body: record
             .response_body
             .as_deref()
@@ -93,6 +108,14 @@ pub(crate) async fn keys(
                             table { tbody { @for (k, v) in &response.headers {
                                 tr { th scope="row" { (k) } td { @if v == REDACTED { span class="redacted" { (v) } } @else { code { (v) } } } }
                             } } }
+                        }
+                        @if let Some((why, shown)) = &response.undecodable_headers {
+                            h3 { "Response headers" }
+                            p class="undecodable" { "the response headers cannot be decoded: " (why) }
+                            @match shown {
+                                Shown::Withheld(why) => p class="withheld" { (why) },
+                                shown => pre { (shown.to_text()) },
+                            }
                         }
                         @if let Some(body) = &response.body {
                             details open {

@@ -98,8 +98,9 @@ macro_rules! claim_tail {
          lease_token = nextval('txoutbox_lease_token_seq'), attempts = m.attempts + 1, \
          attempt_started_at = now(), at_most_once = false \
      WHERE m.id = ANY(ARRAY(SELECT id FROM due)) \
-     RETURNING m.id, m.destination, m.payload, m.headers, m.downstream_key, m.ordering_key, \
-         m.attempts, m.lease_token, m.created_at, m.attempt_started_at)"
+     RETURNING m.id, m.destination, m.payload::text AS payload, m.headers::text AS headers, \
+         m.downstream_key, m.ordering_key, m.attempts, m.lease_token, m.created_at, \
+         m.attempt_started_at)"
     };
 }
 
@@ -276,12 +277,14 @@ pub(crate) struct ClaimDue<'a> {
     pub unbounded: bool,
 }
 
-/// A row claimed under a new lease.
+/// A row claimed under a new lease. The payload and headers come as the stored JSON text: a
+/// document Postgres accepts but serde_json refuses (nesting deeper than 128, a number such as
+/// `1e400`) must fail its own row when the relay decodes it, not the whole claim.
 pub(crate) struct ClaimedRow {
     pub id: Uuid,
     pub destination: String,
-    pub payload: serde_json::Value,
-    pub headers: serde_json::Value,
+    pub payload: String,
+    pub headers: String,
     pub downstream_key: String,
     pub ordering_key: Option<String>,
     /// This attempt's number.
