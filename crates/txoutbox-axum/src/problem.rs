@@ -202,6 +202,36 @@ impl Problem {
         )
     }
 
+    /// 400: a Standard Webhooks request lacks a `webhook-*` header, or one is malformed.
+    pub fn webhook_headers(detail: impl Into<String>) -> Self {
+        Self::typed(
+            StatusCode::BAD_REQUEST,
+            "problem-webhook-headers",
+            "Standard Webhooks headers missing or malformed",
+            detail,
+        )
+    }
+
+    /// 401: no `webhook-signature` matches any of the endpoint's secrets.
+    pub fn webhook_signature(detail: impl Into<String>) -> Self {
+        Self::typed(
+            StatusCode::UNAUTHORIZED,
+            "problem-webhook-signature",
+            "Invalid webhook signature",
+            detail,
+        )
+    }
+
+    /// 401: the `webhook-timestamp` is further from the receiver's clock than the tolerance.
+    pub fn webhook_timestamp(detail: impl Into<String>) -> Self {
+        Self::typed(
+            StatusCode::UNAUTHORIZED,
+            "problem-webhook-timestamp",
+            "Webhook timestamp outside the tolerance",
+            detail,
+        )
+    }
+
     /// 400: the request body could not be read or parsed.
     pub fn invalid_body(detail: impl Into<String>) -> Self {
         Self::typed(

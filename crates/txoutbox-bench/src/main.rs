@@ -4,6 +4,7 @@
 
 mod dashboard;
 mod flow;
+mod inbox;
 mod ratio;
 mod relay;
 mod write;
@@ -52,6 +53,9 @@ enum Command {
     Dashboard(dashboard::Args),
     /// Flow control: a backlog to a rate-limited downstream, with and without a rate limit.
     Flow(flow::Args),
+    /// The inbox: a receiving handler (one row and one onward effect a message) with and
+    /// without `inbox::receive`.
+    Inbox(inbox::Args),
     /// Fault-injection soak: relay processes, Postgres and a scripted downstream under faults
     /// drawn from a seed; checks the delivery invariants at the end (exit 1 on a violation).
     Soak(SoakArgs),
@@ -114,6 +118,7 @@ async fn main() -> Result<ExitCode> {
         Command::Latency(args) => relay::run_latency(&db, &args).await?,
         Command::Dashboard(args) => dashboard::run(&db, &args).await?,
         Command::Flow(args) => flow::run(&db, &args).await?,
+        Command::Inbox(args) => inbox::run(&db, &args).await?,
         Command::Soak(_) => {}
     }
     Ok(ExitCode::SUCCESS)

@@ -38,7 +38,7 @@ async fn migrate_applies_the_schema_and_twice_is_a_no_op() -> anyhow::Result<()>
         )
         .await?
         .get(0);
-    assert_eq!(tables, 8);
+    assert_eq!(tables, 9);
     let second = txoutbox()
         .arg("migrate")
         .env("DATABASE_URL", db.url())

@@ -661,6 +661,40 @@ async fn failures_are_grouped_by_destination_and_normalised_error() -> TestResul
 }
 
 #[tokio::test]
+async fn keys_page_finds_an_inbox_record_and_what_its_handler_enqueued() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let consumer = txoutbox::inbox::Consumer::new("shipping")?;
+    let tx = client.transaction().await?;
+    let txoutbox::inbox::Receive::New(mut claim) =
+        txoutbox::inbox::receive(&tx, &consumer, "msg_2aBc").await?
+    else {
+        anyhow::bail!("a new message");
+    };
+    let email = OutboxMessage::new("email", &json!({"email": "bob@example.com"}))?;
+    let email_id = email.id();
+    claim.enqueue("ships-email", email)?;
+    claim.complete(&tx).await?;
+    tx.commit().await?;
+    let dash = Dashboard::start(
+        &db,
+        DashboardConfig {
+            effects: vec!["ships-email".into()],
+            ..DashboardConfig::default()
+        },
+    )
+    .await?;
+    let html = dash.page("/keys?scope=shipping&key=msg_2aBc").await?;
+    for expected in ["Inbox record", "processed", &email_id.to_string()] {
+        assert!(html.contains(expected), "{expected}: {html}");
+    }
+    let api = dash.api("/api/keys?scope=shipping&key=msg_2aBc").await?;
+    assert_eq!(api["inbox"]["outcome"], "processed", "{api}");
+    assert_eq!(ids_in(&api["messages"]).len(), 1, "{api}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn failure_groups_keep_status_codes_and_host_names_and_fold_ids_and_times() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;

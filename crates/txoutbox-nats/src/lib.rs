@@ -34,12 +34,22 @@
 //! Layout: `message` holds [`NatsMessage`], the payload a service enqueues (subject and JSON
 //! data), its checks ([`check`], [`PayloadError`]) and [`DESTINATION`]; `sink` (feature `sink`) holds [`NatsSink`] (connect, per-destination subject, ack timeout, a stream
 //! helper for tests and demos), the classification of publish failures, and
-//! [`PublishReceipt`], the stored ack (stream, sequence, duplicate).
+//! [`PublishReceipt`], the stored ack (stream, sequence, duplicate); `consumer` the receiving
+//! half, [`JetStreamConsumer`]: a durable pull consumer whose messages a [`MessageHandler`]
+//! applies once each, in a transaction with their inbox record ([`txoutbox::inbox`]), acked
+//! after the commit.
 
+#[cfg(feature = "consumer")]
+mod consumer;
 mod message;
 #[cfg(feature = "sink")]
 mod sink;
 
+#[cfg(feature = "consumer")]
+pub use consumer::{
+    message_id, ConsumerReport, HandlerError, JetStreamConsumer, MessageHandler,
+    DEFAULT_CONCURRENCY, DEFAULT_GRACE, DEFAULT_NAK_DELAY,
+};
 pub use message::{check, NatsMessage, PayloadError, DESTINATION};
 #[cfg(feature = "sink")]
 pub use sink::{NatsError, NatsSink, PublishReceipt, DEFAULT_ACK_TIMEOUT, NATS_MSG_ID};

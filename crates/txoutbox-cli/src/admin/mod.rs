@@ -41,7 +41,8 @@ pub enum AdminCommand {
     /// Close failed (or unknown) messages without delivery, by id or by filter, with a reason.
     #[command(after_help = discard::DISCARD_HELP)]
     Discard(discard::DiscardArgs),
-    /// Delete rows past their state's retention, their attempt log, and expired idempotency keys.
+    /// Delete rows past their state's retention, their attempt log, expired idempotency keys and
+    /// inbox records.
     #[command(after_help = purge::PURGE_HELP)]
     Purge(purge::PurgeArgs),
     /// Counts by status and destination, oldest pending age, failure rate of the last hour.

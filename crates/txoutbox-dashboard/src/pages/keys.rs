@@ -70,21 +70,27 @@ pub(crate) async fn keys(
         let b = &base.0;
         storable("scope", &scope)?;
         storable("key", &key)?;
-        let found = if scope.is_empty() || key.is_empty() {
-            None
+        let (found, inbox) = if scope.is_empty() || key.is_empty() {
+            (None, None)
         } else {
             let client = app.client().await?;
-            Some(txoutbox::admin::lookup_key(&**client, &scope, &key, &app.config.effects).await?)
+            let effects = &app.config.effects;
+            (
+                Some(txoutbox::admin::lookup_key(&**client, &scope, &key, effects).await?),
+                txoutbox::admin::lookup_inbox(&**client, &scope, &key, effects).await?,
+            )
         };
         let body = html! {
             form class="filters" method="get" action={(b) "/keys"} role="search" aria-label="Look up a key" {
-                label { "Scope " input name="scope" required value=(scope); }
-                label { "Idempotency-Key " input name="key" required value=(key); }
+                label { "Scope or consumer " input name="scope" required value=(scope); }
+                label { "Idempotency-Key or message id " input name="key" required value=(key); }
                 button type="submit" { "Look up" }
             }
+            @if let Some(found) = &inbox { (inbox_section(&base, &app, found)) }
             @match &found {
                 None => {}
-                Some(None) => p role="status" { "No key " code { (key) } " in scope " code { (scope) } " (never used, or pruned after its window)." },
+                Some(None) if inbox.is_some() => {}
+                Some(None) => p role="status" { "No key " code { (key) } " in scope " code { (scope) } " (never used, or pruned after its window), and no inbox record of this message id for a consumer of that name." },
                 Some(Some(found)) => {
                     @let r = &found.record;
                     section aria-labelledby="key-h" {
@@ -132,4 +138,28 @@ pub(crate) async fn keys(
     }
     .await;
     render(&base, result)
+}
+
+/// An inbox record (a received message of a consumer) and what its handler enqueued.
+fn inbox_section(
+    base: &Base,
+    app: &crate::Shared,
+    found: &txoutbox::admin::InboxLookup,
+) -> maud::Markup {
+    let r = &found.record;
+    html! {
+        section aria-labelledby="inbox-h" {
+            h2 id="inbox-h" { "Inbox record" }
+            dl class="fields" {
+                dt { "Consumer" } dd { code { (r.consumer) } }
+                dt { "Message id" } dd { code { (r.message_id) } }
+                dt { "Outcome" } dd { (r.outcome) @if r.expired { " (window passed: the next delivery of this message is new)" } }
+                @if let Some(error) = &r.error { dt { "Error" } dd { code { (app.redaction.shapes().text(error)) } } }
+                dt { "First received" } dd { (time(r.received_at)) }
+                dt { "Expires" } dd { (time(r.expires_at)) }
+            }
+            h3 { "Messages its handler enqueued" }
+            @if found.messages.is_empty() { p { "None." } } @else { (message_rows(base, &found.messages, false, &app.redaction.shapes())) }
+        }
+    }
 }

@@ -278,3 +278,53 @@ pub async fn lookup_key(
     let messages = store::inspect::key_messages(client, &record.claimed_at, &derived).await?;
     Ok(Some(KeyLookup { record, messages }))
 }
+
+/// One inbox record as stored: [`lookup_inbox`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InboxRecord {
+    /// The receiving consumer.
+    pub consumer: String,
+    /// The sender's message id.
+    pub message_id: String,
+    /// When the message was first received.
+    pub received_at: DateTime<Utc>,
+    /// When the record's window ends.
+    pub expires_at: DateTime<Utc>,
+    /// `processed`, or `failed` (the consumer gave the message up; `error` says why).
+    pub outcome: String,
+    /// Why the consumer gave the message up.
+    pub error: Option<String>,
+    /// True when the window has passed (the next delivery of the message is new).
+    pub expired: bool,
+}
+
+/// An inbox record and what its message's handler enqueued: [`lookup_inbox`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InboxLookup {
+    /// The record.
+    pub record: InboxRecord,
+    /// The messages the handler enqueued, oldest first, in whichever state they are now.
+    pub messages: Vec<MessageSummary>,
+}
+
+/// Looks up the inbox record of (consumer, message id) and the messages its handler enqueued:
+/// those written by the receiving transaction (same `created_at`, the transaction's time) and
+/// those whose downstream key is the one derived for one of `effects`
+/// ([`crate::inbox::derive_inbox_downstream_key`]). `None` when there is no record (never
+/// received, or pruned).
+pub async fn lookup_inbox(
+    client: &impl GenericClient,
+    consumer: &str,
+    message_id: &str,
+    effects: &[String],
+) -> Result<Option<InboxLookup>, AdminError> {
+    let Some(record) = store::inspect::inbox_record(client, consumer, message_id).await? else {
+        return Ok(None);
+    };
+    let derived: Vec<String> = effects
+        .iter()
+        .map(|effect| crate::inbox::derive_inbox_downstream_key(consumer, message_id, effect))
+        .collect();
+    let messages = store::inspect::key_messages(client, &record.received_at, &derived).await?;
+    Ok(Some(InboxLookup { record, messages }))
+}

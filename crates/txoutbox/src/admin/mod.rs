@@ -24,22 +24,22 @@ pub(crate) use filter::FilterParams;
 pub use filter::{ListCursor, MessageFilter, ReplaySelection, TimeBound};
 pub use flow::{destination_flows, pause_destination, resume_destination, DestinationFlow};
 pub use inspect::{
-    activity, activity_buckets, failure_groups, list_messages, lookup_key, show_message,
-    AttemptRecord, FailureGroup, IdempotencyRecord, KeyLookup, MessageDetail, MessageSummary,
-    MinuteActivity,
+    activity, activity_buckets, failure_groups, list_messages, lookup_inbox, lookup_key,
+    show_message, AttemptRecord, FailureGroup, IdempotencyRecord, InboxLookup, InboxRecord,
+    KeyLookup, MessageDetail, MessageSummary, MinuteActivity,
 };
 pub use known::require_known_destination;
 pub use purge::{
-    prune_expired_keys, purge, PurgeOptions, PurgeReport, Retention, DEFAULT_FAILED_RETENTION,
-    DEFAULT_PRUNE_BATCH, DEFAULT_RETENTION,
+    prune_expired_inbox, prune_expired_keys, purge, PurgeOptions, PurgeReport, Retention,
+    DEFAULT_FAILED_RETENTION, DEFAULT_PRUNE_BATCH, DEFAULT_RETENTION,
 };
 pub use relays::{relays, RelayRecord};
 pub use replay::{
     replay, replay_downstream_key, ReplayOptions, ReplayReport, ReplayedMessage, SkippedMessage,
 };
 pub use stats::{
-    stats, DestinationStats, FailureRate, OutboxStats, StatusCounts, EXACT_DELIVERED_COUNT_MAX,
-    EXACT_HOT_COUNT_MAX, FAILURE_RATE_WINDOW,
+    stats, DestinationStats, FailureRate, InboxStats, OutboxStats, StatusCounts,
+    EXACT_DELIVERED_COUNT_MAX, EXACT_HOT_COUNT_MAX, FAILURE_RATE_WINDOW,
 };
 pub use stored::StoredJson;
 

@@ -18,6 +18,7 @@
 pub(crate) mod admin;
 pub(crate) mod attempts;
 pub(crate) mod destinations;
+pub(crate) mod inbox;
 pub(crate) mod keys;
 pub(crate) mod messages;
 pub(crate) mod relays;

@@ -111,6 +111,11 @@ const KEY: &str = "SELECT scope, key, fingerprint, state, response_status, \
          (extract(epoch FROM created_at) * 1000000)::int8, expires_at <= now() \
      FROM txoutbox_idempotency_keys WHERE scope = $1 AND key = $2";
 
+/// The inbox record of message $2 of consumer $1 (`txoutbox_inbox`).
+const INBOX_RECORD: &str = "SELECT consumer, message_id, received_at, expires_at, outcome, error, \
+         expires_at <= now() \
+     FROM txoutbox_inbox WHERE consumer = $1 AND message_id = $2";
+
 /// The messages a request enqueued, from whichever table holds them: those whose downstream key
 /// is one derived from the claim ($2), and those written by the claim's transaction (their
 /// `created_at`, the transaction's time, equals the key's, $1). Oldest first.
@@ -240,6 +245,32 @@ pub(crate) async fn activity(
             })
         })
         .collect()
+}
+
+/// Reads an inbox record ([`INBOX_RECORD`]).
+pub(crate) async fn inbox_record(
+    client: &impl GenericClient,
+    consumer: &str,
+    message_id: &str,
+) -> Result<Option<crate::admin::InboxRecord>, AdminError> {
+    let Some(row) = client
+        .query_typed_opt(
+            INBOX_RECORD,
+            &[(&consumer, Type::TEXT), (&message_id, Type::TEXT)],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(crate::admin::InboxRecord {
+        consumer: row.try_get(0)?,
+        message_id: row.try_get(1)?,
+        received_at: row.try_get(2)?,
+        expires_at: row.try_get(3)?,
+        outcome: row.try_get(4)?,
+        error: row.try_get(5)?,
+        expired: row.try_get(6)?,
+    }))
 }
 
 /// An idempotency key's row ([`KEY`]).
