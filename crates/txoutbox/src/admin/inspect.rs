@@ -102,6 +102,31 @@ pub struct AttemptRecord {
 /// Lists the messages `filter` selects, hot, delivered and discarded alike, newest first; from
 /// [`MessageFilter::before`] on when it is set (the next page: the last row's
 /// [`MessageSummary::cursor`]).
+///
+/// ```no_run
+/// use txoutbox::admin::{list_messages, MessageFilter, MessageStatus};
+///
+/// # async fn run(client: &tokio_postgres::Client) -> Result<(), txoutbox::admin::AdminError> {
+/// // The dead letters of the email sink, 50 a page.
+/// let mut filter = MessageFilter {
+///     status: Some(MessageStatus::Failed),
+///     destination: Some("email".into()),
+///     limit: Some(50),
+///     ..MessageFilter::default()
+/// };
+/// loop {
+///     let page = list_messages(client, &filter).await?;
+///     for row in &page {
+///         println!("{} {:?} {}", row.id, row.last_error, row.attempts);
+///     }
+///     match page.last() {
+///         Some(last) if page.len() == 50 => filter.before = Some(last.cursor()),
+///         _ => break,
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub async fn list_messages(
     client: &impl GenericClient,
     filter: &MessageFilter,
@@ -110,6 +135,18 @@ pub async fn list_messages(
 }
 
 /// One message with its payload, headers, receipt and full attempt history.
+///
+/// ```no_run
+/// # async fn run(client: &tokio_postgres::Client, id: uuid::Uuid)
+/// #     -> Result<(), txoutbox::admin::AdminError> {
+/// let detail = txoutbox::admin::show_message(client, id).await?;
+/// println!("{} to {}: {:?}", detail.message.id, detail.message.destination, detail.message.status);
+/// for attempt in &detail.history {
+///     println!("  {attempt:?}");
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub async fn show_message(
     client: &impl GenericClient,
     id: Uuid,

@@ -101,6 +101,16 @@ pub struct PurgeReport {
 /// lock is held and relays are never waited for. A failed or unknown head that is purged stops
 /// blocking its ordering key: the next row is due at once. `progress`, when given, is called with
 /// (rows deleted, rows to delete) after each batch.
+///
+/// ```no_run
+/// use txoutbox::admin::{purge, PurgeOptions};
+///
+/// # async fn run(client: &tokio_postgres::Client) -> Result<(), txoutbox::admin::AdminError> {
+/// let report = purge(client, &PurgeOptions::default(), None).await?; // 7 days delivered, 90 the rest
+/// println!("{report:?}");
+/// # Ok(())
+/// # }
+/// ```
 pub async fn purge(
     client: &Client,
     options: &PurgeOptions,

@@ -154,6 +154,20 @@ pub struct InboxStats {
 /// last hour's attempts. The delivered history is never scanned: up to
 /// [`EXACT_DELIVERED_COUNT_MAX`] rows it is counted through an index, above it the planner's
 /// estimate is reported ([`OutboxStats::delivered_estimated`]).
+///
+/// ```no_run
+/// # async fn run(client: &tokio_postgres::Client) -> Result<(), txoutbox::admin::AdminError> {
+/// let stats = txoutbox::admin::stats(client).await?;
+/// for destination in &stats.destinations {
+///     let counts = &destination.counts;
+///     println!("{}: {} pending, {} failed", destination.destination, counts.pending, counts.failed);
+/// }
+/// if let Some(age) = stats.oldest_pending_age {
+///     println!("oldest pending row: {} s", age.as_secs());
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminError> {
     let mut by_destination: BTreeMap<String, DestinationStats> = BTreeMap::new();
     let hot_bound = EXACT_HOT_COUNT_MAX + 1;

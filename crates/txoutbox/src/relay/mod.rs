@@ -56,6 +56,38 @@ use crate::state::AttemptOutcome;
 use crate::{error::Result, pg::PgConfig};
 
 /// The relay engine. `run` it in its own process (`txoutbox relay`) or inside a service.
+///
+/// Register one [`Sink`] per destination, build, and run it until a shutdown future resolves;
+/// `run` then finishes the deliveries in flight (within [`RelayConfig::shutdown_grace`]), gives
+/// back the rows it has not started, and returns.
+///
+/// ```no_run
+/// use txoutbox::pg::PgConfig;
+/// use txoutbox::relay::{Relay, Shutdown};
+/// use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
+///
+/// struct Log;
+///
+/// #[async_trait::async_trait]
+/// impl Sink for Log {
+///     async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
+///         println!("{}: {}", delivery.downstream_key, delivery.payload);
+///         Ok(Receipt::none())
+///     }
+/// }
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let pg = PgConfig::parse("postgres://relay@db.internal/app")?;
+/// let relay = Relay::builder(pg).sink("log", Log).build()?;
+/// let shutdown = Shutdown::on_signal()?; // SIGINT or SIGTERM
+/// let report = relay.run(shutdown.wait()).await?;
+/// println!("claimed {} rows, gave back {}", report.claimed, report.released);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// The runnable version is the crate's `custom_sink` example
+/// (`cargo run -p txoutbox --example custom_sink`).
 #[derive(Clone)]
 pub struct Relay {
     inner: Arc<Inner>,
