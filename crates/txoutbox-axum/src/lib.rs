@@ -47,7 +47,39 @@
 //! service that documents the problem types gives each its own `type` and title with
 //! [`set_problem_base`].
 //!
+//! The receiving half: [`SignedWebhook`] verifies a Standard Webhooks request (signature under
+//! one of the endpoint's secrets, timestamp within 5 minutes) before the handler sees it, and
+//! [`SignedWebhook::receive`] records its `webhook-id` in the inbox ([`txoutbox::inbox`]) in
+//! the handler's transaction: a redelivery is answered 2xx without applying it again.
+//!
+//! ```no_run
+//! use axum::{extract::{FromRef, State}, http::StatusCode, response::{IntoResponse, Response}};
+//! use txoutbox_axum::{Problem, Received, SignedWebhook, WebhookReceiver};
+//!
+//! #[derive(Clone)]
+//! struct App { pool: deadpool_postgres::Pool, webhooks: WebhookReceiver }
+//! impl FromRef<App> for WebhookReceiver {
+//!     fn from_ref(app: &App) -> Self { app.webhooks.clone() }
+//! }
+//!
+//! async fn webhook(State(app): State<App>, hook: SignedWebhook) -> Result<Response, Problem> {
+//!     let mut conn = app.pool.get().await?;
+//!     let tx = conn.transaction().await?;
+//!     let claim = match hook.receive(&tx).await? {
+//!         Received::New(claim) => claim,
+//!         Received::Duplicate(answer) => return Ok(answer), // 200: applied before
+//!     };
+//!     let event: serde_json::Value = hook.json()?;
+//!     tx.execute("INSERT INTO shipments (charge_id) VALUES ($1)", &[&event["data"]["charge_id"].as_str()]).await?;
+//!     claim.complete(&tx).await?;
+//!     tx.commit().await?;
+//!     Ok(StatusCode::NO_CONTENT.into_response())
+//! }
+//! ```
+//!
 //! Layout: `extract` holds the [`Idempotent`] extractor and the begin/complete steps;
+//! `webhook` the [`SignedWebhook`] extractor, its [`WebhookReceiver`] configuration and its
+//! refusals ([`WebhookRejection`]);
 //! `rejection` its refusals ([`IdempotencyRejection`]); `problem` holds [`Problem`], the error
 //! answer; [`health`] the `/healthz` and `/readyz` routes of a process that runs a relay (and,
 //! with the feature `prometheus`, `MetricsServer`: those two and `/metrics` on an address of
@@ -60,6 +92,7 @@ mod problem;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
 mod rejection;
+mod webhook;
 
 pub use extract::{Idempotent, Prepared, Started, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use problem::{
@@ -68,3 +101,4 @@ pub use problem::{
 pub use rejection::IdempotencyRejection;
 /// The W3C trace-context request header; its value is attached to the request's effects.
 pub use txoutbox::telemetry::TRACEPARENT;
+pub use webhook::{Received, SignedWebhook, WebhookReceiver, WebhookRejection};

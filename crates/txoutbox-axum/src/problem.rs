@@ -202,12 +202,54 @@ impl Problem {
         )
     }
 
+    /// 400: a Standard Webhooks request lacks a `webhook-*` header, or one is malformed.
+    pub fn webhook_headers(detail: impl Into<String>) -> Self {
+        Self::typed(
+            StatusCode::BAD_REQUEST,
+            "problem-webhook-headers",
+            "Standard Webhooks headers missing or malformed",
+            detail,
+        )
+    }
+
+    /// 401: no `webhook-signature` matches any of the endpoint's secrets.
+    pub fn webhook_signature(detail: impl Into<String>) -> Self {
+        Self::typed(
+            StatusCode::UNAUTHORIZED,
+            "problem-webhook-signature",
+            "Invalid webhook signature",
+            detail,
+        )
+    }
+
+    /// 401: the `webhook-timestamp` is further from the receiver's clock than the tolerance.
+    pub fn webhook_timestamp(detail: impl Into<String>) -> Self {
+        Self::typed(
+            StatusCode::UNAUTHORIZED,
+            "problem-webhook-timestamp",
+            "Webhook timestamp outside the tolerance",
+            detail,
+        )
+    }
+
     /// 400: the request body could not be read or parsed.
     pub fn invalid_body(detail: impl Into<String>) -> Self {
         Self::typed(
             StatusCode::BAD_REQUEST,
             "problem-invalid-body",
             "Invalid request body",
+            detail,
+        )
+    }
+
+    /// 422: an effect's payload cannot be delivered as built (an email address that does not
+    /// parse, a webhook URL that is not http(s)), refused before anything was written. The
+    /// detail is the payload builder's own message.
+    pub fn invalid_payload(detail: impl Into<String>) -> Self {
+        Self::typed(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "problem-invalid-payload",
+            "Invalid effect payload",
             detail,
         )
     }
@@ -286,6 +328,9 @@ impl From<txoutbox::Error> for Problem {
         match &err {
             txoutbox::Error::Key(key) => return key.into(),
             txoutbox::Error::Conflict(_) => return Problem::conflict(),
+            txoutbox::Error::InvalidPayload(source) => {
+                return Problem::invalid_payload(source.to_string())
+            }
             _ => {}
         }
         let status =
@@ -367,6 +412,19 @@ mod tests {
         assert_eq!(problem.retry_after, Some(1));
         // The server's message is for the log, not for the client.
         assert!(!problem.detail.contains("serialize"));
+    }
+
+    #[test]
+    fn an_invalid_payload_is_a_422_problem_with_the_builders_message() {
+        let problem = Problem::from(txoutbox::Error::invalid_payload(std::io::Error::other(
+            "invalid to address \"bob@\": Invalid email domain",
+        )));
+        assert_eq!(problem.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(problem.kind, problem_type("problem-invalid-payload"));
+        assert_eq!(
+            problem.detail,
+            "invalid to address \"bob@\": Invalid email domain"
+        );
     }
 
     #[test]

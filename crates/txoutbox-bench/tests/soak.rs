@@ -1,6 +1,6 @@
 //! The short soak of `./scripts/test`: three `txoutbox relay` processes, a private Postgres and
 //! the scripted downstream under a fixed seed's faults, for well under three minutes. The long
-//! run is `txoutbox-bench soak --minutes 30` (see README).
+//! run's command is in docs/benchmarks.md.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -13,9 +13,10 @@ const SEED: u64 = 20261203;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relays_under_injected_faults_keep_every_delivery_invariant() -> anyhow::Result<()> {
     let mut options = SoakOptions::new(SEED, txoutbox_bin()?);
-    options.rows = 150;
+    options.rows = 200;
     options.chaos = Duration::from_secs(40);
-    options.settle = Duration::from_secs(60);
+    options.settle = Duration::from_secs(120);
+    options.hostile = hostile_rows();
     let report = soak::run(&options).await?;
     print!("{}", report.table());
     for note in &report.notes {
@@ -29,6 +30,12 @@ async fn relays_under_injected_faults_keep_every_delivery_invariant() -> anyhow:
         report.violation_lines(10)
     );
     Ok(())
+}
+
+/// Whether the run stores undecodable rows: on unless `SOAK_HOSTILE_ROWS=0`. Each must fail
+/// alone, its batch-mates delivered.
+fn hostile_rows() -> bool {
+    std::env::var("SOAK_HOSTILE_ROWS").map_or(true, |v| v != "0")
 }
 
 /// The `txoutbox` binary of this build: `TXOUTBOX_BIN`, else the one in this test's target

@@ -18,7 +18,7 @@ use txoutbox::telemetry::logs::{LogFormat, LOG_FORMAT_ENV};
 /// that it names each one).
 const ABOUT: &str = "txoutbox: a transactional outbox for Postgres. Apply the schema (migrate), \
      deliver the outbox (relay), watch and repair it from a browser (dashboard) or from here \
-     (list, show, replay, discard, purge, stats, pause, resume).";
+     (list, show, replay, discard, purge, stats, pause, resume, relays).";
 
 /// txoutbox: a transactional outbox for Postgres.
 #[derive(Debug, Parser)]

@@ -38,6 +38,9 @@ pub struct RelayArgs {
     /// At shutdown, how long in-flight deliveries may take to finish.
     #[arg(long, env = "TXOUTBOX_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
+    /// How often this relay refreshes its row in `txoutbox relays` (three missed: stale).
+    #[arg(long, env = "TXOUTBOX_HEARTBEAT", default_value = "5s", value_parser = humantime::parse_duration)]
+    heartbeat: Duration,
     /// This relay's name in leases and the attempt log (default: host-pid-random).
     #[arg(long, env = "TXOUTBOX_RELAY_OWNER")]
     owner: Option<String>,
@@ -103,7 +106,7 @@ pub struct RelayArgs {
     #[arg(long = "max-in-flight", value_name = "DESTINATION=N", env = "TXOUTBOX_MAX_IN_FLIGHT", value_delimiter = ',', value_parser = parse_in_flight)]
     max_in_flight: Vec<(String, usize)>,
     /// Consecutive retryable failures that open a destination's circuit breaker (0: no breaker;
-    /// a downstream's Retry-After still pauses its destination).
+    /// a downstream throttling most calls still pauses its destination).
     #[arg(long, env = "TXOUTBOX_BREAKER_FAILURES", default_value_t = 10)]
     breaker_failures: u32,
     /// How long an open breaker waits before its first probe (doubled at each opening in a row).
@@ -227,6 +230,7 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         },
         shutdown_grace: args.shutdown_grace,
         sample_interval: args.observability.sample_interval,
+        heartbeat_interval: args.heartbeat,
         ..RelayConfig::default()
     };
     if let Some(owner) = &args.owner {

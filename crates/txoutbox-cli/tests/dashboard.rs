@@ -203,3 +203,87 @@ fn a_malformed_user_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a role"));
 }
+
+/// Starts `txoutbox relay` named `owner`, beating every 200 ms, delivering `audit` to stdout.
+fn relay_process(db: &TestDb, owner: &str) -> anyhow::Result<Child> {
+    Ok(Command::new(env!("CARGO_BIN_EXE_txoutbox"))
+        .args(["relay", "--stdout", "audit", "--heartbeat", "200ms"])
+        .args(["--owner", owner])
+        .env("DATABASE_URL", db.url())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()?)
+}
+
+/// The `<tr …>` of the Relays page's table that names `owner` (empty when none does).
+fn relay_row<'a>(page: &'a str, owner: &str) -> &'a str {
+    page.split("<tr")
+        .find(|row| row.contains(&format!(r#"<code class="id">{owner}</code>"#)))
+        .unwrap_or("")
+}
+
+/// Reads `/relays` until `done` holds for it (at most 30 s): the page.
+fn relays_page_until(addr: &str, done: impl Fn(&str) -> bool) -> anyhow::Result<String> {
+    let started = std::time::Instant::now();
+    loop {
+        let page = get(addr, "/relays", None)?;
+        if done(&page) {
+            return Ok(page);
+        }
+        anyhow::ensure!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the Relays page never showed what was awaited: {page}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[tokio::test]
+async fn the_relays_page_lists_running_relays_and_marks_a_killed_one_stale() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    let served = serve(&db, &["--addr", "127.0.0.1:0"])?;
+    let mut kept = relay_process(&db, "relay-kept")?;
+    let mut killed = relay_process(&db, "relay-killed")?;
+
+    let page = relays_page_until(&served.addr, |page| page.contains("2 relays alive"))?;
+    for owner in ["relay-kept", "relay-killed"] {
+        let row = relay_row(&page, owner);
+        assert!(row.starts_with(r#" class="alive""#), "{owner}: {row}");
+        assert!(
+            row.contains(r#"<code class="id">audit</code>"#),
+            "its sinks: {row}"
+        );
+        assert!(row.contains("every 200ms"), "its heartbeat: {row}");
+    }
+
+    // SIGKILL: no clean exit, its heartbeat just stops.
+    killed.kill()?;
+    killed.wait()?;
+    let page = relays_page_until(&served.addr, |page| {
+        relay_row(page, "relay-killed").starts_with(r#" class="stale""#)
+    })?;
+    assert!(page.contains("1 relay alive"), "{page}");
+    assert!(relay_row(&page, "relay-kept").starts_with(r#" class="alive""#));
+    // Stale once three heartbeats were missed, not before.
+    let silent: f64 = client
+        .query_one(
+            "SELECT EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 FROM txoutbox_relays \
+             WHERE owner = 'relay-killed'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert!(silent >= 0.6, "marked stale after {silent} s of silence");
+
+    // A clean exit deletes the relay's row; the killed one's stays, stale.
+    let status = Command::new("kill")
+        .args(["-TERM", &kept.id().to_string()])
+        .status()?;
+    assert!(status.success());
+    assert_eq!(kept.wait()?.code(), Some(0));
+    let page = relays_page_until(&served.addr, |page| !page.contains("relay-kept"))?;
+    assert!(page.contains("No relay alive"), "{page}");
+    assert!(relay_row(&page, "relay-killed").starts_with(r#" class="stale""#));
+    Ok(())
+}

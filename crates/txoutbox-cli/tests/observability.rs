@@ -935,3 +935,34 @@ async fn with_otel_the_current_span_is_the_context_stored_at_enqueue() -> anyhow
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn the_relays_alive_gauge_counts_every_relay_whose_heartbeat_is_fresh() -> anyhow::Result<()>
+{
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    let (_receiver, addr) = WebhookReceiver::failing_first(&[]).await?;
+    let mut args = webhook_args(addr, &["hooks"]);
+    args.extend(["--heartbeat".to_owned(), "200ms".to_owned()]);
+    let relay = RelayProcess::start(&db.url(), &args).await?;
+    relay
+        .wait_for("/metrics", Duration::from_secs(30), |_, body| {
+            sample(body, "txoutbox_relays_alive") == Some(1.0)
+        })
+        .await?;
+    // Another relay beating, and one silent for an hour (stale: not counted).
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_relays (owner, host, pid, version, heartbeat_every, heartbeat_at) \
+             VALUES ('other', 'elsewhere', 7, '0.1.0', interval '1 hour', now()), \
+                    ('gone', 'elsewhere', 8, '0.1.0', interval '5 s', now() - interval '1 hour')",
+        )
+        .await?;
+    relay
+        .wait_for("/metrics", Duration::from_secs(30), |_, body| {
+            sample(body, "txoutbox_relays_alive") == Some(2.0)
+        })
+        .await?;
+    assert_eq!(relay.terminate()?, Some(0));
+    Ok(())
+}

@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::Extension;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use txoutbox::admin::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection};
+use txoutbox::admin::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection, StoredJson};
 use uuid::Uuid;
 
 use crate::auth::Principal;
@@ -329,6 +329,20 @@ pub(crate) async fn destinations(State(app): State<Shared>) -> Response {
     )
 }
 
+/// `GET /api/relays`: every relay that recorded itself, alive ones first ([`RelayRecord`]'s
+/// fields, `stale` after three missed heartbeats).
+///
+/// [`RelayRecord`]: txoutbox::admin::RelayRecord
+pub(crate) async fn relays(State(app): State<Shared>) -> Response {
+    answer(
+        async {
+            let client = app.client().await?;
+            Ok(txoutbox::admin::relays(&**client).await?)
+        }
+        .await,
+    )
+}
+
 /// How to pause, as the API takes it.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -402,7 +416,8 @@ pub(crate) async fn resume_destination(
 }
 
 /// `GET /api/keys?scope=…&key=…`: the key row (its stored response redacted, or its body
-/// withheld when it cannot be) and the messages its request enqueued.
+/// withheld when it cannot be) and the messages its request enqueued; without such a key, the
+/// inbox record of consumer `scope` and message id `key` (`{"inbox": …, "messages": …}`).
 pub(crate) async fn key(State(app): State<Shared>, RawQuery(query): RawQuery) -> Response {
     answer(
         async {
@@ -418,12 +433,32 @@ pub(crate) async fn key(State(app): State<Shared>, RawQuery(query): RawQuery) ->
             storable("scope", &scope)?;
             storable("key", &key)?;
             let client = app.client().await?;
-            let found = txoutbox::admin::lookup_key(&**client, &scope, &key, &app.config.effects)
-                .await?
-                .ok_or(Failure::NotFound)?;
+            let Some(found) =
+                txoutbox::admin::lookup_key(&**client, &scope, &key, &app.config.effects).await?
+            else {
+                // No key of that scope: an inbox record of that consumer, if there is one.
+                let inbox =
+                    txoutbox::admin::lookup_inbox(&**client, &scope, &key, &app.config.effects)
+                        .await?
+                        .ok_or(Failure::NotFound)?;
+                let scrub = app.redaction.shapes();
+                let mut record = inbox.record;
+                record.error = scrub.opt(record.error.as_deref());
+                let mut messages = inbox.messages;
+                for m in &mut messages {
+                    m.last_error = scrub.opt(m.last_error.as_deref());
+                }
+                return Ok(serde_json::json!({ "inbox": record, "messages": messages }));
+            };
             let response = shown_response(&app.redaction, &found.record);
             let mut record = found.record;
-            record.response_headers = response.headers;
+            record.response_headers = match response.undecodable_headers {
+                None => StoredJson::Decoded(response.headers),
+                Some((error, shown)) => StoredJson::Undecodable {
+                    text: shown.to_text(),
+                    error,
+                },
+            };
             record.response_body = None;
             let scrub = app.redaction.shapes();
             let mut messages = found.messages;

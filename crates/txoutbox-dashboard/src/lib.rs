@@ -84,8 +84,9 @@ pub struct DashboardConfig {
     /// redacted kind: email addresses when a field name contains `mail`, card numbers (13 to 19
     /// digits passing the Luhn check) when one contains `card` or is `pan`. Lists and failure
     /// groups do not read payloads: a value of no known shape (a name) that a downstream copies
-    /// into its error text shows there. Failure groups normalise email addresses to `<email>`
-    /// and digits to `<n>`.
+    /// into its error text shows there. Failure groups normalise email addresses to `<email>`,
+    /// timestamps to `<time>`, standalone numbers to `<n>` (status codes 100 to 599 kept) and
+    /// long words mixing digits and letters to `<id>`.
     ///
     /// With redacted fields, the error-text search (`error=` on pages and in the API's filters)
     /// is refused (400): it matches the stored text, so it would confirm a hidden value. The
@@ -131,7 +132,7 @@ struct App {
 
 type Shared = Arc<App>;
 
-/// The dashboard: pages at `/`, `/messages`, `/messages/{id}`, `/failures`, `/keys`, the JSON API
+/// The dashboard: pages at `/`, `/messages`, `/messages/{id}`, `/failures`, `/relays`, `/keys`, the JSON API
 /// under `/api`, assets under `/assets`. Links work under whatever prefix it is nested at. A
 /// destination in a path is one percent-encoded segment (`/destinations/webhook:orders/pause`).
 ///
@@ -167,6 +168,7 @@ pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router 
             post(pages::resume_destination),
         )
         .route("/failures", get(pages::failures))
+        .route("/relays", get(pages::relays))
         .route("/keys", get(pages::keys))
         .route("/api/stats", get(api::stats))
         .route("/api/messages", get(api::messages))
@@ -184,6 +186,7 @@ pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router 
             "/api/destinations/{destination}/resume",
             post(api::resume_destination),
         )
+        .route("/api/relays", get(api::relays))
         .route("/api/keys", get(api::key))
         .route("/assets/dashboard.css", get(pages::css))
         .route("/assets/live.js", get(pages::script))

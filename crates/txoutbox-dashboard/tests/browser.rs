@@ -4,11 +4,13 @@
 //! state by its live refresh, a discard asks for its reason and names the user, a destination
 //! is paused from the overview (its open form outlasting a live refresh) and resumed, a viewer sees
 //! no action and its forged POST is refused, a cross-site form is refused, a redacted field is
-//! not in the page.
+//! not in the page, a running relay is listed alive on the Relays page, an `unknown` row has its
+//! own group on the Failures page.
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use txoutbox::admin::MessageStatus;
 use txoutbox::sink::DeliveryError;
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
@@ -103,7 +105,9 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
 
     // The relay that delivers what gets replayed.
     let sink = RecordingSink::new();
-    let relay = RunningRelay::start(db.relay()?.sink("stripe", sink.clone()).build()?);
+    let relay = db.relay()?.sink("stripe", sink.clone()).build()?;
+    let relay_owner = relay.owner().to_owned();
+    let relay = RunningRelay::start(relay);
 
     let app = axum::Router::new().nest(
         "/outbox",
@@ -180,12 +184,53 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .await?
         .contains("402 card_declined"));
     alice.screenshot("dashboard-messages.png").await?;
+    // An at-most-once call whose outcome was lost: its own group, above the failed ones.
+    // (Written in its end state: a pending row would be claimed by the relay running.)
+    message(&mut client)
+        .destination("sms")
+        .payload(json!({"to": "+33600000000"}))
+        .status(MessageStatus::Unknown)
+        .attempts(1)
+        .last_error("call timed out after sending")
+        .create()
+        .await?;
     alice.open(&format!("{plain}/failures")).await?;
     assert!(alice
-        .text("table.groups")
+        .text("table.groups.failed")
         .await?
-        .contains("<n> card_declined for charge <n>"));
+        .contains("402 card_declined for charge <n>"));
+    let unknown = alice.text("#unknown").await?;
+    assert!(
+        unknown.contains("sms") && unknown.contains("call timed out after sending"),
+        "{unknown}"
+    );
+    assert!(alice
+        .text("table.groups.unknown")
+        .await?
+        .contains("Replay this group"));
     alice.screenshot("dashboard-failures.png").await?;
+
+    // The relay delivering `stripe` shows on the Relays page, alive, with its sink.
+    // And one killed an hour ago, whose row stayed behind: stale.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_relays (owner, host, pid, version, heartbeat_every, \
+                 started_at, heartbeat_at, last_claim_at, held, sinks) \
+             VALUES ('worker-7-4182-a1b2c3', 'worker-7', 4182, '0.1.0', interval '5 s', \
+                 now() - interval '3 hours', now() - interval '1 hour', \
+                 now() - interval '1 hour', 12, ARRAY['email', 'stripe'])",
+        )
+        .await?;
+    alice.open(&format!("{plain}/relays")).await?;
+    wait_for_text(&alice, "#relays", "1 relay alive, 1 stale").await?;
+    let relays = alice.text("table.relays").await?;
+    assert!(
+        relays.contains(relay_owner.as_str())
+            && relays.contains("alive")
+            && relays.contains("stripe"),
+        "{relays}"
+    );
+    alice.screenshot("dashboard-relays.png").await?;
 
     // An open list shows the rows enqueued since, by its live refresh.
     alice
@@ -264,6 +309,18 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     tokio::time::sleep(Duration::from_millis(500)).await;
     let refused = alice.source().await?;
     assert!(refused.contains("cross-site request refused"), "{refused}");
+
+    // Every relay gone (the last one stopped, the other stale) while a row waits: the overview
+    // raises the alarm. The week's charts have their axes too.
+    message(&mut client)
+        .destination("email")
+        .payload(json!({"template": "receipt"}))
+        .create()
+        .await?;
+    alice.open(&format!("{plain}?window=7d")).await?;
+    wait_for_text(&alice, "#backlog", "No relay is alive").await?;
+    assert!(alice.text("#activity").await?.contains("The last 7 d"));
+    alice.screenshot("dashboard-no-relay-7d.png").await?;
     alice.close().await;
 
     // A viewer reads, sees no action, and a forged same-site POST is refused.

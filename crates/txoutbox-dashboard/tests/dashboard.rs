@@ -200,20 +200,26 @@ async fn pending_empty(client: &mut Client, destination: &str, key: &str) -> any
 }
 
 async fn fail(client: &Client, id: Uuid, error: &str) -> TestResult {
+    settle(client, id, "failed", error).await
+}
+
+/// Gives row `id` the end state `status` (`failed`, `unknown`) after one attempt that ended with
+/// `error`, as the relay would.
+async fn settle(client: &Client, id: Uuid, status: &str, error: &str) -> TestResult {
     client
         .execute(
-            "UPDATE txoutbox_messages SET status = 'failed', attempts = 1, last_error = $2 \
-             WHERE id = $1",
-            &[&id, &error],
+            "UPDATE txoutbox_messages SET status = $3, attempts = 1, last_error = $2, \
+                 attempt_started_at = now() WHERE id = $1",
+            &[&id, &error, &status],
         )
         .await?;
     client
         .execute(
             "INSERT INTO txoutbox_attempts (message_id, attempt, downstream_key, relay, outcome, \
                  error, started_at) \
-             SELECT id, 1, downstream_key, 'relay-1', 'failed', $2, now() \
+             SELECT id, 1, downstream_key, 'relay-1', $3, $2, now() \
              FROM txoutbox_messages WHERE id = $1",
-            &[&id, &error],
+            &[&id, &error, &status],
         )
         .await?;
     Ok(())
@@ -259,8 +265,23 @@ async fn overview_counts_rows_by_destination_and_state() -> TestResult {
         html.contains(r#"destination=email&amp;status=pending">2</a>"#),
         "{html}"
     );
+    // A failed (or unknown) count above zero stands out; a zero does not.
     assert!(
-        html.contains(r#"destination=stripe&amp;status=failed">1</a>"#),
+        html.contains(
+            r#"<td class="num alarm"><a href="/outbox/messages?destination=stripe&amp;status=failed">1</a>"#
+        ),
+        "{html}"
+    );
+    assert!(
+        html.contains(
+            r#"<td class="num"><a href="/outbox/messages?destination=email&amp;status=failed">0</a>"#
+        ),
+        "{html}"
+    );
+    assert!(
+        html.contains(
+            r#"<td class="num"><a href="/outbox/messages?destination=stripe&amp;status=unknown">0</a>"#
+        ),
         "{html}"
     );
     assert!(html.contains("Top failing destinations"));
@@ -295,6 +316,109 @@ async fn overview_counts_the_requests_whose_effects_wait_for_the_fan_out() -> Te
 }
 
 #[tokio::test]
+async fn the_overview_warns_when_rows_wait_and_no_relay_is_alive() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    let alarm = "No relay is alive";
+    let html = dash.page("").await?;
+    assert!(!html.contains(alarm), "nothing waits: {html}");
+    assert!(html.contains("No relay alive"), "{html}");
+
+    pending_empty(&mut client, "email", "e-1").await?;
+    // A relay that stopped beating an hour ago.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_relays (owner, host, pid, version, heartbeat_every, heartbeat_at) \
+             VALUES ('gone', 'box', 7, '0.1.0', interval '5 s', now() - interval '1 hour')",
+        )
+        .await?;
+    let html = dash.page("").await?;
+    assert!(html.contains(alarm), "{html}");
+    assert!(
+        html.contains("1 row(s) wait for delivery (1 relay(s) stopped sending heartbeats)"),
+        "{html}"
+    );
+    assert!(html.contains(r#"href="/outbox/relays""#), "{html}");
+
+    // One relay beating: no alarm.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_relays (owner, host, pid, version, heartbeat_every) \
+             VALUES ('alive', 'box', 8, '0.1.0', interval '1 hour')",
+        )
+        .await?;
+    let html = dash.page("").await?;
+    assert!(!html.contains(alarm), "{html}");
+    assert!(html.contains("1 relay alive"), "{html}");
+    let relays: Value = dash
+        .get_as("/api/relays", None)
+        .await
+        .map(|(_, body)| serde_json::from_str(&body))??;
+    assert_eq!(relays[0]["owner"], "alive");
+    assert_eq!(relays[1]["stale"], true);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_overview_charts_the_last_hour_day_or_week_with_axes() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    // Deliveries 30 min, 5 h and 3 days ago.
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, downstream_key, \
+                 attempts, created_at, delivered_at) \
+             SELECT gen_random_uuid(), g, 'email', '{}', '{}', 'k-' || g, 1, \
+                 now() - a - interval '2 seconds', now() - a \
+             FROM unnest(ARRAY[interval '30 minutes', interval '5 hours', interval '3 days']) \
+                 WITH ORDINALITY AS t(a, g)",
+        )
+        .await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    for (window, heading, bars, delivered) in [
+        ("", "The last 1 h", 60, 1),
+        ("?window=1h", "The last 1 h", 60, 1),
+        ("?window=24h", "The last 24 h", 96, 2),
+        ("?window=7d", "The last 7 d", 168, 3),
+    ] {
+        let html = dash.page(window).await?;
+        assert!(html.contains(heading), "{window}: {html}");
+        let activity = html
+            .split(r#"<section id="activity""#)
+            .nth(1)
+            .and_then(|rest| rest.split("</section>").next())
+            .unwrap_or_default();
+        assert_eq!(
+            activity.matches(r#"<rect class="ok""#).count(),
+            bars,
+            "{window}"
+        );
+        assert!(
+            activity.contains(&format!(": {delivered} in ")),
+            "{window}: {activity}"
+        );
+        // Value labels and five time ticks on every chart.
+        assert_eq!(
+            activity.matches(r#"<text class="time""#).count(),
+            15,
+            "{window}"
+        );
+        assert!(activity.contains(r#"<text class="value""#), "{window}");
+        // The choice of span, the current one marked; only the last hour refreshes live.
+        assert!(activity.contains(r#"aria-current="true">"#), "{activity}");
+        assert_eq!(
+            activity.starts_with(" data-live"),
+            heading.ends_with("1 h"),
+            "{window}"
+        );
+    }
+    let (status, _) = dash.get_as("?window=1y", None).await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    Ok(())
+}
+
+#[tokio::test]
 async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
@@ -310,6 +434,7 @@ async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
         "/messages",
         &format!("/messages/{id}"),
         "/failures",
+        "/relays",
         "/keys",
         "/assets/dashboard.css",
         "/assets/live.js",
@@ -515,7 +640,10 @@ async fn failures_are_grouped_by_destination_and_normalised_error() -> TestResul
         html.contains(r#"error_class=card+%3Cn%3E+declined+for+charge+%3Cuuid%3E">2</a>"#),
         "{html}"
     );
-    assert!(html.contains("&lt;n&gt; internal error"));
+    assert!(
+        html.contains(r#"<td class="error">500 internal error"#),
+        "{html}"
+    );
     assert!(html.contains("Replay this group"));
 
     // The group's link lists exactly its rows.
@@ -528,6 +656,169 @@ async fn failures_are_grouped_by_destination_and_normalised_error() -> TestResul
             listed,
             "{id}"
         );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn keys_page_finds_an_inbox_record_and_what_its_handler_enqueued() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let consumer = txoutbox::inbox::Consumer::new("shipping")?;
+    let tx = client.transaction().await?;
+    let txoutbox::inbox::Receive::New(mut claim) =
+        txoutbox::inbox::receive(&tx, &consumer, "msg_2aBc").await?
+    else {
+        anyhow::bail!("a new message");
+    };
+    let email = OutboxMessage::new("email", &json!({"email": "bob@example.com"}))?;
+    let email_id = email.id();
+    claim.enqueue("ships-email", email)?;
+    claim.complete(&tx).await?;
+    tx.commit().await?;
+    let dash = Dashboard::start(
+        &db,
+        DashboardConfig {
+            effects: vec!["ships-email".into()],
+            ..DashboardConfig::default()
+        },
+    )
+    .await?;
+    let html = dash.page("/keys?scope=shipping&key=msg_2aBc").await?;
+    for expected in ["Inbox record", "processed", &email_id.to_string()] {
+        assert!(html.contains(expected), "{expected}: {html}");
+    }
+    let api = dash.api("/api/keys?scope=shipping&key=msg_2aBc").await?;
+    assert_eq!(api["inbox"]["outcome"], "processed", "{api}");
+    assert_eq!(ids_in(&api["messages"]).len(), 1, "{api}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn failure_groups_keep_status_codes_and_host_names_and_fold_ids_and_times() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let texts = [
+        "503 Service Unavailable from api.stripe.com for ch_3MmlLrLkdIwHu7ix0snN0B15 at 2026-12-06T12:30:01Z",
+        "503 Service Unavailable from api.stripe.com for ch_9ZZlLrLkdIwHu7ix0snN0B99 at 2026-12-07T08:00:59.5Z",
+        "502 Bad Gateway from api.stripe.com for ch_3MmlLrLkdIwHu7ix0snN0B15 at 2026-12-06T12:30:01Z",
+        "503 Service Unavailable from eu.stripe.com for ch_3MmlLrLkdIwHu7ix0snN0B15 at 2026-12-06T12:30:01Z",
+        "connect to 10.0.0.5:5432 failed for order 12345",
+        "connect to 10.0.0.6:5432 failed for order 67890",
+    ];
+    for (i, text) in texts.iter().enumerate() {
+        let id = pending_empty(&mut client, "stripe", &format!("s-{i}")).await?;
+        fail(&client, id, text).await?;
+    }
+    let groups = txoutbox::admin::failure_groups(&client, 100).await?;
+    let mut classes: Vec<(String, u64)> =
+        groups.iter().map(|g| (g.error.clone(), g.count)).collect();
+    classes.sort();
+    assert_eq!(
+        classes,
+        [
+            (
+                "502 Bad Gateway from api.stripe.com for <id> at <time>".to_owned(),
+                1
+            ),
+            (
+                "503 Service Unavailable from api.stripe.com for <id> at <time>".to_owned(),
+                2
+            ),
+            (
+                "503 Service Unavailable from eu.stripe.com for <id> at <time>".to_owned(),
+                1
+            ),
+            (
+                "connect to 10.0.0.5:5432 failed for order <n>".to_owned(),
+                1
+            ),
+            (
+                "connect to 10.0.0.6:5432 failed for order <n>".to_owned(),
+                1
+            ),
+        ]
+    );
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    let html = dash.page("/failures").await?;
+    assert!(
+        html.contains(r#"<td class="error">503 Service Unavailable from api.stripe.com for &lt;id&gt; at &lt;time&gt;"#),
+        "{html}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unknown_row_is_on_the_failures_page_in_its_own_group_with_its_actions() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let lost = "the relay stopped during an at-most-once attempt";
+    let unknown = pending_empty(&mut client, "sms", "u-1").await?;
+    settle(&client, unknown, "unknown", lost).await?;
+    let failed = pending_empty(&mut client, "sms", "f-1").await?;
+    fail(&client, failed, lost).await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+
+    let html = dash.page("/failures").await?;
+    let (unknown_part, failed_part) = html
+        .split_once(r#"id="groups""#)
+        .ok_or_else(|| anyhow::anyhow!("no failed section: {html}"))?;
+    assert!(
+        unknown_part.contains(r#"<table class="groups unknown">"#),
+        "{html}"
+    );
+    assert!(unknown_part.contains(r#"<span class="count alarm">1 row(s)</span>"#));
+    // Its own group, selecting the unknown row alone, with a replay and a discard.
+    assert!(unknown_part.contains(&format!(r#"<td class="error">{lost}"#)));
+    assert!(unknown_part.contains(r#"<input type="hidden" name="status" value="unknown">"#));
+    assert!(
+        unknown_part.contains("Replay this group") && unknown_part.contains("Discard this group")
+    );
+    assert!(failed_part.contains(r#"<input type="hidden" name="status" value="failed">"#));
+    let list = dash
+        .page(&format!(
+            "/messages?status=unknown&destination=sms&error_class={}",
+            lost.replace(' ', "+")
+        ))
+        .await?;
+    assert!(
+        list.contains(&format!("/outbox/messages/{unknown}\"")),
+        "{list}"
+    );
+    assert!(
+        !list.contains(&format!("/outbox/messages/{failed}\"")),
+        "{list}"
+    );
+
+    // The group's discard (after its dry run) closes the unknown row, not the failed one.
+    let answer = dash
+        .post_json(
+            "/api/discard",
+            &json!({"filter": {"status": "unknown", "destination": "sms", "error_class": lost}, "reason": "sent by hand"}),
+            None,
+        )
+        .await?;
+    assert!(answer.status().is_success(), "{:?}", answer.text().await);
+    assert_eq!(status_of(&client, unknown).await?, "discarded");
+    assert_eq!(status_of(&client, failed).await?, "failed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn only_a_pending_row_shows_a_next_attempt() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let pending = pending_empty(&mut client, "sms", "p-1").await?;
+    let failed = pending_empty(&mut client, "sms", "f-1").await?;
+    fail(&client, failed, "400 bad number").await?;
+    let unknown = pending_empty(&mut client, "sms", "u-1").await?;
+    settle(&client, unknown, "unknown", "timed out after sending").await?;
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    for (id, shown) in [(pending, true), (failed, false), (unknown, false)] {
+        let html = dash.page(&format!("/messages/{id}")).await?;
+        assert_eq!(html.contains("Next attempt"), shown, "{id}: {html}");
+        let api: Value = serde_json::from_str(&dash.page(&format!("/api/messages/{id}")).await?)?;
+        assert_eq!(api["next_attempt_at"].is_null(), !shown, "{api}");
     }
     Ok(())
 }
@@ -1331,7 +1622,9 @@ async fn a_destination_paused_from_the_overview_is_paused_and_logged_with_the_us
     let (_, html) = dash.get_as("", ALICE).await?;
     let row = overview_row(&html, "stripe");
     assert!(
-        row.contains(r#"<span class="flow paused">paused</span> by alice since <time"#),
+        row.contains(
+            r#"<span class="flow paused">paused</span> by alice since <span class="when"><time"#
+        ),
         "{row}"
     );
     assert!(row.contains(": Stripe incident 42"), "{row}");
@@ -1541,12 +1834,28 @@ async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> Tes
     assert_eq!(status, StatusCode::OK);
     let stripe = overview_row(&html, "stripe");
     assert!(
-        stripe.contains("paused</span> by bob since <time") && stripe.contains(": Stripe incident"),
+        stripe.contains(r#"paused</span> by bob since <span class="when"><time"#)
+            && stripe.contains(": Stripe incident"),
+        "{stripe}"
+    );
+    // A time says how long ago, or how far ahead, with the absolute time beside it.
+    let at = stripe
+        .split(r#"since <span class="when"><time datetime=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default();
+    assert_eq!(at.len(), "2026-01-01T00:00:00Z".len(), "{stripe}");
+    assert!(
+        stripe.contains(&format!(r#"title="{at}">"#))
+            && stripe.contains(r#" s ago</time> <small class="abs">"#)
+            && stripe.contains(&format!("{at}</small></span>")),
         "{stripe}"
     );
     let webhook = overview_row(&html, "webhook");
     assert!(
-        webhook.contains(r#"<span class="flow open">open</span> (breaker) until <time"#)
+        webhook.contains(
+            r#"<span class="flow open">open</span> (breaker) until <span class="when"><time"#
+        ) && webhook.contains(">in 59 min ")
             && webhook.contains(": 429 Retry-After: 3600")
             && webhook.contains("10 consecutive failure(s) counted"),
         "{webhook}"

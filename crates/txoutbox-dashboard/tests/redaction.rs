@@ -119,10 +119,10 @@ async fn a_stored_response_body_is_shown_as_stored_when_nothing_is_redacted() ->
     Ok(())
 }
 
-/// Today the core refuses to decode such a row (the page answers an error); once it hands the
-/// payload over as text, the dashboard parses it and withholds it. Either way, nothing leaks.
+/// The core hands such a payload over as its stored text; the dashboard cannot redact it, so it
+/// withholds it, and the page and the API still answer.
 #[tokio::test]
-async fn a_payload_serde_json_refuses_never_reaches_the_browser() -> TestResult {
+async fn a_payload_serde_json_refuses_is_withheld_while_redacting() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
     let id = failed_with(&mut client, json!({}), "timeout").await?;
@@ -139,7 +139,51 @@ async fn a_payload_serde_json_refuses_never_reaches_the_browser() -> TestResult 
     for path in [format!("/messages/{id}"), format!("/api/messages/{id}")] {
         let answer = dash.get(&path).await?;
         assert!(!answer.body.contains(SECRET), "{path} leaked: {answer:?}");
+        assert_eq!(answer.status, 200, "{path}: {answer:?}");
+        assert!(
+            answer.body.contains("withheld: cannot be redacted"),
+            "{path}: {answer:?}"
+        );
+        assert!(
+            answer.body.contains("the payload cannot be decoded"),
+            "marked: {path}: {answer:?}"
+        );
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_payload_serde_json_refuses_is_shown_as_stored_and_marked_when_nothing_is_redacted(
+) -> TestResult {
+    let db = test_db().await?;
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let id = message(&db)
+        .stored_payload(&deep)
+        .stored_headers(r#"{"traceparent": 7}"#)
+        .status(MessageStatus::Failed)
+        .create()
+        .await?;
+    let dash = Served::start(&db, DashboardConfig::default()).await?;
+
+    let html = dash.page(&format!("/messages/{id}")).await?;
+    assert!(html.contains(&deep), "the stored text is shown: {html}");
+    assert!(
+        html.contains("the payload cannot be decoded: recursion limit exceeded"),
+        "{html}"
+    );
+    assert!(html.contains("the headers cannot be decoded"), "{html}");
+    let api: serde_json::Value =
+        serde_json::from_str(&dash.page(&format!("/api/messages/{id}")).await?)?;
+    assert_eq!(api["payload"], deep.as_str());
+    assert_eq!(
+        api["headers"], r#"{"traceparent": 7}"#,
+        "valid JSON, not an object of strings: as stored"
+    );
+    assert_eq!(
+        api["undecodable"].as_array().map(Vec::len),
+        Some(2),
+        "{api}"
+    );
     Ok(())
 }
 
@@ -227,7 +271,7 @@ async fn failures_to_two_addresses_form_one_group_whose_link_lists_both() -> Tes
     let dash = Served::start(&db, redacting(&["email"])).await?;
 
     let html = dash.page("/failures").await?;
-    let link = "error_class=%3Cn%3E+%3C%3Cemail%3E%3E+mailbox+unavailable";
+    let link = "error_class=550+%3C%3Cemail%3E%3E+mailbox+unavailable";
     assert!(html.contains(&format!(r#"{link}">2</a>"#)), "{html}");
     let list = dash
         .page(&format!("/messages?status=failed&destination=email&{link}"))
@@ -296,6 +340,94 @@ async fn a_breakers_reason_is_scrubbed_on_the_overview_and_in_the_api() -> TestR
         let answer = dash.page(path).await?;
         assert!(!answer.contains(SECRET), "{path} leaked: {answer}");
         assert!(answer.contains("mailbox unavailable"), "{path}: {answer}");
+    }
+    Ok(())
+}
+
+/// A completed key row whose stored response headers are `headers` (JSON text).
+async fn key_with_headers(client: &Client, key: &str, headers: &str) -> TestResult {
+    client
+        .execute(
+            "INSERT INTO txoutbox_idempotency_keys (scope, key, fingerprint, state, \
+                 response_status, response_headers, response_body, expires_at) \
+             VALUES ('charges', $1, '\\x00', 'completed', 201, $2::text::jsonb, '{}', \
+                 now() + interval '1 day')",
+            &[&key, &headers],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Stored response headers txoutbox cannot decode: too deep for serde_json, and valid JSON of
+/// another shape than [name, value] pairs.
+async fn keys_with_undecodable_headers(client: &Client) -> anyhow::Result<[&'static str; 2]> {
+    let deep = format!(
+        "[[\"email\", \"{SECRET}\"], {}1{}]",
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    key_with_headers(client, "headers-too-deep", &deep).await?;
+    key_with_headers(
+        client,
+        "headers-shape",
+        &format!("[[\"email\", \"{SECRET}\"], 5]"),
+    )
+    .await?;
+    Ok(["headers-too-deep", "headers-shape"])
+}
+
+#[tokio::test]
+async fn stored_response_headers_that_cannot_be_decoded_are_shown_as_stored_and_marked(
+) -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    let keys = keys_with_undecodable_headers(&client).await?;
+    let dash = Served::start(&db, DashboardConfig::default()).await?;
+
+    for key in keys {
+        let html = dash.page(&format!("/keys?scope=charges&key={key}")).await?;
+        assert!(
+            html.contains("the response headers cannot be decoded"),
+            "{key}: {html}"
+        );
+        assert!(html.contains(SECRET), "{key}: shown as stored: {html}");
+        let api: serde_json::Value = serde_json::from_str(
+            &dash
+                .page(&format!("/api/keys?scope=charges&key={key}"))
+                .await?,
+        )?;
+        assert!(
+            api["response_headers"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains(SECRET)),
+            "{key}: {api}"
+        );
+        assert!(api["response_headers"]["undecodable"].is_string(), "{api}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn stored_response_headers_that_cannot_be_decoded_are_withheld_while_redacting() -> TestResult
+{
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    let keys = keys_with_undecodable_headers(&client).await?;
+    let dash = Served::start(&db, redacting(&["email"])).await?;
+
+    for key in keys {
+        for path in [
+            format!("/keys?scope=charges&key={key}"),
+            format!("/api/keys?scope=charges&key={key}"),
+        ] {
+            let answer = dash.get(&path).await?;
+            assert_eq!(answer.status, 200, "{path}: {answer:?}");
+            assert!(!answer.body.contains(SECRET), "{path} leaked: {answer:?}");
+            assert!(
+                answer.body.contains("withheld: cannot be redacted"),
+                "{path}: {answer:?}"
+            );
+        }
     }
     Ok(())
 }

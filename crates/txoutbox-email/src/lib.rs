@@ -1,8 +1,10 @@
 //! txoutbox sink: email, over SMTP or into a directory of `.eml` files (lettre).
 //!
 //! ```no_run
+//! # #[cfg(feature = "sink")]
 //! use txoutbox_email::{Email, EmailSink, DESTINATION};
 //!
+//! # #[cfg(feature = "sink")]
 //! # async fn example(
 //! #     tx: &tokio_postgres::Transaction<'_>,
 //! #     pg: tokio_postgres::Config,
@@ -51,23 +53,53 @@
 //! - A 4xx reply, a refused or dropped connection, a timeout ([`SmtpConfig::timeout`]) or TLS
 //!   trouble is retryable: the relay backs off and tries again with the same Message-ID.
 //! - A payload that is not a valid [`Email`] (bad address, no body, header injection) is
-//!   permanent. [`Email::into_outbox_message`] runs the same checks before the row is written.
+//!   permanent, and the attempt's error names the builder (`malformed payload (build it with
+//!   txoutbox_email::Email): ...`). [`Email::into_outbox_message`] runs the same checks before
+//!   the row is written, and [`check`] runs them on raw JSON.
+//!
+//! # Without the delivery stack
+//!
+//! The `sink` feature (on by default) carries [`EmailSink`] and lettre. A service that only
+//! enqueues emails depends on `txoutbox-email = { version = "0.1", default-features = false }`:
+//! [`Email`], [`check`] and [`Email::into_outbox_message`] are there, and addresses are read
+//! exactly as the sink's lettre reads them (the same grammar and checks, without lettre).
 //! - With several recipients, one refused recipient (5xx to `RCPT TO`) refuses the message.
 //!
-//! Layout: `message` holds [`Email`], the payload type, and [`DESTINATION`], with its checks and its MIME form;
+//! Layout: `message` holds [`Email`], the payload type, and [`DESTINATION`], with its checks and
+//! (feature `sink`) its MIME form; `address` reads addresses as lettre does;
 //! `message_id` holds the Message-ID rule; `hello` the `EHLO` name (a configured one's checks,
 //! the default from the host name, `/etc/hosts` or the route to the server; see
 //! [`SmtpConfig::hello_name`]); `sink` holds [`EmailSink`] (SMTP through lettre's pooled async
 //! transport, or lettre's file transport) and the classification of failures.
 
+mod address;
+#[cfg(feature = "sink")]
 mod hello;
 mod message;
 mod message_id;
+#[cfg(feature = "sink")]
 mod sink;
 
 pub use message::{Email, DESTINATION};
 pub use message_id::message_id;
+#[cfg(feature = "sink")]
 pub use sink::{EmailSink, SmtpConfig, MAIL_DIR_VAR, SMTP_HELO_NAME_VAR, SMTP_URL_VAR};
+
+/// Checks a raw JSON payload for the "email" destination as the sink will read it: the shape of
+/// an [`Email`] (no unknown field) and every check of [`Email::into_outbox_message`]. For code
+/// that enqueues `OutboxMessage::new("email", &json)` rather than building an [`Email`]:
+///
+/// ```
+/// let payload = serde_json::json!({"from": "shop@example.com", "to": ["ada@example.org"],
+///                                  "subject": "Your receipt", "text": "Thanks!"});
+/// txoutbox_email::check(&payload)?;
+/// let wrong = serde_json::json!({"from": "shop@example.com", "to": "ada@example.org"});
+/// assert!(txoutbox_email::check(&wrong).is_err());
+/// # Ok::<(), txoutbox_email::EmailError>(())
+/// ```
+pub fn check(payload: &serde_json::Value) -> Result<(), EmailError> {
+    Email::from_payload(payload).map(|_| ())
+}
 
 /// Why an email or an email sink could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -107,10 +139,21 @@ pub enum EmailError {
     /// lettre refused to build the message.
     #[error("the email cannot be built: {0}")]
     Build(String),
-    /// The outbox refused the message.
-    #[error(transparent)]
-    Outbox(txoutbox::Error),
+    /// A payload is not an [`Email`]'s JSON (a missing or unknown field, a wrong type).
+    #[error("not an email payload: {0}")]
+    NotAnEmail(#[source] serde_json::Error),
     /// The transport configuration is unusable (URL, directory, environment).
     #[error("email transport: {0}")]
     Config(String),
+}
+
+/// A transport that cannot be configured is [`txoutbox::Error::Config`]; any other refusal is
+/// the payload's: [`txoutbox::Error::InvalidPayload`], this error its source (422 in a handler).
+impl From<EmailError> for txoutbox::Error {
+    fn from(err: EmailError) -> Self {
+        match err {
+            EmailError::Config(text) => txoutbox::Error::Config(format!("email transport: {text}")),
+            other => txoutbox::Error::invalid_payload(other),
+        }
+    }
 }

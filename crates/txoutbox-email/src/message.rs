@@ -1,15 +1,13 @@
-//! The email payload: what a business transaction enqueues, and how the sink turns it into a
-//! MIME message with the row's Message-ID.
+//! The email payload: what a business transaction enqueues, and its checks. With the `sink`
+//! feature, `mime` turns it into a MIME message with the row's Message-ID.
 
-use std::time::SystemTime;
-
-use lettre::message::header::{HeaderName, HeaderValue};
-use lettre::message::{Mailbox, MultiPart, SinglePart};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-use crate::message_id::{check_domain, idempotency_header, message_id};
+use crate::address::{self, Mailbox};
 use crate::EmailError;
+
+#[cfg(feature = "sink")]
+mod mime;
 
 /// The destination name of email rows: register [`crate::EmailSink`] under it.
 pub const DESTINATION: &str = "email";
@@ -60,6 +58,7 @@ pub struct Email {
 }
 
 /// The addresses of an [`Email`], parsed.
+#[cfg_attr(not(feature = "sink"), allow(dead_code))]
 struct Mailboxes {
     from: Mailbox,
     to: Vec<Mailbox>,
@@ -153,79 +152,26 @@ impl Email {
     /// Checks the email and makes the outbox row for [`DESTINATION`] ("email"). Give it a
     /// downstream key (`with_downstream_key`) when enqueueing outside an idempotent request;
     /// the key becomes the Message-ID.
-    pub fn into_outbox_message(self) -> Result<txoutbox::OutboxMessage, EmailError> {
+    ///
+    /// A refused email is [`txoutbox::Error::InvalidPayload`] with the [`EmailError`] as its
+    /// source: `?` in a handler answers it as a 422 problem (txoutbox-axum).
+    pub fn into_outbox_message(self) -> txoutbox::Result<txoutbox::OutboxMessage> {
         self.validate()?;
-        txoutbox::OutboxMessage::new(DESTINATION, &self).map_err(EmailError::Outbox)
+        txoutbox::OutboxMessage::new(DESTINATION, &self)
+    }
+
+    /// The email in an outbox row's payload, checked as [`Email::into_outbox_message`] checks
+    /// it: what the sink delivers, and what [`crate::check`] accepts.
+    pub fn from_payload(payload: &serde_json::Value) -> Result<Self, EmailError> {
+        let email = Self::deserialize(payload).map_err(EmailError::NotAnEmail)?;
+        email.validate()?;
+        Ok(email)
     }
 
     /// The domain of the `From` address (the default Message-ID domain).
+    #[cfg_attr(not(feature = "sink"), allow(dead_code))]
     pub(crate) fn sender_domain(&self) -> Result<String, EmailError> {
-        Ok(parse_mailbox("from", &self.from)?.email.domain().to_owned())
-    }
-
-    /// The MIME message for downstream key `key`, with `Message-ID: <{key}@{domain}>`
-    /// (`domain` defaults to the From domain), `Idempotency-Key: {key}`, and `Date` = `date`
-    /// (the row's enqueue time), so that every attempt sends the same message.
-    pub(crate) fn to_message(
-        &self,
-        key: &str,
-        domain: Option<&str>,
-        date: SystemTime,
-    ) -> Result<(lettre::Message, String), EmailError> {
-        let boxes = self.mailboxes()?;
-        self.check_content()?;
-        if key.is_empty() {
-            return Err(EmailError::Build(
-                "the delivery has an empty downstream key".to_owned(),
-            ));
-        }
-        let domain = match domain {
-            Some(d) => d.to_owned(),
-            None => boxes.from.email.domain().to_owned(),
-        };
-        check_domain(&domain).map_err(|reason| EmailError::InvalidDomain {
-            domain: domain.clone(),
-            reason,
-        })?;
-        let id = message_id(key, &domain);
-
-        let mut builder = lettre::Message::builder()
-            .from(boxes.from)
-            .subject(self.subject.clone())
-            .date(date)
-            .message_id(Some(id.clone()));
-        for mailbox in boxes.to {
-            builder = builder.to(mailbox);
-        }
-        for mailbox in boxes.cc {
-            builder = builder.cc(mailbox);
-        }
-        for mailbox in boxes.bcc {
-            builder = builder.bcc(mailbox);
-        }
-        if let Some(mailbox) = boxes.reply_to {
-            builder = builder.reply_to(mailbox);
-        }
-        builder = builder.raw_header(HeaderValue::new(
-            header_name("Idempotency-Key")?,
-            idempotency_header(key),
-        ));
-        for (name, value) in &self.headers {
-            builder = builder.raw_header(HeaderValue::new(header_name(name)?, value.clone()));
-        }
-        let built = match (&self.text, &self.html) {
-            (Some(text), Some(html)) => builder.multipart(
-                MultiPart::alternative()
-                    .boundary(boundary(key))
-                    .singlepart(SinglePart::plain(text.clone()))
-                    .singlepart(SinglePart::html(html.clone())),
-            ),
-            (Some(text), None) => builder.singlepart(SinglePart::plain(text.clone())),
-            (None, Some(html)) => builder.singlepart(SinglePart::html(html.clone())),
-            (None, None) => return Err(EmailError::NoBody),
-        };
-        let message = built.map_err(|e| EmailError::Build(e.to_string()))?;
-        Ok((message, id))
+        Ok(parse_mailbox("from", &self.from)?.domain)
     }
 
     fn mailboxes(&self) -> Result<Mailboxes, EmailError> {
@@ -271,15 +217,12 @@ impl Email {
     }
 }
 
-fn parse_mailbox(field: &'static str, address: &str) -> Result<Mailbox, EmailError> {
-    address
-        .trim()
-        .parse::<Mailbox>()
-        .map_err(|e| EmailError::InvalidAddress {
-            field,
-            address: address.to_owned(),
-            reason: e.to_string(),
-        })
+fn parse_mailbox(field: &'static str, text: &str) -> Result<Mailbox, EmailError> {
+    address::parse(text).map_err(|e| EmailError::InvalidAddress {
+        field,
+        address: text.to_owned(),
+        reason: e.to_string(),
+    })
 }
 
 fn check_header_name(name: &str) -> Result<(), EmailError> {
@@ -314,19 +257,6 @@ fn check_header_value(name: &str, value: &str) -> Result<(), EmailError> {
         });
     }
     Ok(())
-}
-
-fn header_name(name: &str) -> Result<HeaderName, EmailError> {
-    HeaderName::new_from_ascii(name.to_owned()).map_err(|_| EmailError::InvalidHeader {
-        name: name.to_owned(),
-        reason: "not a valid header name".to_owned(),
-    })
-}
-
-/// A multipart boundary fixed by the key, so every attempt sends the same bytes.
-fn boundary(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    format!("txoutbox-{}", &hex::encode(digest)[..32])
 }
 
 #[cfg(test)]

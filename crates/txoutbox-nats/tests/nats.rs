@@ -221,6 +221,39 @@ async fn a_subject_no_stream_captures_is_dead_lettered() -> TestResult {
     Ok(())
 }
 
+#[tokio::test]
+async fn a_raw_payload_of_the_wrong_shape_is_dead_lettered_naming_the_builder() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let sink = NatsSink::connect(&nats_url()).await?;
+    // `body` where the payload's field is `data`.
+    let raw = serde_json::json!({ "subject": "orders.paid", "body": { "order": 42 } });
+    assert!(
+        txoutbox_nats::check(&raw).is_err(),
+        "check refuses it first"
+    );
+    let row = txoutbox::OutboxMessage::new(DESTINATION, &raw)?.with_downstream_key("raw-1");
+    let tx = client.transaction().await?;
+    txoutbox::enqueue(&tx, &[row]).await?;
+    tx.commit().await?;
+
+    let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
+    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
+    assert_eq!(wait_for_count(&client, failed, 1, LIMIT).await?, 1);
+    relay.stop().await?;
+
+    let error: String = client
+        .query_one("SELECT last_error FROM txoutbox_messages", &[])
+        .await?
+        .get(0);
+    assert!(
+        error.starts_with("malformed payload (build it with txoutbox_nats::NatsMessage): ")
+            && error.contains("data"),
+        "{error}"
+    );
+    Ok(())
+}
+
 /// A nats-server of the test's own, on a free port, that the test can kill and restart.
 struct PrivateServer {
     port: u16,

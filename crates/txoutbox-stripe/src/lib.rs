@@ -2,8 +2,10 @@
 //! the relay delivers them.
 //!
 //! ```no_run
+//! # #[cfg(feature = "sink")]
 //! use txoutbox_stripe::{NewPaymentIntent, StripeSink, DESTINATION};
 //!
+//! # #[cfg(feature = "sink")]
 //! # async fn demo(tx: &tokio_postgres::Transaction<'_>, pg: tokio_postgres::Config)
 //! #     -> Result<(), Box<dyn std::error::Error>> {
 //! // In the business transaction: the charge is an outbox row, committed with the order.
@@ -32,18 +34,33 @@
 //! (`card_declined: Your card was declined.`); 409, 429, 5xx, timeouts and connection failures
 //! are retried with the relay's backoff, or after `Retry-After` when Stripe sends one.
 //!
+//! # Without the delivery stack
+//!
+//! The `sink` feature (on by default) carries `StripeSink` and its HTTP stack (async-stripe's
+//! typed requests, reqwest, rustls). A service that only enqueues Stripe calls depends on
+//! `txoutbox-stripe = { version = "0.1", default-features = false }`: the payloads, their
+//! checks, [`check`] and `into_outbox_message` are there. The sink checks every row the same
+//! way before it calls Stripe; a row that fails is dead-lettered with `malformed payload (build
+//! it with txoutbox_stripe::NewPaymentIntent or txoutbox_stripe::NewRefund): ...`.
+//!
 //! Layout: `message` holds the payloads ([`StripeRequest`], [`NewPaymentIntent`],
-//! [`NewRefund`]) and their mapping onto async-stripe's typed requests; `transport` sends those
+//! [`NewRefund`]), their checks ([`check`], [`PayloadError`]) and (feature `sink`) their
+//! mapping onto async-stripe's typed requests; `transport` sends those
 //! requests through async-stripe's `StripeClient` trait over reqwest (keeping the headers and
 //! statuses async-stripe's own client drops); `classify` ([`classify`], [`StripeFailure`]) turns
 //! a failed call into retry or dead letter; `sink` ([`StripeSink`]) is the relay's entry point.
 //! Tests run against the fake Stripe API in `txoutbox-test-support` (`fake_stripe`).
 
+#[cfg(feature = "sink")]
 mod classify;
 mod message;
+#[cfg(feature = "sink")]
 mod sink;
+#[cfg(feature = "sink")]
 mod transport;
 
+#[cfg(feature = "sink")]
 pub use classify::{classify, ApiError, StripeFailure};
-pub use message::{NewPaymentIntent, NewRefund, StripeRequest, DESTINATION};
+pub use message::{check, NewPaymentIntent, NewRefund, PayloadError, StripeRequest, DESTINATION};
+#[cfg(feature = "sink")]
 pub use sink::{ConfigError, StripeSink, DEFAULT_API_BASE, DEFAULT_TIMEOUT};

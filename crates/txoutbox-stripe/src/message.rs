@@ -1,10 +1,52 @@
-//! The payloads a service enqueues for the `stripe` destination, and their mapping onto
-//! async-stripe's typed requests (which do Stripe's form encoding).
+//! The payloads a service enqueues for the `stripe` destination and their checks; with the
+//! `sink` feature, `request` maps them onto async-stripe's typed requests.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use txoutbox::OutboxMessage;
+
+#[cfg(feature = "sink")]
+mod request;
+
+/// Why a payload is not a Stripe request the sink can send.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PayloadError {
+    /// The JSON is not a [`StripeRequest`]'s (no or an unknown `type`, a missing, unknown or
+    /// misspelt field, a wrong type).
+    #[error("not a Stripe request payload: {0}")]
+    NotAStripeRequest(#[source] serde_json::Error),
+    /// A request Stripe would refuse for certain (an amount below 1, a currency that is not a
+    /// three-letter code, metadata over Stripe's limits).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// A refused request is [`txoutbox::Error::InvalidPayload`], this error its source (422 in a
+/// handler).
+impl From<PayloadError> for txoutbox::Error {
+    fn from(err: PayloadError) -> Self {
+        txoutbox::Error::invalid_payload(err)
+    }
+}
+
+/// Checks a raw JSON payload for the "stripe" destination as the sink will read it: the shape
+/// of a [`StripeRequest`] (`{"type": "create_payment_intent", ...}`, no unknown field) and
+/// everything Stripe would refuse for certain. For code that enqueues
+/// `OutboxMessage::new("stripe", &json)` rather than building a [`NewPaymentIntent`] or a
+/// [`NewRefund`]:
+///
+/// ```
+/// let payload = serde_json::json!({"type": "create_refund", "payment_intent": "pi_1"});
+/// txoutbox_stripe::check(&payload)?;
+/// let wrong = serde_json::json!({"type": "refund", "payment_intent": "pi_1"});
+/// assert!(txoutbox_stripe::check(&wrong).is_err());
+/// # Ok::<(), txoutbox_stripe::PayloadError>(())
+/// ```
+pub fn check(payload: &serde_json::Value) -> Result<(), PayloadError> {
+    StripeRequest::from_payload(payload).map(|_| ())
+}
 
 /// The destination name the sink is registered under, and messages are enqueued for.
 pub const DESTINATION: &str = "stripe";
@@ -120,67 +162,25 @@ impl NewPaymentIntent {
         StripeRequest::CreatePaymentIntent(self).into_outbox_message()
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), PayloadError> {
         if self.amount < 1 {
-            return Err(format!(
+            return Err(refused(format!(
                 "a PaymentIntent's amount must be at least 1, not {}",
                 self.amount
-            ));
+            )));
         }
         if self.currency.len() != 3 || !self.currency.chars().all(|c| c.is_ascii_alphabetic()) {
-            return Err(format!(
+            return Err(refused(format!(
                 "a currency is a three-letter ISO code, not {:?}",
                 self.currency
-            ));
+            )));
         }
         if self.customer.is_none() && self.payment_method.is_none() {
-            return Err(
-                "a confirmed PaymentIntent needs a customer or a payment method (or both)".into(),
-            );
+            return Err(refused(
+                "a confirmed PaymentIntent needs a customer or a payment method (or both)",
+            ));
         }
         check_metadata(&self.metadata)
-    }
-
-    /// async-stripe's request for this payload.
-    pub(crate) fn to_stripe(&self) -> stripe_core::payment_intent::CreatePaymentIntent {
-        use stripe_core::payment_intent::{
-            CreatePaymentIntentAutomaticPaymentMethods as Automatic,
-            CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects as Redirects,
-        };
-        let currency: stripe_types::Currency = self
-            .currency
-            .to_ascii_lowercase()
-            .parse()
-            .unwrap_or_else(|never: std::convert::Infallible| match never {});
-        let mut automatic = Automatic::new(true);
-        automatic.allow_redirects = Some(Redirects::Never);
-        let mut request =
-            stripe_core::payment_intent::CreatePaymentIntent::new(self.amount, currency)
-                .confirm(true)
-                .automatic_payment_methods(automatic);
-        if let Some(customer) = &self.customer {
-            request = request.customer(customer.as_str());
-        }
-        if let Some(payment_method) = &self.payment_method {
-            request = request.payment_method(payment_method.as_str());
-        }
-        if !self.metadata.is_empty() {
-            request = request.metadata(
-                self.metadata
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect::<std::collections::HashMap<_, _>>(),
-            );
-        }
-        if let Some(description) = &self.description {
-            request = request.description(description.as_str());
-        }
-        if let Some(off_session) = self.off_session {
-            request = request.off_session(
-                stripe_core::payment_intent::CreatePaymentIntentOffSession::Bool(off_session),
-            );
-        }
-        request
     }
 }
 
@@ -211,48 +211,39 @@ impl NewRefund {
         StripeRequest::CreateRefund(self).into_outbox_message()
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), PayloadError> {
         if self.payment_intent.trim().is_empty() {
-            return Err("a refund needs the PaymentIntent to refund".into());
+            return Err(refused("a refund needs the PaymentIntent to refund"));
         }
         if let Some(amount) = self.amount.filter(|a| *a < 1) {
-            return Err(format!(
+            return Err(refused(format!(
                 "a refund's amount must be at least 1, not {amount}"
-            ));
+            )));
         }
         check_metadata(&self.metadata)
-    }
-
-    /// async-stripe's request for this payload.
-    pub(crate) fn to_stripe(&self) -> stripe_core::refund::CreateRefund {
-        let mut request =
-            stripe_core::refund::CreateRefund::new().payment_intent(self.payment_intent.as_str());
-        if let Some(amount) = self.amount {
-            request = request.amount(amount);
-        }
-        if !self.metadata.is_empty() {
-            request = request.metadata(
-                self.metadata
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect::<std::collections::HashMap<_, _>>(),
-            );
-        }
-        request
     }
 }
 
 impl StripeRequest {
     /// Checks what Stripe would refuse for certain (so the mistake surfaces in the business
     /// transaction, not as a dead letter), then wraps the request in an [`OutboxMessage`] for
-    /// [`DESTINATION`]. Fails with [`txoutbox::Error::Invalid`].
+    /// [`DESTINATION`]. Fails with [`txoutbox::Error::InvalidPayload`], a [`PayloadError`] its
+    /// source.
     pub fn into_outbox_message(self) -> txoutbox::Result<OutboxMessage> {
-        self.validate().map_err(txoutbox::Error::Invalid)?;
+        self.validate()?;
         OutboxMessage::new(DESTINATION, &self)
     }
 
+    /// The request in an outbox row's payload, checked as [`StripeRequest::into_outbox_message`]
+    /// checks it: what the sink sends, and what [`check`] accepts.
+    pub fn from_payload(payload: &serde_json::Value) -> Result<Self, PayloadError> {
+        let request = Self::deserialize(payload).map_err(PayloadError::NotAStripeRequest)?;
+        request.validate()?;
+        Ok(request)
+    }
+
     /// What Stripe would refuse for certain, if anything.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PayloadError> {
         match self {
             Self::CreatePaymentIntent(intent) => intent.validate(),
             Self::CreateRefund(refund) => refund.validate(),
@@ -280,26 +271,32 @@ impl From<NewRefund> for StripeRequest {
     }
 }
 
-fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), String> {
+fn refused(reason: impl Into<String>) -> PayloadError {
+    PayloadError::Refused(reason.into())
+}
+
+fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), PayloadError> {
     if metadata.len() > METADATA_KEYS {
-        return Err(format!(
+        return Err(refused(format!(
             "Stripe keeps at most {METADATA_KEYS} metadata keys, not {}",
             metadata.len()
-        ));
+        )));
     }
     for (key, value) in metadata {
         if key.is_empty() || key.chars().count() > METADATA_KEY_LEN {
-            return Err(format!(
+            return Err(refused(format!(
                 "a metadata key has 1 to {METADATA_KEY_LEN} characters: {key:?}"
-            ));
+            )));
         }
         if key.contains(['[', ']']) {
-            return Err(format!("a metadata key cannot contain brackets: {key:?}"));
+            return Err(refused(format!(
+                "a metadata key cannot contain brackets: {key:?}"
+            )));
         }
         if value.chars().count() > METADATA_VALUE_LEN {
-            return Err(format!(
+            return Err(refused(format!(
                 "the metadata value of {key:?} is longer than {METADATA_VALUE_LEN} characters"
-            ));
+            )));
         }
     }
     Ok(())
@@ -308,24 +305,6 @@ fn check_metadata(metadata: &BTreeMap<String, String>) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stripe_client_core::StripeRequest as _;
-
-    fn form(body: &str) -> Vec<(String, String)> {
-        let mut pairs: Vec<(String, String)> = form_urlencoded::parse(body.as_bytes())
-            .into_owned()
-            .collect();
-        pairs.sort();
-        pairs
-    }
-
-    fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
-        let mut v: Vec<(String, String)> = expected
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        v.sort();
-        v
-    }
 
     #[test]
     fn payload_round_trips_through_json_with_a_type_tag() {
@@ -354,52 +333,6 @@ mod tests {
     }
 
     #[test]
-    fn payment_intent_is_form_encoded_confirmed_with_bracketed_metadata() {
-        let request = NewPaymentIntent::new(2000, "USD")
-            .with_customer("cus_1")
-            .with_payment_method("pm_card_visa")
-            .with_metadata("order_id", "42 & more")
-            .with_description("Order 42")
-            .with_off_session(true)
-            .to_stripe()
-            .build();
-        assert_eq!(request.path, "/payment_intents");
-        assert_eq!(
-            form(request.body.as_deref().expect("test value")),
-            pairs(&[
-                ("amount", "2000"),
-                ("automatic_payment_methods[allow_redirects]", "never"),
-                ("automatic_payment_methods[enabled]", "true"),
-                ("confirm", "true"),
-                ("currency", "usd"),
-                ("customer", "cus_1"),
-                ("description", "Order 42"),
-                ("metadata[order_id]", "42 & more"),
-                ("off_session", "true"),
-                ("payment_method", "pm_card_visa"),
-            ])
-        );
-    }
-
-    #[test]
-    fn refund_is_form_encoded() {
-        let request = NewRefund::new("pi_1")
-            .with_amount(500)
-            .with_metadata("reason", "damaged")
-            .to_stripe()
-            .build();
-        assert_eq!(request.path, "/refunds");
-        assert_eq!(
-            form(request.body.as_deref().expect("test value")),
-            pairs(&[
-                ("amount", "500"),
-                ("metadata[reason]", "damaged"),
-                ("payment_intent", "pi_1"),
-            ])
-        );
-    }
-
-    #[test]
     fn what_stripe_would_refuse_is_refused_at_enqueue() {
         assert!(NewPaymentIntent::new(0, "usd")
             .with_customer("cus_1")
@@ -422,6 +355,42 @@ mod tests {
             .into_outbox_message()
             .is_err());
         assert!(NewRefund::new("").into_outbox_message().is_err());
+    }
+
+    #[test]
+    fn check_accepts_a_built_request_and_refuses_a_wrong_shape() {
+        for built in [
+            NewPaymentIntent::new(2000, "usd")
+                .with_customer("cus_1")
+                .into_outbox_message(),
+            NewRefund::new("pi_1").with_amount(5).into_outbox_message(),
+        ] {
+            let built = built.expect("valid");
+            check(built.payload()).expect("a built request passes the check");
+        }
+        let untagged = serde_json::json!({"amount": 2000, "currency": "usd", "customer": "cus_1"});
+        let err = check(&untagged).expect_err("refused");
+        assert!(matches!(err, PayloadError::NotAStripeRequest(_)), "{err:?}");
+        let misspelt = serde_json::json!({"type": "create_refund", "payment_intent": "pi_1",
+                                          "ammount": 5});
+        assert!(matches!(
+            check(&misspelt),
+            Err(PayloadError::NotAStripeRequest(_))
+        ));
+        let zero = serde_json::json!({"type": "create_payment_intent", "amount": 0,
+                                      "currency": "usd", "customer": "cus_1"});
+        assert!(matches!(check(&zero), Err(PayloadError::Refused(_))));
+    }
+
+    #[test]
+    fn a_refused_request_is_a_422_keeping_the_payload_error() {
+        let err = NewRefund::new("pi_1")
+            .with_amount(0)
+            .into_outbox_message()
+            .expect_err("refused");
+        assert_eq!(err.http_status(), 422);
+        let source = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<PayloadError>());
+        assert!(matches!(source, Some(PayloadError::Refused(_))), "{err:?}");
     }
 
     #[test]

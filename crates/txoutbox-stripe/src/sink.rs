@@ -152,7 +152,12 @@ struct CreatedObject {
 #[async_trait::async_trait]
 impl Sink for StripeSink {
     async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
-        let request: StripeRequest = delivery.payload_as()?;
+        let request = StripeRequest::from_payload(&delivery.payload).map_err(|e| {
+            DeliveryError::malformed_payload(
+                "txoutbox_stripe::NewPaymentIntent or txoutbox_stripe::NewRefund",
+                e,
+            )
+        })?;
         match self.send(&request, &delivery.downstream_key).await {
             Ok(id) => {
                 tracing::info!(

@@ -230,6 +230,44 @@ async fn declined_card_is_dead_lettered_at_once_with_stripes_code() -> TestResul
 }
 
 #[tokio::test]
+async fn a_raw_payload_stripe_would_refuse_is_dead_lettered_naming_the_builder() -> TestResult {
+    let (db, fake) = (test_db().await?, FakeStripe::start().await?);
+    let mut client = db.connect().await?;
+    // No `type` tag: not a request the sink knows how to send.
+    let untagged = serde_json::json!({"amount": 2000, "currency": "usd", "customer": "cus_1"});
+    enqueue(
+        &mut client,
+        OutboxMessage::new(DESTINATION, &untagged)?,
+        "raw-1",
+    )
+    .await?;
+    // The right shape, an amount Stripe refuses: refused before any call.
+    let zero = serde_json::json!({"type": "create_payment_intent", "amount": 0,
+                                  "currency": "usd", "customer": "cus_1"});
+    enqueue(
+        &mut client,
+        OutboxMessage::new(DESTINATION, &zero)?,
+        "raw-2",
+    )
+    .await?;
+    let relay = relay_with(&db, sink(&fake)?, 5)?;
+
+    let (attempts, untagged_error) = dead_lettered(&client, "raw-1").await?;
+    let (_, zero_error) = dead_lettered(&client, "raw-2").await?;
+    relay.stop().await?;
+    assert_eq!(attempts, 1, "a malformed payload is not retried");
+    let named = "malformed payload (build it with txoutbox_stripe::NewPaymentIntent or \
+                 txoutbox_stripe::NewRefund): ";
+    assert!(untagged_error.starts_with(named), "{untagged_error}");
+    assert!(
+        zero_error.starts_with(named) && zero_error.contains("at least 1"),
+        "{zero_error}"
+    );
+    assert!(fake.requests().is_empty(), "Stripe was not called");
+    Ok(())
+}
+
+#[tokio::test]
 async fn stripe_500_is_retried_with_the_same_key_then_delivered() -> TestResult {
     let (db, fake) = (test_db().await?, FakeStripe::start().await?);
     let mut client = db.connect().await?;

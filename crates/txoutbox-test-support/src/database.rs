@@ -169,9 +169,9 @@ pub async fn drop_schema(client: &Client) -> Result<()> {
             "DROP VIEW IF EXISTS txoutbox_attempts; \
              DROP FUNCTION IF EXISTS txoutbox_attempts_write; \
              DROP FUNCTION IF EXISTS txoutbox_refuse; \
-             DROP TABLE IF EXISTS txoutbox_attempt_log, txoutbox_attempts, txoutbox_destinations, \
+             DROP TABLE IF EXISTS txoutbox_attempt_log, txoutbox_attempts, txoutbox_destinations, txoutbox_relays, \
                  txoutbox_discarded, txoutbox_delivered, txoutbox_messages, \
-                 txoutbox_idempotency_keys, txoutbox_schema_history; \
+                 txoutbox_idempotency_keys, txoutbox_inbox, txoutbox_schema_history; \
              DROP SEQUENCE txoutbox_lease_token_seq",
         )
         .await?;

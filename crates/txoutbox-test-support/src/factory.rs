@@ -60,6 +60,8 @@ pub struct MessageFactory<'a> {
     next_attempt_at: Option<DateTime<Utc>>,
     created_at: Option<DateTime<Utc>>,
     last_error: Option<String>,
+    stored_payload: Option<String>,
+    stored_headers: Option<String>,
 }
 
 /// A pending row to `test`, downstream key a fresh UUIDv7, payload `{"key": <downstream key>}`;
@@ -77,6 +79,8 @@ pub fn message<'a>(target: impl Into<Target<'a>>) -> MessageFactory<'a> {
         next_attempt_at: None,
         created_at: None,
         last_error: None,
+        stored_payload: None,
+        stored_headers: None,
     }
 }
 
@@ -191,6 +195,20 @@ impl MessageFactory<'_> {
         self
     }
 
+    /// The payload as stored JSON text, written over the enqueued one as another program would:
+    /// any JSON Postgres accepts, also what serde_json refuses (nesting deeper than 128, `1e400`).
+    pub fn stored_payload(mut self, json: &str) -> Self {
+        self.stored_payload = Some(json.to_owned());
+        self
+    }
+
+    /// The headers as stored JSON text, written over the enqueued ones (see
+    /// [`stored_payload`](Self::stored_payload)).
+    pub fn stored_headers(mut self, json: &str) -> Self {
+        self.stored_headers = Some(json.to_owned());
+        self
+    }
+
     /// Writes the row (committed); its id.
     pub async fn create(self) -> Result<Uuid> {
         let key = self
@@ -268,6 +286,16 @@ impl MessageFactory<'_> {
                         &self.created_at,
                         &self.last_error,
                     ],
+                )
+                .await?;
+            }
+            if self.stored_payload.is_some() || self.stored_headers.is_some() {
+                tx.execute(
+                    "UPDATE txoutbox_messages SET \
+                         payload = coalesce($2::text::jsonb, payload), \
+                         headers = coalesce($3::text::jsonb, headers) \
+                     WHERE id = ANY($1)",
+                    &[&chunk_ids, &self.stored_payload, &self.stored_headers],
                 )
                 .await?;
             }

@@ -18,12 +18,14 @@
 //! Arranging a test: [`factory::message`] writes outbox rows in any state; [`count`] and
 //! [`wait_for_count`] read counts; [`relay::relay_config`] and [`relay::short_lease`] are relay
 //! timings for tests; [`webhook::WebhookReceiver`] is a scripted HTTP receiver for real relays;
-//! [`free_port`] picks a loopback port; [`webdriver::Driver`] drives a headless chromium for the
+//! [`free_port`] picks a loopback port; [`DemoDatabase`] is the database of a demo or an example
+//! program; [`webdriver::Driver`] drives a headless chromium for the
 //! browser tests.
 
 mod cluster;
 mod counts;
 mod database;
+mod demo_db;
 pub mod factory;
 pub mod fake_stripe;
 mod port;
@@ -41,4 +43,5 @@ pub use counts::{count, wait_for_count, wait_for_exact_count};
 pub use database::{
     drop_schema, forget_last_migration, record_newer_migration, test_db, ConnInfo, TestDb,
 };
+pub use demo_db::DemoDatabase;
 pub use port::{free_addr, free_port};

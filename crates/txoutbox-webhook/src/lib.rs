@@ -2,8 +2,10 @@
 //! downstream key, so a receiver that deduplicates on it sees a redelivered event once.
 //!
 //! ```no_run
+//! # #[cfg(feature = "sink")]
 //! use txoutbox_webhook::{Webhook, WebhookSecret, WebhookSink};
 //!
+//! # #[cfg(feature = "sink")]
 //! # async fn example(tx: &tokio_postgres::Transaction<'_>, pg: tokio_postgres::Config)
 //! #     -> Result<(), Box<dyn std::error::Error>> {
 //! // In the business transaction: enqueue the event for the "webhook:orders" endpoint.
@@ -24,24 +26,35 @@
 //! algorithm: HMAC-SHA256 of `{id}.{timestamp}.{body}`, constant-time compared, timestamp
 //! within five minutes) and keeps the `webhook-id`s it has processed.
 //!
-//! Layout: `message` holds [`Webhook`], the payload a service enqueues, [`DESTINATION`], and the body it
-//! becomes; `signature` holds [`WebhookSecret`] (`whsec_` form or raw bytes), [`sign`] and
+//! # Without the delivery stack
+//!
+//! The `sink` feature (on by default) carries `WebhookSink` and reqwest. A service that only
+//! enqueues webhooks, or only receives them, depends on `txoutbox-webhook = { version = "0.1",
+//! default-features = false }`: [`Webhook`], [`check`], `into_outbox_message` and [`verify`]
+//! are there. A row enqueued as raw JSON that is not a webhook is dead-lettered with
+//! `malformed payload (build it with txoutbox_webhook::Webhook): ...`.
+//!
+//! Layout: `message` holds [`Webhook`], the payload a service enqueues, [`DESTINATION`], its
+//! checks ([`check`], [`PayloadError`]) and the body it becomes; `signature` holds [`WebhookSecret`] (`whsec_` form or raw bytes), [`sign`] and
 //! [`verify`]; `sink` holds [`WebhookSink`] and [`WebhookConfig`]: the POST, its timeouts, and
 //! the classification of the answer (2xx delivered; 408, 429, 5xx and connections that could
 //! not be made retried, honouring `Retry-After`; a timeout or a connection lost once the request
-//! was sent indeterminate; other statuses permanent; error bodies cut to a cleaned excerpt).
+//! was sent indeterminate; other statuses permanent; error bodies cut to a cleaned excerpt),
+//! with the `sink` feature.
 //!
 //! [Standard Webhooks]: https://www.standardwebhooks.com
 
 mod message;
 mod signature;
+#[cfg(feature = "sink")]
 mod sink;
 
-pub use message::{Webhook, DESTINATION};
+pub use message::{check, PayloadError, Webhook, DESTINATION};
 pub use signature::{
     sign, verify, verify_at, SecretError, VerifyError, WebhookSecret, TIMESTAMP_TOLERANCE,
     WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
 };
+#[cfg(feature = "sink")]
 pub use sink::{WebhookConfig, WebhookError, WebhookSink};
 
 /// The `http` crate's header map, as [`verify`] takes it (axum's and reqwest's are the same).

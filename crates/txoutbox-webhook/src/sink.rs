@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use txoutbox::sink::{parse_retry_after, Delivery, DeliveryError, Receipt, Sink};
 
-use crate::message::Webhook;
+use crate::message::{parse_url, Webhook};
 use crate::signature::{
     sign, unix_seconds, WebhookSecret, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
 };
@@ -183,7 +183,8 @@ impl WebhookSink {
 #[async_trait::async_trait]
 impl Sink for WebhookSink {
     async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
-        let hook: Webhook = delivery.payload_as()?;
+        let hook = Webhook::from_payload(&delivery.payload)
+            .map_err(|e| DeliveryError::malformed_payload("txoutbox_webhook::Webhook", e))?;
         let url = match &hook.url {
             Some(url) => parse_url(url).map_err(|reason| {
                 DeliveryError::permanent(format!("invalid webhook URL {url:?}: {reason}"))
@@ -306,14 +307,6 @@ fn classify_transport(e: &reqwest::Error) -> DeliveryError {
         DeliveryError::indeterminate(format!(
             "webhook request sent, but no answer (the receiver may have acted on it): {cause}"
         ))
-    }
-}
-
-fn parse_url(url: &str) -> Result<reqwest::Url, String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
-    match parsed.scheme() {
-        "http" | "https" => Ok(parsed),
-        other => Err(format!("the scheme must be http or https, not {other}")),
     }
 }
 

@@ -328,6 +328,41 @@ async fn a_400_is_dead_lettered_with_its_status_and_body() -> TestResult {
 }
 
 #[tokio::test]
+async fn a_raw_payload_of_the_wrong_shape_is_dead_lettered_naming_the_builder() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let receiver = Receiver::start([Reply::status(200)]).await?;
+    // The Standard Webhooks body's shape, not the payload's: `type` where `event_type` belongs.
+    let raw = serde_json::json!({ "type": "contact.created", "data": { "id": 7 } });
+    assert!(
+        txoutbox_webhook::check(&raw).is_err(),
+        "check refuses it first"
+    );
+    let message = txoutbox::OutboxMessage::new(DESTINATION, &raw)?.with_downstream_key("raw-1");
+    let tx = client.transaction().await?;
+    txoutbox::enqueue(&tx, &[message]).await?;
+    tx.commit().await?;
+
+    let sink = WebhookSink::new(&receiver.url, secret())?;
+    let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
+    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
+    assert_eq!(wait_for_count(&client, failed, 1, LIMIT).await?, 1);
+    relay.stop().await?;
+
+    assert!(receiver.seen().is_empty(), "nothing was sent");
+    let error: String = client
+        .query_one("SELECT last_error FROM txoutbox_messages", &[])
+        .await?
+        .get(0);
+    assert!(
+        error.starts_with("malformed payload (build it with txoutbox_webhook::Webhook): ")
+            && error.contains("event_type"),
+        "{error}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_receiver_slower_than_the_timeout_is_retried() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;

@@ -37,6 +37,13 @@ pub enum Error {
     /// A payload or header could not be serialised to JSON.
     #[error("the payload does not serialise to JSON: {0}")]
     Payload(#[from] serde_json::Error),
+    /// A payload its destination's builder or check refuses (an email without a recipient, a
+    /// webhook URL that is not http(s), a Stripe amount below 1, raw JSON of the wrong shape),
+    /// caught before the row is written rather than dead-lettered by the relay later. The source
+    /// is the builder's own typed error (`txoutbox_email::EmailError`, ...), reachable with
+    /// `std::error::Error::source` and `downcast_ref`. Answer `422 Unprocessable Content`.
+    #[error("invalid payload: {0}")]
+    InvalidPayload(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
     /// Caller input the library refuses to write: a message, scope, effect name, traceparent or
     /// response (the text says why). A client's mistake or the service's: answer 400.
     #[error("invalid input: {0}")]
@@ -46,6 +53,12 @@ pub enum Error {
     /// completing a claim on another connection. Answer 500.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A stored row this build cannot decode (JSON Postgres accepts and serde_json refuses, or
+    /// not the shape txoutbox writes: written by another program or by hand); the text names the
+    /// row, the column and the cause. It fails the request that read the row, and no other.
+    /// Answer 500.
+    #[error("a stored row cannot be decoded: {0}")]
+    Undecodable(String),
     /// A configuration that cannot work, refused at start (the text names the setting).
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -65,17 +78,25 @@ impl Error {
         matches!(self, Error::StoreUnavailable(_))
     }
 
+    /// An [`Error::InvalidPayload`] whose source is `err`: what a sink crate's payload error
+    /// converts into.
+    pub fn invalid_payload(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::InvalidPayload(Box::new(err))
+    }
+
     /// The HTTP status a service should answer this error with.
     pub fn http_status(&self) -> u16 {
         match self {
             Error::StoreUnavailable(_) | Error::Schema(_) => 503,
             Error::Key(_) | Error::Invalid(_) | Error::Payload(_) => 400,
             Error::Conflict(_) => 409,
+            Error::InvalidPayload(_) => 422,
             Error::Database(_)
             | Error::Driver { .. }
             | Error::Migration(_)
             | Error::Config(_)
-            | Error::Internal(_) => 500,
+            | Error::Internal(_)
+            | Error::Undecodable(_) => 500,
         }
     }
 }
@@ -83,13 +104,20 @@ impl Error {
 /// Errors without a server answer (I/O, closed connection, timeouts), connection exceptions
 /// (SQLSTATE class 08) and a server shutting down or starting (57P01..57P03) mean the store is
 /// unreachable; a serialization failure (40001) or a deadlock (40P01) is a [`Error::Conflict`];
-/// any other server answer is a database error.
+/// any other server answer is a database error. A column the driver cannot decode is
+/// [`Error::Undecodable`], and the driver's other client-side refusals (a parameter it cannot
+/// encode, a missing column, a wrong count) are database errors: none of them is an outage.
 impl From<tokio_postgres::Error> for Error {
     fn from(err: tokio_postgres::Error) -> Self {
         if let Some(db) = err.as_db_error() {
             if matches!(db.code().code(), "40001" | "40P01") {
                 return Error::Conflict(db.message().to_owned());
             }
+        }
+        match client_side(&err) {
+            Some(ClientSide::Decode) => return Error::Undecodable(crate::pg::describe(&err)),
+            Some(ClientSide::Other) => return Error::Database(err),
+            None => {}
         }
         let unavailable = err.is_closed()
             || match err.as_db_error() {
@@ -108,6 +136,32 @@ impl From<tokio_postgres::Error> for Error {
             Error::Database(err)
         }
     }
+}
+
+/// A refusal of the driver's own, about a statement's data or shape rather than the connection.
+enum ClientSide {
+    /// A column's value cannot be decoded into its Rust type.
+    Decode,
+    /// A parameter that cannot be encoded, a missing column, a wrong count of parameters,
+    /// columns or rows.
+    Other,
+}
+
+/// What kind of client-side refusal `err` is, if it is one. tokio-postgres tells its error's
+/// kind only in its text (the kind's own, without the cause).
+fn client_side(err: &tokio_postgres::Error) -> Option<ClientSide> {
+    if err.as_db_error().is_some() || err.is_closed() {
+        return None;
+    }
+    let text = err.to_string();
+    if text.starts_with("error deserializing column") {
+        return Some(ClientSide::Decode);
+    }
+    let other = text.starts_with("error serializing parameter")
+        || text.starts_with("invalid column")
+        || text.starts_with("query returned an unexpected number of")
+        || (text.starts_with("expected ") && text.contains(" parameters but got "));
+    other.then_some(ClientSide::Other)
 }
 
 /// As for tokio-postgres: no server answer, a connection exception or a server shutting down is
@@ -156,3 +210,24 @@ pub(crate) fn server_message(code: &str, message: &str) -> String {
 
 /// The prefix of every relation txoutbox's migrations create.
 const TABLE_PREFIX: &str = "\"txoutbox_";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("an email needs at least one To recipient")]
+    struct NoRecipient;
+
+    #[test]
+    fn an_invalid_payload_is_a_422_that_keeps_the_builders_error_as_its_source() {
+        let err = Error::invalid_payload(NoRecipient);
+        assert_eq!(err.http_status(), 422);
+        assert_eq!(
+            err.to_string(),
+            "invalid payload: an email needs at least one To recipient"
+        );
+        let source = std::error::Error::source(&err).expect("a source");
+        assert!(source.downcast_ref::<NoRecipient>().is_some(), "{source:?}");
+    }
+}

@@ -58,6 +58,21 @@ pub const MAX_LOCK_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_MIN_KEY_LEN: usize = 16;
 
 /// A key namespace (tenant, account, route) with its own window.
+///
+/// A key is looked up within its scope only: the same key in two scopes is two requests.
+///
+/// ```
+/// use std::time::Duration;
+/// use txoutbox::Scope;
+///
+/// // Batch clients retry the next day: remember their keys for a week.
+/// let scope = Scope::new("invoices")?.with_window(Duration::from_secs(7 * 24 * 3600))?;
+/// assert_eq!(scope.name(), "invoices");
+/// assert_eq!(scope.window(), Duration::from_secs(7 * 24 * 3600));
+/// assert!(Scope::new("").is_err(), "a scope has a name");
+/// assert!(Scope::new("x")?.with_window(Duration::ZERO).is_err(), "zero would forget every key");
+/// # Ok::<(), txoutbox::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
     name: String,
@@ -230,6 +245,32 @@ pub enum Begin {
 ///
 /// Effects enqueued here are buffered and written by [`Claim::complete`] (or [`Claim::commit`])
 /// in the same statement that stores the key and the response, inside the caller's transaction.
+/// Each effect has a name unique in the request; its downstream key is derived from the scope,
+/// the key and that name, so a sink forwards the same key on every attempt.
+///
+/// ```no_run
+/// use txoutbox::{Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
+///
+/// # async fn handler(client: &mut tokio_postgres::Client) -> Result<(), txoutbox::Error> {
+/// let scope = Scope::new("orders")?;
+/// let key = IdempotencyKey::from_header("9b3e3c4f-4d1e-4e7a-9d3c-2f0c5a1e8b7d")?;
+/// let tx = client.transaction().await?;
+/// let fingerprint = Fingerprint::new("POST", "/orders", b"{}");
+/// if let Begin::New(mut claim) = txoutbox::begin(&tx, &scope, &key, &fingerprint).await? {
+///     let email = serde_json::json!({"to": "buyer@example.com"});
+///     claim.enqueue("confirmation", OutboxMessage::new("email", &email)?)?;
+///     // What the email sink will forward, the same on every attempt:
+///     let _downstream_key: String = claim.downstream_key("confirmation");
+///     let created = StoredResponse { status: 201, headers: vec![], body: b"{}".to_vec() };
+///     claim.complete(&tx, &created).await?; // the key, the response and the effects
+///     tx.commit().await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+///
+/// The runnable version, with the retry answered from the stored response, is the crate's
+/// `handler` example (`cargo run -p txoutbox --example handler`).
 #[derive(Debug)]
 pub struct Claim {
     scope: Scope,
@@ -290,7 +331,7 @@ pub async fn begin(
         Err(e) => return Err(e.into()),
     };
     if let Some(row) = locked.key {
-        return answer(scope, fp, row);
+        return answer(scope, key, fp, row);
     }
     let write = if !locked.read_committed {
         keys::KeyWrite::Update
@@ -329,7 +370,12 @@ pub async fn begin(
 }
 
 /// The answer to a request whose key is stored: its response, a mismatch, or in flight.
-fn answer(scope: &Scope, fingerprint: &[u8], row: keys::KeyRow) -> Result<Begin> {
+fn answer(
+    scope: &Scope,
+    key: &IdempotencyKey,
+    fingerprint: &[u8],
+    row: keys::KeyRow,
+) -> Result<Begin> {
     if row.fingerprint != fingerprint {
         count(IDEMPOTENCY_MISMATCHES, scope);
         return Ok(Begin::Mismatch);
@@ -343,7 +389,14 @@ fn answer(scope: &Scope, fingerprint: &[u8], row: keys::KeyRow) -> Result<Begin>
         // Committed without a response (a caller that skipped `complete`): treat as held.
         return Ok(in_flight(scope));
     };
-    let headers: Vec<(String, String)> = serde_json::from_value(headers)?;
+    let headers: Vec<(String, String)> = serde_json::from_str(&headers).map_err(|e| {
+        Error::Undecodable(format!(
+            "the stored response headers of key {:?} in scope {:?} are not a JSON array of \
+             [name, value] pairs ({e}); the key row was written by another program or by hand",
+            key.as_str(),
+            scope.name
+        ))
+    })?;
     count(IDEMPOTENCY_REPLAYS, scope);
     Ok(Begin::Replay(StoredResponse {
         status: u16::try_from(status).unwrap_or(0),

@@ -51,6 +51,22 @@ impl Enqueued {
 
 /// One downstream effect to deliver after commit: a destination (the sink's name), a JSON payload,
 /// optional headers, its downstream key and an optional ordering key.
+///
+/// Enqueue it in a request ([`Claim::enqueue`](crate::Claim::enqueue), which derives its
+/// downstream key) or outside one ([`enqueue`], with a downstream key of the caller's).
+///
+/// ```
+/// use txoutbox::OutboxMessage;
+///
+/// let message = OutboxMessage::new("email", &serde_json::json!({"to": "ada@example.com"}))?
+///     .with_downstream_key("invoice-2026-12-ada")
+///     .with_ordering_key("customer-ada") // delivered after the customer's earlier rows
+///     .with_header("tenant", "acme");
+/// assert_eq!(message.destination(), "email");
+/// assert_eq!(message.downstream_key(), Some("invoice-2026-12-ada"));
+/// assert!(OutboxMessage::new("", &1).is_err(), "a message has a destination");
+/// # Ok::<(), txoutbox::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxMessage {
     pub(crate) id: Uuid,
@@ -142,6 +158,11 @@ impl OutboxMessage {
     /// The downstream key, if one is set.
     pub fn downstream_key(&self) -> Option<&str> {
         self.downstream_key.as_deref()
+    }
+
+    /// The payload, as the row will store it and the sink will read it.
+    pub fn payload(&self) -> &serde_json::Value {
+        &self.payload
     }
 }
 

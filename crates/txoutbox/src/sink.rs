@@ -115,6 +115,15 @@ impl DeliveryError {
         }
     }
 
+    /// A payload the sink cannot deliver as it is (the wrong JSON shape, an address that does
+    /// not parse): permanent, and the text names the builder that makes a valid one
+    /// (`"txoutbox_webhook::Webhook"`), since such a row was enqueued as raw JSON, unchecked.
+    pub fn malformed_payload(builder: &str, reason: impl std::fmt::Display) -> Self {
+        Self::permanent(format!(
+            "malformed payload (build it with {builder}): {reason}"
+        ))
+    }
+
     /// The request may have reached the downstream, but its outcome is unknown.
     pub fn indeterminate(message: impl Into<String>) -> Self {
         Self::Indeterminate {
@@ -145,6 +154,55 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 ///
 /// For an at-most-once destination, answer `Retryable` only when the effect surely did not
 /// happen (the connection was refused, the request never left): the relay retries those.
+///
+/// A sink of one's own: here the downstream is a ledger in memory that deduplicates by the
+/// downstream key, as a real downstream's idempotency key or message id does, so a redelivery
+/// after a crash books nothing twice.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use std::sync::Mutex;
+/// use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
+///
+/// #[derive(Default)]
+/// struct Ledger(Mutex<BTreeMap<String, i64>>);
+///
+/// #[async_trait::async_trait]
+/// impl Sink for Ledger {
+///     async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
+///         #[derive(serde::Deserialize)]
+///         struct Entry { cents: i64 }
+///         let entry: Entry = delivery.payload_as()?; // a bad payload is permanent
+///         let mut booked = self.0.lock().map_err(|_| DeliveryError::retryable("ledger poisoned"))?;
+///         booked.entry(delivery.downstream_key.clone()).or_insert(entry.cents);
+///         Ok(Receipt::new(format!("{} entries", booked.len())))
+///     }
+/// }
+///
+/// let delivery = Delivery {
+///     id: uuid::Uuid::now_v7(),
+///     destination: "ledger".into(),
+///     payload: serde_json::json!({"cents": 1250}),
+///     headers: BTreeMap::new(),
+///     downstream_key: "order-42-booking".into(),
+///     ordering_key: None,
+///     attempt: 1,
+///     created_at: chrono::Utc::now(),
+/// };
+/// let ledger = Ledger::default();
+/// futures::executor::block_on(async {
+///     ledger.deliver(&delivery).await?;
+///     let again = Delivery { attempt: 2, ..delivery.clone() }; // a redelivery: same key
+///     assert_eq!(ledger.deliver(&again).await?, Receipt::new("1 entries"));
+///     let bad = Delivery { payload: serde_json::json!("?"), ..delivery.clone() };
+///     assert!(ledger.deliver(&bad).await.unwrap_err().is_permanent());
+///     Ok::<_, DeliveryError>(())
+/// })?;
+/// # Ok::<_, DeliveryError>(())
+/// ```
+///
+/// Register it with [`RelayBuilder::sink`](crate::relay::RelayBuilder::sink); the crate's
+/// `custom_sink` example runs one on a relay.
 #[async_trait::async_trait]
 pub trait Sink: Send + Sync + 'static {
     /// Delivers one message; the relay bounds how many run at once and catches panics.

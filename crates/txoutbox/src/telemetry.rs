@@ -60,8 +60,12 @@ pub const DESTINATION_TOKENS: &str = "txoutbox_destination_tokens";
 /// in-flight room), by `destination`.
 pub const DESTINATION_THROTTLED: &str = "txoutbox_destination_throttled_total";
 
+/// Relays alive (a heartbeat within three of their intervals, the reporting relay included), as
+/// the relay's last heartbeat found them in `txoutbox_relays`.
+pub const RELAYS_ALIVE: &str = "txoutbox_relays_alive";
+
 /// Every metric name the core records, for exporters that want to configure them.
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 16] = [
     ENQUEUED,
     DELIVERED,
     RETRIED,
@@ -77,6 +81,7 @@ pub const ALL: [&str; 15] = [
     DESTINATION_STATE,
     DESTINATION_TOKENS,
     DESTINATION_THROTTLED,
+    RELAYS_ALIVE,
 ];
 
 /// Registers the help text and units of every txoutbox metric with the installed recorder.
@@ -157,6 +162,11 @@ pub fn describe_metrics() {
         DESTINATION_THROTTLED,
         Unit::Count,
         "Claims in which a destination's rows were held back by flow control"
+    );
+    describe_gauge!(
+        RELAYS_ALIVE,
+        Unit::Count,
+        "Relays whose heartbeat is under three intervals old (this one included), as its last heartbeat saw them"
     );
 }
 

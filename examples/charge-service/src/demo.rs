@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use txoutbox_client::{IdempotentClient, RetryPolicy};
-use txoutbox_test_support::{fake_stripe::FakeStripe, Cluster, ClusterOptions};
+use txoutbox_test_support::{fake_stripe::FakeStripe, DemoDatabase};
 
 /// The service binary running as a child process; killed when dropped.
 #[derive(Debug)]
@@ -96,32 +96,20 @@ struct Peers {
     own_database: Option<String>,
     fake: Option<FakeStripe>,
     mail_dir: Option<PathBuf>,
-    _cluster: Option<Cluster>,
+    _database: DemoDatabase,
     _mail_tmp: Option<tempfile::TempDir>,
 }
 
 impl Peers {
     async fn start() -> anyhow::Result<Self> {
         let mut env = Vec::new();
-        let (database_url, own_database, cluster) = match var("DATABASE_URL") {
-            Some(url) => {
-                println!("Postgres:  DATABASE_URL");
-                (url, None, None)
-            }
-            None => {
-                println!("Postgres:  starting a throwaway cluster...");
-                let cluster = Cluster::private(&ClusterOptions::default())?;
-                let admin = cluster.admin();
-                let url = format!(
-                    "postgres://{}@{}:{}/{}",
-                    admin.user(),
-                    admin.host(),
-                    admin.port(),
-                    admin.dbname()
-                );
-                (admin.url(), Some(url), Some(cluster))
-            }
-        };
+        let database = DemoDatabase::from_env()?;
+        let database_url = database.url().to_owned();
+        let own_database = database.throwaway_url();
+        match &own_database {
+            None => println!("Postgres:  DATABASE_URL"),
+            Some(_) => println!("Postgres:  a throwaway cluster"),
+        }
         env.push(("DATABASE_URL".to_owned(), database_url.clone()));
         let fake = if var("STRIPE_SECRET_KEY").is_some() {
             println!("Stripe:    STRIPE_SECRET_KEY / STRIPE_API_BASE");
@@ -140,7 +128,7 @@ impl Peers {
             own_database,
             fake,
             mail_dir,
-            _cluster: cluster,
+            _database: database,
             _mail_tmp: mail_tmp,
         })
     }

@@ -197,9 +197,12 @@ async fn serve(state: Arc<State>, mut stream: TcpStream) {
     let Some(request) = read_request(&mut stream).await else {
         return;
     };
+    // The body names the row; a body no JSON parser reads (a payload stored undecodable, sent
+    // as it is) is named by the soak's own downstream key, `soak-<row>`.
     let row = serde_json::from_slice::<serde_json::Value>(&request.body)
         .ok()
         .and_then(|v| v.pointer("/data/row").and_then(|r| r.as_u64()))
+        .or_else(|| request.webhook_id.strip_prefix("soak-")?.parse().ok())
         .and_then(|r| state.rows.get(&(r as usize)));
     let Some(row) = row else {
         state.strays.fetch_add(1, Ordering::Relaxed);

@@ -4,16 +4,21 @@
 //!
 //! The run: start a cluster and migrate a database; copy the attempt log and the delivered
 //! history into tables of the soak's own by trigger (so `txoutbox purge` hides nothing from the
-//! checker); start the downstream and the relays; enqueue the rows with `txoutbox::enqueue` over
-//! the first 70 % of the chaos window while the timed events happen; let the backlog settle
-//! (bounded); SIGTERM every relay; check.
+//! checker); start the downstream and the relays; over the first 70 % of the chaos window,
+//! while the timed events happen, write the rows two ways: the batch-job path
+//! (`txoutbox::enqueue` with keys of the soak's own, [`batch`], and a few undecodable rows
+//! stored with SQL) and the write path as services drive it (requests through `begin` or a
+//! `BusinessKey`, [`requests`]); let the backlog settle (bounded); SIGTERM every relay; check.
 
 pub mod check;
 pub mod downstream;
 pub mod plan;
 pub mod relays;
+pub mod requests;
 
+mod batch;
 mod report;
+mod state;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -21,13 +26,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use txoutbox::OutboxMessage;
 use txoutbox_test_support::{Cluster, ClusterOptions, TestDb};
 
-use check::{Attempt, Final, HotRow};
+use check::{Committed, Expect};
 use downstream::Downstream;
 use plan::{EventKind, Plan, AT_LEAST_ONCE, AT_MOST_ONCE};
 use relays::{Fleet, RelaySpec};
+use state::{read_final, AUDIT, ROW_OF_PAYLOAD, UNSETTLED};
 
 pub use report::SoakReport;
 
@@ -38,7 +43,7 @@ pub struct SoakOptions {
     pub seed: u64,
     /// How long faults are injected (rows arrive over its first 70 %).
     pub chaos: Duration,
-    /// Rows enqueued.
+    /// Rows written (by the batch path and by requests).
     pub rows: usize,
     /// Relay processes.
     pub relays: usize,
@@ -50,6 +55,8 @@ pub struct SoakOptions {
     pub max_attempts: u32,
     /// How long the backlog may take to settle once the chaos ends.
     pub settle: Duration,
+    /// Store about 1 % of the rows with payloads the relay cannot decode (default on).
+    pub hostile: bool,
     /// The `txoutbox` binary.
     pub txoutbox_bin: PathBuf,
     /// Where the relays' logs go (default: a new directory under the system's temp dir).
@@ -68,6 +75,7 @@ impl SoakOptions {
             grace: Duration::from_secs(3),
             max_attempts: 6,
             settle: Duration::from_secs(120),
+            hostile: true,
             txoutbox_bin: bin,
             log_dir: None,
         }
@@ -84,7 +92,13 @@ pub async fn run(options: &SoakOptions) -> Result<SoakReport> {
          release soak; or pass --txoutbox-bin)",
         options.txoutbox_bin.display()
     );
-    let plan = Plan::draw(options.seed, options.rows, options.relays, options.chaos);
+    let plan = Arc::new(Plan::draw(
+        options.seed,
+        options.rows,
+        options.relays,
+        options.chaos,
+        options.hostile,
+    ));
     println!("soak: seed {} ({plan})", options.seed);
     let log_dir = match &options.log_dir {
         Some(dir) => dir.clone(),
@@ -96,22 +110,7 @@ pub async fn run(options: &SoakOptions) -> Result<SoakReport> {
     };
     std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
     println!("soak: relay logs in {}", log_dir.display());
-
-    let cluster = tokio::task::spawn_blocking(|| {
-        Cluster::private(&ClusterOptions {
-            fast: true,
-            max_connections: 100,
-            ..ClusterOptions::default()
-        })
-    })
-    .await??;
-    let cluster = Arc::new(cluster);
-    let db = TestDb::create_on(&cluster.admin()).await?;
-    db.connect()
-        .await?
-        .batch_execute(AUDIT)
-        .await
-        .context("installing the audit triggers")?;
+    let (cluster, db) = start_database().await?;
 
     let epoch = Instant::now();
     let downstream = Downstream::start(epoch, options.lease, &plan.rows).await?;
@@ -123,74 +122,24 @@ pub async fn run(options: &SoakOptions) -> Result<SoakReport> {
         grace: options.grace,
     };
     let mut fleet = Fleet::start(spec, options.relays.max(1))?;
-    let mut faults: BTreeMap<String, u64> = BTreeMap::new();
-    let mut notes = Vec::new();
-
-    let enqueuer = tokio::spawn(enqueue_all(db.url(), plan.clone(), epoch));
-    // The timed events, in order; relays that died unasked are noticed and replaced meanwhile.
-    for event in &plan.events {
-        while epoch.elapsed() < event.at {
-            fleet.check()?;
-            let left = event.at.saturating_sub(epoch.elapsed());
-            tokio::time::sleep(left.min(Duration::from_millis(250))).await;
-        }
-        let done = match event.kind {
-            EventKind::Sigterm(i) => fleet.sigterm(i % fleet.len()).await.map(|_| true)?,
-            EventKind::Sigkill(i) => fleet.sigkill(i % fleet.len()).await.map(|_| true)?,
-            EventKind::PostgresRestart => {
-                let c = cluster.clone();
-                match tokio::task::spawn_blocking(move || c.restart()).await? {
-                    Ok(()) => true,
-                    Err(e) => {
-                        // Without a server the run cannot go on: try to start it again.
-                        notes.push(format!("Postgres restart failed: {e:#}"));
-                        let c = cluster.clone();
-                        tokio::task::spawn_blocking(move || c.start()).await??;
-                        false
-                    }
-                }
-            }
-            EventKind::Storm(length) => {
-                downstream.storm(length);
-                true
-            }
-            EventKind::Replay => {
-                replay(&fleet, &db, &downstream, &mut notes).await;
-                true
-            }
-            EventKind::Purge => {
-                let args = ["purge", "--retention", "2s", "--batch", "50"].map(str::to_owned);
-                let (ok, out) = fleet.admin(&args).await?;
-                if !ok {
-                    notes.push(format!("txoutbox purge failed: {}", out.trim()));
-                }
-                true
-            }
-        };
-        if done {
-            *faults.entry(event.kind.name().to_owned()).or_default() += 1;
-        }
-    }
-    while epoch.elapsed() < plan.chaos {
-        fleet.check()?;
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let info = txoutbox_test_support::ConnInfo::parse(&db.url())?;
+    let enqueuer = tokio::spawn(batch::enqueue_all(info.pool(2)?, plan.clone(), epoch));
+    let writer = tokio::spawn(requests::write_all(info.pool(4)?, plan.clone(), epoch));
+    let mut chaos = Chaos {
+        fleet: &mut fleet,
+        cluster: &cluster,
+        db: &db,
+        downstream: &downstream,
+        faults: BTreeMap::new(),
+        notes: Vec::new(),
+    };
+    chaos.play(&plan, epoch).await?;
+    let (mut faults, mut notes) = (chaos.faults, chaos.notes);
     enqueuer.await??;
+    let written = writer.await??;
 
-    // Settle: the faults scripted per row go on, the timed ones have ended.
-    let deadline = Instant::now() + options.settle;
     let observer = db.connect().await?;
-    loop {
-        fleet.check()?;
-        let left: i64 = observer.query_one(UNSETTLED, &[]).await?.get(0);
-        if left == 0 || Instant::now() >= deadline {
-            if left > 0 {
-                println!("soak: {left} rows had not settled by the deadline");
-            }
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    settle(&mut fleet, &observer, options.settle).await?;
     fleet.stop_all().await;
 
     let state = read_final(&observer).await?;
@@ -204,15 +153,21 @@ pub async fn run(options: &SoakOptions) -> Result<SoakReport> {
             downstream.strays()
         ));
     }
-    let (violations, figures) = check::check(
-        &plan,
-        options.max_attempts,
-        options.grace,
-        &calls,
-        &state,
-        &fleet.exits,
-        &fleet.killed,
-    );
+    let mut expect = batch_expect(&plan);
+    expect.extend(written.expect(&plan));
+
+    let (mut violations, figures) = check::check(&check::Inputs {
+        plan: &plan,
+        expect: &expect,
+        max_attempts: options.max_attempts,
+        grace: options.grace,
+        calls: &calls,
+        state: &state,
+        exits: &fleet.exits,
+        killed: &fleet.killed,
+    });
+    violations.extend(written.anomalies);
+    let requests = written.figures;
     drop(observer);
     drop(db);
     drop(cluster);
@@ -222,11 +177,144 @@ pub async fn run(options: &SoakOptions) -> Result<SoakReport> {
         rows: plan.rows.len(),
         faults,
         figures,
+        requests,
         violations,
         notes,
         log_dir,
         took: began.elapsed(),
     })
+}
+
+/// A private cluster and a migrated database with the soak's audit triggers and business table.
+async fn start_database() -> Result<(Arc<Cluster>, TestDb)> {
+    let cluster = tokio::task::spawn_blocking(|| {
+        Cluster::private(&ClusterOptions {
+            fast: true,
+            max_connections: 100,
+            ..ClusterOptions::default()
+        })
+    })
+    .await??;
+    let cluster = Arc::new(cluster);
+    let db = TestDb::create_on(&cluster.admin()).await?;
+    let client = db.connect().await?;
+    client
+        .batch_execute(AUDIT)
+        .await
+        .context("installing the audit triggers")?;
+    client.batch_execute(requests::ORDERS).await?;
+    Ok((cluster, db))
+}
+
+/// Waits for the backlog to settle (the faults scripted per row go on, the timed ones have
+/// ended), at most `limit`.
+async fn settle(
+    fleet: &mut Fleet,
+    observer: &tokio_postgres::Client,
+    limit: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        fleet.check()?;
+        let left: i64 = observer.query_one(UNSETTLED, &[]).await?.get(0);
+        if left == 0 || Instant::now() >= deadline {
+            if left > 0 {
+                println!(
+                    "soak: {left} rows (or keys carrying effects) had not settled by the deadline"
+                );
+            }
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The timed events and what they need.
+struct Chaos<'a> {
+    fleet: &'a mut Fleet,
+    cluster: &'a Arc<Cluster>,
+    db: &'a TestDb,
+    downstream: &'a Downstream,
+    faults: BTreeMap<String, u64>,
+    notes: Vec<String>,
+}
+
+impl Chaos<'_> {
+    /// The timed events, in order; relays that died unasked are noticed and replaced meanwhile.
+    async fn play(&mut self, plan: &Plan, epoch: Instant) -> Result<()> {
+        for event in &plan.events {
+            while epoch.elapsed() < event.at {
+                self.fleet.check()?;
+                let left = event.at.saturating_sub(epoch.elapsed());
+                tokio::time::sleep(left.min(Duration::from_millis(250))).await;
+            }
+            if self.event(event.kind).await? {
+                *self.faults.entry(event.kind.name().to_owned()).or_default() += 1;
+            }
+        }
+        while epoch.elapsed() < plan.chaos {
+            self.fleet.check()?;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        Ok(())
+    }
+
+    /// Does one event; false when it could not be done.
+    async fn event(&mut self, kind: EventKind) -> Result<bool> {
+        match kind {
+            EventKind::Sigterm(i) => self.fleet.sigterm(i % self.fleet.len()).await?,
+            EventKind::Sigkill(i) => {
+                // Killed while keys carry effects, so that the kill may land in a fan-out.
+                self.await_effects_on_keys().await;
+                self.fleet.sigkill(i % self.fleet.len()).await?
+            }
+            EventKind::PostgresRestart => {
+                let c = self.cluster.clone();
+                if let Err(e) = tokio::task::spawn_blocking(move || c.restart()).await? {
+                    // Without a server the run cannot go on: try to start it again.
+                    self.notes.push(format!("Postgres restart failed: {e:#}"));
+                    let c = self.cluster.clone();
+                    tokio::task::spawn_blocking(move || c.start()).await??;
+                    return Ok(false);
+                }
+            }
+            EventKind::Storm(length) => self.downstream.storm(length),
+            EventKind::Replay => {
+                replay(self.fleet, self.db, self.downstream, &mut self.notes).await
+            }
+            EventKind::Purge => {
+                let args = ["purge", "--retention", "2s", "--batch", "50"].map(str::to_owned);
+                let (ok, out) = self.fleet.admin(&args).await?;
+                if !ok {
+                    self.notes
+                        .push(format!("txoutbox purge failed: {}", out.trim()));
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Waits (at most 2 s) until some key row carries effects not yet fanned out.
+    async fn await_effects_on_keys(&self) {
+        let Ok(client) = self.db.connect().await else {
+            return;
+        };
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            let carried = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM txoutbox_idempotency_keys \
+                     WHERE effects IS NOT NULL)",
+                    &[],
+                )
+                .await;
+            match carried {
+                Ok(row) if row.get::<_, bool>(0) => return,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(_) => return,
+            }
+        }
+    }
 }
 
 fn relay_args(options: &SoakOptions, downstream: &Downstream) -> Vec<String> {
@@ -263,61 +351,6 @@ fn relay_args(options: &SoakOptions, downstream: &Downstream) -> Vec<String> {
     args
 }
 
-/// Enqueues every row at its time, a few rows per transaction, in the plan's order (so the rows
-/// of an ordering key commit in their order). A transaction that fails (Postgres restarting) is
-/// tried again: enqueue deduplicates on the downstream key, so a commit whose answer was lost
-/// is not doubled.
-async fn enqueue_all(url: String, plan: Plan, epoch: Instant) -> Result<()> {
-    let mut rows: Vec<&plan::RowPlan> = plan.rows.iter().collect();
-    rows.sort_by_key(|r| (r.enqueue_at, r.ordering.as_ref().map(|(_, p)| *p), r.index));
-    let info = txoutbox_test_support::ConnInfo::parse(&url)?;
-    let pool = info.pool(2)?;
-    let mut next = 0;
-    while next < rows.len() {
-        let due = rows[next].enqueue_at;
-        if let Some(wait) = due.checked_sub(epoch.elapsed()) {
-            tokio::time::sleep(wait).await;
-        }
-        let mut batch = Vec::new();
-        while next < rows.len() && rows[next].enqueue_at <= epoch.elapsed() && batch.len() < 5 {
-            let row = rows[next];
-            let payload = serde_json::json!({
-                "event_type": "soak.row",
-                "data": {"row": row.index, "ordering_key": row.ordering.as_ref().map(|(k, _)| k)},
-            });
-            let mut message = OutboxMessage::new(row.destination, &payload)?
-                .with_downstream_key(plan::downstream_key(row.index));
-            if let Some((key, _)) = &row.ordering {
-                message = message.with_ordering_key(key.clone());
-            }
-            batch.push(message);
-            next += 1;
-        }
-        let mut tries = 0;
-        loop {
-            match enqueue_batch(&pool, &batch).await {
-                Ok(()) => break,
-                Err(e) if tries < 300 => {
-                    tries += 1;
-                    let _ = e;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => return Err(e).context("enqueueing (Postgres did not come back)"),
-            }
-        }
-    }
-    Ok(())
-}
-
-async fn enqueue_batch(pool: &deadpool_postgres::Pool, batch: &[OutboxMessage]) -> Result<()> {
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, batch).await?;
-    txoutbox::relay::notify_in_transaction(&tx).await?;
-    tx.commit().await?;
-    Ok(())
-}
-
 /// The operator's replay, beside the relays: failed at-least-once rows by filter (the
 /// downstream deduplicates), and unknown at-most-once rows by id, only those whose effect did
 /// not happen (what an operator checks before replaying one).
@@ -338,18 +371,14 @@ async fn replay(fleet: &Fleet, db: &TestDb, downstream: &Downstream, notes: &mut
     }
     let unknown = async {
         let client = db.connect().await?;
-        let rows = client
-            .query(
-                "SELECT id, downstream_key FROM txoutbox_messages WHERE status = 'unknown'",
-                &[],
-            )
-            .await?;
+        let query =
+            format!("SELECT id, {ROW_OF_PAYLOAD} FROM txoutbox_messages WHERE status = 'unknown'");
+        let rows = client.query(&query, &[]).await?;
         anyhow::Ok(
             rows.iter()
                 .filter_map(|r| {
                     let id: uuid::Uuid = r.get(0);
-                    let key: String = r.get(1);
-                    let row = row_of(&key)?;
+                    let row = usize::try_from(r.get::<_, Option<i64>>(1)?).ok()?;
                     (!downstream.applied(row)).then_some(id.to_string())
                 })
                 .take(50)
@@ -375,97 +404,18 @@ async fn replay(fleet: &Fleet, db: &TestDb, downstream: &Downstream, notes: &mut
     }
 }
 
-fn row_of(downstream_key: &str) -> Option<usize> {
-    downstream_key.strip_prefix("soak-")?.parse().ok()
-}
-
-/// Copies of every attempt (the log's rows and the delivering attempts delivered rows carry) and of
-/// the delivered history, which `txoutbox purge` does not touch.
-const AUDIT: &str = "\
-CREATE TABLE soak_attempts (LIKE txoutbox_attempts);
-CREATE TABLE soak_delivered (id uuid NOT NULL, downstream_key text NOT NULL);
-CREATE FUNCTION soak_copy_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN INSERT INTO soak_attempts VALUES (NEW.*); RETURN NULL; END $$;
-CREATE FUNCTION soak_copy_delivered() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO soak_delivered VALUES (NEW.id, NEW.downstream_key);
-    IF NEW.relay IS NOT NULL THEN
-        INSERT INTO soak_attempts VALUES (NEW.id, NEW.attempts, NEW.downstream_key, NEW.relay,
-            NEW.lease_token, 'delivered', NULL, NEW.receipt, NEW.attempt_started_at,
-            NEW.delivered_at, NEW.destination);
-    END IF;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER soak_copy_attempt AFTER INSERT ON txoutbox_attempt_log
-    FOR EACH ROW EXECUTE FUNCTION soak_copy_attempt();
-CREATE TRIGGER soak_copy_delivered AFTER INSERT ON txoutbox_delivered
-    FOR EACH ROW EXECUTE FUNCTION soak_copy_delivered();";
-
-/// Rows that still have somewhere to go: in flight, or pending and not behind a dead-lettered
-/// (or unknown) earlier row of their ordering key.
-const UNSETTLED: &str = "SELECT count(*) FROM txoutbox_messages m \
-     WHERE m.status = 'in_flight' OR (m.status = 'pending' AND NOT EXISTS ( \
-         SELECT 1 FROM txoutbox_messages p WHERE p.ordering_key = m.ordering_key \
-         AND p.seq < m.seq AND p.status IN ('failed', 'unknown')))";
-
-async fn read_final(client: &tokio_postgres::Client) -> Result<Final> {
-    let mut state = Final::default();
-    for r in client
-        .query(
-            "SELECT id, downstream_key, status, last_error, lease_owner, attempts, \
-             EXTRACT(EPOCH FROM next_attempt_at - now())::float8 FROM txoutbox_messages",
-            &[],
-        )
-        .await?
-    {
-        let key: String = r.get(1);
-        if let Some(row) = row_of(&key) {
-            state.hot.insert(
-                row,
-                HotRow {
-                    id: r.get(0),
-                    status: r.get(2),
-                    last_error: r.get(3),
-                    lease_owner: r.get(4),
-                    attempts: r.get(5),
-                    due_in: r.get(6),
-                },
-            );
-        }
-    }
-    for r in client
-        .query(
-            "SELECT id, downstream_key FROM soak_delivered UNION \
-             SELECT id, downstream_key FROM txoutbox_delivered",
-            &[],
-        )
-        .await?
-    {
-        let key: String = r.get(1);
-        if let Some(row) = row_of(&key) {
-            state.delivered.insert(row, r.get(0));
-        }
-    }
-    let ids: HashMap<uuid::Uuid, usize> = state
-        .hot
+/// What is known of the rows `txoutbox::enqueue` writes: each is committed (a failed transaction
+/// is tried again until it commits), with the soak's own downstream key.
+fn batch_expect(plan: &Plan) -> HashMap<usize, Expect> {
+    plan.rows
         .iter()
-        .map(|(row, h)| (h.id, *row))
-        .chain(state.delivered.iter().map(|(row, id)| (*id, *row)))
-        .collect();
-    for r in client
-        .query(
-            "SELECT message_id, relay, outcome FROM soak_attempts ORDER BY finished_at",
-            &[],
-        )
-        .await?
-    {
-        let id: uuid::Uuid = r.get(0);
-        if let Some(row) = ids.get(&id) {
-            state.attempts.entry(*row).or_default().push(Attempt {
-                relay: r.get(1),
-                outcome: r.get(2),
-            });
-        }
-    }
-    Ok(state)
+        .map(|row| {
+            let expect = Expect {
+                committed: Committed::Yes,
+                key: Some(plan::downstream_key(row.index)),
+                request: None,
+            };
+            (row.index, expect)
+        })
+        .collect()
 }

@@ -9,6 +9,10 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+pub mod requests;
+
+pub use requests::RequestPlan;
+
 /// The at-least-once webhook destination (its receiver deduplicates on `webhook-id`).
 pub const AT_LEAST_ONCE: &str = "webhook:alo";
 /// The at-most-once webhook destination (its receiver cannot deduplicate).
@@ -104,6 +108,11 @@ pub struct RowPlan {
     pub script: Vec<Answer>,
     /// Every call of this row is refused with 422.
     pub poisoned: bool,
+    /// The row is stored with a payload the relay cannot decode (written with SQL).
+    pub undecodable: bool,
+    /// The request that writes the row as one of its effects (`None`: `txoutbox::enqueue`
+    /// writes it, or SQL when it is undecodable).
+    pub request: Option<usize>,
     /// When the row is enqueued, from the start of the run.
     pub enqueue_at: Duration,
 }
@@ -170,6 +179,8 @@ pub struct Plan {
     pub seed: u64,
     /// Every row, by index.
     pub rows: Vec<RowPlan>,
+    /// The requests that write some of the rows, by index.
+    pub requests: Vec<RequestPlan>,
     /// Every event, in time order.
     pub events: Vec<Event>,
     /// How long faults are injected.
@@ -177,111 +188,21 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Draws the plan of `rows` rows over `chaos`, for `relays` relays, from `seed`.
-    pub fn draw(seed: u64, rows: usize, relays: usize, chaos: Duration) -> Plan {
+    /// Draws the plan of `rows` rows over `chaos`, for `relays` relays, from `seed`; with
+    /// `hostile`, about 1 % of the rows (at least 2 of 50 or more) are stored undecodable.
+    pub fn draw(seed: u64, rows: usize, relays: usize, chaos: Duration, hostile: bool) -> Plan {
         let mut rng = StdRng::seed_from_u64(seed);
-        let relays = relays.max(1);
-        // Rows arrive over the first 70 % of the run, so faults meet rows in every state.
-        let window = chaos.mul_f64(0.7).as_millis().max(1) as u64;
-        let mut plans: Vec<RowPlan> = (0..rows)
-            .map(|index| {
-                let destination = if rng.random_bool(0.2) {
-                    AT_MOST_ONCE
-                } else {
-                    AT_LEAST_ONCE
-                };
-                let script = if rng.random_bool(0.45) {
-                    Vec::new()
-                } else {
-                    let n = rng.random_range(1..=3);
-                    (0..n).map(|_| draw_fault(&mut rng)).collect()
-                };
-                RowPlan {
-                    index,
-                    destination,
-                    ordering: None,
-                    script,
-                    poisoned: rng.random_bool(0.01),
-                    enqueue_at: Duration::from_millis(rng.random_range(0..window)),
-                }
-            })
-            .collect();
-        // Ordering keys: groups of 3..=6 at-least-once rows; about one group in five has a
-        // poisoned head (the rows behind it wait for an operator).
-        let mut candidates: Vec<usize> = plans
-            .iter()
-            .filter(|p| p.destination == AT_LEAST_ONCE && rng.random_bool(0.4))
-            .map(|p| p.index)
-            .collect();
-        let mut group = 0;
-        while candidates.len() >= 3 {
-            let size = rng.random_range(3..=6).min(candidates.len());
-            let members: Vec<usize> = candidates.drain(..size).collect();
-            let key = format!("order-{group}");
-            let poisoned_head = group % 5 == 2 || rng.random_bool(0.1);
-            let mut times: Vec<Duration> = members.iter().map(|&i| plans[i].enqueue_at).collect();
-            times.sort();
-            for (position, (&i, at)) in members.iter().zip(times).enumerate() {
-                let row = &mut plans[i];
-                row.ordering = Some((key.clone(), position));
-                row.enqueue_at = at;
-                row.poisoned = position == 0 && poisoned_head;
-            }
-            group += 1;
+        let mut plans = draw_rows(&mut rng, rows, chaos);
+        draw_ordering(&mut rng, &mut plans);
+        if hostile {
+            draw_undecodable(&mut rng, &mut plans);
         }
-        let mut events = Vec::new();
-        let secs = chaos.as_secs_f64();
-        let count = |per: f64| ((secs / per).round() as usize).max(1);
-        let at = |rng: &mut StdRng| {
-            let ms = chaos.as_millis().max(20) as u64;
-            Duration::from_millis(rng.random_range(ms / 20..ms * 9 / 10))
-        };
-        for _ in 0..count(20.0) {
-            let kind = EventKind::Sigterm(rng.random_range(0..relays));
-            events.push(Event {
-                at: at(&mut rng),
-                kind,
-            });
-        }
-        for _ in 0..count(25.0) {
-            let kind = EventKind::Sigkill(rng.random_range(0..relays));
-            events.push(Event {
-                at: at(&mut rng),
-                kind,
-            });
-        }
-        for _ in 0..count(150.0) {
-            let kind = EventKind::PostgresRestart;
-            events.push(Event {
-                at: at(&mut rng),
-                kind,
-            });
-        }
-        for _ in 0..count(30.0) {
-            let kind = EventKind::Storm(Duration::from_millis(rng.random_range(1000..2500)));
-            events.push(Event {
-                at: at(&mut rng),
-                kind,
-            });
-        }
-        for _ in 0..count(20.0) {
-            let kind = EventKind::Replay;
-            events.push(Event {
-                at: at(&mut rng),
-                kind,
-            });
-        }
-        for _ in 0..count(20.0) {
-            let kind = EventKind::Purge;
-            events.push(Event {
-                at: at(&mut rng),
-                kind,
-            });
-        }
-        events.sort_by_key(|e| e.at);
+        let requests = requests::draw(&mut rng, seed, &mut plans);
+        let events = draw_events(&mut rng, relays.max(1), chaos);
         Plan {
             seed,
             rows: plans,
+            requests,
             events,
             chaos,
         }
@@ -290,7 +211,7 @@ impl Plan {
     /// A short fingerprint of the plan (the same seed and sizes give the same digest).
     pub fn digest(&self) -> u64 {
         // FNV-1a over the plan's debug text: stable for one build, enough to compare two runs.
-        let text = format!("{:?}{:?}", self.rows, self.events);
+        let text = format!("{:?}{:?}{:?}", self.rows, self.requests, self.events);
         text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         })
@@ -312,21 +233,140 @@ impl fmt::Display for Plan {
             .count();
         let at_most_once = self.rows.iter().filter(|r| r.at_most_once()).count();
         let scripted = self.rows.iter().filter(|r| !r.script.is_empty()).count();
+        let undecodable = self.rows.iter().filter(|r| r.undecodable).count();
+        let effects = self.rows.iter().filter(|r| r.request.is_some()).count();
+        let take_overs = self
+            .requests
+            .iter()
+            .filter(|r| r.takes_over.is_some())
+            .count();
         write!(
             f,
             "{} rows ({} at-most-once, {} with scripted faults, {} in {} ordering keys, {} \
-             poisoned heads), {} timed events over {:?}; plan digest {:016x}",
+             poisoned heads, {undecodable} undecodable, {effects} written by {} requests with \
+             {take_overs} take-overs), {} timed events over {:?}; plan digest {:016x}",
             self.rows.len(),
             at_most_once,
             scripted,
             ordered,
             keys.len(),
             poisoned_heads,
+            self.requests.len(),
             self.events.len(),
             self.chaos,
             self.digest()
         )
     }
+}
+
+/// Every row's destination, script and time; rows arrive over the first 70 % of the run, so
+/// faults meet rows in every state.
+fn draw_rows(rng: &mut StdRng, rows: usize, chaos: Duration) -> Vec<RowPlan> {
+    let window = chaos.mul_f64(0.7).as_millis().max(1) as u64;
+    (0..rows)
+        .map(|index| {
+            let destination = if rng.random_bool(0.2) {
+                AT_MOST_ONCE
+            } else {
+                AT_LEAST_ONCE
+            };
+            let script = if rng.random_bool(0.45) {
+                Vec::new()
+            } else {
+                let n = rng.random_range(1..=3);
+                (0..n).map(|_| draw_fault(rng)).collect()
+            };
+            RowPlan {
+                index,
+                destination,
+                ordering: None,
+                script,
+                poisoned: rng.random_bool(0.01),
+                undecodable: false,
+                request: None,
+                enqueue_at: Duration::from_millis(rng.random_range(0..window)),
+            }
+        })
+        .collect()
+}
+
+/// Ordering keys: groups of 3..=6 at-least-once rows; about one group in five has a poisoned
+/// head (the rows behind it wait for an operator).
+fn draw_ordering(rng: &mut StdRng, plans: &mut [RowPlan]) {
+    let mut candidates: Vec<usize> = plans
+        .iter()
+        .filter(|p| p.destination == AT_LEAST_ONCE && rng.random_bool(0.4))
+        .map(|p| p.index)
+        .collect();
+    let mut group = 0;
+    while candidates.len() >= 3 {
+        let size = rng.random_range(3..=6).min(candidates.len());
+        let members: Vec<usize> = candidates.drain(..size).collect();
+        let key = format!("order-{group}");
+        let poisoned_head = group % 5 == 2 || rng.random_bool(0.1);
+        let mut times: Vec<Duration> = members.iter().map(|&i| plans[i].enqueue_at).collect();
+        times.sort();
+        for (position, (&i, at)) in members.iter().zip(times).enumerate() {
+            let row = &mut plans[i];
+            row.ordering = Some((key.clone(), position));
+            row.enqueue_at = at;
+            row.poisoned = position == 0 && poisoned_head;
+        }
+        group += 1;
+    }
+}
+
+/// Undecodable rows: about 1 % of the rows outside ordering keys (at least 2 when there are 50
+/// rows or more), each with a plain script (whatever delivers or dead-letters it is the
+/// relay's doing).
+fn draw_undecodable(rng: &mut StdRng, plans: &mut [RowPlan]) {
+    let free: Vec<usize> = plans
+        .iter()
+        .filter(|p| p.ordering.is_none())
+        .map(|p| p.index)
+        .collect();
+    let want = (plans.len() / 100).max(if plans.len() >= 50 { 2 } else { 0 });
+    for _ in 0..want.min(free.len()) {
+        let i = free[rng.random_range(0..free.len())];
+        let row = &mut plans[i];
+        row.undecodable = true;
+        row.poisoned = false;
+        row.script.clear();
+    }
+}
+
+/// Draws one event's kind, for `relays` relays.
+type DrawEvent = fn(&mut StdRng, usize) -> EventKind;
+
+/// The timed events, in time order.
+fn draw_events(rng: &mut StdRng, relays: usize, chaos: Duration) -> Vec<Event> {
+    let secs = chaos.as_secs_f64();
+    let count = |per: f64| ((secs / per).round() as usize).max(1);
+    let ms = chaos.as_millis().max(20) as u64;
+    let kinds: [(f64, DrawEvent); 6] = [
+        (20.0, |rng, relays| {
+            EventKind::Sigterm(rng.random_range(0..relays))
+        }),
+        (25.0, |rng, relays| {
+            EventKind::Sigkill(rng.random_range(0..relays))
+        }),
+        (150.0, |_, _| EventKind::PostgresRestart),
+        (30.0, |rng, _| {
+            EventKind::Storm(Duration::from_millis(rng.random_range(1000..2500)))
+        }),
+        (20.0, |_, _| EventKind::Replay),
+        (20.0, |_, _| EventKind::Purge),
+    ];
+    let mut events = Vec::new();
+    for (per, kind) in kinds {
+        for _ in 0..count(per) {
+            let kind = kind(rng, relays);
+            let at = Duration::from_millis(rng.random_range(ms / 20..ms * 9 / 10));
+            events.push(Event { at, kind });
+        }
+    }
+    events.sort_by_key(|e| e.at);
+    events
 }
 
 fn draw_fault(rng: &mut StdRng) -> Answer {
@@ -354,16 +394,16 @@ mod tests {
 
     #[test]
     fn the_same_seed_draws_the_same_plan() {
-        let a = Plan::draw(7, 300, 3, Duration::from_secs(60));
-        let b = Plan::draw(7, 300, 3, Duration::from_secs(60));
-        let c = Plan::draw(8, 300, 3, Duration::from_secs(60));
+        let a = Plan::draw(7, 300, 3, Duration::from_secs(60), true);
+        let b = Plan::draw(7, 300, 3, Duration::from_secs(60), true);
+        let c = Plan::draw(8, 300, 3, Duration::from_secs(60), true);
         assert_eq!(a.digest(), b.digest());
         assert_ne!(a.digest(), c.digest());
     }
 
     #[test]
     fn rows_of_an_ordering_key_are_enqueued_in_position_order() {
-        let plan = Plan::draw(11, 500, 3, Duration::from_secs(60));
+        let plan = Plan::draw(11, 500, 3, Duration::from_secs(60), true);
         let mut by_key: std::collections::HashMap<&str, Vec<(usize, Duration)>> =
             Default::default();
         for row in &plan.rows {

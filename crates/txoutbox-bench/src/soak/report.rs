@@ -20,6 +20,8 @@ pub struct SoakReport {
     pub faults: BTreeMap<String, u64>,
     /// Final states, calls.
     pub figures: Figures,
+    /// What the write path's requests did, by kind.
+    pub requests: BTreeMap<String, u64>,
     /// Every broken invariant.
     pub violations: Vec<Violation>,
     /// Operator commands that failed, unexpected requests: context, not verdicts.
@@ -68,6 +70,17 @@ impl SoakReport {
         let _ = writeln!(t, "rows                      {:>8}", self.rows);
         for (state, n) in &self.figures.states {
             let _ = writeln!(t, "  {state:<38} {n:>6}");
+        }
+        let _ = writeln!(
+            t,
+            "requests                  {:>8}",
+            ["committed", "commit answer lost", "not committed"]
+                .iter()
+                .filter_map(|k| self.requests.get(*k))
+                .sum::<u64>()
+        );
+        for (what, n) in &self.requests {
+            let _ = writeln!(t, "  {what:<38} {n:>6}");
         }
         let _ = writeln!(
             t,

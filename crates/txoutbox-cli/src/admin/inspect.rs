@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use txoutbox::admin::{AdminError, ListCursor, MessageStatus, MessageSummary};
+use txoutbox::admin::{AdminError, ListCursor, MessageStatus, MessageSummary, StoredJson};
 use uuid::Uuid;
 
 use super::{dash, one_line, table, time, FilterArgs};
@@ -204,15 +204,29 @@ fn show_text(out: &mut String, detail: &txoutbox::admin::MessageDetail) -> Resul
     if let Some(error) = &m.last_error {
         fields.push(("last error", one_line(error, 500)));
     }
-    if !detail.headers.is_empty() {
-        fields.push(("headers", serde_json::to_string(&detail.headers)?));
+    match &detail.headers {
+        StoredJson::Decoded(headers) if headers.is_empty() => {}
+        StoredJson::Decoded(headers) => fields.push(("headers", serde_json::to_string(headers)?)),
+        StoredJson::Undecodable { text, error } => fields.push((
+            "headers",
+            format!("not decodable ({error}); stored: {}", one_line(text, 500)),
+        )),
     }
     let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (name, value) in &fields {
         out.push_str(&format!("{name:<width$}  {value}\n"));
     }
-    out.push_str("payload:\n");
-    for line in serde_json::to_string_pretty(&detail.payload)?.lines() {
+    let payload = match &detail.payload {
+        StoredJson::Decoded(payload) => {
+            out.push_str("payload:\n");
+            serde_json::to_string_pretty(payload)?
+        }
+        StoredJson::Undecodable { text, error } => {
+            out.push_str(&format!("payload (not decodable: {error}; as stored):\n"));
+            text.clone()
+        }
+    };
+    for line in payload.lines() {
         out.push_str("  ");
         out.push_str(line);
         out.push('\n');

@@ -1,5 +1,5 @@
-//! The operator's commands: `list`, `show`, `replay`, `discard`, `purge`, `stats`, `pause` and
-//! `resume`. Each turns
+//! The operator's commands: `list`, `show`, `replay`, `discard`, `purge`, `stats`, `pause`,
+//! `resume` and `relays`. Each turns
 //! its flags into the core library's types, calls `txoutbox::{list_messages, show_message, replay,
 //! discard, purge, stats}` and formats the answer: an aligned table for people, `--json` for
 //! scripts.
@@ -13,6 +13,7 @@ mod discard;
 mod flow;
 mod inspect;
 mod purge;
+mod relays;
 mod replay;
 mod stats;
 
@@ -40,7 +41,8 @@ pub enum AdminCommand {
     /// Close failed (or unknown) messages without delivery, by id or by filter, with a reason.
     #[command(after_help = discard::DISCARD_HELP)]
     Discard(discard::DiscardArgs),
-    /// Delete rows past their state's retention, their attempt log, and expired idempotency keys.
+    /// Delete rows past their state's retention, their attempt log, expired idempotency keys and
+    /// inbox records.
     #[command(after_help = purge::PURGE_HELP)]
     Purge(purge::PurgeArgs),
     /// Counts by status and destination, oldest pending age, failure rate of the last hour.
@@ -52,6 +54,9 @@ pub enum AdminCommand {
     /// End an operator's pause of a destination: every relay calls it again at once.
     #[command(after_help = flow::PAUSE_HELP)]
     Resume(flow::ResumeArgs),
+    /// The relays running against this database: alive or stale, last claim, rows held, sinks.
+    #[command(after_help = relays::RELAYS_HELP)]
+    Relays(relays::RelaysArgs),
 }
 
 /// The filters `list`, `replay` and `discard` share.
@@ -104,6 +109,7 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
         AdminCommand::Stats(args) => stats::run(&client, args, &mut out).await?,
         AdminCommand::Pause(args) => flow::pause(&mut client, args, &mut out).await?,
         AdminCommand::Resume(args) => flow::resume(&mut client, args, &mut out).await?,
+        AdminCommand::Relays(args) => relays::run(&client, args, &mut out).await?,
     }
     emit(&out)
 }

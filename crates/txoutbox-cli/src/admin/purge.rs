@@ -29,10 +29,11 @@ pub struct PurgeArgs {
     /// defaults; name only those you change). A single duration sets the delivered rows'.
     #[arg(long, value_name = "STATE=DURATION,...", default_value = "delivered=7d", value_parser = parse_retention)]
     retention: Retention,
-    /// Delete idempotency keys only once their own window has passed (the default).
+    /// Delete idempotency keys and inbox records only once their own window has passed (the
+    /// default).
     #[arg(long, conflicts_with = "skip_keys")]
     key_window_expired_only: bool,
-    /// Leave idempotency keys alone.
+    /// Leave idempotency keys and inbox records alone.
     #[arg(long)]
     skip_keys: bool,
     /// Rows per batch (each batch is its own short transaction).
@@ -70,14 +71,15 @@ pub(super) async fn run(
         "deleted"
     };
     out.push_str(&format!(
-        "{verb} {} delivered rows (delivered before {}), {} failed, {} unknown and {} discarded rows, {} attempt-log rows, {} expired idempotency keys\n",
+        "{verb} {} delivered rows (delivered before {}), {} failed, {} unknown and {} discarded rows, {} attempt-log rows, {} expired idempotency keys, {} expired inbox records\n",
         report.delivered,
         time(&report.cutoff),
         report.failed,
         report.unknown,
         report.discarded,
         report.attempts,
-        report.expired_keys
+        report.expired_keys,
+        report.expired_inbox
     ));
     Ok(())
 }

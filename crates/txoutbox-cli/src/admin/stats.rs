@@ -38,6 +38,7 @@ pub(super) async fn run(
     } else {
         stats_table(out, &stats);
         fan_out_line(out, &stats);
+        inbox_line(out, &stats);
         flow_table(out, &stats.flow);
     }
     Ok(())
@@ -72,6 +73,21 @@ fn fan_out_line(out: &mut String, stats: &txoutbox::admin::OutboxStats) {
             .oldest_awaiting_fan_out_age
             .map(age)
             .unwrap_or_else(|| "-".into())
+    ));
+}
+
+/// The inbox's records (nothing when there are none: a service that receives nothing).
+fn inbox_line(out: &mut String, stats: &txoutbox::admin::OutboxStats) {
+    let inbox = &stats.inbox;
+    if inbox.records == 0 {
+        return;
+    }
+    out.push_str(&format!(
+        "\nINBOX: {}{} received messages recorded, {} expired (awaiting purge), {} given up\n",
+        if inbox.capped { "at least " } else { "" },
+        inbox.records,
+        inbox.expired,
+        inbox.failed
     ));
 }
 

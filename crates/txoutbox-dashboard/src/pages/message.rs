@@ -9,7 +9,7 @@ use axum::Extension;
 use maud::{html, Markup};
 use serde::Serialize;
 use serde_json::Value;
-use txoutbox::admin::{AttemptRecord, MessageDetail, MessageStatus, MessageSummary};
+use txoutbox::admin::{AttemptRecord, MessageDetail, MessageStatus, MessageSummary, StoredJson};
 use uuid::Uuid;
 
 use super::actions::{DISCARD_NOTE, NEW_KEY_WARNING};
@@ -53,15 +53,37 @@ pub(crate) struct ShownMessage {
     pub message: MessageSummary,
     pub payload: Shown,
     pub headers: Shown,
+    /// Why the payload or headers cannot be decoded (shown as stored, or withheld when
+    /// redacting), one line each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub undecodable: Vec<String>,
     pub receipt: Option<String>,
     pub history: Vec<AttemptRecord>,
 }
 
 /// `detail` as the browser may see it.
 pub(crate) fn shown_message(redaction: &Redaction, detail: MessageDetail) -> ShownMessage {
-    let payload = redaction.json(detail.payload);
-    let headers = redaction.json(headers_document(detail.headers));
+    let mut undecodable = Vec::new();
+    let payload = match detail.payload {
+        StoredJson::Decoded(payload) => redaction.json(payload),
+        StoredJson::Undecodable { text, error } => {
+            undecodable.push(("payload", error));
+            redaction.undecodable(text.as_bytes())
+        }
+    };
+    let headers = match detail.headers {
+        StoredJson::Decoded(headers) => redaction.json(headers_document(headers)),
+        StoredJson::Undecodable { text, error } => {
+            undecodable.push(("headers", error));
+            redaction.undecodable(text.as_bytes())
+        }
+    };
     let scrub = redaction.scrubber(&[&payload.hidden, &headers.hidden]);
+    // serde_json's reason can quote a value ("invalid type: string \"…\""): scrubbed as text.
+    let undecodable = undecodable
+        .into_iter()
+        .map(|(what, why)| format!("the {what} cannot be decoded: {}", scrub.text(&why)))
+        .collect();
     let mut message = detail.message;
     message.last_error = scrub.opt(message.last_error.as_deref());
     let history = detail
@@ -77,6 +99,7 @@ pub(crate) fn shown_message(redaction: &Redaction, detail: MessageDetail) -> Sho
         message,
         payload: payload.shown,
         headers: headers.shown,
+        undecodable,
         receipt: scrub.opt(detail.receipt.as_deref()),
         history,
     }
@@ -211,6 +234,9 @@ pub(crate) async fn message(
             }
             section aria-labelledby="payload-h" {
                 h2 id="payload-h" { "Payload" }
+                @for why in &detail.undecodable {
+                    p class="undecodable" { (why) }
+                }
                 (document(&detail.payload))
             }
             section aria-labelledby="headers-h" {

@@ -77,7 +77,7 @@ pub(super) fn message_rows(
                                 }
                             }
                         }
-                        td { a href={(b) "/messages/" (m.id)} { code { (m.id) } } }
+                        td { a href={(b) "/messages/" (m.id)} { code class="id" { (m.id) } } }
                         td { (m.destination) }
                         td { (status_badge(m.status)) }
                         td class="num" { (m.attempts) }

@@ -11,6 +11,7 @@ mod keys;
 mod message;
 mod messages;
 mod overview;
+mod relays;
 
 pub(crate) use actions::{
     discard_filter, discard_one, discard_options, discard_selected, pause_destination,
@@ -21,6 +22,7 @@ pub(crate) use keys::{keys, shown_response};
 pub(crate) use message::{message, shown_message};
 pub(crate) use messages::messages;
 pub(crate) use overview::{overview, shown_flow};
+pub(crate) use relays::relays;
 
 use std::time::Duration;
 
@@ -61,6 +63,7 @@ fn layout(base: &Base, who: &Principal, title: &str, current: &str, body: Markup
         ("/", "Overview"),
         ("/messages", "Messages"),
         ("/failures", "Failures"),
+        ("/relays", "Relays"),
         ("/keys", "Keys"),
     ];
     html! {
@@ -153,9 +156,26 @@ fn render(base: &Base, result: Result<Markup, Failure>) -> Response {
     }
 }
 
+/// A time as on-call reads it: how long ago (or how far ahead) by this server's clock, with
+/// the absolute time beside it; a line may break between the two, never inside either.
 fn time(at: DateTime<Utc>) -> Markup {
+    let secs = (Utc::now() - at).num_milliseconds() as f64 / 1000.0;
+    ago(at, secs)
+}
+
+/// A time `secs` seconds ago (negative: ahead), by whichever clock measured it (the
+/// database's, for the ages it computes), with the absolute time beside it (see [`time`]).
+fn ago(at: DateTime<Utc>, secs: f64) -> Markup {
     let text = at.to_rfc3339_opts(SecondsFormat::Secs, true);
-    html! { time datetime=(text) { (text) } }
+    let whole = Duration::from_secs(secs.abs().min(1e12) as u64);
+    html! {
+        span class="when" {
+            time datetime=(text) title=(text) {
+                @if secs >= 0.0 { (age(whole)) " ago" } @else { "in " (age(whole)) }
+            }
+            " " small class="abs" { (text) }
+        }
+    }
 }
 
 fn age(d: Duration) -> String {

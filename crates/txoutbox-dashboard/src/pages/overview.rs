@@ -1,10 +1,10 @@
-//! The overview: rows by destination and state with their flow control, the last hour's
-//! activity, the top failing destinations.
+//! The overview: rows by destination and state with their flow control, whether a relay is
+//! alive, the activity of the last hour, day or week, the top failing destinations.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::response::Response;
 use axum::Extension;
 use maud::{html, Markup};
@@ -15,7 +15,7 @@ use super::{age, layout, render, time};
 use crate::auth::{Base, Principal};
 use crate::query::encode;
 use crate::redact::Redaction;
-use crate::{chart, Shared};
+use crate::{chart, Failure, Shared};
 
 /// `~` before a count that is an estimate (a large backlog or history).
 fn estimated(stats: &txoutbox::admin::OutboxStats, status: MessageStatus) -> &'static str {
@@ -31,16 +31,84 @@ fn estimated(stats: &txoutbox::admin::OutboxStats, status: MessageStatus) -> &'s
     }
 }
 
+/// A count's cell: red and bold when it counts rows that need an operator (failed, unknown),
+/// so a non-zero one cannot pass for a zero.
+fn count_class(status: MessageStatus, n: u64) -> &'static str {
+    match status {
+        MessageStatus::Failed | MessageStatus::Unknown if n > 0 => "num alarm",
+        _ => "num",
+    }
+}
+
+/// The span of the overview's charts (`?window=1h`, `24h`, `7d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Window {
+    Hour,
+    Day,
+    Week,
+}
+
+impl Window {
+    const ALL: [Window; 3] = [Window::Hour, Window::Day, Window::Week];
+
+    /// The `window` of a query string (the last one given); 1 h without one.
+    fn from_query(query: Option<&str>) -> Result<Self, Failure> {
+        let given = query
+            .map(|q| crate::query::pairs(q.as_bytes()))
+            .unwrap_or_default()
+            .into_iter()
+            .rev()
+            .find(|(name, _)| name == "window");
+        match given.as_ref().map(|(_, v)| v.as_str()) {
+            None | Some("1h") => Ok(Window::Hour),
+            Some("24h") => Ok(Window::Day),
+            Some("7d") => Ok(Window::Week),
+            Some(_) => Err(Failure::BadRequest(
+                "window: expected 1h, 24h or 7d".to_owned(),
+            )),
+        }
+    }
+
+    fn param(self) -> &'static str {
+        match self {
+            Window::Hour => "1h",
+            Window::Day => "24h",
+            Window::Week => "7d",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Window::Hour => "1 h",
+            Window::Day => "24 h",
+            Window::Week => "7 d",
+        }
+    }
+
+    /// Its buckets: how many, how wide, what one is called, how a tick names its start.
+    fn buckets(self) -> (u32, Duration, &'static str, &'static str) {
+        match self {
+            Window::Hour => (60, Duration::from_secs(60), "minute", "%H:%M"),
+            Window::Day => (96, Duration::from_secs(15 * 60), "15 min", "%H:%M"),
+            Window::Week => (168, Duration::from_secs(60 * 60), "hour", "%a %H:%M"),
+        }
+    }
+}
+
 pub(crate) async fn overview(
     State(app): State<Shared>,
     Extension(who): Extension<Principal>,
     Extension(base): Extension<Base>,
+    RawQuery(query): RawQuery,
 ) -> Response {
     let result = async {
+        let window = Window::from_query(query.as_deref())?;
         let client = app.client().await?;
         let mut stats = txoutbox::admin::stats(&**client).await?;
         stats.flow = shown_flow(&app.redaction, stats.flow);
-        let minutes = txoutbox::admin::activity(&**client, 60).await?;
+        let (buckets, width, _, _) = window.buckets();
+        let minutes = txoutbox::admin::activity_buckets(&**client, buckets, width).await?;
+        let relays = txoutbox::admin::relays(&**client).await?;
         let b = &base.0;
         let mut failing: Vec<_> = stats
             .destinations
@@ -51,10 +119,6 @@ pub(crate) async fn overview(
             (y.counts.failed, y.last_hour.failures).cmp(&(x.counts.failed, x.last_hour.failures))
         });
         failing.truncate(5);
-        let delivered: Vec<u64> = minutes.iter().map(|m| m.delivered).collect();
-        let failed: Vec<u64> = minutes.iter().map(|m| m.failed).collect();
-        let p50: Vec<Option<f64>> = minutes.iter().map(|m| m.latency_p50).collect();
-        let p99: Vec<Option<f64>> = minutes.iter().map(|m| m.latency_p99).collect();
         // Every destination with rows, and those flow control holds back without any (a pause
         // set before the first row, or kept after the last).
         let flows: BTreeMap<&str, &DestinationFlow> = stats
@@ -73,6 +137,7 @@ pub(crate) async fn overview(
         }
         let body = html! {
             section id="backlog" data-live aria-labelledby="backlog-h" {
+                (relay_warning(b, &stats, &relays))
                 h2 id="backlog-h" { "Rows by destination and state" }
                 p {
                     "Oldest pending row: "
@@ -111,7 +176,7 @@ pub(crate) async fn overview(
                                     a href={(b) "/messages?" (encode([("destination", *destination)]))} { (destination) }
                                 }
                                 @for s in MessageStatus::ALL {
-                                    td class="num" {
+                                    td class=(count_class(s, counts.get(s))) {
                                         a href={(b) "/messages?" (encode([("destination", *destination), ("status", s.as_str())]))} { (estimated(&stats, s)) (counts.get(s)) }
                                     }
                                 }
@@ -124,7 +189,7 @@ pub(crate) async fn overview(
                     tfoot {
                         tr {
                             th scope="row" { "All" }
-                            @for s in MessageStatus::ALL { td class="num" { (estimated(&stats, s)) (stats.total.get(s)) } }
+                            @for s in MessageStatus::ALL { td class=(count_class(s, stats.total.get(s))) { (estimated(&stats, s)) (stats.total.get(s)) } }
                             td {}
                             td {}
                             @if who.may_act() { td {} }
@@ -132,23 +197,7 @@ pub(crate) async fn overview(
                     }
                 }
             }
-            section id="activity" data-live aria-labelledby="activity-h" {
-                h2 id="activity-h" { "The last hour" }
-                div class="charts" {
-                    figure {
-                        (chart::bars("Delivered per minute", &delivered, "ok"))
-                        figcaption { "Delivered per minute: " (delivered.iter().sum::<u64>()) " in the hour" }
-                    }
-                    figure {
-                        (chart::bars("Failed attempts per minute", &failed, "bad"))
-                        figcaption { "Failed attempts per minute: " (failed.iter().sum::<u64>()) " in the hour" }
-                    }
-                    figure {
-                        (chart::latency("Delivery latency p50 and p99", &p50, &p99))
-                        figcaption { "Delivery latency (enqueue to delivery), " span class="p50" { "p50" } " and " span class="p99" { "p99" } }
-                    }
-                }
-            }
+            (activity(b, window, &minutes))
             section id="failing" data-live aria-labelledby="failing-h" {
                 h2 id="failing-h" { "Top failing destinations" }
                 @if failing.is_empty() {
@@ -165,7 +214,7 @@ pub(crate) async fn overview(
                             @for d in &failing {
                                 tr {
                                     th scope="row" { a href={(b) "/messages?" (encode([("status", "failed"), ("destination", d.destination.as_str())]))} { (d.destination) } }
-                                    td class="num" { (d.counts.failed) }
+                                    td class=(count_class(MessageStatus::Failed, d.counts.failed)) { (d.counts.failed) }
                                     td class="num" { (d.last_hour.failures) " of " (d.last_hour.attempts) }
                                     td class="num" { @if let Some(r) = d.last_hour.rate { (format!("{:.1} %", r * 100.0)) } }
                                 }
@@ -179,6 +228,77 @@ pub(crate) async fn overview(
     }
     .await;
     render(&base, result)
+}
+
+/// The charts of `window`: deliveries, failed attempts and latency a bucket, with the choice of
+/// window. Refreshed live over the last hour only (the longer ones read a day or a week).
+fn activity(b: &str, window: Window, buckets: &[txoutbox::admin::MinuteActivity]) -> Markup {
+    let (_, _, per, format) = window.buckets();
+    let starts: Vec<_> = buckets.iter().map(|m| m.minute).collect();
+    let time = chart::TimeAxis {
+        starts: &starts,
+        format,
+    };
+    let delivered: Vec<u64> = buckets.iter().map(|m| m.delivered).collect();
+    let failed: Vec<u64> = buckets.iter().map(|m| m.failed).collect();
+    let p50: Vec<Option<f64>> = buckets.iter().map(|m| m.latency_p50).collect();
+    let p99: Vec<Option<f64>> = buckets.iter().map(|m| m.latency_p99).collect();
+    html! {
+        section id="activity" data-live[window == Window::Hour] aria-labelledby="activity-h" {
+            h2 id="activity-h" { "The last " (window.name()) }
+            nav class="window" aria-label="Chart span" {
+                @for w in Window::ALL {
+                    @if w == window { a href={(b) "?window=" (w.param())} aria-current="true" { (w.name()) } }
+                    @else { a href={(b) "?window=" (w.param())} { (w.name()) } }
+                }
+                span class="note" { " Times in UTC, one bar a " (per) "." }
+            }
+            div class="charts" {
+                figure {
+                    (chart::bars(&format!("Delivered per {per}"), &delivered, "ok", &time, per))
+                    figcaption { "Delivered per " (per) ": " (delivered.iter().sum::<u64>()) " in " (window.name()) }
+                }
+                figure {
+                    (chart::bars(&format!("Failed attempts per {per}"), &failed, "bad", &time, per))
+                    figcaption { "Failed attempts per " (per) ": " (failed.iter().sum::<u64>()) " in " (window.name()) }
+                }
+                figure {
+                    (chart::latency("Delivery latency p50 and p99", &p50, &p99, &time))
+                    figcaption { "Delivery latency (enqueue to delivery), " span class="p50" { "p50" } " and " span class="p99" { "p99" } }
+                }
+            }
+        }
+    }
+}
+
+/// The alarm when rows wait and no relay is alive to deliver them (every relay stale, or none
+/// ever recorded); a line saying how many relays are alive otherwise.
+fn relay_warning(
+    b: &str,
+    stats: &txoutbox::admin::OutboxStats,
+    relays: &[txoutbox::admin::RelayRecord],
+) -> Markup {
+    let alive = relays.iter().filter(|r| !r.stale).count();
+    let stale = relays.len() - alive;
+    let waiting = stats.total.pending + stats.total.in_flight + stats.awaiting_fan_out;
+    html! {
+        @if alive == 0 && waiting > 0 {
+            p class="alarm banner" role="alert" {
+                strong { "No relay is alive" }
+                " while " (waiting) " row(s) wait for delivery"
+                @if stale > 0 { " (" (stale) " relay(s) stopped sending heartbeats)" }
+                ": nothing is being delivered. "
+                a href={(b) "/relays"} { "See the relays" }
+            }
+        } @else {
+            p class="note" {
+                a href={(b) "/relays"} {
+                    @match alive { 0 => { "No relay alive" }, 1 => { "1 relay alive" }, n => { (n) " relays alive" } }
+                }
+                @if stale > 0 { ", " span class="alarm" { (stale) " stale" } }
+            }
+        }
+    }
 }
 
 /// Flow-control states as the browser may see them: their reasons scrubbed (a breaker's reason

@@ -128,6 +128,20 @@ impl Redaction {
         }
     }
 
+    /// A stored document txoutbox could not decode into its shape (JSON serde_json refuses, or
+    /// headers that are not what txoutbox writes), as raw text: shown as stored when nothing is
+    /// redacted, else withheld whole, even when it parses: where a redacted field sits in a
+    /// document of unknown shape (a header's name in a [name, value] pair) cannot be told.
+    pub fn undecodable(&self, raw: &[u8]) -> Redacted {
+        if self.is_on() {
+            return withheld("not decodable");
+        }
+        Redacted {
+            shown: Shown::Text(String::from_utf8_lossy(raw).into_owned()),
+            hidden: Some(Vec::new()),
+        }
+    }
+
     /// A stored document, parsed: every member named in the fields (at any depth, in arrays
     /// too) replaced by [`REDACTED`]; withheld whole when it nests deeper than can be walked.
     pub fn json(&self, mut value: Value) -> Redacted {

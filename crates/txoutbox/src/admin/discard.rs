@@ -85,6 +85,18 @@ pub struct DiscardReport {
 
 /// Closes failed or unknown messages without delivery (see the module's discard rules). `client`
 /// runs the discard's own transactions.
+///
+/// ```no_run
+/// use txoutbox::admin::{discard, DiscardOptions, ReplaySelection};
+///
+/// # async fn run(client: &mut tokio_postgres::Client, id: uuid::Uuid)
+/// #     -> Result<(), txoutbox::admin::AdminError> {
+/// let options = DiscardOptions::new("refunded by hand, ticket 1234");
+/// let report = discard(client, &ReplaySelection::Ids(vec![id]), &options).await?;
+/// println!("{report:?}");
+/// # Ok(())
+/// # }
+/// ```
 pub async fn discard(
     client: &mut Client,
     selection: &ReplaySelection,

@@ -17,8 +17,8 @@ use crate::store::admin as store;
 pub struct DestinationFlow {
     /// The destination.
     pub destination: String,
-    /// `paused` (by an operator), `open` (its breaker: no calls until `open_until`),
-    /// `half_open` (one probe may go), or `closed`.
+    /// `paused` (by an operator), `open` (its breaker, or the downstream's throttle: no calls
+    /// until `open_until`), `half_open` (one probe may go), or `closed`.
     pub state: String,
     /// When an operator paused it, who and why.
     pub paused_at: Option<DateTime<Utc>>,
@@ -32,9 +32,9 @@ pub struct DestinationFlow {
     pub tokens: Option<f64>,
     /// Consecutive retryable failures counted by its breaker.
     pub failures: i32,
-    /// Until when the breaker is open.
+    /// Until when it is open (the breaker, or the downstream's throttle).
     pub open_until: Option<DateTime<Utc>>,
-    /// Why the breaker opened (a failure count, or a downstream's Retry-After).
+    /// Why it is open (a failure count, or a downstream throttling most calls).
     pub open_reason: Option<String>,
 }
 

@@ -10,7 +10,7 @@ use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use super::filter::FilterParams;
-use super::{AdminError, ListCursor, MessageFilter};
+use super::{AdminError, ListCursor, MessageFilter, StoredJson};
 use crate::state::{AttemptOutcome, MessageStatus};
 use crate::store::admin as store;
 
@@ -33,7 +33,7 @@ pub struct MessageSummary {
     pub attempts: i32,
     /// When it was enqueued.
     pub created_at: DateTime<Utc>,
-    /// When it is next due (hot rows only).
+    /// When it is next due (pending rows only: no other row will be tried again).
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// When it was delivered (delivered rows only).
     pub delivered_at: Option<DateTime<Utc>>,
@@ -64,10 +64,11 @@ pub struct MessageDetail {
     /// The message's columns.
     #[serde(flatten)]
     pub message: MessageSummary,
-    /// The payload, as enqueued.
-    pub payload: serde_json::Value,
-    /// The headers forwarded to the sink.
-    pub headers: BTreeMap<String, String>,
+    /// The payload, as enqueued (or its stored text, when it cannot be decoded).
+    pub payload: StoredJson<serde_json::Value>,
+    /// The headers forwarded to the sink (or their stored text, when they are not an object of
+    /// strings).
+    pub headers: StoredJson<BTreeMap<String, String>>,
     /// The downstream's receipt (delivered rows only).
     pub receipt: Option<String>,
     /// Every attempt and operator action, in the order they happened.
@@ -101,6 +102,31 @@ pub struct AttemptRecord {
 /// Lists the messages `filter` selects, hot, delivered and discarded alike, newest first; from
 /// [`MessageFilter::before`] on when it is set (the next page: the last row's
 /// [`MessageSummary::cursor`]).
+///
+/// ```no_run
+/// use txoutbox::admin::{list_messages, MessageFilter, MessageStatus};
+///
+/// # async fn run(client: &tokio_postgres::Client) -> Result<(), txoutbox::admin::AdminError> {
+/// // The dead letters of the email sink, 50 a page.
+/// let mut filter = MessageFilter {
+///     status: Some(MessageStatus::Failed),
+///     destination: Some("email".into()),
+///     limit: Some(50),
+///     ..MessageFilter::default()
+/// };
+/// loop {
+///     let page = list_messages(client, &filter).await?;
+///     for row in &page {
+///         println!("{} {:?} {}", row.id, row.last_error, row.attempts);
+///     }
+///     match page.last() {
+///         Some(last) if page.len() == 50 => filter.before = Some(last.cursor()),
+///         _ => break,
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub async fn list_messages(
     client: &impl GenericClient,
     filter: &MessageFilter,
@@ -109,6 +135,18 @@ pub async fn list_messages(
 }
 
 /// One message with its payload, headers, receipt and full attempt history.
+///
+/// ```no_run
+/// # async fn run(client: &tokio_postgres::Client, id: uuid::Uuid)
+/// #     -> Result<(), txoutbox::admin::AdminError> {
+/// let detail = txoutbox::admin::show_message(client, id).await?;
+/// println!("{} to {}: {:?}", detail.message.id, detail.message.destination, detail.message.status);
+/// for attempt in &detail.history {
+///     println!("  {attempt:?}");
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub async fn show_message(
     client: &impl GenericClient,
     id: Uuid,
@@ -119,21 +157,26 @@ pub async fn show_message(
     let history = store::inspect::history(client, id).await?;
     Ok(MessageDetail {
         message: shown.message,
-        payload: shown.payload,
-        headers: serde_json::from_value(shown.headers).unwrap_or_default(),
+        payload: StoredJson::decode(shown.payload),
+        headers: StoredJson::decode(shown.headers),
         receipt: shown.receipt,
         history,
     })
 }
 
-/// Failed rows of one destination whose errors are the same once normalised: [`failure_groups`].
+/// Failed (or unknown) rows of one destination whose errors are the same once normalised:
+/// [`failure_groups`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FailureGroup {
+    /// `failed` (dead-lettered) or `unknown` (an at-most-once attempt whose outcome was lost:
+    /// an operator decides whether it happened).
+    pub status: MessageStatus,
     /// The destination.
     pub destination: String,
-    /// The normalised error text (UUIDs as `<uuid>`, email addresses as `<email>`, digits as
-    /// `<n>`; `""` without an error):
-    /// the [`MessageFilter::error_class`] that selects the group.
+    /// The normalised error text (UUIDs as `<uuid>`, email addresses as `<email>`, timestamps as
+    /// `<time>`, standalone numbers as `<n>` but status codes 100 to 599 kept, long words mixing
+    /// digits and letters as `<id>`; host names, addresses and ports kept; `""` without an
+    /// error): the [`MessageFilter::error_class`] that selects the group.
     pub error: String,
     /// One of the group's original texts.
     pub example: Option<String>,
@@ -145,8 +188,8 @@ pub struct FailureGroup {
     pub last_seen: DateTime<Utc>,
 }
 
-/// Failed rows grouped by destination and normalised error text, the largest groups first, at
-/// most `limit` groups.
+/// Failed and unknown rows grouped by state, destination and normalised error text: the unknown
+/// groups first (they need an operator's decision), then the largest, at most `limit` groups.
 pub async fn failure_groups(
     client: &impl GenericClient,
     limit: u64,
@@ -155,10 +198,10 @@ pub async fn failure_groups(
     store::inspect::failure_groups(client, limit).await
 }
 
-/// One minute of the outbox's recent life: [`activity`].
+/// One minute (or one bucket of [`activity_buckets`]) of the outbox's recent life: [`activity`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MinuteActivity {
-    /// The minute's start.
+    /// The minute's (the bucket's) start.
     pub minute: DateTime<Utc>,
     /// Rows delivered in it.
     pub delivered: u64,
@@ -176,7 +219,20 @@ pub async fn activity(
     minutes: u32,
 ) -> Result<Vec<MinuteActivity>, AdminError> {
     let minutes = i32::try_from(minutes.clamp(1, 24 * 60)).unwrap_or(60);
-    store::inspect::activity(client, minutes).await
+    store::inspect::activity(client, minutes, 60.0).await
+}
+
+/// The last `buckets` buckets of `width` each (the current one included, each starting at a
+/// multiple of `width` since the epoch, UTC), oldest first: the 24 h and 7 d views (96 buckets of
+/// 15 min, 168 of 1 h). At most 1 440 buckets, each from 1 min to 1 day wide (clamped).
+pub async fn activity_buckets(
+    client: &impl GenericClient,
+    buckets: u32,
+    width: std::time::Duration,
+) -> Result<Vec<MinuteActivity>, AdminError> {
+    let buckets = i32::try_from(buckets.clamp(1, 24 * 60)).unwrap_or(60);
+    let width = width.as_secs().clamp(60, 24 * 60 * 60) as f64;
+    store::inspect::activity(client, buckets, width).await
 }
 
 /// One idempotency key as stored: [`lookup_key`].
@@ -192,8 +248,9 @@ pub struct IdempotencyRecord {
     pub state: String,
     /// The stored response's status (completed keys).
     pub response_status: Option<u16>,
-    /// Its headers, in order.
-    pub response_headers: Vec<(String, String)>,
+    /// Its headers, in order (none for a key without a response), or their stored text when
+    /// they are not a JSON array of [name, value] pairs.
+    pub response_headers: StoredJson<Vec<(String, String)>>,
     /// Its body bytes.
     pub response_body: Option<Vec<u8>>,
     /// When the request claimed the key.
@@ -235,8 +292,7 @@ pub async fn lookup_key(
         response_status: row.response_status.and_then(|s| u16::try_from(s).ok()),
         response_headers: row
             .response_headers
-            .and_then(|h| serde_json::from_value(h).ok())
-            .unwrap_or_default(),
+            .map_or(StoredJson::Decoded(Vec::new()), StoredJson::decode),
         response_body: row.response_body,
         claimed_at: row.claimed_at,
         expires_at: row.expires_at,
@@ -258,4 +314,54 @@ pub async fn lookup_key(
     };
     let messages = store::inspect::key_messages(client, &record.claimed_at, &derived).await?;
     Ok(Some(KeyLookup { record, messages }))
+}
+
+/// One inbox record as stored: [`lookup_inbox`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InboxRecord {
+    /// The receiving consumer.
+    pub consumer: String,
+    /// The sender's message id.
+    pub message_id: String,
+    /// When the message was first received.
+    pub received_at: DateTime<Utc>,
+    /// When the record's window ends.
+    pub expires_at: DateTime<Utc>,
+    /// `processed`, or `failed` (the consumer gave the message up; `error` says why).
+    pub outcome: String,
+    /// Why the consumer gave the message up.
+    pub error: Option<String>,
+    /// True when the window has passed (the next delivery of the message is new).
+    pub expired: bool,
+}
+
+/// An inbox record and what its message's handler enqueued: [`lookup_inbox`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InboxLookup {
+    /// The record.
+    pub record: InboxRecord,
+    /// The messages the handler enqueued, oldest first, in whichever state they are now.
+    pub messages: Vec<MessageSummary>,
+}
+
+/// Looks up the inbox record of (consumer, message id) and the messages its handler enqueued:
+/// those written by the receiving transaction (same `created_at`, the transaction's time) and
+/// those whose downstream key is the one derived for one of `effects`
+/// ([`crate::inbox::derive_inbox_downstream_key`]). `None` when there is no record (never
+/// received, or pruned).
+pub async fn lookup_inbox(
+    client: &impl GenericClient,
+    consumer: &str,
+    message_id: &str,
+    effects: &[String],
+) -> Result<Option<InboxLookup>, AdminError> {
+    let Some(record) = store::inspect::inbox_record(client, consumer, message_id).await? else {
+        return Ok(None);
+    };
+    let derived: Vec<String> = effects
+        .iter()
+        .map(|effect| crate::inbox::derive_inbox_downstream_key(consumer, message_id, effect))
+        .collect();
+    let messages = store::inspect::key_messages(client, &record.received_at, &derived).await?;
+    Ok(Some(InboxLookup { record, messages }))
 }

@@ -53,8 +53,9 @@ pub struct PurgeOptions {
     pub retention: Retention,
     /// Rows per batch, each batch its own transaction (default 1000).
     pub batch: i64,
-    /// Also delete idempotency keys whose own window has passed (default true). Keys are never
-    /// deleted by `retention`: their window is the retry contract published to clients.
+    /// Also delete idempotency keys and inbox records whose own window has passed (default
+    /// true). Neither is ever deleted by `retention`: a key's window is the retry contract
+    /// published to clients, an inbox record's the redeliveries it turns into duplicates.
     pub expired_keys: bool,
     /// Change nothing; count what would be deleted.
     pub dry_run: bool,
@@ -90,14 +91,26 @@ pub struct PurgeReport {
     pub attempts: u64,
     /// Expired idempotency keys deleted.
     pub expired_keys: u64,
+    /// Expired inbox records deleted ([`crate::inbox`]).
+    pub expired_inbox: u64,
 }
 
 /// Deletes rows past their state's retention ([`Retention`]: delivered, failed, unknown and
 /// discarded rows) with their attempt-log rows, attempt-log rows of messages already gone, and (by
-/// default) expired idempotency keys, in bounded batches that each commit on their own, so no long
+/// default) expired idempotency keys and inbox records, in bounded batches that each commit on their own, so no long
 /// lock is held and relays are never waited for. A failed or unknown head that is purged stops
 /// blocking its ordering key: the next row is due at once. `progress`, when given, is called with
 /// (rows deleted, rows to delete) after each batch.
+///
+/// ```no_run
+/// use txoutbox::admin::{purge, PurgeOptions};
+///
+/// # async fn run(client: &tokio_postgres::Client) -> Result<(), txoutbox::admin::AdminError> {
+/// let report = purge(client, &PurgeOptions::default(), None).await?; // 7 days delivered, 90 the rest
+/// println!("{report:?}");
+/// # Ok(())
+/// # }
+/// ```
 pub async fn purge(
     client: &Client,
     options: &PurgeOptions,
@@ -122,6 +135,11 @@ pub async fn purge(
         attempts: counts.attempts + counts.orphans,
         expired_keys: if options.expired_keys {
             counts.expired_keys
+        } else {
+            0
+        },
+        expired_inbox: if options.expired_keys {
+            crate::store::inbox::count_expired(&crate::store::Unnamed(client)).await?
         } else {
             0
         },
@@ -164,11 +182,10 @@ pub async fn purge(
     if report.failed + report.unknown > 0 {
         store::notify(client).await?;
     }
-    report.expired_keys = if options.expired_keys {
-        prune_expired_keys(client, batch).await?
-    } else {
-        0
-    };
+    if options.expired_keys {
+        report.expired_keys = prune_expired_keys(client, batch).await?;
+        report.expired_inbox = prune_expired_inbox(client, batch).await?;
+    }
     Ok(report)
 }
 
@@ -183,6 +200,22 @@ pub async fn prune_expired_keys(client: &Client, batch: i64) -> crate::error::Re
     loop {
         let deleted =
             crate::store::keys::prune_expired(&crate::store::Unnamed(client), batch).await?;
+        total += deleted;
+        if deleted < batch as u64 {
+            return Ok(total);
+        }
+    }
+}
+
+/// Deletes expired inbox records, `batch` at a time, until none is left. Returns how many were
+/// deleted. After a record is pruned, a delivery of its message is new again: the consumer's
+/// window is the redelivery contract ([`crate::inbox::DEFAULT_WINDOW`]).
+pub async fn prune_expired_inbox(client: &Client, batch: i64) -> crate::error::Result<u64> {
+    let batch = batch.max(1);
+    let mut total = 0;
+    loop {
+        let deleted =
+            crate::store::inbox::prune_expired(&crate::store::Unnamed(client), batch).await?;
         total += deleted;
         if deleted < batch as u64 {
             return Ok(total);

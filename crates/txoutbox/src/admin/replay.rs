@@ -106,6 +106,26 @@ pub struct ReplayReport {
 /// Replays messages (see the module's replay rules). `client` runs the replay's own
 /// transactions; `progress`, when given, is called with (rows done, rows selected) after each
 /// batch.
+///
+/// ```no_run
+/// use txoutbox::admin::{replay, MessageFilter, MessageStatus, ReplayOptions, ReplaySelection};
+///
+/// # async fn run(client: &mut tokio_postgres::Client) -> Result<(), txoutbox::admin::AdminError> {
+/// // The webhook's dead letters, once its receiver is fixed: count first, then replay.
+/// let selection = ReplaySelection::Filter(MessageFilter {
+///     status: Some(MessageStatus::Failed),
+///     destination: Some("webhook".into()),
+///     ..MessageFilter::default()
+/// });
+/// let dry_run = ReplayOptions { dry_run: true, ..ReplayOptions::default() };
+/// let would = replay(client, &selection, &dry_run, None).await?;
+/// println!("{} to replay, {} left alone", would.replayed.len(), would.skipped.len());
+/// let options = ReplayOptions { operator: Some("ops@example.com".into()), ..ReplayOptions::default() };
+/// let done = replay(client, &selection, &options, None).await?;
+/// println!("{} pending again", done.replayed.len());
+/// # Ok(())
+/// # }
+/// ```
 pub async fn replay(
     client: &mut Client,
     selection: &ReplaySelection,

@@ -133,12 +133,41 @@ pub struct OutboxStats {
     /// How long ago the oldest of them was stored.
     #[serde(serialize_with = "secs")]
     pub oldest_awaiting_fan_out_age: Option<Duration>,
+    /// The receiving side's records ([`crate::inbox`]).
+    pub inbox: InboxStats,
+}
+
+/// The inbox at a glance, each count read up to [`EXACT_HOT_COUNT_MAX`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct InboxStats {
+    /// Records of received messages (live and expired).
+    pub records: u64,
+    /// Records whose window has passed, awaiting `txoutbox purge`.
+    pub expired: u64,
+    /// Messages their consumer gave up ([`crate::inbox::record_failure`]).
+    pub failed: u64,
+    /// True when `records` reached the bound: there are more.
+    pub capped: bool,
 }
 
 /// Counts by destination and state, the oldest pending row's age, and the failure rate of the
 /// last hour's attempts. The delivered history is never scanned: up to
 /// [`EXACT_DELIVERED_COUNT_MAX`] rows it is counted through an index, above it the planner's
 /// estimate is reported ([`OutboxStats::delivered_estimated`]).
+///
+/// ```no_run
+/// # async fn run(client: &tokio_postgres::Client) -> Result<(), txoutbox::admin::AdminError> {
+/// let stats = txoutbox::admin::stats(client).await?;
+/// for destination in &stats.destinations {
+///     let counts = &destination.counts;
+///     println!("{}: {} pending, {} failed", destination.destination, counts.pending, counts.failed);
+/// }
+/// if let Some(age) = stats.oldest_pending_age {
+///     println!("oldest pending row: {} s", age.as_secs());
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminError> {
     let mut by_destination: BTreeMap<String, DestinationStats> = BTreeMap::new();
     let hot_bound = EXACT_HOT_COUNT_MAX + 1;
@@ -233,6 +262,7 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
     let (awaiting_fan_out, oldest_awaiting) =
         store::stats::awaiting_fan_out(client, EXACT_HOT_COUNT_MAX).await?;
     Ok(OutboxStats {
+        inbox: inbox_stats(client).await?,
         awaiting_fan_out: u64::try_from(awaiting_fan_out).unwrap_or(0),
         oldest_awaiting_fan_out_age: oldest_awaiting.map(|s| Duration::from_secs_f64(s.max(0.0))),
         destinations: by_destination.into_values().collect(),
@@ -246,6 +276,18 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
             .into_iter()
             .filter(DestinationFlow::is_notable)
             .collect(),
+    })
+}
+
+/// The inbox's counts, each read up to [`EXACT_HOT_COUNT_MAX`].
+async fn inbox_stats(client: &impl GenericClient) -> Result<InboxStats, AdminError> {
+    let (records, expired, failed) = store::stats::inbox(client, EXACT_HOT_COUNT_MAX).await?;
+    let as_u64 = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok(InboxStats {
+        records: as_u64(records),
+        expired: as_u64(expired),
+        failed: as_u64(failed),
+        capped: records >= EXACT_HOT_COUNT_MAX,
     })
 }
 

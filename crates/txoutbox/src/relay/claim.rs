@@ -1,6 +1,7 @@
 //! The claim: due rows taken under a lease, within the flow-control bounds, and given back at
 //! shutdown when their sink was never called.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -14,6 +15,9 @@ use crate::store::{self, Pooled};
 /// What a claim took, and what it tells the claim loop.
 pub(super) struct Claimed {
     pub leases: Vec<Lease>,
+    /// Rows claimed whose stored payload or headers this relay cannot decode, each with the
+    /// reason: dead-lettered at once, without a sink call.
+    pub undecodable: Vec<(Lease, String)>,
     /// Claim again at once: the claim parked rows waiting behind an ordering-key head (there
     /// may be due rows past them), or the fan-out before it left keys to fan out.
     pub again: bool,
@@ -84,31 +88,54 @@ pub(super) async fn claim(
         }
     }
     let next_change = inner.flow.observe(&gates, bounds, inner.sinks.keys());
+    if let Some(row) = claimed.rows.first() {
+        inner.presence.claimed(row.attempt_started_at);
+    }
+    let mut leases = Vec::with_capacity(claimed.rows.len());
+    let mut undecodable = Vec::new();
+    for row in claimed.rows {
+        match decode(row) {
+            (lease, None) => leases.push(lease),
+            (lease, Some(reason)) => undecodable.push((lease, reason)),
+        }
+    }
     Ok(Claimed {
-        leases: claimed.rows.into_iter().map(Lease::from).collect(),
+        leases,
+        undecodable,
         again: claimed.parked > 0 || more,
         fan_out_more: more,
         next_change,
     })
 }
 
-impl From<store::messages::ClaimedRow> for Lease {
-    fn from(row: store::messages::ClaimedRow) -> Self {
-        Lease {
-            delivery: Delivery {
-                id: row.id,
-                destination: row.destination,
-                payload: row.payload,
-                headers: serde_json::from_value(row.headers).unwrap_or_default(),
-                downstream_key: row.downstream_key,
-                ordering_key: row.ordering_key,
-                attempt: u32::try_from(row.attempts).unwrap_or(0),
-                created_at: row.created_at,
-            },
-            token: row.lease_token,
-            started: row.attempt_started_at,
-            claimed_at: std::time::Instant::now(),
-        }
+/// Decodes a claimed row's stored JSON, one row at a time: a row whose payload or headers this
+/// relay cannot read (JSON Postgres accepts and serde_json refuses: nesting deeper than 128, a
+/// number beyond `f64`; headers that are not an object of strings) comes back with the reason
+/// and its lease (an empty payload and headers), so that it alone is dead-lettered.
+fn decode(row: store::messages::ClaimedRow) -> (Lease, Option<String>) {
+    let payload = serde_json::from_str::<serde_json::Value>(&row.payload)
+        .map_err(|e| format!("the stored payload is not valid for this relay: {e}"));
+    let headers = serde_json::from_str::<BTreeMap<String, String>>(&row.headers).map_err(|e| {
+        format!("the stored headers are not valid for this relay (an object of strings): {e}")
+    });
+    let lease = |payload, headers| Lease {
+        delivery: Delivery {
+            id: row.id,
+            destination: row.destination.clone(),
+            payload,
+            headers,
+            downstream_key: row.downstream_key.clone(),
+            ordering_key: row.ordering_key.clone(),
+            attempt: u32::try_from(row.attempts).unwrap_or(0),
+            created_at: row.created_at,
+        },
+        token: row.lease_token,
+        started: row.attempt_started_at,
+        claimed_at: std::time::Instant::now(),
+    };
+    match (payload, headers) {
+        (Ok(payload), Ok(headers)) => (lease(payload, headers), None),
+        (Err(e), _) | (_, Err(e)) => (lease(serde_json::Value::Null, BTreeMap::new()), Some(e)),
     }
 }
 

@@ -52,7 +52,7 @@ pub struct FlowControl {
     /// [`RelayConfig::concurrency`]).
     pub max_in_flight: Option<usize>,
     /// Leave a failing downstream alone for a while (default: [`Breaker::default`]); `None`
-    /// turns the breaker off (a downstream's `Retry-After` still pauses the destination).
+    /// turns the breaker off (a downstream throttling most calls still pauses the destination).
     pub breaker: Option<Breaker>,
 }
 
@@ -202,6 +202,9 @@ pub struct RelayConfig {
     /// `txoutbox_oldest_pending_age_seconds`) with one index-only query (default 5 s; zero turns
     /// sampling off).
     pub sample_interval: Duration,
+    /// How often the relay refreshes its row in `txoutbox_relays` (default 5 s): one small
+    /// UPDATE. Three missed heartbeats mark it stale in `txoutbox relays` and the dashboard.
+    pub heartbeat_interval: Duration,
 }
 
 /// After the shutdown grace, how long the relay still tries to write outcomes and give leases
@@ -214,12 +217,7 @@ pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
 impl Default for RelayConfig {
     fn default() -> Self {
-        let host = std::env::var("HOSTNAME")
-            .ok()
-            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-            .map(|h| h.trim().to_owned())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "relay".to_owned());
+        let host = host_name();
         Self {
             owner: format!(
                 "{host}-{}-{}",
@@ -237,8 +235,19 @@ impl Default for RelayConfig {
             pool_size: 4,
             prepared_statements: true,
             sample_interval: Duration::from_secs(5),
+            heartbeat_interval: Duration::from_secs(5),
         }
     }
+}
+
+/// This machine's name: `HOSTNAME`, else `/etc/hostname`, else `relay`.
+pub(super) fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "relay".to_owned())
 }
 
 impl RelayConfig {
@@ -265,12 +274,19 @@ impl RelayConfig {
                 format!("{:?} is too long (at most 24 h)", self.lease),
             );
         }
+        if self.heartbeat_interval > Duration::from_secs(60 * 60) {
+            return config(
+                "heartbeat_interval",
+                format!("{:?} is too long (at most 1 h)", self.heartbeat_interval),
+            );
+        }
         if self.owner.is_empty() || self.owner.contains('\0') {
             return config("owner", "must be a non-empty text without NUL".into());
         }
         for (setting, value) in [
             ("poll_interval", self.poll_interval),
             ("reclaim_interval", self.reclaim_interval),
+            ("heartbeat_interval", self.heartbeat_interval),
         ] {
             if value.is_zero() {
                 return config(setting, "must be above zero".into());
@@ -462,6 +478,7 @@ impl RelayBuilder {
                 flow_seen: AtomicBool::new(true),
                 flow: super::flow::Flow::default(),
                 poisoned: super::fan_out::Poisoned::default(),
+                presence: super::presence::Presence::default(),
             }),
         })
     }

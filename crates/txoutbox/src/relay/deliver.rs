@@ -99,26 +99,8 @@ pub(super) async fn deliver(inner: &Inner, mut lease: Lease, held: &Held) -> Fin
     let _enter = span.enter();
     let attempt = lease.delivery.attempt;
     let last = attempt >= policy.retry.max_attempts;
-    // What the destination's breaker learns: a call that reached no verdict or failed
-    // retryably counts against the downstream; a permanent failure (a bad row) does not. A
-    // downstream's Retry-After holds the whole destination on this relay at once (the shared
-    // row follows with the completion).
     if sink_started.is_some() {
-        out.signal = match &result {
-            Ok(_) => Some(Signal::Delivered),
-            Err(DeliveryError::Retryable { retry_after, .. }) => {
-                if let Some(wait) = retry_after {
-                    inner
-                        .flow
-                        .hold(&delivery.destination, (*wait).min(policy.retry.cap));
-                }
-                Some(Signal::Failed {
-                    retry_after: *retry_after,
-                })
-            }
-            Err(DeliveryError::Indeterminate { .. }) => Some(Signal::Failed { retry_after: None }),
-            Err(DeliveryError::Permanent { .. }) => None,
-        };
+        out.signal = signal(inner, policy, &delivery.destination, &result);
     }
     match result {
         Ok(Receipt(receipt)) => {
@@ -174,6 +156,45 @@ pub(super) async fn deliver(inner: &Inner, mut lease: Lease, held: &Held) -> Fin
         .record(started.elapsed().as_secs_f64());
     }
     out
+}
+
+/// What an attempt whose call started tells the destination's shared row: a call that reached
+/// no verdict or failed retryably counts against the downstream for the breaker; a permanent
+/// failure (a bad row) does not. A `Retry-After` delays its row (`retry`); it counts for the
+/// throttle, which pauses the destination only when most recent answers asked to wait.
+fn signal(
+    inner: &Inner,
+    policy: &super::DestinationPolicy,
+    destination: &str,
+    result: &Result<Receipt, DeliveryError>,
+) -> Option<Signal> {
+    let throttled = match result {
+        Err(DeliveryError::Retryable { retry_after, .. }) => *retry_after,
+        _ => None,
+    };
+    let ceiling = policy
+        .flow
+        .max_in_flight
+        .unwrap_or(inner.config.concurrency)
+        .max(1);
+    let throttle = inner.flow.answered(
+        destination,
+        throttled,
+        result.is_ok(),
+        policy.retry.cap,
+        ceiling,
+    );
+    throttle.or(match result {
+        Ok(_) => Some(Signal::Delivered),
+        Err(DeliveryError::Retryable {
+            retry_after: Some(_),
+            ..
+        }) => None,
+        Err(DeliveryError::Retryable { .. } | DeliveryError::Indeterminate { .. }) => {
+            Some(Signal::Failed)
+        }
+        Err(DeliveryError::Permanent { .. }) => None,
+    })
 }
 
 /// A retryable failure: pending again after the policy's delay (a downstream's `Retry-After` is

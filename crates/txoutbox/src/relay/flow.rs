@@ -1,36 +1,60 @@
 //! Flow control per destination: which destinations a claim may take rows of, and how many.
 //!
 //! The shared part lives in `txoutbox_destinations`, one row per destination, read and spent by
-//! the claim statement itself (`store::messages::claim_due`): an operator's pause, the breaker's state, and the
-//! token bucket of a rate limit, so that every relay of a deployment obeys one budget. What is
-//! this relay's own is passed to the claim as a bound per destination: the room left under its
-//! in-flight limit, and a hold it set itself on seeing a downstream's `Retry-After` (before the
-//! shared row says so).
+//! the claim statement itself (`store::messages::claim_due`): an operator's pause, the
+//! downstream's throttle, the breaker's state, and the token bucket of a rate limit, so that
+//! every relay of a deployment obeys one budget. What is this relay's own is passed to the claim
+//! as a bound per destination: the room left under its in-flight limit or its ramp after a
+//! pause, and a hold it set itself (before the shared row says so).
 //!
-//! Outcomes feed the breaker back ([`feedback`]): consecutive retryable failures open it, a
-//! `Retry-After` opens it until then, a delivered probe closes it. The transitions are a pure
-//! function ([`Shared::apply`]) of the row's state and the batch's outcomes, in finishing order.
+//! A `Retry-After` on one answer is that row's: it delays the row. The destination pauses only
+//! when the downstream as a whole throttles: most of this relay's answers from it over the last
+//! [`THROTTLE_WINDOW`] ([`Flow::answered`]). After a pause each relay ramps back up, one more
+//! call in flight per delivery. Outcomes feed the shared row back ([`feedback`]): consecutive
+//! retryable failures open the breaker, a delivered probe closes it, a tripped window throttles
+//! the destination. The transitions are a pure function ([`Shared::apply`]) of the row's state
+//! and the batch's outcomes, in finishing order.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+pub(super) use shared::Shared;
 use tokio::time::Instant;
 
-use super::config::Breaker;
 use super::{Finished, Inner};
 use crate::error::Result;
 use crate::store::destinations::{self, BreakerRow};
 use crate::store::Pooled;
 
-/// What an attempt tells the breaker.
+/// How long a relay remembers a destination's answers when it judges whether the downstream as
+/// a whole throttles.
+pub(super) const THROTTLE_WINDOW: Duration = Duration::from_secs(10);
+/// The share of those answers that must be throttled (429/503 with `Retry-After`)...
+pub(super) const THROTTLE_SHARE: f64 = 0.5;
+/// ...and how many at least, so that a few rows' answers on a quiet destination do not pause it.
+pub(super) const THROTTLE_MIN: usize = 5;
+/// The answers remembered per destination at most (the oldest go first).
+const THROTTLE_MEMORY: usize = 1000;
+/// Calls in flight per relay when a destination comes back from a throttle; one more per
+/// delivery after that, up to the relay's limit for it.
+pub(super) const RAMP_START: usize = 2;
+
+/// What an attempt tells the destination's shared row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Signal {
     /// The downstream took it.
     Delivered,
-    /// A retryable failure; `retry_after` when the downstream said when to come back.
-    Failed { retry_after: Option<Duration> },
+    /// A retryable failure, or a call that reached no verdict.
+    Failed,
+    /// This answer tipped the window: `throttled` of this relay's last `answers` were throttled,
+    /// and the downstream asked to wait `wait` (the longest it asked, bounded by the retry cap).
+    Throttle {
+        wait: Duration,
+        throttled: u32,
+        answers: u32,
+    },
 }
 
 /// This relay's view of flow control between claims.
@@ -41,11 +65,16 @@ pub(super) struct Flow {
 
 #[derive(Default)]
 struct Local {
-    /// Destinations this relay claims nothing of until then (a `Retry-After` it saw).
+    /// Destinations this relay claims nothing of until then (a throttle it saw).
     holds: HashMap<String, Instant>,
     /// Destinations whose shared row is not plain closed (the last claim said so, or a failure
     /// was seen here since): their deliveries are reported, so the row can close and reset.
     suspect: HashSet<String>,
+    /// This relay's recent answers per destination: when, and the `Retry-After` of a throttled
+    /// one (the last [`THROTTLE_WINDOW`]).
+    answers: HashMap<String, VecDeque<(Instant, Option<Duration>)>>,
+    /// Destinations coming back from a throttle: at most this many calls in flight here.
+    ramp: HashMap<String, usize>,
     /// The state last published per destination (metrics change only on a change).
     published: HashMap<String, &'static str>,
     /// Rate-limited destinations: the spacing of their calls and the next free slot. A claim
@@ -67,14 +96,14 @@ pub(super) struct Bounds {
 #[derive(Debug, Clone, serde::Deserialize)]
 pub(super) struct Gate {
     pub destination: String,
-    /// `paused`, `open`, `probing` (half-open, its probe out), `probe` (half-open, a probe may
-    /// go), `closed`.
+    /// `paused`, `throttled` (the downstream asked every relay to wait), `open`, `probing`
+    /// (half-open, its probe out), `probe` (half-open, a probe may go), `closed`.
     pub state: String,
     /// Tokens left after the claim (rate-limited destinations only).
     pub tokens: Option<f64>,
     /// Its rate limit, calls per second.
     pub rate: Option<f64>,
-    /// Seconds until an open breaker lets a probe through.
+    /// Seconds until a throttle ends, or an open breaker lets a probe through.
     pub open_for: Option<f64>,
     /// Consecutive failures recorded.
     pub failures: i32,
@@ -91,35 +120,109 @@ impl Flow {
     ) -> Bounds {
         let now = Instant::now();
         let mut bounds = Bounds::default();
-        let Ok(mut local) = self.local.lock() else {
+        let Ok(mut guard) = self.local.lock() else {
             return bounds;
         };
+        let local = &mut *guard;
         local.holds.retain(|_, until| *until > now);
-        let mut seen = HashSet::new();
-        for destination in local.holds.keys() {
-            seen.insert(destination.clone());
-            bounds.destinations.push(destination.clone());
-            bounds.room.push(0);
-        }
+        // Each destination's limit on this relay: its in-flight limit, its ramp, the lower.
+        let mut limits: HashMap<&str, usize> = HashMap::new();
         for (destination, policy) in inner.policies.iter() {
-            let (Some(max), false) = (policy.flow.max_in_flight, seen.contains(destination)) else {
-                continue;
-            };
-            let busy = holding.get(destination).copied().unwrap_or(0);
-            bounds.destinations.push(destination.clone());
-            bounds.room.push(max.saturating_sub(busy).min(want) as i64);
+            if let Some(max) = policy.flow.max_in_flight {
+                limits.insert(destination, max);
+            }
         }
         if let Some(max) = inner.default_policy.flow.max_in_flight {
             for destination in inner.sinks.keys() {
-                if seen.contains(destination) || inner.policies.contains_key(destination) {
-                    continue;
+                if !inner.policies.contains_key(destination) {
+                    limits.insert(destination, max);
                 }
-                let busy = holding.get(destination).copied().unwrap_or(0);
-                bounds.destinations.push(destination.clone());
-                bounds.room.push(max.saturating_sub(busy).min(want) as i64);
             }
         }
+        for (destination, ramp) in &local.ramp {
+            let limit = limits.entry(destination).or_insert(*ramp);
+            *limit = (*limit).min(*ramp);
+        }
+        for destination in local.holds.keys() {
+            bounds.destinations.push(destination.clone());
+            bounds.room.push(0);
+        }
+        for (destination, limit) in limits {
+            if local.holds.contains_key(destination) {
+                continue;
+            }
+            let busy = holding.get(destination).copied().unwrap_or(0);
+            bounds.destinations.push(destination.to_owned());
+            bounds
+                .room
+                .push(limit.saturating_sub(busy).min(want) as i64);
+        }
         bounds
+    }
+
+    /// Takes in one answer (or a call that reached none) of `destination`: `throttled` is the
+    /// `Retry-After` of an answer that asked to wait. When most of this relay's answers from the
+    /// destination over [`THROTTLE_WINDOW`] asked to wait (at least [`THROTTLE_MIN`] of them,
+    /// [`THROTTLE_SHARE`] of all), the downstream as a whole is throttling: this relay holds the
+    /// destination at once for the longest wait asked (at most `cap`), starts its ramp, forgets
+    /// the answers counted, and returns the [`Signal::Throttle`] that pauses every relay.
+    /// Answers to calls that left before a hold of this relay's are not counted.
+    /// A delivery widens a ramp by one call, up to `ceiling` (where the ramp ends).
+    pub(super) fn answered(
+        &self,
+        destination: &str,
+        throttled: Option<Duration>,
+        delivered: bool,
+        cap: Duration,
+        ceiling: usize,
+    ) -> Option<Signal> {
+        let mut local = self.local.lock().ok()?;
+        let now = Instant::now();
+        if delivered {
+            if let Some(ramp) = local.ramp.get_mut(destination) {
+                *ramp += 1;
+                if *ramp >= ceiling {
+                    local.ramp.remove(destination);
+                }
+            }
+        }
+        if local
+            .holds
+            .get(destination)
+            .is_some_and(|until| *until > now)
+        {
+            return None;
+        }
+        let answers = local.answers.entry(destination.to_owned()).or_default();
+        while answers
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > THROTTLE_WINDOW)
+            || answers.len() >= THROTTLE_MEMORY
+        {
+            answers.pop_front();
+        }
+        answers.push_back((now, throttled));
+        throttled?;
+        let waits: Vec<Duration> = answers.iter().filter_map(|(_, wait)| *wait).collect();
+        let total = answers.len();
+        if waits.len() < THROTTLE_MIN || (waits.len() as f64) < THROTTLE_SHARE * total as f64 {
+            return None;
+        }
+        let wait = waits.iter().max().copied().unwrap_or_default().min(cap);
+        let signal = Signal::Throttle {
+            wait,
+            throttled: u32::try_from(waits.len()).unwrap_or(u32::MAX),
+            answers: u32::try_from(total).unwrap_or(u32::MAX),
+        };
+        answers.clear();
+        let until = now + wait;
+        let hold = local.holds.entry(destination.to_owned()).or_insert(until);
+        *hold = (*hold).max(until);
+        local
+            .ramp
+            .insert(destination.to_owned(), RAMP_START.min(ceiling));
+        local.suspect.insert(destination.to_owned());
+        Some(signal)
     }
 
     /// Takes in what a claim saw of the shared state: which destinations to report deliveries
@@ -155,11 +258,15 @@ impl Flow {
             }
             let state = match gate.state.as_str() {
                 "paused" => "paused",
-                "open" => "open",
+                "open" | "throttled" => "open",
                 "probing" | "probe" => "half_open",
                 _ => "closed",
             };
             states.insert(&gate.destination, state);
+            if gate.state == "throttled" {
+                // The downstream throttled (another relay may have seen it): come back ramping.
+                local.ramp.insert(gate.destination.clone(), RAMP_START);
+            }
             if state != "closed" || gate.failures > 0 {
                 local.suspect.insert(gate.destination.clone());
             }
@@ -217,16 +324,6 @@ impl Flow {
         (slot > now).then_some(slot)
     }
 
-    /// A downstream asked this relay to wait: claim none of `destination` until then.
-    pub(super) fn hold(&self, destination: &str, wait: Duration) {
-        if let Ok(mut local) = self.local.lock() {
-            let until = Instant::now() + wait;
-            let entry = local.holds.entry(destination.to_owned()).or_insert(until);
-            *entry = (*entry).max(until);
-            local.suspect.insert(destination.to_owned());
-        }
-    }
-
     /// Whether a delivery to `destination` is worth reporting to the shared row.
     pub(super) fn is_suspect(&self, destination: &str) -> bool {
         self.local
@@ -281,104 +378,6 @@ pub(super) async fn register(inner: &Inner) -> Result<()> {
     Ok(())
 }
 
-/// The breaker columns of a destination's row.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Shared {
-    pub breaker: &'static str,
-    pub failures: i32,
-    pub opens: i32,
-    pub open_until: Option<DateTime<Utc>>,
-    pub open_reason: Option<String>,
-    pub probe_until: Option<DateTime<Utc>>,
-}
-
-impl Shared {
-    /// The state after `signals` (in finishing order) at `now`. `breaker` is the destination's
-    /// policy (`None`: only a `Retry-After` opens it); `cap` bounds a `Retry-After`.
-    pub(super) fn apply(
-        mut self,
-        signals: &[Signal],
-        breaker: Option<&Breaker>,
-        cap: Duration,
-        now: DateTime<Utc>,
-    ) -> Shared {
-        let after =
-            |d: Duration| now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
-        for signal in signals {
-            match *signal {
-                Signal::Delivered => {
-                    self = Shared {
-                        breaker: "closed",
-                        failures: 0,
-                        opens: 0,
-                        open_until: None,
-                        open_reason: None,
-                        probe_until: None,
-                    };
-                }
-                Signal::Failed {
-                    retry_after: Some(wait),
-                } => {
-                    self.failures = self.failures.saturating_add(1);
-                    let until = after(wait.min(cap));
-                    self.open_until = Some(self.open_until.map_or(until, |u| u.max(until)));
-                    self.breaker = "open";
-                    self.probe_until = None;
-                    self.open_reason = Some(format!(
-                        "the downstream asked to wait {} (Retry-After)",
-                        humanize(wait.min(cap))
-                    ));
-                }
-                Signal::Failed { retry_after: None } => {
-                    self.failures = self.failures.saturating_add(1);
-                    let Some(policy) = breaker else { continue };
-                    let trips = match self.breaker {
-                        "half_open" => true,
-                        "closed" => {
-                            self.failures >= i32::try_from(policy.failures).unwrap_or(i32::MAX)
-                        }
-                        _ => false,
-                    };
-                    if trips {
-                        let probe = self.breaker == "half_open";
-                        self.opens = self.opens.saturating_add(1);
-                        let cool =
-                            policy.cool_down_after(u32::try_from(self.opens).unwrap_or(u32::MAX));
-                        self.breaker = "open";
-                        self.open_until = Some(after(cool));
-                        self.probe_until = None;
-                        self.open_reason = Some(if probe {
-                            format!("the probe failed; next probe in {}", humanize(cool))
-                        } else {
-                            format!(
-                                "{} consecutive failures; next probe in {}",
-                                self.failures,
-                                humanize(cool)
-                            )
-                        });
-                    }
-                }
-            }
-        }
-        self
-    }
-}
-
-/// `1.5s`, `2m 30s`: a duration as an operator reads it.
-fn humanize(d: Duration) -> String {
-    let secs = d.as_secs_f64();
-    if secs < 60.0 {
-        let text = format!("{secs:.1}");
-        format!("{}s", text.trim_end_matches(".0"))
-    } else {
-        let whole = d.as_secs();
-        match (whole / 60, whole % 60) {
-            (m, 0) => format!("{m}m"),
-            (m, s) => format!("{m}m {s}s"),
-        }
-    }
-}
-
 /// A batch's signals worth writing back, in finishing order: failures, and deliveries to
 /// destinations whose row is not plain closed. Empty when there is nothing to write.
 pub(super) fn signals(inner: &Inner, batch: &[Finished]) -> Vec<(String, DateTime<Utc>, Signal)> {
@@ -431,16 +430,20 @@ pub(super) async fn feedback(
             open_until: row.open_until,
             open_reason: row.open_reason,
             probe_until: row.probe_until,
+            throttled_until: row.throttled_until,
+            throttle_reason: row.throttle_reason,
         };
         let policy = inner.policy(&destination);
         let next = current.clone().apply(
             &signals[destination.as_str()],
             policy.flow.breaker.as_ref(),
-            policy.retry.cap,
             now,
         );
         inner.flow.settle(&destination, &next);
         if next != current {
+            if next.throttled_until != current.throttled_until {
+                tracing::warn!(destination = %destination, reason = next.throttle_reason.as_deref().unwrap_or(""), "destination paused: the downstream throttles; no calls until the time it asked");
+            }
             if next.breaker == "open" && current.breaker != "open" {
                 tracing::warn!(destination = %destination, reason = next.open_reason.as_deref().unwrap_or(""), "destination open: no calls until its cool-down ends");
             } else if next.breaker == "closed" && current.breaker != "closed" {
@@ -454,6 +457,8 @@ pub(super) async fn feedback(
                 open_until: next.open_until,
                 open_reason: next.open_reason,
                 probe_until: next.probe_until,
+                throttled_until: next.throttled_until,
+                throttle_reason: next.throttle_reason,
             });
         }
     }
@@ -464,5 +469,6 @@ pub(super) async fn feedback(
     Ok(())
 }
 
+mod shared;
 #[cfg(test)]
 mod tests;

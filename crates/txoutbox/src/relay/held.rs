@@ -52,6 +52,11 @@ impl Held {
         }
     }
 
+    /// How many rows this relay holds.
+    pub(super) fn len(&self) -> usize {
+        self.0.lock().map(|h| h.len()).unwrap_or(0)
+    }
+
     pub(super) fn contains(&self, id: Uuid) -> bool {
         self.0.lock().map(|h| h.contains_key(&id)).unwrap_or(false)
     }

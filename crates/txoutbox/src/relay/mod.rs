@@ -7,7 +7,8 @@
 //! back unstarted ones at shutdown), and `held` tracks them until their outcome is written;
 //! `deliver` runs one attempt, bounded by the lease; `complete` writes outcomes in batches (a row
 //! whose outcome cannot be written never blocks the others); `maintenance` takes back expired
-//! leases and samples the backlog; `flow` is flow control. Every statement is in the crate's
+//! leases and samples the backlog; `flow` is flow control; `presence` keeps the relay's row in `txoutbox_relays` (its
+//! heartbeat). Every statement is in the crate's
 //! `store` module. [`RelayWaker`] and [`notify_in_transaction`] are the write path's side of the
 //! wake-up; [`Shutdown`] is the stop signal every background service here runs with.
 //!
@@ -24,6 +25,7 @@ mod flow;
 mod held;
 mod listener;
 mod maintenance;
+mod presence;
 mod startup;
 
 use std::collections::HashMap;
@@ -54,6 +56,38 @@ use crate::state::AttemptOutcome;
 use crate::{error::Result, pg::PgConfig};
 
 /// The relay engine. `run` it in its own process (`txoutbox relay`) or inside a service.
+///
+/// Register one [`Sink`] per destination, build, and run it until a shutdown future resolves;
+/// `run` then finishes the deliveries in flight (within [`RelayConfig::shutdown_grace`]), gives
+/// back the rows it has not started, and returns.
+///
+/// ```no_run
+/// use txoutbox::pg::PgConfig;
+/// use txoutbox::relay::{Relay, Shutdown};
+/// use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
+///
+/// struct Log;
+///
+/// #[async_trait::async_trait]
+/// impl Sink for Log {
+///     async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
+///         println!("{}: {}", delivery.downstream_key, delivery.payload);
+///         Ok(Receipt::none())
+///     }
+/// }
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let pg = PgConfig::parse("postgres://relay@db.internal/app")?;
+/// let relay = Relay::builder(pg).sink("log", Log).build()?;
+/// let shutdown = Shutdown::on_signal()?; // SIGINT or SIGTERM
+/// let report = relay.run(shutdown.wait()).await?;
+/// println!("claimed {} rows, gave back {}", report.claimed, report.released);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// The runnable version is the crate's `custom_sink` example
+/// (`cargo run -p txoutbox --example custom_sink`).
 #[derive(Clone)]
 pub struct Relay {
     inner: Arc<Inner>,
@@ -75,6 +109,8 @@ struct Inner {
     flow: flow::Flow,
     /// Keys whose deferred effects this relay found poisoned.
     poisoned: fan_out::Poisoned,
+    /// What the heartbeat reports (the last claim).
+    presence: presence::Presence,
 }
 
 impl Inner {
@@ -239,6 +275,11 @@ impl Relay {
         let (done, results) = mpsc::channel::<Finished>(config.concurrency.max(1) * 2);
         let shutting_down = Arc::new(AtomicBool::new(false));
         let held = Held::default();
+        background.spawn(presence::heartbeat(
+            inner.clone(),
+            held.clone(),
+            stop.clone(),
+        ));
         let mut completer = tokio::spawn(complete::completer(
             inner.clone(),
             results,
@@ -297,6 +338,7 @@ impl Relay {
             };
             let claim::Claimed {
                 leases: rows,
+                undecodable,
                 again,
                 fan_out_more,
                 next_change,
@@ -320,15 +362,21 @@ impl Relay {
                     }
                 }
             };
-            report.claimed += rows.len() as u64;
+            report.claimed += (rows.len() + undecodable.len()) as u64;
             if let Some(at) = stopping {
-                for lease in rows {
+                for lease in rows
+                    .into_iter()
+                    .chain(undecodable.into_iter().map(|(l, _)| l))
+                {
                     held.insert(lease);
                 }
                 break at;
             }
             fan_out_due = fan_out_more;
-            let full = rows.len() == want || again;
+            let full = rows.len() + undecodable.len() == want || again;
+            for (lease, error) in undecodable {
+                dead_letter_undecodable(&held, &done, lease, error).await;
+            }
             for lease in rows {
                 if held.contains(lease.delivery.id) {
                     // Cannot happen (the claim skips held rows); never run two attempts of one row.
@@ -434,8 +482,39 @@ impl Relay {
         stop.notify_waiters();
         background.abort_all();
         while background.join_next().await.is_some() {}
+        presence::remove(&inner).await;
         tracing::info!(owner = %config.owner, claimed = report.claimed, released = report.released, "relay stopped");
         Ok(report)
+    }
+}
+
+/// Dead-letters a claimed row whose stored data this relay cannot decode, without calling its
+/// sink: its outcome goes to the completer like any other, fenced by its lease. No completion
+/// hook runs (there is no delivery to hand it) and the destination's breaker learns nothing (the
+/// row is at fault, not the downstream).
+async fn dead_letter_undecodable(
+    held: &Held,
+    done: &mpsc::Sender<Finished>,
+    lease: Lease,
+    error: String,
+) {
+    let error = storable(error);
+    tracing::warn!(message_id = %lease.delivery.id, destination = %lease.delivery.destination,
+        error = %error, "undecodable row; dead-lettered");
+    let (id, token) = (lease.delivery.id, lease.token);
+    held.insert(lease.clone());
+    let finished = Finished {
+        finished: lease.now(),
+        lease,
+        outcome: Outcome::Failed,
+        error: Some(error),
+        receipt: None,
+        delay: Duration::ZERO,
+        completion: None,
+        signal: None,
+    };
+    if done.send(finished).await.is_ok() {
+        held.set(id, token, Stage::Finished);
     }
 }
 

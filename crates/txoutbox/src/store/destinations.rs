@@ -21,18 +21,20 @@ const REGISTER_DESTINATIONS: &str = "INSERT INTO txoutbox_destinations AS d \
 /// Gives destinations $1 their flow-control row if they have none (before [`LOCK_DESTINATIONS`]).
 const ENSURE_DESTINATIONS: &str = "INSERT INTO txoutbox_destinations (destination) \
      SELECT unnest($1::text[]) ON CONFLICT (destination) DO NOTHING";
-/// Locks the breaker columns of destinations $1 for a feedback write.
+/// Locks the breaker and throttle columns of destinations $1 for a feedback write.
 const LOCK_DESTINATIONS: &str = "SELECT destination, breaker, failures, opens, open_until, \
-         open_reason, probe_until, now() AS now \
+         open_reason, probe_until, throttled_until, throttle_reason, now() AS now \
      FROM txoutbox_destinations WHERE destination = ANY($1::text[]) \
      ORDER BY destination FOR NO KEY UPDATE";
-/// Writes the breaker columns computed from a batch's outcomes.
+/// Writes the breaker and throttle columns computed from a batch's outcomes.
 const UPDATE_BREAKERS: &str = "UPDATE txoutbox_destinations d SET breaker = u.breaker, \
          failures = u.failures, opens = u.opens, open_until = u.open_until, \
-         open_reason = u.open_reason, probe_until = u.probe_until, updated_at = now() \
+         open_reason = u.open_reason, probe_until = u.probe_until, \
+         throttled_until = u.throttled_until, throttle_reason = u.throttle_reason, \
+         updated_at = now() \
      FROM unnest($1::text[], $2::text[], $3::int4[], $4::int4[], $5::timestamptz[], $6::text[], \
-         $7::timestamptz[]) AS u(destination, breaker, failures, opens, open_until, open_reason, \
-         probe_until) \
+         $7::timestamptz[], $8::timestamptz[], $9::text[]) AS u(destination, breaker, failures, \
+         opens, open_until, open_reason, probe_until, throttled_until, throttle_reason) \
      WHERE d.destination = u.destination";
 /// Records the rate limits (`rates`, `bursts`; `None`: no limit) of `destinations` and gives
 /// each its row.
@@ -64,7 +66,7 @@ pub(crate) async fn ensure_destinations(
     Ok(())
 }
 
-/// A destination's breaker columns.
+/// A destination's breaker and throttle columns.
 #[derive(Debug, Clone)]
 pub(crate) struct BreakerRow {
     pub destination: String,
@@ -75,6 +77,9 @@ pub(crate) struct BreakerRow {
     pub open_until: Option<DateTime<Utc>>,
     pub open_reason: Option<String>,
     pub probe_until: Option<DateTime<Utc>>,
+    /// No call until then: the downstream throttled (Retry-After).
+    pub throttled_until: Option<DateTime<Utc>>,
+    pub throttle_reason: Option<String>,
 }
 
 /// Locks the breaker columns of `destinations` (in the caller's transaction) and reads them,
@@ -97,6 +102,8 @@ pub(crate) async fn lock_breakers(
             open_until: row.try_get("open_until")?,
             open_reason: row.try_get("open_reason")?,
             probe_until: row.try_get("probe_until")?,
+            throttled_until: row.try_get("throttled_until")?,
+            throttle_reason: row.try_get("throttle_reason")?,
         };
         breakers.push((breaker, row_now));
     }
@@ -112,6 +119,12 @@ pub(crate) async fn update_breakers(tx: &impl TxExecutor, updated: &[BreakerRow]
     let open_until: Vec<Option<DateTime<Utc>>> = updated.iter().map(|s| s.open_until).collect();
     let reasons: Vec<Option<&str>> = updated.iter().map(|s| s.open_reason.as_deref()).collect();
     let probe_until: Vec<Option<DateTime<Utc>>> = updated.iter().map(|s| s.probe_until).collect();
+    let throttled_until: Vec<Option<DateTime<Utc>>> =
+        updated.iter().map(|s| s.throttled_until).collect();
+    let throttle_reasons: Vec<Option<&str>> = updated
+        .iter()
+        .map(|s| s.throttle_reason.as_deref())
+        .collect();
     tx.rows(
         UPDATE_BREAKERS,
         &[
@@ -122,6 +135,8 @@ pub(crate) async fn update_breakers(tx: &impl TxExecutor, updated: &[BreakerRow]
             (&open_until, Type::TIMESTAMPTZ_ARRAY),
             (&reasons, Type::TEXT_ARRAY),
             (&probe_until, Type::TIMESTAMPTZ_ARRAY),
+            (&throttled_until, Type::TIMESTAMPTZ_ARRAY),
+            (&throttle_reasons, Type::TEXT_ARRAY),
         ],
     )
     .await?;

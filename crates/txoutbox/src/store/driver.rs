@@ -97,7 +97,9 @@ pub struct FoundRow {
     pub fingerprint: Option<Vec<u8>>,
     pub state: Option<String>,
     pub response_status: Option<i16>,
-    pub response_headers: Option<serde_json::Value>,
+    /// As stored JSON text: decoded by the caller, so a row this build cannot decode fails its
+    /// own request, not the lookup.
+    pub response_headers: Option<String>,
     pub response_body: Option<Vec<u8>>,
     pub live: Option<bool>,
 }

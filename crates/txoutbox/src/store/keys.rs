@@ -35,14 +35,15 @@ pub(super) const LOCK_WAIT: &str =
 
 /// Reads the key (scope $1, key $2) behind [`LOCK_TRY`]: no row when there is none; `live` is
 /// false for an expired one (the request is new: the key is taken over when it is stored).
-pub(super) const LOOKUP: &str = "SELECT fingerprint, state, response_status, response_headers, \
+pub(super) const LOOKUP: &str =
+    "SELECT fingerprint, state, response_status, response_headers::text, \
      response_body, expires_at > now() AS live \
      FROM txoutbox_idempotency_keys WHERE scope = $1 AND key = $2";
 
 /// [`LOOKUP`] behind [`LOCK_WAIT`], restoring the caller's lock timeout: always one row (the
 /// key's columns NULL when there is none).
 pub(super) const LOOKUP_RESTORE: &str = "SELECT k.fingerprint, k.state, k.response_status, \
-     k.response_headers, k.response_body, COALESCE(k.expires_at > now(), false) AS live, \
+     k.response_headers::text, k.response_body, COALESCE(k.expires_at > now(), false) AS live, \
      set_config('lock_timeout', current_setting('txoutbox.saved_lock_timeout'), true) \
      FROM (SELECT 1) AS one LEFT JOIN txoutbox_idempotency_keys k ON k.scope = $1 AND k.key = $2";
 
@@ -268,13 +269,15 @@ pub struct Locked {
     pub expired: bool,
 }
 
-/// A key some request stored, as [`lock_and_lookup`] read it.
+/// A key some request stored, as [`lock_and_lookup`] read it. The response headers come as
+/// their stored JSON text: a row this build cannot decode fails its own request when the caller
+/// decodes it, not the lookup.
 pub struct KeyRow {
     pub fingerprint: Vec<u8>,
     /// `in_flight` or `completed`.
     pub state: String,
     pub response_status: Option<i16>,
-    pub response_headers: Option<serde_json::Value>,
+    pub response_headers: Option<String>,
     pub response_body: Option<Vec<u8>>,
 }
 

@@ -98,8 +98,9 @@ macro_rules! claim_tail {
          lease_token = nextval('txoutbox_lease_token_seq'), attempts = m.attempts + 1, \
          attempt_started_at = now(), at_most_once = false \
      WHERE m.id = ANY(ARRAY(SELECT id FROM due)) \
-     RETURNING m.id, m.destination, m.payload, m.headers, m.downstream_key, m.ordering_key, \
-         m.attempts, m.lease_token, m.created_at, m.attempt_started_at)"
+     RETURNING m.id, m.destination, m.payload::text AS payload, m.headers::text AS headers, \
+         m.downstream_key, m.ordering_key, m.attempts, m.lease_token, m.created_at, \
+         m.attempt_started_at)"
     };
 }
 
@@ -113,11 +114,11 @@ macro_rules! claim_tail {
 /// back at once), so rows queued behind a blocked head are read once per park, not by every
 /// claim. The claim costs the same however many rows wait behind blocked heads.
 ///
-/// Flow control: destinations with a state in `txoutbox_destinations` (paused, a breaker not
-/// closed, a rate limit, failures counted) are locked for the statement and bounded: none while
-/// paused or open or while a half-open probe is out, one as the probe, no more than the whole
-/// tokens of their bucket; destinations $6 are bounded by this relay too ($7 rows at most: its
-/// in-flight room, 0 for its own holds). A bounded destination's rows are read apart (at most
+/// Flow control: destinations with a state in `txoutbox_destinations` (paused, throttled, a
+/// breaker not closed, a rate limit, failures counted) are locked for the statement and bounded:
+/// none while paused, throttled or open or while a half-open probe is out, one as the probe, no
+/// more than the whole tokens of their bucket; destinations $6 are bounded by this relay too ($7
+/// rows at most: its in-flight room, its ramp after a pause, 0 for its own holds). A bounded destination's rows are read apart (at most
 /// its bound), so they neither starve nor take the others' place; the tokens its rows took are
 /// spent and a probe's lease recorded in the same statement, so every relay shares one budget. A
 /// destination none of whose rows were taken is not written: its bucket keeps accruing from its
@@ -140,24 +141,27 @@ macro_rules! claim_tail {
 const CLAIM: &str = concat!(
     "WITH flow AS ( \
      SELECT d.destination, d.paused_at, d.breaker, d.open_until, d.probe_until, d.rate_per_sec, \
-         d.burst, d.tokens, d.refilled_at, d.failures FROM txoutbox_destinations d \
+         d.burst, d.tokens, d.refilled_at, d.failures, d.throttled_until \
+     FROM txoutbox_destinations d \
      WHERE d.paused_at IS NOT NULL OR d.rate_per_sec IS NOT NULL OR d.breaker <> 'closed' \
-         OR d.failures > 0 \
+         OR d.failures > 0 OR d.throttled_until > now() \
      ORDER BY d.destination FOR NO KEY UPDATE), \
  gate AS ( \
      SELECT f.destination, f.rate_per_sec, f.failures, \
          CASE WHEN f.paused_at IS NOT NULL THEN 'paused' \
+             WHEN f.throttled_until > now() THEN 'throttled' \
              WHEN f.breaker = 'open' AND f.open_until > now() THEN 'open' \
              WHEN f.breaker = 'half_open' AND f.probe_until > now() THEN 'probing' \
              WHEN f.breaker <> 'closed' THEN 'probe' \
              ELSE 'closed' END AS state, \
          CASE WHEN f.rate_per_sec IS NULL THEN NULL ELSE least(f.burst, f.tokens + f.rate_per_sec \
              * greatest(EXTRACT(EPOCH FROM now() - f.refilled_at)::float8, 0)) END AS avail, \
-         EXTRACT(EPOCH FROM f.open_until - now())::float8 AS open_for \
+         EXTRACT(EPOCH FROM CASE WHEN f.throttled_until > now() THEN f.throttled_until \
+             ELSE f.open_until END - now())::float8 AS open_for \
      FROM flow f), \
  bound AS ( \
      SELECT COALESCE(g.destination, l.destination) AS destination, least( \
-         CASE WHEN g.state IN ('paused', 'open', 'probing') THEN 0 \
+         CASE WHEN g.state IN ('paused', 'throttled', 'open', 'probing') THEN 0 \
              WHEN g.state = 'probe' THEN 1 ELSE $1 END, \
          COALESCE(floor(g.avail)::int8, $1), COALESCE(l.room, $1)) AS n \
      FROM (SELECT * FROM gate WHERE state <> 'closed' OR avail IS NOT NULL) g \
@@ -206,7 +210,8 @@ const CLAIM: &str = concat!(
 /// [`CLAIM`] for a relay that bounds no destination itself, while no destination has a
 /// flow-control state: the same claim without the flow-control branches, which are most of the
 /// statement's planning time (about 2.3 of its 3.5 ms on a small table). `flow` says whether a
-/// destination has a state now (paused, a breaker not closed, a rate limit, failures counted);
+/// destination has a state now (paused, throttled, a breaker not closed, a rate limit, failures
+/// counted);
 /// then this claims nothing, and the relay claims again with [`CLAIM`]. The test and the claim
 /// read one snapshot, so a row is claimed here only when [`CLAIM`] would also have claimed it.
 /// Takes [`CLAIM`]'s parameters and leaves $6 and $7 unread.
@@ -214,7 +219,7 @@ const CLAIM_UNBOUNDED: &str = concat!(
     "WITH guard AS ( \
      SELECT EXISTS (SELECT 1 FROM txoutbox_destinations d \
          WHERE d.paused_at IS NOT NULL OR d.rate_per_sec IS NOT NULL OR d.breaker <> 'closed' \
-             OR d.failures > 0) AS flow), \
+             OR d.failures > 0 OR d.throttled_until > now()) AS flow), \
  candidates AS ( \
      SELECT m.id, m.ordering_key, m.seq, m.next_attempt_at FROM txoutbox_messages m \
      WHERE m.status = 'pending' AND m.next_attempt_at <= now() AND m.id <> ALL($4::uuid[]) \
@@ -276,12 +281,14 @@ pub(crate) struct ClaimDue<'a> {
     pub unbounded: bool,
 }
 
-/// A row claimed under a new lease.
+/// A row claimed under a new lease. The payload and headers come as the stored JSON text: a
+/// document Postgres accepts but serde_json refuses (nesting deeper than 128, a number such as
+/// `1e400`) must fail its own row when the relay decodes it, not the whole claim.
 pub(crate) struct ClaimedRow {
     pub id: Uuid,
     pub destination: String,
-    pub payload: serde_json::Value,
-    pub headers: serde_json::Value,
+    pub payload: String,
+    pub headers: String,
     pub downstream_key: String,
     pub ordering_key: Option<String>,
     /// This attempt's number.

@@ -4,7 +4,8 @@
 //!
 //! Layout: [`keys`] (`txoutbox_idempotency_keys`), [`messages`] (`txoutbox_messages`: enqueue,
 //! claim, reclaim), [`attempts`] (`txoutbox_attempt_log`: the completion of a batch of attempts),
-//! [`destinations`] (`txoutbox_destinations`: flow control), [`wake`] (the wake-up channel) and
+//! [`destinations`] (`txoutbox_destinations`: flow control), [`relays`]
+//! (`txoutbox_relays`: each relay's heartbeat), [`wake`] (the wake-up channel) and
 //! [`schema`] (the migration lock); [`admin`] holds the operator commands' statements, one file
 //! a command, since each reads several tables. A statement that writes several tables lives with the table it
 //! is mainly about and says so.
@@ -18,8 +19,10 @@ pub(crate) mod admin;
 pub(crate) mod attempts;
 pub(crate) mod destinations;
 pub(crate) mod driver;
+pub(crate) mod inbox;
 pub(crate) mod keys;
 pub(crate) mod messages;
+pub(crate) mod relays;
 pub(crate) mod schema;
 #[cfg(feature = "sqlx")]
 pub(crate) mod sqlx_driver;

@@ -1,4 +1,6 @@
+use super::shared::humanize;
 use super::*;
+use crate::relay::Breaker;
 
 fn closed() -> Shared {
     Shared {
@@ -8,10 +10,12 @@ fn closed() -> Shared {
         open_until: None,
         open_reason: None,
         probe_until: None,
+        throttled_until: None,
+        throttle_reason: None,
     }
 }
 
-const FAIL: Signal = Signal::Failed { retry_after: None };
+const FAIL: Signal = Signal::Failed;
 
 fn at(secs: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap_or_default()
@@ -20,10 +24,9 @@ fn at(secs: i64) -> DateTime<Utc> {
 #[test]
 fn the_breaker_opens_at_the_threshold_and_not_before() {
     let policy = Breaker::default();
-    let cap = Duration::from_secs(900);
-    let nine = closed().apply(&[FAIL; 9], Some(&policy), cap, at(0));
+    let nine = closed().apply(&[FAIL; 9], Some(&policy), at(0));
     assert_eq!((nine.breaker, nine.failures), ("closed", 9));
-    let ten = nine.apply(&[FAIL], Some(&policy), cap, at(1));
+    let ten = nine.apply(&[FAIL], Some(&policy), at(1));
     assert_eq!(ten.breaker, "open");
     assert_eq!(ten.opens, 1);
     assert_eq!(ten.open_until, Some(at(6)), "the first cool-down: 5 s");
@@ -37,11 +40,9 @@ fn the_breaker_opens_at_the_threshold_and_not_before() {
 #[test]
 fn a_delivery_resets_the_count_and_closes() {
     let policy = Breaker::default();
-    let cap = Duration::from_secs(900);
     let s = closed().apply(
         &[FAIL, FAIL, FAIL, Signal::Delivered, FAIL],
         Some(&policy),
-        cap,
         at(0),
     );
     assert_eq!((s.breaker, s.failures), ("closed", 1));
@@ -52,7 +53,7 @@ fn a_delivery_resets_the_count_and_closes() {
         ..closed()
     };
     assert_eq!(
-        half.apply(&[Signal::Delivered], Some(&policy), cap, at(1)),
+        half.apply(&[Signal::Delivered], Some(&policy), at(1)),
         closed()
     );
 }
@@ -64,54 +65,144 @@ fn a_failed_probe_opens_again_for_twice_as_long_up_to_the_cap() {
         cool_down: Duration::from_secs(5),
         max_cool_down: Duration::from_secs(12),
     };
-    let cap = Duration::from_secs(900);
     let half = Shared {
         breaker: "half_open",
         failures: 3,
         opens: 1,
         ..closed()
     };
-    let again = half.apply(&[FAIL], Some(&policy), cap, at(0));
+    let again = half.apply(&[FAIL], Some(&policy), at(0));
     assert_eq!((again.breaker, again.opens), ("open", 2));
     assert_eq!(again.open_until, Some(at(10)));
     let third = Shared {
         breaker: "half_open",
         ..again
     }
-    .apply(&[FAIL], Some(&policy), cap, at(20));
+    .apply(&[FAIL], Some(&policy), at(20));
     assert_eq!(
         third.open_until,
         Some(at(32)),
         "20 s doubled, capped at 12 s"
     );
     // Late failures of calls already out while open change nothing but the count.
-    let late = third
-        .clone()
-        .apply(&[FAIL, FAIL], Some(&policy), cap, at(21));
+    let late = third.clone().apply(&[FAIL, FAIL], Some(&policy), at(21));
     assert_eq!(late.open_until, third.open_until);
 }
 
+const CAP: Duration = Duration::from_secs(60);
+
+/// Feeds `flow` answers of `destination`: `Some(wait)` throttled, `None` delivered; returns the
+/// signals that tipped the window.
+fn answers(flow: &Flow, destination: &str, answers: &[Option<u64>]) -> Vec<Signal> {
+    answers
+        .iter()
+        .filter_map(|a| {
+            let wait = a.map(Duration::from_secs);
+            flow.answered(destination, wait, wait.is_none(), CAP, 64)
+        })
+        .collect()
+}
+
 #[test]
-fn a_retry_after_opens_until_then_even_without_a_breaker() {
-    let cap = Duration::from_secs(60);
-    let wait = Signal::Failed {
-        retry_after: Some(Duration::from_secs(2)),
+fn a_few_rows_asking_to_wait_among_deliveries_do_not_pause_the_destination() {
+    let flow = Flow::default();
+    let mut mix = Vec::new();
+    for _ in 0..10 {
+        mix.extend([None, None, Some(2)]);
+    }
+    assert_eq!(
+        answers(&flow, "webhook", &mix),
+        vec![],
+        "10 of 30 asked to wait"
+    );
+    assert_eq!(
+        answers(&flow, "quiet", &[Some(2), Some(2), Some(2), Some(2)]),
+        vec![],
+        "four answers are too few to judge the downstream by"
+    );
+}
+
+#[test]
+fn most_answers_asking_to_wait_pause_the_destination_for_the_longest_wait_up_to_the_cap() {
+    let flow = Flow::default();
+    let tipped = answers(
+        &flow,
+        "webhook",
+        &[None, Some(1), Some(3), None, Some(2), Some(1), Some(1)],
+    );
+    assert_eq!(
+        tipped,
+        vec![Signal::Throttle {
+            wait: Duration::from_secs(3),
+            throttled: 5,
+            answers: 7
+        }]
+    );
+    // Held here at once; answers of calls that left before the hold are not counted.
+    assert!(answers(&flow, "webhook", &[Some(1); 10]).is_empty());
+    let other = Flow::default();
+    let capped = answers(&other, "webhook", &[Some(10_000_000_000_000); 5]);
+    assert_eq!(
+        capped,
+        vec![Signal::Throttle {
+            wait: CAP,
+            throttled: 5,
+            answers: 5
+        }]
+    );
+}
+
+#[test]
+fn after_a_throttle_the_ramp_starts_at_two_calls_and_grows_with_each_delivery() {
+    let flow = Flow::default();
+    let ramp = |flow: &Flow| {
+        flow.local
+            .lock()
+            .ok()
+            .and_then(|l| l.ramp.get("webhook").copied())
     };
-    let s = closed().apply(&[wait], None, cap, at(0));
-    assert_eq!((s.breaker, s.open_until), ("open", Some(at(2))));
+    assert_eq!(ramp(&flow), None, "no ramp before a throttle");
+    let _ = answers(&flow, "webhook", &[Some(1); 5]);
+    assert_eq!(ramp(&flow), Some(RAMP_START));
+    for _ in 0..3 {
+        let _ = flow.answered("webhook", None, true, CAP, 8);
+    }
+    assert_eq!(ramp(&flow), Some(RAMP_START + 3));
+    for _ in 0..3 {
+        let _ = flow.answered("webhook", None, true, CAP, 8);
+    }
+    assert_eq!(ramp(&flow), None, "at the relay's limit the ramp ends");
+}
+
+#[test]
+fn a_throttle_pauses_until_the_time_asked_and_leaves_the_breaker_alone() {
+    let policy = Breaker::default();
+    let throttle = |secs| Signal::Throttle {
+        wait: Duration::from_secs(secs),
+        throttled: 8,
+        answers: 10,
+    };
+    let s = closed().apply(&[FAIL, FAIL, throttle(3)], Some(&policy), at(0));
+    assert_eq!((s.breaker, s.failures), ("closed", 2));
+    assert_eq!(s.throttled_until, Some(at(3)));
     assert!(s
-        .open_reason
+        .throttle_reason
         .as_deref()
         .unwrap_or("")
-        .contains("Retry-After"));
-    let huge = Signal::Failed {
-        retry_after: Some(Duration::from_secs(10_000_000)),
-    };
-    let capped = closed().apply(&[huge], None, cap, at(0));
-    assert_eq!(capped.open_until, Some(at(60)), "capped at the retry cap");
+        .contains("throttled 8 of a relay's last 10 calls and asked to wait 3s"));
+    let later = s
+        .clone()
+        .apply(&[throttle(1), Signal::Delivered], Some(&policy), at(1));
     assert_eq!(
-        closed().apply(&[FAIL; 50], None, cap, at(0)).breaker,
-        "closed"
+        later.throttled_until,
+        Some(at(3)),
+        "a shorter wait or a late delivery does not end it"
+    );
+    assert_eq!(later.failures, 0);
+    assert_eq!(
+        s.apply(&[throttle(5)], None, at(2)).throttled_until,
+        Some(at(7)),
+        "a longer wait extends it, breaker or none"
     );
 }
 

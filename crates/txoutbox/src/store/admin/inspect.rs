@@ -42,16 +42,18 @@ const LIST: &str = concat!(
 /// One message, from whichever table holds it.
 const SHOW: &str = "SELECT id, seq, destination, status, downstream_key, ordering_key, \
          attempts, created_at, next_attempt_at, NULL::timestamptz AS delivered_at, last_error, \
-         lease_owner, lease_expires_at, NULL::timestamptz AS discarded_at, payload, headers, \
-         NULL::text AS receipt \
+         lease_owner, lease_expires_at, NULL::timestamptz AS discarded_at, payload::text, \
+         headers::text, NULL::text AS receipt \
      FROM txoutbox_messages WHERE id = $1 \
      UNION ALL \
      SELECT id, seq, destination, 'delivered', downstream_key, ordering_key, attempts, \
-         created_at, NULL, delivered_at, NULL, NULL, NULL, NULL, payload, headers, receipt \
+         created_at, NULL, delivered_at, NULL, NULL, NULL, NULL, payload::text, headers::text, \
+         receipt \
      FROM txoutbox_delivered WHERE id = $1 \
      UNION ALL \
      SELECT id, seq, destination, 'discarded', downstream_key, ordering_key, attempts, \
-         created_at, NULL, NULL, last_error, NULL, NULL, discarded_at, payload, headers, NULL \
+         created_at, NULL, NULL, last_error, NULL, NULL, discarded_at, payload::text, \
+         headers::text, NULL \
      FROM txoutbox_discarded WHERE id = $1";
 
 /// A message's attempt log (relay attempts and operator actions), in the order they happened.
@@ -65,42 +67,54 @@ const HISTORY: &str = "SELECT attempt, downstream_key, relay, lease_token, outco
 /// one original text; the largest groups first, at most $1. Reads the failed rows only (the
 /// partial index `txoutbox_messages_dead`), not the attempt log.
 const FAILURE_GROUPS: &str = concat!(
-    "SELECT destination, class, count(*), min(failed_at), max(failed_at), min(last_error) \
+    "SELECT status, destination, class, count(*), min(failed_at), max(failed_at), \
+         min(last_error) \
      FROM ( \
-     SELECT t.destination, t.last_error, COALESCE(",
+     SELECT t.status, t.destination, t.last_error, COALESCE(",
     normalised_error!("t.last_error"),
     ", '') AS class, COALESCE(t.attempt_started_at, t.created_at) AS failed_at \
-     FROM txoutbox_messages t WHERE t.status = 'failed') g \
-     GROUP BY destination, class ORDER BY count(*) DESC, destination, class LIMIT $1"
+     FROM txoutbox_messages t WHERE t.status IN ('failed', 'unknown')) g \
+     GROUP BY status, destination, class \
+     ORDER BY status = 'unknown' DESC, count(*) DESC, destination, class LIMIT $1"
 );
 
-/// The last $1 minutes (this one included), minute by minute: rows delivered, failing relay
-/// attempts (`retry`, `failed`, `expired`, `unknown`), and the delivery latency (delivered_at -
-/// created_at, seconds) at the 50th and 99th percentiles of the minute's deliveries.
-const ACTIVITY: &str = "WITH minutes AS ( \
-     SELECT generate_series(date_trunc('minute', now()) - make_interval(mins => $1 - 1), \
-         date_trunc('minute', now()), interval '1 minute') AS minute), \
+/// The last $1 buckets of $2 seconds each (this one included, a bucket starting at a multiple
+/// of $2 seconds since the epoch), bucket by bucket: rows delivered, failing relay attempts
+/// (`retry`, `failed`, `expired`, `unknown`), and the delivery latency (delivered_at -
+/// created_at, seconds) at the 50th and 99th percentiles of the bucket's deliveries.
+const ACTIVITY: &str = "WITH w AS ( \
+     SELECT make_interval(secs => $2) AS width, \
+         to_timestamp(floor(EXTRACT(EPOCH FROM now())::float8 / $2) * $2) AS last), \
+ buckets AS ( \
+     SELECT generate_series(w.last - w.width * ($1 - 1), w.last, w.width) AS minute FROM w), \
  d AS ( \
-     SELECT date_trunc('minute', delivered_at) AS minute, count(*) AS n, \
+     SELECT to_timestamp(floor(EXTRACT(EPOCH FROM delivered_at)::float8 / $2) * $2) AS minute, \
+         count(*) AS n, \
          percentile_cont(0.5) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM delivered_at - created_at)) AS p50, \
          percentile_cont(0.99) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM delivered_at - created_at)) AS p99 \
-     FROM txoutbox_delivered \
-     WHERE delivered_at >= date_trunc('minute', now()) - make_interval(mins => $1 - 1) \
+     FROM txoutbox_delivered, w \
+     WHERE delivered_at >= w.last - w.width * ($1 - 1) \
      GROUP BY 1), \
  f AS ( \
-     SELECT date_trunc('minute', finished_at) AS minute, count(*) AS n FROM txoutbox_attempts \
-     WHERE finished_at >= date_trunc('minute', now()) - make_interval(mins => $1 - 1) \
+     SELECT to_timestamp(floor(EXTRACT(EPOCH FROM finished_at)::float8 / $2) * $2) AS minute, \
+         count(*) AS n FROM txoutbox_attempts, w \
+     WHERE finished_at >= w.last - w.width * ($1 - 1) \
        AND outcome IN ('retry', 'failed', 'expired', 'unknown') \
      GROUP BY 1) \
- SELECT minutes.minute, COALESCE(d.n, 0), COALESCE(f.n, 0), d.p50::float8, d.p99::float8 \
- FROM minutes LEFT JOIN d USING (minute) LEFT JOIN f USING (minute) ORDER BY minutes.minute";
+ SELECT buckets.minute, COALESCE(d.n, 0), COALESCE(f.n, 0), d.p50::float8, d.p99::float8 \
+ FROM buckets LEFT JOIN d USING (minute) LEFT JOIN f USING (minute) ORDER BY buckets.minute";
 
 /// One idempotency key ($1 scope, $2 key), with its claim time in microseconds since the epoch
 /// (what its effects' downstream keys derive from) and whether its window has passed.
 const KEY: &str = "SELECT scope, key, fingerprint, state, response_status, \
-         response_headers, response_body, created_at, expires_at, \
+         response_headers::text, response_body, created_at, expires_at, \
          (extract(epoch FROM created_at) * 1000000)::int8, expires_at <= now() \
      FROM txoutbox_idempotency_keys WHERE scope = $1 AND key = $2";
+
+/// The inbox record of message $2 of consumer $1 (`txoutbox_inbox`).
+const INBOX_RECORD: &str = "SELECT consumer, message_id, received_at, expires_at, outcome, error, \
+         expires_at <= now() \
+     FROM txoutbox_inbox WHERE consumer = $1 AND message_id = $2";
 
 /// The messages a request enqueued, from whichever table holds them: those whose downstream key
 /// is one derived from the claim ($2), and those written by the claim's transaction (their
@@ -133,11 +147,13 @@ pub(crate) async fn list(
     rows.iter().map(summary).collect()
 }
 
-/// One message with its payload, headers and receipt ([`SHOW`]).
+/// One message with its payload, headers and receipt ([`SHOW`]). The payload and headers come
+/// as stored JSON text, decoded by the caller row by row (a document serde_json refuses must not
+/// make the row unreadable).
 pub(crate) struct Shown {
     pub(crate) message: MessageSummary,
-    pub(crate) payload: serde_json::Value,
-    pub(crate) headers: serde_json::Value,
+    pub(crate) payload: String,
+    pub(crate) headers: String,
     pub(crate) receipt: Option<String>,
 }
 
@@ -192,25 +208,31 @@ pub(crate) async fn failure_groups(
         .await?
         .iter()
         .map(|r| {
+            let status: String = r.try_get(0)?;
             Ok(FailureGroup {
-                destination: r.try_get(0)?,
-                error: r.try_get(1)?,
-                count: r.try_get::<_, i64>(2)? as u64,
-                first_seen: r.try_get(3)?,
-                last_seen: r.try_get(4)?,
-                example: r.try_get(5)?,
+                status: status.parse().unwrap_or(MessageStatus::Failed),
+                destination: r.try_get(1)?,
+                error: r.try_get(2)?,
+                count: r.try_get::<_, i64>(3)? as u64,
+                first_seen: r.try_get(4)?,
+                last_seen: r.try_get(5)?,
+                example: r.try_get(6)?,
             })
         })
         .collect()
 }
 
-/// The last `minutes` minutes, minute by minute ([`ACTIVITY`]).
+/// The last `buckets` buckets of `width_secs` seconds, bucket by bucket ([`ACTIVITY`]).
 pub(crate) async fn activity(
     client: &impl GenericClient,
-    minutes: i32,
+    buckets: i32,
+    width_secs: f64,
 ) -> Result<Vec<MinuteActivity>, AdminError> {
     client
-        .query_typed(ACTIVITY, &[(&minutes, Type::INT4)])
+        .query_typed(
+            ACTIVITY,
+            &[(&buckets, Type::INT4), (&width_secs, Type::FLOAT8)],
+        )
         .await?
         .iter()
         .map(|r| {
@@ -225,6 +247,32 @@ pub(crate) async fn activity(
         .collect()
 }
 
+/// Reads an inbox record ([`INBOX_RECORD`]).
+pub(crate) async fn inbox_record(
+    client: &impl GenericClient,
+    consumer: &str,
+    message_id: &str,
+) -> Result<Option<crate::admin::InboxRecord>, AdminError> {
+    let Some(row) = client
+        .query_typed_opt(
+            INBOX_RECORD,
+            &[(&consumer, Type::TEXT), (&message_id, Type::TEXT)],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(crate::admin::InboxRecord {
+        consumer: row.try_get(0)?,
+        message_id: row.try_get(1)?,
+        received_at: row.try_get(2)?,
+        expires_at: row.try_get(3)?,
+        outcome: row.try_get(4)?,
+        error: row.try_get(5)?,
+        expired: row.try_get(6)?,
+    }))
+}
+
 /// An idempotency key's row ([`KEY`]).
 pub(crate) struct KeyRow {
     pub(crate) scope: String,
@@ -232,7 +280,8 @@ pub(crate) struct KeyRow {
     pub(crate) fingerprint: Vec<u8>,
     pub(crate) state: String,
     pub(crate) response_status: Option<i16>,
-    pub(crate) response_headers: Option<serde_json::Value>,
+    /// As stored JSON text, decoded by the caller (see [`Shown`]).
+    pub(crate) response_headers: Option<String>,
     pub(crate) response_body: Option<Vec<u8>>,
     pub(crate) claimed_at: DateTime<Utc>,
     pub(crate) expires_at: DateTime<Utc>,
@@ -290,16 +339,23 @@ pub(crate) async fn key_messages(
 
 /// The 14 columns every message listing starts with.
 fn summary(row: &Row) -> Result<MessageSummary, AdminError> {
+    let status: MessageStatus = row.try_get::<_, String>(3)?.parse()?;
     Ok(MessageSummary {
         id: row.try_get(0)?,
         seq: row.try_get(1)?,
         destination: row.try_get(2)?,
-        status: row.try_get::<_, String>(3)?.parse()?,
+        status,
         downstream_key: row.try_get(4)?,
         ordering_key: row.try_get(5)?,
         attempts: row.try_get(6)?,
         created_at: row.try_get(7)?,
-        next_attempt_at: row.try_get(8)?,
+        // Only a pending row will be tried again: a failed or unknown row keeps the column's
+        // last value, which no relay acts on.
+        next_attempt_at: if status == MessageStatus::Pending {
+            row.try_get(8)?
+        } else {
+            None
+        },
         delivered_at: row.try_get(9)?,
         last_error: row.try_get(10)?,
         lease_owner: row.try_get(11)?,

@@ -20,29 +20,45 @@ macro_rules! flow_state {
     () => {
         "SELECT destination, \
              CASE WHEN paused_at IS NOT NULL THEN 'paused' \
+                 WHEN throttled_until > now() THEN 'open' \
                  WHEN breaker = 'open' AND open_until > now() THEN 'open' \
                  WHEN breaker <> 'closed' THEN 'half_open' ELSE 'closed' END AS state, \
              paused_at, paused_by, paused_reason, rate_per_sec, \
              CASE WHEN rate_per_sec IS NULL THEN NULL ELSE least(burst, tokens + rate_per_sec \
                  * greatest(EXTRACT(EPOCH FROM now() - refilled_at)::float8, 0)) END AS tokens, \
-             failures, open_until, open_reason \
+             failures, \
+             CASE WHEN throttled_until > now() THEN throttled_until ELSE open_until END \
+                 AS open_until, \
+             CASE WHEN throttled_until > now() THEN throttle_reason ELSE open_reason END \
+                 AS open_reason \
          FROM txoutbox_destinations"
     };
 }
 
-/// A failure's text with what varies between two failures of one cause replaced: UUIDs by
-/// `<uuid>`, then email addresses by `<email>` (a bounce names its recipient; the dashboard
-/// scrubs the same shape from the text it shows, so a group's text never holds an address), then
-/// runs of digits by `<n>` (ids, amounts, timestamps, ports, card numbers), cut to 300
-/// characters. Failures with the same normalised text form one group of `failures`.
+/// A failure's text with what varies between two failures of one cause replaced, and what tells
+/// causes apart kept, cut to 300 characters. In order: UUIDs become `<uuid>`; email addresses
+/// `<email>` (a bounce names its recipient; the dashboard scrubs the same shape from the text it
+/// shows, so a group's text never holds an address); timestamps (ISO 8601 dates and times, and
+/// `hh:mm:ss`) `<time>`; standalone runs of digits `<n>` (ids, amounts, card numbers), except the
+/// status codes 100 to 599 (HTTP, SMTP); and words of six characters or more that mix digits
+/// with letters `<id>` (`ch_3Mml…`, request ids). A run of digits or a word inside a dotted name,
+/// after `:` or `-` (a host name, an address, a port, a version) is kept: failures of
+/// `api.stripe.com` and of `10.0.0.5:5432` stay apart. Failures with the same normalised text
+/// form one group of `failures`.
 macro_rules! normalised_error {
     ($text:literal) => {
         concat!(
-            "left(regexp_replace(regexp_replace(regexp_replace(",
+            "left(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(",
             $text,
             ", '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', \
              '<uuid>', 'g'), '[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+', '<email>', 'g'), \
-             '[0-9]+', '<n>', 'g'), 300)"
+             '[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.,][0-9]+)?)?\
+             (Z|[+-][0-9]{2}(:?[0-9]{2})?)?)?|[0-9]{2}:[0-9]{2}:[0-9]{2}([.,][0-9]+)?', \
+             '<time>', 'g'), \
+             '(?<![A-Za-z0-9_.:-])(?![1-5][0-9]{2}(?![A-Za-z0-9_]))[0-9]+\
+             (?![A-Za-z0-9_]|[.-][A-Za-z0-9])', '<n>', 'g'), \
+             '(?<![A-Za-z0-9_.:-])(?=[A-Za-z0-9_]{6})[A-Za-z_]*[0-9][A-Za-z0-9_]*\
+             (?![A-Za-z0-9_]|[.-][A-Za-z0-9])', '<id>', 'g'), 300)"
         )
     };
 }

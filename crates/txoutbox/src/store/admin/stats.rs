@@ -49,6 +49,13 @@ const STATS_FAN_OUT: &str = "SELECT count(*), \
      FROM (SELECT created_at FROM txoutbox_idempotency_keys WHERE effects IS NOT NULL \
          ORDER BY created_at LIMIT $1) k";
 
+/// Inbox records (`txoutbox_inbox`), expired ones awaiting the purge, and messages consumers
+/// gave up (through the partial index `txoutbox_inbox_failed`), each reading at most $1 rows.
+const STATS_INBOX: &str = "SELECT \
+     (SELECT count(*) FROM (SELECT 1 FROM txoutbox_inbox LIMIT $1) a), \
+     (SELECT count(*) FROM (SELECT 1 FROM txoutbox_inbox WHERE expires_at <= now() LIMIT $1) e), \
+     (SELECT count(*) FROM (SELECT 1 FROM txoutbox_inbox WHERE outcome = 'failed' LIMIT $1) f)";
+
 /// The hot table's size as the planner last saw it (`pg_class.reltuples`; -1: never analysed).
 const STATS_HOT_TUPLES: &str =
     "SELECT reltuples::float8 FROM pg_class WHERE oid = 'txoutbox_messages'::regclass";
@@ -221,4 +228,15 @@ pub(crate) async fn attempts(
         .iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
         .collect()
+}
+
+/// Inbox records, expired ones and given-up ones, each counted up to `bound` ([`STATS_INBOX`]).
+pub(crate) async fn inbox(
+    client: &impl GenericClient,
+    bound: i64,
+) -> Result<(i64, i64, i64), AdminError> {
+    let row = client
+        .query_typed_one(STATS_INBOX, &[(&bound, Type::INT8)])
+        .await?;
+    Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
 }

@@ -1,0 +1,49 @@
+//! A database for a demo or an example program: the one `DATABASE_URL` names, or a throwaway
+//! cluster of its own (`charge-service --demo`, `cargo run -p txoutbox --example handler`).
+
+use anyhow::Result;
+
+use crate::{Cluster, ClusterOptions};
+
+/// Where a demo runs: `DATABASE_URL` when it is set and not blank, otherwise a private throwaway
+/// cluster under `target/`, stopped and removed when this is dropped.
+#[derive(Debug)]
+pub struct DemoDatabase {
+    url: String,
+    cluster: Option<Cluster>,
+}
+
+impl DemoDatabase {
+    /// `DATABASE_URL`, or a throwaway cluster started from the Postgres binaries on this
+    /// machine (a few seconds).
+    pub fn from_env() -> Result<Self> {
+        if let Some(url) = std::env::var("DATABASE_URL")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+        {
+            return Ok(Self { url, cluster: None });
+        }
+        let cluster = Cluster::private(&ClusterOptions::default())?;
+        Ok(Self {
+            url: cluster.admin().url(),
+            cluster: Some(cluster),
+        })
+    }
+
+    /// The connection string (a URL or libpq's key=value form).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The throwaway cluster's `postgres://` URL, to print (none when `DATABASE_URL` was given).
+    pub fn throwaway_url(&self) -> Option<String> {
+        let admin = self.cluster.as_ref()?.admin();
+        Some(format!(
+            "postgres://{}@{}:{}/{}",
+            admin.user(),
+            admin.host(),
+            admin.port(),
+            admin.dbname()
+        ))
+    }
+}

@@ -1,0 +1,305 @@
+//! Rows written by another program that this build cannot decode (JSON Postgres accepts and
+//! serde_json refuses): each fails its own row only. The relay dead-letters such an outbox row at
+//! once with a readable error and one attempt logged, and delivers the rows claimed with it; a
+//! key row's undecodable stored response fails its own request, not the others.
+
+use std::time::Duration;
+
+use txoutbox::sink::{Completion, CompletionHook, Delivery};
+use txoutbox::{begin, Begin, Error, Scope, StoredResponse};
+use txoutbox_test_support::request::{charge_fingerprint, key};
+
+use txoutbox_test_support::factory::message;
+use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
+use txoutbox_test_support::{test_db, wait_for_count, TestDb};
+
+type TestResult = anyhow::Result<()>;
+
+/// A JSON array nested 200 deep: Postgres stores it, serde_json stops at 128.
+fn nested(depth: usize) -> String {
+    format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+/// What became of the hostile row among 30 ordinary ones after a relay ran.
+struct Outcome {
+    delivered: i64,
+    status: String,
+    last_error: String,
+    /// The attempt log's rows for it: (outcome, error).
+    attempts: Vec<(String, Option<String>)>,
+    /// Calls its sink got with its key.
+    calls: usize,
+}
+
+/// Writes the hostile row first (the oldest, so it is in the first claim), then 30 ordinary rows,
+/// runs a relay until the 30 are delivered and the hostile one is no longer in flight.
+async fn one_hostile_row_among_thirty(
+    db: &TestDb,
+    hostile: txoutbox_test_support::factory::MessageFactory<'_>,
+) -> anyhow::Result<Outcome> {
+    let client = db.connect().await?;
+    hostile.key("hostile").create().await?;
+    message(db).key("ordinary").create_many(30).await?;
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(relay_config())
+            .sink("test", sink.clone())
+            .build()?,
+    );
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        30,
+        Duration::from_secs(20),
+    )
+    .await?;
+    wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages \
+         WHERE downstream_key = 'hostile' AND status <> 'in_flight' AND attempts > 0",
+        1,
+        Duration::from_secs(20),
+    )
+    .await?;
+    relay.stop().await?;
+    let row = client
+        .query_one(
+            "SELECT status, coalesce(last_error, '') FROM txoutbox_messages \
+             WHERE downstream_key = 'hostile'",
+            &[],
+        )
+        .await?;
+    let attempts = client
+        .query(
+            "SELECT outcome, error FROM txoutbox_attempts WHERE downstream_key = 'hostile'",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    Ok(Outcome {
+        delivered,
+        status: row.get(0),
+        last_error: row.get(1),
+        attempts,
+        calls: sink.keys().iter().filter(|k| *k == "hostile").count(),
+    })
+}
+
+/// The hostile row was dead-lettered at once, alone, with an error that says `cause`.
+fn assert_failed_alone(outcome: &Outcome, cause: &str) {
+    assert_eq!(outcome.delivered, 30, "every batch-mate is delivered");
+    assert_eq!(outcome.status, "failed", "{}", outcome.last_error);
+    assert!(
+        outcome.last_error.contains(cause),
+        "the error names the cause: {}",
+        outcome.last_error
+    );
+    assert!(
+        !outcome.last_error.contains("unavailable"),
+        "{}",
+        outcome.last_error
+    );
+    assert_eq!(
+        outcome.attempts,
+        vec![("failed".to_owned(), Some(outcome.last_error.clone()))],
+        "one attempt, logged with its reason"
+    );
+    assert_eq!(outcome.calls, 0, "its sink was never called");
+}
+
+#[tokio::test]
+async fn a_payload_nested_too_deep_fails_its_own_row_and_its_batch_is_delivered() -> TestResult {
+    let db = test_db().await?;
+    let outcome =
+        one_hostile_row_among_thirty(&db, message(&db).stored_payload(&nested(200))).await?;
+    assert_failed_alone(
+        &outcome,
+        "the stored payload is not valid for this relay: recursion limit exceeded",
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_payload_number_beyond_f64_fails_its_own_row_and_its_batch_is_delivered() -> TestResult {
+    let db = test_db().await?;
+    let outcome =
+        one_hostile_row_among_thirty(&db, message(&db).stored_payload(r#"{"n": 1e400}"#)).await?;
+    assert_failed_alone(
+        &outcome,
+        "the stored payload is not valid for this relay: number out of range",
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn headers_nested_too_deep_fail_their_own_row_and_its_batch_is_delivered() -> TestResult {
+    let db = test_db().await?;
+    let headers = format!(r#"{{"traceparent": {}}}"#, nested(200));
+    let outcome = one_hostile_row_among_thirty(&db, message(&db).stored_headers(&headers)).await?;
+    assert_failed_alone(
+        &outcome,
+        "the stored headers are not valid for this relay (an object of strings): invalid type",
+    );
+    Ok(())
+}
+
+/// Runs one request with key `k`: a new key stores a 201 and commits; returns what `begin`
+/// answered (the replay of a stored key), or its error.
+async fn request(
+    client: &mut tokio_postgres::Client,
+    scope: &Scope,
+    k: &str,
+) -> Result<Begin, Error> {
+    let tx = client.transaction().await?;
+    let begun = begin(&tx, scope, &key(k), &charge_fingerprint(1)).await?;
+    if let Begin::New(claim) = begun {
+        let response = StoredResponse {
+            status: 201,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: b"{}".to_vec(),
+        };
+        claim.complete(&tx, &response).await?;
+        tx.commit().await?;
+        return Ok(Begin::Replay(response));
+    }
+    Ok(begun)
+}
+
+#[tokio::test]
+async fn a_stored_response_that_cannot_be_decoded_fails_its_own_key_only() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let scope = Scope::new("charges")?;
+    let hostile = [
+        ("k-hostile-deep-0000", nested(200)),
+        ("k-hostile-number-00", r#"[["n", 1e400]]"#.to_owned()),
+        (
+            "k-hostile-shape-000",
+            r#"{"content-type": "text/plain"}"#.to_owned(),
+        ),
+    ];
+    for (k, headers) in &hostile {
+        assert!(matches!(
+            request(&mut client, &scope, k).await?,
+            Begin::Replay(_)
+        ));
+        client
+            .execute(
+                "UPDATE txoutbox_idempotency_keys SET response_headers = $2::text::jsonb \
+                 WHERE key = $1",
+                &[k, headers],
+            )
+            .await?;
+    }
+    for (k, _) in &hostile {
+        let err = match request(&mut client, &scope, k).await {
+            Err(err) => err,
+            Ok(other) => panic!("{k}: answered {other:?}"),
+        };
+        assert!(matches!(err, Error::Undecodable(_)), "{k}: {err:?}");
+        assert!(!err.is_unavailable(), "{k}: {err}");
+        assert_eq!(err.http_status(), 500);
+        let text = err.to_string();
+        assert!(
+            text.contains(k) && text.contains("stored response headers"),
+            "names the key and the column: {text}"
+        );
+    }
+    // Other keys, new and stored, go on.
+    assert!(matches!(
+        request(&mut client, &scope, "k-ordinary-000000").await?,
+        Begin::Replay(_)
+    ));
+    let Begin::Replay(replayed) = request(&mut client, &scope, "k-ordinary-000000").await? else {
+        panic!("a stored key replays");
+    };
+    assert_eq!(replayed.status, 201);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_column_the_driver_cannot_decode_is_undecodable_not_an_outage() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    let row = client
+        .query_one(&format!("SELECT '{}'::jsonb", nested(200)), &[])
+        .await?;
+    let decode_error = row
+        .try_get::<_, serde_json::Value>(0)
+        .expect_err("serde_json refuses 200 levels");
+    let err = Error::from(decode_error);
+    assert!(matches!(err, Error::Undecodable(_)), "{err:?}");
+    assert!(!err.is_unavailable());
+    assert!(
+        err.to_string().contains("recursion limit exceeded"),
+        "{err}"
+    );
+    Ok(())
+}
+
+/// Records the downstream key of every completion it is handed.
+#[derive(Clone, Default)]
+struct RecordingHook(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+#[async_trait::async_trait]
+impl CompletionHook for RecordingHook {
+    async fn completed(
+        &self,
+        _tx: &tokio_postgres::Transaction<'_>,
+        delivery: &Delivery,
+        _completion: &Completion,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        if let Ok(mut seen) = self.0.lock() {
+            seen.push(delivery.downstream_key.clone());
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn an_undecodable_row_of_a_hooked_destination_fails_without_calling_the_hook() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    message(&db)
+        .key("hostile")
+        .stored_payload(&nested(200))
+        .create()
+        .await?;
+    message(&db).key("ordinary").create_many(5).await?;
+    let hook = RecordingHook::default();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(relay_config())
+            .sink("test", RecordingSink::new())
+            .hook("test", hook.clone())
+            .build()?,
+    );
+    let delivered = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        5,
+        Duration::from_secs(20),
+    )
+    .await?;
+    let failed = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages \
+         WHERE downstream_key = 'hostile' AND status = 'failed'",
+        1,
+        Duration::from_secs(20),
+    )
+    .await?;
+    relay.stop().await?;
+    assert_eq!((delivered, failed), (5, 1));
+    let mut seen = hook.0.lock().map(|s| s.clone()).unwrap_or_default();
+    seen.sort();
+    assert_eq!(
+        seen,
+        (0..5).map(|i| format!("ordinary-{i}")).collect::<Vec<_>>(),
+        "the hook saw the delivered rows only"
+    );
+    Ok(())
+}
