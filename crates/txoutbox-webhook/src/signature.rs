@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use http::HeaderMap;
 pub use txoutbox::standard_webhooks::{
-    sign, unix_seconds, SecretError, VerifyError, WebhookSecret, TIMESTAMP_TOLERANCE, WEBHOOK_ID,
+    sign, SecretError, VerifyError, WebhookSecret, TIMESTAMP_TOLERANCE, WEBHOOK_ID,
     WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
 };
 

@@ -6,9 +6,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use txoutbox::sink::{parse_retry_after, Delivery, DeliveryError, Receipt, Sink};
 
 use crate::message::{parse_url, Webhook};
-use crate::signature::{
-    sign, unix_seconds, WebhookSecret, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
-};
+use crate::signature::{sign, WebhookSecret, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
+use txoutbox::standard_webhooks::unix_seconds;
 
 /// Trace-context headers forwarded from the outbox row to the receiver when present.
 const FORWARDED: [&str; 2] = ["traceparent", "tracestate"];
