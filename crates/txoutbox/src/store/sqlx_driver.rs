@@ -202,94 +202,65 @@ async fn notify(conn: &mut PgConnection) -> StoreResult<()> {
     Ok(())
 }
 
-/// The statements on a connection inside a transaction (the caller's `BEGIN`, or a
-/// `sqlx::Transaction`'s).
-impl Statements for &mut PgConnection {
-    fn lock_and_lookup<'a>(
-        &'a mut self,
-        scope: &'a str,
-        key: &'a str,
-        lock_timeout: &'a str,
-    ) -> impl Future<Output = StoreResult<Option<Locked>>> + Send + 'a {
-        lock_and_lookup(self, scope, key, lock_timeout)
-    }
+/// The statements on a sqlx connection inside a transaction: the same for a bare connection and
+/// a `sqlx::Transaction` (each derefs to the connection).
+macro_rules! statements_on {
+    ($(#[$doc:meta])* $ty:ty) => {
+        $(#[$doc])*
+        impl Statements for $ty {
+            fn lock_and_lookup<'a>(
+                &'a mut self,
+                scope: &'a str,
+                key: &'a str,
+                lock_timeout: &'a str,
+            ) -> impl Future<Output = StoreResult<Option<Locked>>> + Send + 'a {
+                lock_and_lookup(self, scope, key, lock_timeout)
+            }
 
-    fn claim_key<'a>(
-        &'a mut self,
-        claim: &'a ClaimKey<'a>,
-    ) -> impl Future<Output = StoreResult<bool>> + Send + 'a {
-        claim_key(self, claim)
-    }
+            fn claim_key<'a>(
+                &'a mut self,
+                claim: &'a ClaimKey<'a>,
+            ) -> impl Future<Output = StoreResult<bool>> + Send + 'a {
+                claim_key(self, claim)
+            }
 
-    fn complete_key<'a>(
-        &'a mut self,
-        complete: &'a CompleteKey<'a>,
-    ) -> impl Future<Output = StoreResult<Option<Inserted>>> + Send + 'a {
-        complete_key(self, complete)
-    }
+            fn complete_key<'a>(
+                &'a mut self,
+                complete: &'a CompleteKey<'a>,
+            ) -> impl Future<Output = StoreResult<Option<Inserted>>> + Send + 'a {
+                complete_key(self, complete)
+            }
 
-    fn insert_messages<'a>(
-        &'a mut self,
-        rows: &'a MessageColumns,
-    ) -> impl Future<Output = StoreResult<Inserted>> + Send + 'a {
-        insert_messages(self, rows)
-    }
+            fn insert_messages<'a>(
+                &'a mut self,
+                rows: &'a MessageColumns,
+            ) -> impl Future<Output = StoreResult<Inserted>> + Send + 'a {
+                insert_messages(self, rows)
+            }
 
-    fn lock_ordering_keys<'a>(
-        &'a mut self,
-        keys: &'a [&'a str],
-    ) -> impl Future<Output = StoreResult<()>> + Send + 'a {
-        lock_ordering_keys(self, keys)
-    }
+            fn lock_ordering_keys<'a>(
+                &'a mut self,
+                keys: &'a [&'a str],
+            ) -> impl Future<Output = StoreResult<()>> + Send + 'a {
+                lock_ordering_keys(self, keys)
+            }
 
-    fn notify(&mut self) -> impl Future<Output = StoreResult<()>> + Send + '_ {
-        notify(self)
-    }
+            fn notify(&mut self) -> impl Future<Output = StoreResult<()>> + Send + '_ {
+                notify(self)
+            }
+        }
+    };
 }
 
-/// The statements in a `sqlx::Transaction` (or a savepoint: one nested in another).
-impl Statements for &mut sqlx::Transaction<'_, Postgres> {
-    fn lock_and_lookup<'a>(
-        &'a mut self,
-        scope: &'a str,
-        key: &'a str,
-        lock_timeout: &'a str,
-    ) -> impl Future<Output = StoreResult<Option<Locked>>> + Send + 'a {
-        lock_and_lookup(self, scope, key, lock_timeout)
-    }
-
-    fn claim_key<'a>(
-        &'a mut self,
-        claim: &'a ClaimKey<'a>,
-    ) -> impl Future<Output = StoreResult<bool>> + Send + 'a {
-        claim_key(self, claim)
-    }
-
-    fn complete_key<'a>(
-        &'a mut self,
-        complete: &'a CompleteKey<'a>,
-    ) -> impl Future<Output = StoreResult<Option<Inserted>>> + Send + 'a {
-        complete_key(self, complete)
-    }
-
-    fn insert_messages<'a>(
-        &'a mut self,
-        rows: &'a MessageColumns,
-    ) -> impl Future<Output = StoreResult<Inserted>> + Send + 'a {
-        insert_messages(self, rows)
-    }
-
-    fn lock_ordering_keys<'a>(
-        &'a mut self,
-        keys: &'a [&'a str],
-    ) -> impl Future<Output = StoreResult<()>> + Send + 'a {
-        lock_ordering_keys(self, keys)
-    }
-
-    fn notify(&mut self) -> impl Future<Output = StoreResult<()>> + Send + '_ {
-        notify(self)
-    }
-}
+statements_on!(
+    /// The statements on a connection inside a transaction (the caller's `BEGIN`, or a
+    /// `sqlx::Transaction`'s).
+    &mut PgConnection
+);
+statements_on!(
+    /// The statements in a `sqlx::Transaction` (or a savepoint: one nested in another).
+    &mut sqlx::Transaction<'_, Postgres>
+);
 
 impl BusinessRows for &mut PgConnection {
     type Row = PgRow;
