@@ -1,6 +1,6 @@
 //! The invariants, checked once every relay has stopped: what the database says against what
 //! the downstream saw, what the writers committed and what the soak did. The checks of one row
-//! are in [`row`]; those across rows (ordering keys, requests, relay exits) here.
+//! are in `row`; those across rows (ordering keys, requests, relay exits) here.
 
 mod row;
 

@@ -6,7 +6,7 @@
 //! history into tables of the soak's own by trigger (so `txoutbox purge` hides nothing from the
 //! checker); start the downstream and the relays; over the first 70 % of the chaos window,
 //! while the timed events happen, write the rows two ways: the batch-job path
-//! (`txoutbox::enqueue` with keys of the soak's own, [`batch`], and a few undecodable rows
+//! (`txoutbox::enqueue` with keys of the soak's own, `batch`, and a few undecodable rows
 //! stored with SQL) and the write path as services drive it (requests through `begin` or a
 //! `BusinessKey`, [`requests`]); let the backlog settle (bounded); SIGTERM every relay; check.
 
