@@ -106,13 +106,7 @@ impl Scope {
     /// Fails with [`Error::Config`] for a window shorter than [`MIN_WINDOW`] (zero would forget
     /// every key at once) or longer than [`MAX_WINDOW`] (100 years).
     pub fn with_window(mut self, window: Duration) -> Result<Self> {
-        if window < MIN_WINDOW || window > MAX_WINDOW {
-            return Err(Error::Config(format!(
-                "scope {:?}: window {window:?} is outside {MIN_WINDOW:?}..={} days",
-                self.name,
-                MAX_WINDOW.as_secs() / 86_400
-            )));
-        }
+        check_window(&format!("scope {:?}", self.name), window)?;
         self.window = window;
         Ok(self)
     }
@@ -122,12 +116,7 @@ impl Scope {
     /// Fails with [`Error::Config`] for zero (Postgres reads a `lock_timeout` of 0 as "wait
     /// forever") or more than [`MAX_LOCK_TIMEOUT`] (60 s).
     pub fn with_lock_timeout(mut self, timeout: Duration) -> Result<Self> {
-        if timeout < Duration::from_millis(1) || timeout > MAX_LOCK_TIMEOUT {
-            return Err(Error::Config(format!(
-                "scope {:?}: lock timeout {timeout:?} is outside 1ms..={MAX_LOCK_TIMEOUT:?}",
-                self.name
-            )));
-        }
+        check_lock_timeout(&format!("scope {:?}", self.name), timeout)?;
         self.lock_timeout = timeout;
         Ok(self)
     }
@@ -706,18 +695,46 @@ fn key_for(
     effect: &str,
     message: &OutboxMessage,
 ) -> Result<String> {
-    match &message.downstream_key {
+    downstream_key_for(message, || {
+        derive_claim_downstream_key(scope.name(), key, claimed_at_micros, effect)
+    })
+}
+
+/// The downstream key of an effect: the one its message carries (checked), else `derive()`'s.
+pub(crate) fn downstream_key_for(
+    message: &OutboxMessage,
+    derive: impl FnOnce() -> String,
+) -> Result<String> {
+    match message.downstream_key() {
         Some(given) => {
             check_downstream_key(given)?;
-            Ok(given.clone())
+            Ok(given.to_owned())
         }
-        None => Ok(derive_claim_downstream_key(
-            scope.name(),
-            key,
-            claimed_at_micros,
-            effect,
-        )),
+        None => Ok(derive()),
     }
+}
+
+/// Refuses a key or record window outside [`MIN_WINDOW`]..=[`MAX_WINDOW`]; `owner` names what
+/// it is for (`scope "charges"`).
+pub(crate) fn check_window(owner: &str, window: Duration) -> Result<()> {
+    if window < MIN_WINDOW || window > MAX_WINDOW {
+        return Err(Error::Config(format!(
+            "{owner}: window {window:?} is outside {MIN_WINDOW:?}..={} days",
+            MAX_WINDOW.as_secs() / 86_400
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a lock timeout outside 1 ms..=[`MAX_LOCK_TIMEOUT`] (Postgres reads 0 as "wait
+/// forever"); `owner` names what it is for.
+pub(crate) fn check_lock_timeout(owner: &str, timeout: Duration) -> Result<()> {
+    if timeout < Duration::from_millis(1) || timeout > MAX_LOCK_TIMEOUT {
+        return Err(Error::Config(format!(
+            "{owner}: lock timeout {timeout:?} is outside 1ms..={MAX_LOCK_TIMEOUT:?}"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -45,9 +45,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::downstream_key::{check_downstream_key, DOWNSTREAM_KEY_NAMESPACE};
+use crate::downstream_key::DOWNSTREAM_KEY_NAMESPACE;
 use crate::error::{Error, Result};
-use crate::idempotency::{attach_traceparent, check_effect, enqueue_context};
+use crate::idempotency::{
+    attach_traceparent, check_effect, check_lock_timeout, check_window, downstream_key_for,
+    enqueue_context,
+};
 use crate::outbox::{check_name, enqueue, Enqueued, OutboxMessage};
 use crate::store::driver::StoreError;
 use crate::store::inbox::{self as store, Recorded};
@@ -86,14 +89,7 @@ impl Consumer {
     /// How long a message's record is kept. Make it longer than the longest time a sender may
     /// go on retrying one message; fails with [`Error::Config`] outside 1 ms..=100 years.
     pub fn with_window(mut self, window: Duration) -> Result<Self> {
-        use crate::idempotency::{MAX_WINDOW, MIN_WINDOW};
-        if window < MIN_WINDOW || window > MAX_WINDOW {
-            return Err(Error::Config(format!(
-                "consumer {:?}: window {window:?} is outside {MIN_WINDOW:?}..={} days",
-                self.name,
-                MAX_WINDOW.as_secs() / 86_400
-            )));
-        }
+        check_window(&format!("consumer {:?}", self.name), window)?;
         self.window = window;
         Ok(self)
     }
@@ -101,13 +97,7 @@ impl Consumer {
     /// How long a delivery waits for a concurrent delivery of the same message; fails with
     /// [`Error::Config`] outside 1 ms..=60 s.
     pub fn with_lock_timeout(mut self, timeout: Duration) -> Result<Self> {
-        use crate::idempotency::MAX_LOCK_TIMEOUT;
-        if timeout < Duration::from_millis(1) || timeout > MAX_LOCK_TIMEOUT {
-            return Err(Error::Config(format!(
-                "consumer {:?}: lock timeout {timeout:?} is outside 1ms..={MAX_LOCK_TIMEOUT:?}",
-                self.name
-            )));
-        }
+        check_lock_timeout(&format!("consumer {:?}", self.name), timeout)?;
         self.lock_timeout = timeout;
         Ok(self)
     }
@@ -287,17 +277,8 @@ impl InboxClaim {
     /// Each effect name may be used once per message.
     pub fn enqueue(&mut self, effect: &str, message: OutboxMessage) -> Result<&mut Self> {
         check_effect(&mut self.effects, effect)?;
-        let message = match message.downstream_key() {
-            Some(given) => {
-                check_downstream_key(given)?;
-                message
-            }
-            None => {
-                let derived = self.downstream_key(effect);
-                message.with_downstream_key(derived)
-            }
-        };
-        self.messages.push(message);
+        let key = downstream_key_for(&message, || self.downstream_key(effect))?;
+        self.messages.push(message.with_downstream_key(key));
         Ok(self)
     }
 

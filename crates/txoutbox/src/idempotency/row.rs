@@ -15,8 +15,8 @@ use std::collections::HashSet;
 
 use tokio_postgres::Row;
 
-use super::{attach_traceparent, check_effect, count, enqueue_context, Scope};
-use crate::downstream_key::{check_downstream_key, derive_downstream_key};
+use super::{attach_traceparent, check_effect, count, downstream_key_for, enqueue_context, Scope};
+use crate::downstream_key::derive_downstream_key;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
@@ -223,17 +223,8 @@ impl RowClaim {
     /// `effect`) unless the message carries one. Each effect name may be used once.
     pub fn enqueue(&mut self, effect: &str, message: OutboxMessage) -> Result<&mut Self> {
         check_effect(&mut self.effects, effect)?;
-        let message = match message.downstream_key() {
-            Some(given) => {
-                check_downstream_key(given)?;
-                message
-            }
-            None => {
-                let derived = self.downstream_key(effect);
-                message.with_downstream_key(derived)
-            }
-        };
-        self.messages.push(message);
+        let key = downstream_key_for(&message, || self.downstream_key(effect))?;
+        self.messages.push(message.with_downstream_key(key));
         Ok(self)
     }
 
