@@ -18,33 +18,10 @@ use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay, Sc
 use txoutbox_test_support::{count, test_db, wait_for_exact_count, TestDb};
 use uuid::Uuid;
 
+mod support;
+use support::{ok, txoutbox};
+
 type TestResult = anyhow::Result<()>;
-
-/// Runs `txoutbox ARGS` against `db` (off the async workers, so relays keep running meanwhile).
-async fn txoutbox(db: &TestDb, args: &[&str]) -> anyhow::Result<Output> {
-    let url = db.url();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    Ok(tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_txoutbox"))
-            .args(&args)
-            .env("DATABASE_URL", url)
-            .env_remove("RUST_LOG")
-            .output()
-    })
-    .await??)
-}
-
-/// Runs a command that must succeed; returns its stdout.
-async fn ok(db: &TestDb, args: &[&str]) -> anyhow::Result<String> {
-    let out = txoutbox(db, args).await?;
-    anyhow::ensure!(
-        out.status.success(),
-        "txoutbox {args:?} failed ({:?}): {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?)
-}
 
 /// The stderr of a failed command, checked to be exactly one line, with the exit code.
 fn one_line_error(out: &Output) -> (Option<i32>, String) {

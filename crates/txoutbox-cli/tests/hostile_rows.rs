@@ -3,7 +3,7 @@
 //! the relay dead-letters it, `show` prints its stored text marked as not decodable, `list`
 //! lists it, `replay` and `discard` act on it.
 
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -11,33 +11,10 @@ use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
 use txoutbox_test_support::{count, test_db, wait_for_exact_count, TestDb};
 
+mod support;
+use support::ok;
+
 type TestResult = anyhow::Result<()>;
-
-/// Runs `txoutbox ARGS` against `db` (off the async workers, so the relay keeps running).
-async fn txoutbox(db: &TestDb, args: &[&str]) -> anyhow::Result<Output> {
-    let url = db.url();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    Ok(tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_txoutbox"))
-            .args(&args)
-            .env("DATABASE_URL", url)
-            .env_remove("RUST_LOG")
-            .output()
-    })
-    .await??)
-}
-
-/// Runs a command that must succeed; returns its stdout.
-async fn ok(db: &TestDb, args: &[&str]) -> anyhow::Result<String> {
-    let out = txoutbox(db, args).await?;
-    anyhow::ensure!(
-        out.status.success(),
-        "txoutbox {args:?} failed ({:?}): {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?)
-}
 
 /// The hostile row's status, once it is the one given.
 async fn wait_for_status(db: &TestDb, status: &str) -> anyhow::Result<()> {
