@@ -81,7 +81,7 @@ impl From<StoreError> for crate::Error {
     }
 }
 
-/// The row of [`keys::LOCK_TRY`] or [`keys::LOCK_WAIT`], decoded (by any driver).
+/// The row of `idempotency_keys/lock_try.sql` or `idempotency_keys/lock_wait.sql`, decoded (by any driver).
 pub struct LockRow {
     /// `transaction_isolation`.
     pub isolation: String,
@@ -91,8 +91,8 @@ pub struct LockRow {
     pub backend_pid: i32,
 }
 
-/// The row of [`keys::LOOKUP`] or [`keys::LOOKUP_RESTORE`], decoded (by any driver); every column may be
-/// NULL ([`keys::LOOKUP_RESTORE`] answers a row of NULLs when there is no key).
+/// The row of `idempotency_keys/lookup.sql` or `idempotency_keys/lookup_restore.sql`, decoded (by any driver); every column may be
+/// NULL (`idempotency_keys/lookup_restore.sql` answers a row of NULLs when there is no key).
 pub struct FoundRow {
     pub fingerprint: Option<Vec<u8>>,
     pub state: Option<String>,

@@ -1,49 +1,11 @@
 //! `txoutbox_inbox`: record a received message in the receiving transaction, read the record a
 //! redelivery finds, prune expired records.
 
+use super::statements::inbox::{COUNT_EXPIRED, LOOKUP, PRUNE_EXPIRED, RECORD, TAKE_OVER};
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 
 use super::{Result, TxExecutor};
-
-/// Records message $2 of consumer $1, received now, for a window of $3 seconds, with outcome $5
-/// (`processed`, or `failed` with the error $6). Returns a row only when the record is new.
-///
-/// The primary key is the lock: a concurrent delivery of the same id waits on this insert until
-/// the first transaction ends (then finds its record, or, after a rollback, inserts its own). A
-/// redelivery of a committed message waits for nothing and locks nothing (`DO NOTHING`), so a
-/// storm of redeliveries does not queue up behind itself. The wait is bounded by $4 (a
-/// `lock_timeout`, as Postgres reads it: `2000ms`): the caller's timeout is saved and ours set
-/// in the values, evaluated before the insert can wait, and restored by RETURNING, or by
-/// [`LOOKUP`] when no row comes back; a wait that times out aborts the transaction, and the
-/// setting dies with it. Under REPEATABLE READ or SERIALIZABLE a record committed after the
-/// transaction's snapshot makes Postgres refuse the insert (40001).
-const RECORD: &str = "INSERT INTO txoutbox_inbox \
-     (consumer, message_id, received_at, expires_at, outcome, error) \
-     VALUES ($1, $2, now(), now() + make_interval(secs => $3), \
-         CASE WHEN set_config('lock_timeout', CASE WHEN set_config( \
-             'txoutbox.saved_lock_timeout', current_setting('lock_timeout'), true) \
-             IS NULL THEN $4 ELSE $4 END, true) IS NULL THEN $5 ELSE $5 END, $6) \
-     ON CONFLICT (consumer, message_id) DO NOTHING \
-     RETURNING received_at, \
-         set_config('lock_timeout', current_setting('txoutbox.saved_lock_timeout'), true)";
-
-/// The record of message $2 of consumer $1 behind [`RECORD`] (which found one), restoring the
-/// caller's lock timeout: always one row, its columns NULL when there is no record (it was
-/// pruned meanwhile); `live` is false for an expired record.
-const LOOKUP: &str = "SELECT i.received_at, i.outcome, i.expires_at > now() AS live, \
-     set_config('lock_timeout', current_setting('txoutbox.saved_lock_timeout'), true) \
-     FROM (SELECT 1) AS one LEFT JOIN txoutbox_inbox i ON i.consumer = $1 AND i.message_id = $2";
-
-/// Takes over the expired record of message $2 of consumer $1 (the message is new again):
-/// received now, for $3 seconds, outcome $4, error $5. No row when a concurrent delivery took it
-/// over first (READ COMMITTED re-reads the row it waited for, and finds it live).
-const TAKE_OVER: &str = "UPDATE txoutbox_inbox SET received_at = now(), \
-         expires_at = now() + make_interval(secs => $3), outcome = $4, error = $5 \
-     WHERE consumer = $1 AND message_id = $2 AND expires_at <= now() RETURNING received_at";
-
-/// Counts the expired records (what a purge deletes).
-const COUNT_EXPIRED: &str = "SELECT count(*) FROM txoutbox_inbox WHERE expires_at <= now()";
 
 /// A message to record.
 pub(crate) struct Record<'a> {
@@ -124,12 +86,6 @@ pub(crate) async fn record(tx: &impl TxExecutor, r: &Record<'_>) -> Result<Recor
         _ => Ok(Recorded::Vanished),
     }
 }
-
-/// Deletes one bounded batch ($1) of expired records, oldest first; skips records a delivery
-/// holds right now.
-const PRUNE_EXPIRED: &str = "DELETE FROM txoutbox_inbox WHERE (consumer, message_id) IN ( \
-     SELECT consumer, message_id FROM txoutbox_inbox WHERE expires_at <= now() \
-     ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING 1";
 
 /// Deletes up to `batch` expired records; returns how many.
 pub(crate) async fn prune_expired(conn: &impl TxExecutor, batch: i64) -> Result<u64> {

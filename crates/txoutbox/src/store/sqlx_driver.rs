@@ -17,8 +17,9 @@ use sqlx_core::transaction::TransactionManager;
 
 use super::driver::{locked, FoundRow, LockRow};
 use super::driver::{BusinessRows, Committing, Statements, StoreError, StoreResult};
-use super::keys::{self, ClaimKey, CompleteKey, Locked, Refused};
-use super::messages::{self, Inserted, MessageColumns};
+use super::keys::{ClaimKey, CompleteKey, Locked, Refused};
+use super::messages::{Inserted, MessageColumns};
+use super::statements::{self, idempotency_keys};
 
 /// A sqlx error as the library's: unreachable (503), a conflict (409), or the database's.
 pub(crate) fn error(e: sqlx::Error) -> crate::Error {
@@ -59,15 +60,15 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// The key's lock, then the lookup behind it (two round trips; [`keys::LOCK_WAIT`] and
-/// [`keys::LOOKUP_RESTORE`] when another request holds the lock).
+/// The key's lock, then the lookup behind it (two round trips; `idempotency_keys/lock_wait.sql` and
+/// `idempotency_keys/lookup_restore.sql` when another request holds the lock).
 async fn lock_and_lookup(
     conn: &mut PgConnection,
     scope: &str,
     key: &str,
     lock_timeout: &str,
 ) -> StoreResult<Option<Locked>> {
-    let tried = sqlx::query(keys::LOCK_TRY)
+    let tried = sqlx::query(idempotency_keys::LOCK_TRY)
         .bind(scope)
         .bind(key)
         .fetch_optional(&mut *conn)
@@ -76,14 +77,14 @@ async fn lock_and_lookup(
         return Ok(None);
     };
     let (lock, found) = if tried.try_get::<bool, _>(0)? {
-        let found = sqlx::query(keys::LOOKUP)
+        let found = sqlx::query(idempotency_keys::LOOKUP)
             .bind(scope)
             .bind(key)
             .fetch_optional(&mut *conn)
             .await?;
         (tried, found)
     } else {
-        let waited = sqlx::query(keys::LOCK_WAIT)
+        let waited = sqlx::query(idempotency_keys::LOCK_WAIT)
             .bind(scope)
             .bind(key)
             .bind(lock_timeout)
@@ -92,7 +93,7 @@ async fn lock_and_lookup(
         let Some(waited) = waited else {
             return Ok(None);
         };
-        let found = sqlx::query(keys::LOOKUP_RESTORE)
+        let found = sqlx::query(idempotency_keys::LOOKUP_RESTORE)
             .bind(scope)
             .bind(key)
             .fetch_optional(&mut *conn)
@@ -119,7 +120,7 @@ async fn lock_and_lookup(
 }
 
 async fn claim_key(conn: &mut PgConnection, claim: &ClaimKey<'_>) -> StoreResult<bool> {
-    let rows = sqlx::query(keys::CLAIM)
+    let rows = sqlx::query(idempotency_keys::CLAIM)
         .bind(claim.scope)
         .bind(claim.key)
         .bind(claim.fingerprint)
@@ -175,7 +176,7 @@ async fn complete_key(
 }
 
 async fn insert_messages(conn: &mut PgConnection, rows: &MessageColumns) -> StoreResult<Inserted> {
-    let inserted = bind_columns(sqlx::query(messages::INSERT), rows)
+    let inserted = bind_columns(sqlx::query(statements::messages::INSERT), rows)
         .fetch_all(&mut *conn)
         .await?;
     let mut written = Inserted {
@@ -190,7 +191,7 @@ async fn insert_messages(conn: &mut PgConnection, rows: &MessageColumns) -> Stor
 }
 
 async fn lock_ordering_keys(conn: &mut PgConnection, keys: &[&str]) -> StoreResult<()> {
-    sqlx::query(messages::LOCK_ORDERING_KEYS)
+    sqlx::query(statements::messages::LOCK_ORDERING_KEYS)
         .bind(keys)
         .execute(&mut *conn)
         .await?;
@@ -198,7 +199,9 @@ async fn lock_ordering_keys(conn: &mut PgConnection, keys: &[&str]) -> StoreResu
 }
 
 async fn notify(conn: &mut PgConnection) -> StoreResult<()> {
-    sqlx::query(super::wake::NOTIFY).execute(&mut *conn).await?;
+    sqlx::query(statements::session::NOTIFY)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
