@@ -7,7 +7,8 @@
 //! several says so in its comment); `session/` holds those about no table (advisory locks,
 //! settings, the wake-up channel). Each file opens with `--` lines: what it does, why it is shaped
 //! so, then `-- Parameters:` and one `-- $N name: type` line per parameter (`-- Parameters:
-//! none.` when it takes none), which the tests read to prepare it with those types.
+//! none.` when it takes none), which the tests read to prepare it with those types. The header
+//! stays in the file: the constants hold the statement alone ([`statement`]), the text sent.
 //!
 //! No statement is built at run time. Those that differ by a part are listed as each of their
 //! variants, whole: the six ways to store a key (`idempotency_keys/complete_*`: insert, take over
@@ -19,8 +20,25 @@
 //! header names exactly the parameters its statement uses, and that every statement prepares
 //! against the latest schema.
 
-/// Declares, for each table folder, a module of constants (one per statement, its file's text)
-/// and the registry of them all, named `<folder>/<file>` after their files.
+/// The statement of a `.sql` file: its text after the opening `--` lines (the header documents
+/// it; it is not sent with every execution, and `pg_stat_activity` shows the statement alone).
+pub(crate) const fn statement(file: &'static str) -> &'static str {
+    let bytes = file.as_bytes();
+    let mut at = 0;
+    while at + 1 < bytes.len() && bytes[at] == b'-' && bytes[at + 1] == b'-' {
+        while at < bytes.len() && bytes[at] != b'\n' {
+            at += 1;
+        }
+        at += 1;
+    }
+    if at > bytes.len() {
+        at = bytes.len();
+    }
+    file.split_at(at).1.trim_ascii()
+}
+
+/// Declares, for each table folder, a module of constants (one per statement, its file's
+/// [`statement`]) and the registry of them all, named `<folder>/<file>` after their files.
 macro_rules! statements {
     ($($folder:ident { $($name:ident = $file:literal,)* })*) => {
         $(
@@ -28,18 +46,22 @@ macro_rules! statements {
             pub(crate) mod $folder {
                 $(
                     #[doc = concat!("`", stringify!($folder), "/", $file, ".sql`.")]
-                    pub(crate) const $name: &str =
-                        include_str!(concat!("sql/", stringify!($folder), "/", $file, ".sql"));
+                    pub(crate) const $name: &str = super::statement(include_str!(concat!(
+                        "sql/", stringify!($folder), "/", $file, ".sql"
+                    )));
                 )*
             }
         )*
 
         /// Every statement of the core: its name (`<folder>/<file>`, the path of its file under
-        /// `store/sql/` without `.sql`) and its text. Read by the tests; the store's functions use
-        /// the constants.
+        /// `store/sql/` without `.sql`) and its file's text, header included. Read by the tests;
+        /// the store's functions use the constants.
         #[cfg_attr(not(test), allow(dead_code))]
         pub(crate) static STATEMENTS: &[(&str, &str)] = &[
-            $($((concat!(stringify!($folder), "/", $file), $folder::$name),)*)*
+            $($((
+                concat!(stringify!($folder), "/", $file),
+                include_str!(concat!("sql/", stringify!($folder), "/", $file, ".sql")),
+            ),)*)*
         ];
     };
 }

@@ -6,11 +6,14 @@ use std::path::Path;
 
 use tokio_postgres::types::Type;
 
-use super::STATEMENTS;
+use super::{statement, STATEMENTS};
 
-/// A statement's declared parameters: `(number, name, type)` from its `-- $N name: type` lines.
+/// A statement's declared parameters: `(number, name, type)` from the `-- $N name: type` lines
+/// of its `-- Parameters:` section (the end of its header).
 fn declared(sql: &str) -> Vec<(usize, String, String)> {
     sql.lines()
+        .take_while(|line| line.starts_with("--"))
+        .skip_while(|line| !line.starts_with("-- Parameters"))
         .filter_map(|line| line.strip_prefix("-- $"))
         .filter_map(|rest| {
             let (number, rest) = rest.split_once(' ')?;
@@ -140,6 +143,23 @@ fn a_header_that_misses_a_parameter_is_refused() {
 }
 
 #[test]
+fn the_text_sent_is_the_statement_without_its_header() {
+    assert_eq!(
+        statement("-- What.\n--\n-- Parameters: none.\nSELECT 1\n"),
+        "SELECT 1"
+    );
+    assert_eq!(statement("-- Only a header.\n"), "");
+    for (name, file) in STATEMENTS {
+        let sent = statement(file);
+        assert!(!sent.starts_with("--"), "{name}: its header would be sent");
+        assert!(
+            file.ends_with(&format!("{sent}\n")),
+            "{name}: not the file's end"
+        );
+    }
+}
+
+#[test]
 fn parts_shared_by_several_statements_read_the_same_in_each() {
     let text = |name: &str| {
         STATEMENTS
@@ -229,7 +249,7 @@ async fn every_statement_prepares_against_the_latest_schema() -> anyhow::Result<
                 Err(e) => failures.push(format!("{name}: ${n}: {e}")),
             }
         }
-        if let Err(e) = client.prepare_typed(sql, &types).await {
+        if let Err(e) = client.prepare_typed(statement(sql), &types).await {
             let detail = e
                 .as_db_error()
                 .map_or(e.to_string(), |d| d.message().to_owned());
