@@ -242,6 +242,9 @@ async fn a_signed_webhook_on_sqlx_is_applied_once_and_its_redelivery_is_a_duplic
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/webhooks", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, router).await });
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
     let (id, body) = ("msg_2aBcDe", br#"{"type":"order.paid"}"#);
     let mut statuses = Vec::new();
     for _ in 0..3 {
