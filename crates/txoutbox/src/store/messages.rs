@@ -124,6 +124,11 @@ macro_rules! claim_tail {
 /// destination none of whose rows were taken is not written: its bucket keeps accruing from its
 /// last refill, which gives the same tokens as writing the refill now.
 ///
+/// A half-open breaker's probe is a row never tried when one is due (the oldest due row else): a
+/// row that failed before says more about itself than about the downstream, and the rows due
+/// the longest behind an open breaker are the very ones whose failures opened it, so probing
+/// them first would keep a healthy destination shut, each failed probe doubling the cool-down.
+///
 /// The UPDATE commits at once: no lock is held while sinks run. `at_most_once` is cleared: it is
 /// set again, just before the call, only for an attempt that really starts ([`MARK_STARTED`]).
 /// Always returns one row at least: `parked` (rows parked) and `gates` (the bounded destinations'
@@ -160,7 +165,8 @@ const CLAIM: &str = concat!(
              ELSE f.open_until END - now())::float8 AS open_for \
      FROM flow f), \
  bound AS ( \
-     SELECT COALESCE(g.destination, l.destination) AS destination, least( \
+     SELECT COALESCE(g.destination, l.destination) AS destination, \
+         COALESCE(g.state = 'probe', false) AS probe, least( \
          CASE WHEN g.state IN ('paused', 'throttled', 'open', 'probing') THEN 0 \
              WHEN g.state = 'probe' THEN 1 ELSE $1 END, \
          COALESCE(floor(g.avail)::int8, $1), COALESCE(l.room, $1)) AS n \
@@ -182,7 +188,22 @@ const CLAIM: &str = concat!(
          ORDER BY m.next_attempt_at \
          LIMIT b.n \
          FOR UPDATE SKIP LOCKED) r \
-     WHERE b.n > 0), \
+     WHERE b.n > 0 AND NOT b.probe \
+     UNION ALL \
+     SELECT r.* FROM bound b CROSS JOIN LATERAL ( \
+         SELECT m.id, m.ordering_key, m.seq, m.next_attempt_at FROM txoutbox_messages m \
+         WHERE m.id = COALESCE( \
+             (SELECT f.id FROM txoutbox_messages f WHERE f.status = 'pending' \
+                 AND f.next_attempt_at <= now() AND f.id <> ALL($4::uuid[]) \
+                 AND f.destination = b.destination AND f.attempts = 0 \
+                 ORDER BY f.next_attempt_at LIMIT 1), \
+             (SELECT f.id FROM txoutbox_messages f WHERE f.status = 'pending' \
+                 AND f.next_attempt_at <= now() AND f.id <> ALL($4::uuid[]) \
+                 AND f.destination = b.destination \
+                 ORDER BY f.next_attempt_at LIMIT 1)) \
+             AND m.status = 'pending' AND m.next_attempt_at <= now() \
+         FOR UPDATE SKIP LOCKED) r \
+     WHERE b.n > 0 AND b.probe), \
  candidates AS (SELECT * FROM free UNION ALL SELECT * FROM bounded),",
     claim_tail!(),
     ", \
