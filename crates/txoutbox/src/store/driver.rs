@@ -15,6 +15,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 
+use super::inbox::{self, FoundRecord, Record};
 use super::keys::{self, ClaimKey, CompleteKey, Locked, Refused};
 use super::messages::{self, Inserted, MessageColumns};
 use super::{CommitExecutor, TxExecutor};
@@ -192,6 +193,27 @@ pub trait Statements: Send {
 
     /// The relays' wake-up hint, delivered at commit.
     fn notify(&mut self) -> impl Future<Output = StoreResult<()>> + Send + '_;
+
+    /// An inbox record inserted ([`statements::inbox::RECORD`](super::statements::inbox::RECORD)): its time when it is new, `None` when a
+    /// record holds the message id.
+    fn inbox_insert<'a>(
+        &'a mut self,
+        record: &'a Record<'a>,
+    ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a;
+
+    /// The record that holds a message id ([`statements::inbox::LOOKUP`](super::statements::inbox::LOOKUP)), restoring the lock timeout.
+    fn inbox_lookup<'a>(
+        &'a mut self,
+        consumer: &'a str,
+        message_id: &'a str,
+    ) -> impl Future<Output = StoreResult<Option<FoundRecord>>> + Send + 'a;
+
+    /// An expired record taken over ([`statements::inbox::TAKE_OVER`](super::statements::inbox::TAKE_OVER)): its new time, `None` when a
+    /// concurrent delivery took it first.
+    fn inbox_take_over<'a>(
+        &'a mut self,
+        record: &'a Record<'a>,
+    ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a;
 }
 
 /// A driver's part in `BusinessKey`: the service's own lookup of a key's row, and the
@@ -308,6 +330,31 @@ impl<T: TxExecutor> Statements for &T {
     fn notify(&mut self) -> impl Future<Output = StoreResult<()>> + Send + '_ {
         let tx: &T = self;
         async move { Ok(super::wake::notify(tx).await?) }
+    }
+
+    fn inbox_insert<'a>(
+        &'a mut self,
+        record: &'a Record<'a>,
+    ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a {
+        let tx: &'a T = self;
+        async move { Ok(inbox::insert(tx, record).await?) }
+    }
+
+    fn inbox_lookup<'a>(
+        &'a mut self,
+        consumer: &'a str,
+        message_id: &'a str,
+    ) -> impl Future<Output = StoreResult<Option<FoundRecord>>> + Send + 'a {
+        let tx: &'a T = self;
+        async move { Ok(inbox::lookup(tx, consumer, message_id).await?) }
+    }
+
+    fn inbox_take_over<'a>(
+        &'a mut self,
+        record: &'a Record<'a>,
+    ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a {
+        let tx: &'a T = self;
+        async move { Ok(inbox::take_over(tx, record).await?) }
     }
 }
 

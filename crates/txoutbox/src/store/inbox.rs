@@ -5,10 +5,11 @@ use super::statements::inbox::{COUNT_EXPIRED, LOOKUP, PRUNE_EXPIRED, RECORD, TAK
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 
+use super::driver::{Statements, StoreResult};
 use super::{Result, TxExecutor};
 
 /// A message to record.
-pub(crate) struct Record<'a> {
+pub struct Record<'a> {
     pub consumer: &'a str,
     pub message_id: &'a str,
     /// The window, in seconds.
@@ -18,6 +19,13 @@ pub(crate) struct Record<'a> {
     /// `processed`, or `failed` with `error`.
     pub outcome: &'a str,
     pub error: Option<&'a str>,
+}
+
+/// The row of [`LOOKUP`], decoded (by any driver): every column NULL when there is no record.
+pub struct FoundRecord {
+    pub received_at: Option<DateTime<Utc>>,
+    pub outcome: Option<String>,
+    pub live: Option<bool>,
 }
 
 /// What [`record`] found.
@@ -32,9 +40,28 @@ pub(crate) enum Recorded {
 }
 
 /// Records a message ([`RECORD`]), or reads the live record that holds its id ([`LOOKUP`]), or
-/// takes over an expired one ([`TAKE_OVER`]). The error of a lock timeout or a serialization
-/// failure is the database's, for the caller to read its SQLSTATE.
-pub(crate) async fn record(tx: &impl TxExecutor, r: &Record<'_>) -> Result<Recorded> {
+/// takes over an expired one ([`TAKE_OVER`]), on any driver of the write path. The error of a
+/// lock timeout or a serialization failure is the database's, for the caller to read its
+/// SQLSTATE.
+pub(crate) async fn record(tx: &mut impl Statements, r: &Record<'_>) -> StoreResult<Recorded> {
+    if let Some(received) = tx.inbox_insert(r).await? {
+        return Ok(Recorded::New(received));
+    }
+    let Some(found) = tx.inbox_lookup(r.consumer, r.message_id).await? else {
+        return Ok(Recorded::Vanished);
+    };
+    match (found.received_at, found.outcome, found.live) {
+        (Some(received), Some(outcome), Some(true)) => Ok(Recorded::Found(received, outcome)),
+        (Some(_), Some(_), Some(false)) => match tx.inbox_take_over(r).await? {
+            Some(received) => Ok(Recorded::New(received)),
+            None => Ok(Recorded::Vanished),
+        },
+        _ => Ok(Recorded::Vanished),
+    }
+}
+
+/// [`RECORD`] on tokio-postgres: the time of a new record, `None` when one holds the id.
+pub(crate) async fn insert(tx: &impl TxExecutor, r: &Record<'_>) -> Result<Option<DateTime<Utc>>> {
     let rows = tx
         .rows(
             RECORD,
@@ -48,43 +75,50 @@ pub(crate) async fn record(tx: &impl TxExecutor, r: &Record<'_>) -> Result<Recor
             ],
         )
         .await?;
-    if let Some(row) = rows.first() {
-        return Ok(Recorded::New(row.try_get(0)?));
-    }
+    rows.first().map(|row| row.try_get(0)).transpose()
+}
+
+/// [`LOOKUP`] on tokio-postgres.
+pub(crate) async fn lookup(
+    tx: &impl TxExecutor,
+    consumer: &str,
+    message_id: &str,
+) -> Result<Option<FoundRecord>> {
     let rows = tx
         .rows(
             LOOKUP,
-            &[(&r.consumer, Type::TEXT), (&r.message_id, Type::TEXT)],
+            &[(&consumer, Type::TEXT), (&message_id, Type::TEXT)],
         )
         .await?;
     let Some(row) = rows.first() else {
-        return Ok(Recorded::Vanished);
+        return Ok(None);
     };
-    let received: Option<DateTime<Utc>> = row.try_get(0)?;
-    let outcome: Option<String> = row.try_get(1)?;
-    let live: Option<bool> = row.try_get(2)?;
-    match (received, outcome, live) {
-        (Some(received), Some(outcome), Some(true)) => Ok(Recorded::Found(received, outcome)),
-        (Some(_), Some(_), Some(false)) => {
-            let rows = tx
-                .rows(
-                    TAKE_OVER,
-                    &[
-                        (&r.consumer, Type::TEXT),
-                        (&r.message_id, Type::TEXT),
-                        (&r.window_secs, Type::FLOAT8),
-                        (&r.outcome, Type::TEXT),
-                        (&r.error, Type::TEXT),
-                    ],
-                )
-                .await?;
-            match rows.first() {
-                Some(row) => Ok(Recorded::New(row.try_get(0)?)),
-                None => Ok(Recorded::Vanished),
-            }
-        }
-        _ => Ok(Recorded::Vanished),
-    }
+    Ok(Some(FoundRecord {
+        received_at: row.try_get(0)?,
+        outcome: row.try_get(1)?,
+        live: row.try_get(2)?,
+    }))
+}
+
+/// [`TAKE_OVER`] on tokio-postgres: the time of the record taken over, `None` when a concurrent
+/// delivery took it first.
+pub(crate) async fn take_over(
+    tx: &impl TxExecutor,
+    r: &Record<'_>,
+) -> Result<Option<DateTime<Utc>>> {
+    let rows = tx
+        .rows(
+            TAKE_OVER,
+            &[
+                (&r.consumer, Type::TEXT),
+                (&r.message_id, Type::TEXT),
+                (&r.window_secs, Type::FLOAT8),
+                (&r.outcome, Type::TEXT),
+                (&r.error, Type::TEXT),
+            ],
+        )
+        .await?;
+    rows.first().map(|row| row.try_get(0)).transpose()
 }
 
 /// Deletes up to `batch` expired records; returns how many.

@@ -10,6 +10,7 @@
 
 use std::future::Future;
 
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{Postgres, Row};
@@ -20,6 +21,7 @@ use super::driver::{BusinessRows, Committing, Statements, StoreError, StoreResul
 use super::keys::{ClaimKey, CompleteKey, Locked, Refused};
 use super::messages::{Inserted, MessageColumns};
 use super::statements::{self, idempotency_keys};
+use super::inbox::{FoundRecord, Record};
 
 /// A sqlx error as the library's: unreachable (503), a conflict (409), or the database's.
 pub(crate) fn error(e: sqlx::Error) -> crate::Error {
@@ -205,6 +207,57 @@ async fn notify(conn: &mut PgConnection) -> StoreResult<()> {
     Ok(())
 }
 
+async fn inbox_insert(
+    conn: &mut PgConnection,
+    r: &Record<'_>,
+) -> StoreResult<Option<DateTime<Utc>>> {
+    let row = sqlx::query(statements::inbox::RECORD)
+        .bind(r.consumer)
+        .bind(r.message_id)
+        .bind(r.window_secs)
+        .bind(r.lock_timeout)
+        .bind(r.outcome)
+        .bind(r.error)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(row.map(|row| row.try_get(0)).transpose()?)
+}
+
+async fn inbox_lookup(
+    conn: &mut PgConnection,
+    consumer: &str,
+    message_id: &str,
+) -> StoreResult<Option<FoundRecord>> {
+    let row = sqlx::query(statements::inbox::LOOKUP)
+        .bind(consumer)
+        .bind(message_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    Ok(Some(FoundRecord {
+        received_at: row.try_get(0)?,
+        outcome: row.try_get(1)?,
+        live: row.try_get(2)?,
+    }))
+}
+
+async fn inbox_take_over(
+    conn: &mut PgConnection,
+    r: &Record<'_>,
+) -> StoreResult<Option<DateTime<Utc>>> {
+    let row = sqlx::query(statements::inbox::TAKE_OVER)
+        .bind(r.consumer)
+        .bind(r.message_id)
+        .bind(r.window_secs)
+        .bind(r.outcome)
+        .bind(r.error)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(row.map(|row| row.try_get(0)).transpose()?)
+}
+
 /// The statements on a sqlx connection inside a transaction: the same for a bare connection and
 /// a `sqlx::Transaction` (each derefs to the connection).
 macro_rules! statements_on {
@@ -250,6 +303,28 @@ macro_rules! statements_on {
 
             fn notify(&mut self) -> impl Future<Output = StoreResult<()>> + Send + '_ {
                 notify(self)
+            }
+
+            fn inbox_insert<'a>(
+                &'a mut self,
+                record: &'a Record<'a>,
+            ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a {
+                inbox_insert(self, record)
+            }
+
+            fn inbox_lookup<'a>(
+                &'a mut self,
+                consumer: &'a str,
+                message_id: &'a str,
+            ) -> impl Future<Output = StoreResult<Option<FoundRecord>>> + Send + 'a {
+                inbox_lookup(self, consumer, message_id)
+            }
+
+            fn inbox_take_over<'a>(
+                &'a mut self,
+                record: &'a Record<'a>,
+            ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a {
+                inbox_take_over(self, record)
             }
         }
     };
