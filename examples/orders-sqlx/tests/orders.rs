@@ -232,3 +232,13 @@ async fn a_missing_order_is_a_404_problem() -> anyhow::Result<()> {
     problem(s.orders.get("%00").await?, 404).await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_over_the_limit_is_a_413_problem() -> anyhow::Result<()> {
+    let s = LocalService::start().await?;
+    let mut big = common::order();
+    big["customer_id"] = json!("c".repeat(orders_sqlx::MAX_BODY_BYTES));
+    problem(s.orders.post(&common::key(), &big).await?, 413).await?;
+    assert_eq!(count(&s.client, "orders").await?, 0);
+    Ok(())
+}
