@@ -379,16 +379,16 @@ async fn next_hop(
     let pg = txoutbox::pg::PgConfig::parse(&peers.database_url)?;
     let (db, connection) = pg.connect().await?;
     tokio::spawn(txoutbox::pg::drive(connection));
+    let delivered = txoutbox::admin::MessageFilter {
+        status: Some(txoutbox::admin::MessageStatus::Delivered),
+        destination: Some(crate::SHIPPING_DESTINATION.to_owned()),
+        downstream_key: Some(webhook_id.clone()),
+        ..Default::default()
+    };
     let attempts = loop {
-        let row = db
-            .query_opt(
-                "SELECT attempts FROM txoutbox_delivered WHERE destination = $1 \
-                 AND downstream_key = $2",
-                &[&crate::SHIPPING_DESTINATION, &webhook_id],
-            )
-            .await?;
-        if let Some(row) = row {
-            break Some(row.try_get(0)?);
+        let rows = txoutbox::admin::list_messages(&db, &delivered).await?;
+        if let Some(row) = rows.first() {
+            break Some(row.attempts);
         }
         if Instant::now() > deadline {
             break None;
