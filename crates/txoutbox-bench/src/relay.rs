@@ -233,13 +233,13 @@ async fn delete_drain(client: &tokio_postgres::Client, batch: usize, rows: i64) 
 async fn relay_drain(db: &TestDb, batch: usize, rows: i64, prepared: bool) -> Result<f64> {
     let sink = NoopSink::default();
     let relay = Relay::builder(db.config()?)
-        .config(RelayConfig {
-            batch_size: batch,
-            concurrency: batch * 4,
-            poll_interval: Duration::from_millis(50),
-            prepared_statements: prepared,
-            ..RelayConfig::default()
-        })
+        .config(
+            RelayConfig::default()
+                .with_batch_size(batch)
+                .with_concurrency(batch * 4)
+                .with_poll_interval(Duration::from_millis(50))
+                .with_prepared_statements(prepared),
+        )
         .sink("noop", sink.clone())
         .build()?;
     let observer = db.connect().await?;

@@ -218,23 +218,21 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         ),
         None => None,
     };
-    let mut config = RelayConfig {
-        batch_size: args.batch_size,
-        concurrency: args.concurrency,
-        lease: args.lease,
-        poll_interval: args.poll_interval,
-        wake: if args.poll_only {
+    let mut config = RelayConfig::default()
+        .with_batch_size(args.batch_size)
+        .with_concurrency(args.concurrency)
+        .with_lease(args.lease)
+        .with_poll_interval(args.poll_interval)
+        .with_wake(if args.poll_only {
             WakeMode::PollOnly
         } else {
             WakeMode::ListenAndPoll
-        },
-        shutdown_grace: args.shutdown_grace,
-        sample_interval: args.observability.sample_interval,
-        heartbeat_interval: args.heartbeat,
-        ..RelayConfig::default()
-    };
+        })
+        .with_shutdown_grace(args.shutdown_grace)
+        .with_sample_interval(args.observability.sample_interval)
+        .with_heartbeat_interval(args.heartbeat);
     if let Some(owner) = &args.owner {
-        config.owner = owner.clone();
+        config = config.with_owner(owner.clone());
     }
     let retry = RetryPolicy {
         base: args.retry_base,
