@@ -379,12 +379,15 @@ fn answer(
         return Ok(in_flight(scope));
     };
     let headers: Vec<(String, String)> = serde_json::from_str(&headers).map_err(|e| {
-        Error::Undecodable(format!(
-            "the stored response headers of key {:?} in scope {:?} are not a JSON array of \
-             [name, value] pairs ({e}); the key row was written by another program or by hand",
-            key.as_str(),
-            scope.name
-        ))
+        Error::undecodable(
+            format!(
+                "the stored response headers of key {:?} in scope {:?} are not a JSON array of \
+                 [name, value] pairs ({e}); the key row was written by another program or by hand",
+                key.as_str(),
+                scope.name
+            ),
+            e,
+        )
     })?;
     count(IDEMPOTENCY_REPLAYS, scope);
     Ok(Begin::Replay(StoredResponse {
@@ -635,11 +638,12 @@ fn refused(e: StoreError) -> Error {
             "the claimed key is not in this transaction (was it begun on another connection?)"
                 .into(),
         ),
-        Some(keys::Refused::StoredConcurrently) => Error::Conflict(
-            "a concurrent request that took no key lock stored this key first; a retry gets its \
-             answer"
+        Some(keys::Refused::StoredConcurrently) => Error::Conflict {
+            message: "a concurrent request that took no key lock stored this key first; a retry \
+                      gets its answer"
                 .into(),
-        ),
+            source: e.into_source(),
+        },
         Some(keys::Refused::Savepoint) => Error::Internal(
             "Claim::commit was given a savepoint or a transaction with one open, whose COMMIT \
              would end the outer transaction too: the whole transaction was rolled back, and its \

@@ -64,6 +64,7 @@ impl Receipt {
 
 /// Why an attempt did not deliver, and what the relay should do about it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DeliveryError {
     /// Try again later with the same key (timeouts, connection errors, 429, 5xx, SMTP 4xx).
     /// `retry_after` overrides the backoff when the downstream said when to come back.
@@ -219,6 +220,7 @@ pub trait Sink: Send + Sync + 'static {
 
 /// What an attempt came to, as handed to a [`CompletionHook`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Completion {
     /// The downstream accepted the message.
     Delivered(Receipt),

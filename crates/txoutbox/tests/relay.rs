@@ -1004,6 +1004,7 @@ impl CompletionHook for MarkCharge {
         let status = match completion {
             Completion::Delivered(_) => "succeeded",
             Completion::DeadLettered(_) => "failed",
+            other => return Err(format!("a completion this hook does not know: {other:?}").into()),
         };
         tx.execute(
             "UPDATE charges SET status = $1 WHERE key = $2",

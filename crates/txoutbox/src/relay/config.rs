@@ -20,6 +20,7 @@ pub use policy::{Breaker, DestinationPolicy, FlowControl, RateLimit, Semantics};
 
 /// How the relay learns of new rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WakeMode {
     /// LISTEN for the write path's hint, and poll as a fallback.
     ListenAndPoll,

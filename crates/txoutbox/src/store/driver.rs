@@ -35,6 +35,17 @@ pub enum StoreError {
 pub type StoreResult<T> = std::result::Result<T, StoreError>;
 
 impl StoreError {
+    /// The driver's error, as the source of the library's error; none for a refusal of
+    /// txoutbox's own made before anything was sent.
+    pub(crate) fn into_source(self) -> Option<Box<dyn std::error::Error + Send + Sync + 'static>> {
+        match self {
+            StoreError::Postgres(e) => Some(Box::new(e)),
+            #[cfg(feature = "sqlx")]
+            StoreError::Sqlx(e) => Some(Box::new(e)),
+            StoreError::Refused(_) => None,
+        }
+    }
+
     /// The SQLSTATE of the server's answer, if it is one.
     pub(crate) fn code(&self) -> Option<String> {
         match self {

@@ -33,7 +33,12 @@ pub(crate) fn error(e: sqlx::Error) -> crate::Error {
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed
-        | sqlx::Error::BeginFailed => return crate::Error::StoreUnavailable(e.to_string()),
+        | sqlx::Error::BeginFailed => {
+            return crate::Error::StoreUnavailable {
+                message: e.to_string(),
+                source: Some(Box::new(e)),
+            }
+        }
         _ => {
             return crate::Error::Driver {
                 message: e.to_string(),
@@ -42,10 +47,16 @@ pub(crate) fn error(e: sqlx::Error) -> crate::Error {
         }
     };
     if matches!(code.as_str(), "40001" | "40P01") {
-        return crate::Error::Conflict(message);
+        return crate::Error::Conflict {
+            message,
+            source: Some(Box::new(e)),
+        };
     }
     if code.starts_with("08") || matches!(code.as_str(), "57P01" | "57P02" | "57P03" | "53300") {
-        return crate::Error::StoreUnavailable(message);
+        return crate::Error::StoreUnavailable {
+            message,
+            source: Some(Box::new(e)),
+        };
     }
     crate::Error::Driver {
         message: crate::error::server_message(&code, &message),
