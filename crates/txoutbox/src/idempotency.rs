@@ -7,8 +7,7 @@
 //! retry runs the request again.
 
 pub use crate::downstream_key::{derive_downstream_key, DOWNSTREAM_KEY_NAMESPACE};
-pub use crate::key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
-pub use crate::store::driver::{CommitTx, WriteTx};
+pub use crate::key::{KeyError, MAX_KEY_LEN};
 pub use crate::store::{CommitExecutor, Params, TxExecutor};
 pub use row::{BusinessKey, RowBegin, RowClaim};
 
@@ -18,8 +17,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use crate::downstream_key::{check_downstream_key, derive_claim_downstream_key};
+use crate::key::IdempotencyKey;
 use crate::outbox::{check_name, lock_ordering_keys, message_columns, ordering_keys, Enqueued};
-use crate::store::driver::StoreError;
+use crate::store::driver::{CommitTx, StoreError, WriteTx};
 use crate::store::keys;
 use crate::telemetry::{
     IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS, TRACEPARENT,
