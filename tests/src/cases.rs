@@ -9,11 +9,14 @@ use txoutbox::{Error, Scope};
 use txoutbox_test_support::request::db_with_orders;
 use txoutbox_test_support::{count, wait_for_count, Cluster, ClusterOptions, TestDb};
 
-use crate::{Driver, Finish, Outcome, Request, RowOutcome};
+use txoutbox::inbox::{derive_inbox_downstream_key, Consumer};
+
+use crate::{Delivery, Driver, Finish, Outcome, Request, RowOutcome};
 
 const ORDERS: &str = "orders";
 const MESSAGES: &str = "txoutbox_messages";
 const KEYS: &str = "txoutbox_idempotency_keys";
+const INBOX: &str = "txoutbox_inbox";
 
 /// A test database with the business tables `orders` and `charges`, a tokio-postgres client
 /// for the assertions, and a connection of the driver's.
@@ -276,6 +279,94 @@ pub async fn business_key_replays_the_first_row_and_refuses_another_request<D: D
     assert_eq!(
         counts(&client, &["charges", MESSAGES, KEYS]).await?,
         [1, 1, 0]
+    );
+    Ok(())
+}
+
+fn shipping() -> Result<Consumer> {
+    Ok(Consumer::new("shipping")?)
+}
+
+/// A new message: the handler runs once, its record and its onward effect commit with its row.
+pub async fn a_new_message_runs_the_handler_and_is_recorded<D: Driver>() -> Result<()> {
+    let (_db, client, mut conn) = setup::<D>().await?;
+    let delivery = D::deliver(&mut conn, &shipping()?, "msg_new").await?;
+    let Delivery::New(enqueued) = delivery else {
+        anyhow::bail!("a new message was answered {delivery:?}");
+    };
+    assert_eq!(enqueued.written().len(), 1);
+    assert_eq!(
+        counts(&client, &[ORDERS, MESSAGES, INBOX]).await?,
+        [1, 1, 1]
+    );
+    Ok(())
+}
+
+/// The same message again: a duplicate, the handler not run, nothing more written; another
+/// consumer has its own id space and applies it once too.
+pub async fn a_redelivered_message_is_a_duplicate<D: Driver>() -> Result<()> {
+    let (_db, client, mut conn) = setup::<D>().await?;
+    let first = D::deliver(&mut conn, &shipping()?, "msg_dup").await?;
+    assert!(matches!(first, Delivery::New(_)), "{first:?}");
+    for _ in 0..3 {
+        let again = D::deliver(&mut conn, &shipping()?, "msg_dup").await?;
+        assert!(matches!(again, Delivery::Duplicate), "{again:?}");
+    }
+    assert_eq!(
+        counts(&client, &[ORDERS, MESSAGES, INBOX]).await?,
+        [1, 1, 1]
+    );
+    let billing = D::deliver(&mut conn, &Consumer::new("billing")?, "msg_dup").await?;
+    assert!(matches!(billing, Delivery::New(_)), "{billing:?}");
+    assert_eq!(counts(&client, &[ORDERS, INBOX]).await?, [2, 2]);
+    Ok(())
+}
+
+/// Fifty deliveries of one message at once: one handler run, one onward effect; every other
+/// delivery is a duplicate, or a conflict (409) after the lock timeout, never a second effect.
+pub async fn fifty_concurrent_deliveries_of_one_message_make_one_effect<D: Driver>() -> Result<()> {
+    let (db, client, _conn) = setup::<D>().await?;
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(50));
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let mut conn = D::connect(db.info()).await?;
+        let barrier = barrier.clone();
+        let consumer = shipping()?;
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            D::deliver(&mut conn, &consumer, "msg_fifty").await
+        }));
+    }
+    let mut new = 0;
+    for task in tasks {
+        match task.await?? {
+            Delivery::New(_) => new += 1,
+            Delivery::Duplicate => {}
+            Delivery::Failed(Error::Conflict { .. }) => {}
+            other => anyhow::bail!("a concurrent delivery was answered {other:?}"),
+        }
+    }
+    assert_eq!(new, 1);
+    assert_eq!(
+        counts(&client, &[ORDERS, MESSAGES, INBOX]).await?,
+        [1, 1, 1]
+    );
+    Ok(())
+}
+
+/// The onward effect's downstream key derives from (consumer, message id, effect): the
+/// documented rule, the same on every driver.
+pub async fn an_onward_effect_gets_the_key_derived_from_the_message<D: Driver>() -> Result<()> {
+    let (_db, client, mut conn) = setup::<D>().await?;
+    let delivery = D::deliver(&mut conn, &shipping()?, "msg_key").await?;
+    assert!(matches!(delivery, Delivery::New(_)), "{delivery:?}");
+    let row = client
+        .query_one("SELECT downstream_key FROM txoutbox_messages", &[])
+        .await?;
+    let key: String = row.try_get(0)?;
+    assert_eq!(
+        key,
+        derive_inbox_downstream_key("shipping", "msg_key", "ships-email")
     );
     Ok(())
 }

@@ -8,7 +8,9 @@ use txoutbox::idempotency::{BusinessKey, RowBegin};
 use txoutbox::{Begin, Error, IdempotencyKey, OutboxMessage, Scope};
 use txoutbox_test_support::ConnInfo;
 
-use crate::{Driver, Finish, Outcome, Request, RowOutcome};
+use txoutbox::inbox::{self, Consumer, Receive};
+
+use crate::{ships_email, Delivery, Driver, Finish, Outcome, Request, RowOutcome};
 
 /// The business insert of every request.
 const INSERT_ORDER: &str = "INSERT INTO orders (note) VALUES ($1)";
@@ -136,6 +138,22 @@ macro_rules! tokio_business {
     }};
 }
 
+/// A delivery to the inbox on a tokio-postgres-shaped transaction.
+macro_rules! tokio_deliver {
+    ($tx:ident, $consumer:ident, $message_id:ident) => {{
+        let mut claim = match inbox::receive(&$tx, $consumer, $message_id).await {
+            Ok(Receive::New(claim)) => claim,
+            Ok(Receive::Duplicate { .. }) => return Ok(Delivery::Duplicate),
+            Err(e) => return Ok(Delivery::Failed(e)),
+        };
+        $tx.execute(INSERT_ORDER, &[&$message_id]).await?;
+        claim.enqueue("ships-email", ships_email()?)?;
+        let enqueued = claim.complete(&$tx).await?;
+        $tx.commit().await?;
+        Ok(Delivery::New(enqueued))
+    }};
+}
+
 /// tokio-postgres: `&tokio_postgres::Transaction` (unnamed statements, pipelined).
 pub struct TokioPostgres;
 
@@ -163,6 +181,14 @@ impl Driver for TokioPostgres {
     ) -> Result<RowOutcome> {
         let tx = conn.transaction().await?;
         tokio_business!(tx, key, amount)
+    }
+    async fn deliver(
+        conn: &mut Self::Conn,
+        consumer: &Consumer,
+        message_id: &str,
+    ) -> Result<Delivery> {
+        let tx = conn.transaction().await?;
+        tokio_deliver!(tx, consumer, message_id)
     }
 }
 
@@ -196,6 +222,14 @@ impl Driver for Deadpool {
     ) -> Result<RowOutcome> {
         let tx = conn.1.transaction().await?;
         tokio_business!(tx, key, amount)
+    }
+    async fn deliver(
+        conn: &mut Self::Conn,
+        consumer: &Consumer,
+        message_id: &str,
+    ) -> Result<Delivery> {
+        let tx = conn.1.transaction().await?;
+        tokio_deliver!(tx, consumer, message_id)
     }
 }
 
@@ -317,5 +351,26 @@ impl Driver for Sqlx {
             RowBegin::Mismatch => RowOutcome::Mismatch,
             RowBegin::InFlight => RowOutcome::InFlight,
         })
+    }
+
+    async fn deliver(
+        conn: &mut Self::Conn,
+        consumer: &Consumer,
+        message_id: &str,
+    ) -> Result<Delivery> {
+        let mut tx = conn.begin().await?;
+        let mut claim = match inbox::receive(&mut tx, consumer, message_id).await {
+            Ok(Receive::New(claim)) => claim,
+            Ok(Receive::Duplicate { .. }) => return Ok(Delivery::Duplicate),
+            Err(e) => return Ok(Delivery::Failed(e)),
+        };
+        sqlx::query(INSERT_ORDER)
+            .bind(message_id)
+            .execute(&mut *tx)
+            .await?;
+        claim.enqueue("ships-email", ships_email()?)?;
+        let enqueued = claim.complete(&mut tx).await?;
+        tx.commit().await?;
+        Ok(Delivery::New(enqueued))
     }
 }

@@ -13,6 +13,7 @@ pub mod drivers;
 
 use std::future::Future;
 
+use txoutbox::inbox::Consumer;
 use txoutbox::{
     Enqueued, Error, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
@@ -147,4 +148,32 @@ pub trait Driver: 'static {
         key: &IdempotencyKey,
         amount: i64,
     ) -> impl Future<Output = anyhow::Result<RowOutcome>> + Send;
+
+    /// One delivery of message `message_id` to `consumer`'s inbox, in a new transaction on
+    /// `conn`: a new message inserts a row in `orders` (its note the message id), enqueues one
+    /// email on the claim (effect `ships-email`), completes the claim and commits.
+    fn deliver(
+        conn: &mut Self::Conn,
+        consumer: &Consumer,
+        message_id: &str,
+    ) -> impl Future<Output = anyhow::Result<Delivery>> + Send;
+}
+
+/// What [`Driver::deliver`] came to.
+#[derive(Debug)]
+pub enum Delivery {
+    /// The message was new: the handler ran, and these effects were written.
+    New(Enqueued),
+    /// The message was received before: nothing ran.
+    Duplicate,
+    /// txoutbox refused or failed (a concurrent delivery held the record: 409).
+    Failed(Error),
+}
+
+/// The onward effect of every delivery: one email.
+pub fn ships_email() -> anyhow::Result<OutboxMessage> {
+    Ok(OutboxMessage::new(
+        "email",
+        &serde_json::json!({"to": "a@example.com", "subject": "your order ships"}),
+    )?)
 }

@@ -181,3 +181,87 @@ async fn fifty_concurrent_requests_on_sqlx_make_one_order_and_one_set_of_effects
     assert_eq!(count(&client, "txoutbox_messages").await?, 2);
     Ok(())
 }
+
+/// `POST /webhooks` on sqlx: `SignedWebhook::receive(&mut tx)` opens the inbox in a sqlx
+/// transaction; the onward effect is enqueued on the claim with `complete(&mut tx)`.
+async fn receive_webhook(
+    State(pool): State<sqlx::PgPool>,
+    hook: txoutbox_axum::SignedWebhook,
+) -> Result<Response, Problem> {
+    let mut tx = pool.begin().await?;
+    let mut claim = match hook.receive(&mut tx).await? {
+        txoutbox_axum::Received::New(claim) => claim,
+        txoutbox_axum::Received::Duplicate(answer) => return Ok(answer),
+    };
+    sqlx::query("INSERT INTO orders (note) VALUES ($1)")
+        .bind(hook.id())
+        .execute(&mut *tx)
+        .await?;
+    claim.enqueue(
+        "email",
+        OutboxMessage::new("email", &json!({"id": hook.id()}))?,
+    )?;
+    claim.complete(&mut tx).await?;
+    tx.commit().await?;
+    Ok(axum::response::IntoResponse::into_response(
+        StatusCode::NO_CONTENT,
+    ))
+}
+
+#[tokio::test]
+async fn a_signed_webhook_on_sqlx_is_applied_once_and_its_redelivery_is_a_duplicate(
+) -> anyhow::Result<()> {
+    use txoutbox::standard_webhooks::{sign, unix_seconds, WebhookSecret};
+    let (db, client) = db_with_orders().await?;
+    let secret = WebhookSecret::from_bytes(b"a shared secret of the endpoint".to_vec())?;
+    let receiver = txoutbox_axum::WebhookReceiver::new(
+        txoutbox::inbox::Consumer::new("orders-hook")?,
+        secret.clone(),
+    );
+    #[derive(Clone)]
+    struct Hooks {
+        pool: sqlx::PgPool,
+        receiver: txoutbox_axum::WebhookReceiver,
+    }
+    impl axum::extract::FromRef<Hooks> for sqlx::PgPool {
+        fn from_ref(h: &Hooks) -> Self {
+            h.pool.clone()
+        }
+    }
+    impl axum::extract::FromRef<Hooks> for txoutbox_axum::WebhookReceiver {
+        fn from_ref(h: &Hooks) -> Self {
+            h.receiver.clone()
+        }
+    }
+    let router = Router::new()
+        .route("/webhooks", post(receive_webhook))
+        .with_state(Hooks {
+            pool: pool(db.info()).await?,
+            receiver,
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/webhooks", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let (id, body) = ("msg_2aBcDe", br#"{"type":"order.paid"}"#);
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let now = unix_seconds(std::time::SystemTime::now());
+        let response = reqwest::Client::new()
+            .post(&url)
+            .header("webhook-id", id)
+            .header("webhook-timestamp", now.to_string())
+            .header("webhook-signature", sign(&secret, id, now, body))
+            .body(body.to_vec())
+            .send()
+            .await?;
+        statuses.push(response.status().as_u16());
+    }
+    assert_eq!(statuses, [204, 200, 200]);
+    assert_eq!(count(&client, "orders").await?, 1);
+    assert_eq!(count(&client, "txoutbox_messages").await?, 1);
+    assert_eq!(count(&client, "txoutbox_inbox").await?, 1);
+    Ok(())
+}

@@ -21,6 +21,10 @@ macro_rules! conformance {
                 claim_commit_refuses_a_savepoint,
                 a_rollback_leaves_nothing,
                 business_key_replays_the_first_row_and_refuses_another_request,
+                a_new_message_runs_the_handler_and_is_recorded,
+                a_redelivered_message_is_a_duplicate,
+                fifty_concurrent_deliveries_of_one_message_make_one_effect,
+                an_onward_effect_gets_the_key_derived_from_the_message,
             );
         }
     )+};

@@ -11,12 +11,12 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRef, FromRequest, Request};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use txoutbox::idempotency::TxExecutor;
 use txoutbox::inbox::{self, Consumer, InboxClaim, Receive};
 use txoutbox::standard_webhooks::{
     verify_with, VerifyError, WebhookSecret, TIMESTAMP_TOLERANCE, WEBHOOK_ID, WEBHOOK_SIGNATURE,
     WEBHOOK_TIMESTAMP,
 };
+use txoutbox::WriteTx;
 
 use crate::Problem;
 
@@ -279,7 +279,11 @@ impl SignedWebhook {
     /// A concurrent delivery of the same id still running past the consumer's lock timeout is a
     /// 409 problem (the sender retries and then gets the duplicate's answer); an unreachable
     /// store 503.
-    pub async fn receive(&self, tx: &impl TxExecutor) -> Result<Received, Problem> {
+    ///
+    /// `tx` is the handler's transaction on any driver txoutbox speaks ([`WriteTx`]): `&tx` of a
+    /// deadpool or tokio-postgres transaction, `&mut tx` of a `sqlx::Transaction<'_, Postgres>`
+    /// (the `sqlx` feature); the claim's [`InboxClaim::complete`] takes the same.
+    pub async fn receive(&self, tx: impl WriteTx) -> Result<Received, Problem> {
         match inbox::receive(tx, &self.consumer, &self.id).await? {
             Receive::New(claim) => Ok(Received::New(claim)),
             Receive::Duplicate { first_received, .. } => {

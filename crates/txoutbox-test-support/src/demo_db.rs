@@ -46,4 +46,26 @@ impl DemoDatabase {
             admin.dbname()
         ))
     }
+
+    /// The URL of a second database `name` on the throwaway cluster, created if it is not
+    /// there (a second service of the demo gets a database of its own); `None` when
+    /// `DATABASE_URL` was given (the caller decides where that service goes).
+    pub async fn create_database(&self, name: &str) -> Result<Option<String>> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(None);
+        };
+        let admin = cluster.admin();
+        let client = admin.connect().await?;
+        let exists = client
+            .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name])
+            .await?
+            .is_some();
+        if !exists {
+            let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+            client
+                .batch_execute(&format!("CREATE DATABASE {quoted}"))
+                .await?;
+        }
+        Ok(Some(admin.with_dbname(name).url()))
+    }
 }

@@ -52,9 +52,8 @@ use crate::idempotency::{
     enqueue_context,
 };
 use crate::outbox::{check_name, enqueue, Enqueued, OutboxMessage};
-use crate::store::driver::StoreError;
+use crate::store::driver::{StoreError, WriteTx};
 use crate::store::inbox::{self as store, Recorded};
-use crate::store::TxExecutor;
 use crate::telemetry::Traceparent;
 
 /// The default window: a redelivery within 7 days of the first delivery is a duplicate. Longer
@@ -185,6 +184,10 @@ fn check_message_id(message_id: &str) -> Result<()> {
 /// Records `message_id` as received by `consumer` inside the caller's transaction, or finds
 /// that it was received before.
 ///
+/// `tx` is the caller's transaction on any driver of the write path ([`WriteTx`]): `&tx` of a
+/// tokio-postgres or deadpool transaction, `&mut tx` of a `sqlx::Transaction<'_, Postgres>` or
+/// `&mut *conn` of a `sqlx::PgConnection` inside a transaction (the `sqlx` feature).
+///
 /// The record commits with the caller's transaction: roll back (a handler error) and the message
 /// is new again for the redelivery. A concurrent delivery of the same id waits for this
 /// transaction (up to the consumer's lock timeout), then answers `Duplicate` if this one
@@ -196,13 +199,13 @@ fn check_message_id(message_id: &str) -> Result<()> {
 /// Fails with [`Error::Invalid`] for an empty message id, one over 255 bytes or one with control
 /// characters, before anything is written.
 pub async fn receive(
-    tx: &impl TxExecutor,
+    mut tx: impl WriteTx,
     consumer: &Consumer,
     message_id: &str,
 ) -> Result<Receive> {
     check_message_id(message_id)?;
     let timeout = format!("{}ms", consumer.lock_timeout.as_millis().max(1));
-    let recorded = store::record(tx, &consumer.record(message_id, &timeout, None)).await;
+    let recorded = store::record(&mut tx, &consumer.record(message_id, &timeout, None)).await;
     match recorded {
         Ok(Recorded::New(received_at)) => Ok(Receive::New(InboxClaim {
             consumer: consumer.name.clone(),
@@ -233,7 +236,7 @@ pub async fn receive(
 /// operator finds the error with the record. Returns false when the message already has a live
 /// record (it was processed meanwhile, or given up before). `error` is cut to 1 000 characters.
 pub async fn record_failure(
-    tx: &impl TxExecutor,
+    mut tx: impl WriteTx,
     consumer: &Consumer,
     message_id: &str,
     error: &str,
@@ -245,15 +248,17 @@ pub async fn record_failure(
         .filter(|c| *c != '\0')
         .take(1_000)
         .collect::<String>();
-    let recorded = store::record(tx, &consumer.record(message_id, &timeout, Some(&error)))
-        .await
-        .map_err(|e| conflict(e, message_id))?;
+    let recorded = store::record(
+        &mut tx,
+        &consumer.record(message_id, &timeout, Some(&error)),
+    )
+    .await
+    .map_err(|e| conflict(e, message_id))?;
     Ok(matches!(recorded, Recorded::New(_)))
 }
 
 /// The error of a record's statement: a wait given up or lost is a conflict (409).
-fn conflict(e: tokio_postgres::Error, message_id: &str) -> Error {
-    let e = StoreError::from(e);
+fn conflict(e: StoreError, message_id: &str) -> Error {
     if e.held_elsewhere() {
         return Error::Conflict {
             message: format!(
@@ -311,10 +316,10 @@ impl InboxClaim {
         self.received_at
     }
 
-    /// Writes the buffered effects in the caller's transaction (nothing when there are none);
-    /// the caller then commits. An effect whose (destination, downstream key) is still in the
+    /// Writes the buffered effects in the caller's transaction (nothing when there are none),
+    /// on any driver ([`WriteTx`]: `&tx`, or `&mut tx` on sqlx); the caller then commits. An effect whose (destination, downstream key) is still in the
     /// outbox is skipped ([`Enqueued::skipped`]).
-    pub async fn complete(mut self, tx: &impl TxExecutor) -> Result<Enqueued> {
+    pub async fn complete(mut self, tx: impl WriteTx) -> Result<Enqueued> {
         if self.messages.is_empty() {
             return Ok(Enqueued::default());
         }

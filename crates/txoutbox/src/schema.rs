@@ -157,6 +157,7 @@ mod tests {
 
     #[test]
     fn the_history_statement_reads_refinerys_table() {
-        assert!(schema::VERSION.contains(crate::migrate::HISTORY_TABLE));
+        assert!(crate::store::statements::schema_history::VERSION
+            .contains(crate::migrate::HISTORY_TABLE));
     }
 }

@@ -1074,3 +1074,43 @@ async fn a_completion_hook_commits_with_the_completion() -> TestResult {
         .all(|d| d.downstream_key == "hook-0"));
     Ok(())
 }
+
+/// A relay stopped while its first heartbeat is still recording it (here: held up by another
+/// transaction writing the same owner) deletes its row after that beat, not before: no stale
+/// row is left behind by a clean stop.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_relay_stopped_during_its_first_heartbeat_leaves_no_row() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    let mut blocker = db.connect().await?;
+    let relay = db.relay()?.sink("email", RecordingSink::new()).build()?;
+    let owner = relay.owner().to_owned();
+    let hold = blocker.transaction().await?;
+    hold.execute(
+        "INSERT INTO txoutbox_relays (owner, host, pid, version, heartbeat_every) \
+         VALUES ($1, 'elsewhere', 1, '0', interval '5 s')",
+        &[&owner],
+    )
+    .await?;
+    let relay = RunningRelay::start(relay);
+    // The relay's INSERT of its row waits on the uncommitted one.
+    let waiting = wait_for_count(
+        &client,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO txoutbox_relays%'",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    assert_eq!(waiting, 1, "the relay's first heartbeat waits on the lock");
+    let stopping = tokio::spawn(relay.stop());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    hold.rollback().await?;
+    stopping.await??;
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM txoutbox_relays").await?,
+        0,
+        "the stopped relay's row is gone"
+    );
+    Ok(())
+}

@@ -1,6 +1,8 @@
 //! `charge-service --demo`: a charge request, the server killed mid-request (after its commit),
-//! the client retrying with the same key against a restarted server, the relay delivering, and a
-//! count of what exists. Also [`ServiceProcess`], the child process the demo and tests run.
+//! the client retrying with the same key against a restarted server, the relay delivering, the
+//! chain's next hop (the shipping service killed after its commit, the webhook redelivered with
+//! the same `webhook-id`), and a count of what exists. Also [`ServiceProcess`], the child
+//! process the demo and tests run.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,6 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use txoutbox_client::{IdempotentClient, RetryPolicy};
 use txoutbox_test_support::{fake_stripe::FakeStripe, DemoDatabase};
+
+use crate::chain::ShippingPeer;
 
 /// The service binary running as a child process; killed when dropped.
 #[derive(Debug)]
@@ -83,7 +87,7 @@ pub fn free_addr() -> anyhow::Result<SocketAddr> {
     Ok(listener.local_addr()?)
 }
 
-fn var(name: &str) -> Option<String> {
+pub(crate) fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
@@ -96,7 +100,7 @@ struct Peers {
     own_database: Option<String>,
     fake: Option<FakeStripe>,
     mail_dir: Option<PathBuf>,
-    _database: DemoDatabase,
+    database: DemoDatabase,
     _mail_tmp: Option<tempfile::TempDir>,
 }
 
@@ -128,7 +132,7 @@ impl Peers {
             own_database,
             fake,
             mail_dir,
-            _database: database,
+            database,
             _mail_tmp: mail_tmp,
         })
     }
@@ -180,14 +184,27 @@ pub async fn run_demo(keep: bool) -> anyhow::Result<()> {
     } else {
         println!("Dashboard: {dashboard} while the demo runs (--keep keeps it up)");
     }
+    let mut shipping = ShippingPeer::prepare(&peers.database, &mut peers.env).await?;
+    println!("   The shipping service starts with CRASH_AT=after_commit: it will die after committing its first shipment, before answering.");
+    shipping.start(true).await?;
     let mut story = play(&peers, addr, deadline).await?;
+    let hop = next_hop(&peers, &mut shipping, &story, deadline).await?;
     report(&peers, &story).await?;
+    report_hop(&hop);
     if keep {
+        println!("\nShipping service: {} (POST /webhooks)", shipping.url());
         keep_up(&peers, &story.server, &dashboard).await?;
     }
     story.server.kill().await?;
+    shipping.kill().await?;
     if story.shown["status"] != "succeeded" {
         bail!("the charge did not succeed: {}", story.shown);
+    }
+    if hop.shipments != 1 {
+        bail!(
+            "the shipping service made {} shipments, not 1",
+            hop.shipments
+        );
     }
     Ok(())
 }
@@ -330,6 +347,82 @@ async fn report(peers: &Peers, story: &Story) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the chain's next hop came to.
+struct Hop {
+    webhook_id: String,
+    /// The relay's attempts of the webhook row, once delivered (`None`: not delivered in time).
+    attempts: Option<i32>,
+    shipments: i64,
+    emails: Option<usize>,
+}
+
+/// Steps 7 and 8: the shipping service dies after its commit; restarted, it answers the relay's
+/// redelivery (same `webhook-id`) as a duplicate.
+async fn next_hop(
+    peers: &Peers,
+    shipping: &mut ShippingPeer,
+    story: &Story,
+    deadline: Instant,
+) -> anyhow::Result<Hop> {
+    let charge_id: uuid::Uuid = story.charge_id.parse()?;
+    let webhook_id = crate::shipping_webhook_id(charge_id)?;
+    println!(
+        "7. The relay sends charge.succeeded to the shipping service (webhook-id {webhook_id})."
+    );
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let status = shipping.wait_crash(remaining).await?;
+    println!(
+        "   The shipping service committed the shipment and died before answering ({status})."
+    );
+    println!("8. The shipping service restarts; the relay redelivers with the same webhook-id: a duplicate, answered 200.");
+    shipping.start(false).await?;
+    let pg = txoutbox::pg::PgConfig::parse(&peers.database_url)?;
+    let (db, connection) = pg.connect().await?;
+    tokio::spawn(txoutbox::pg::drive(connection));
+    let delivered = txoutbox::admin::MessageFilter {
+        status: Some(txoutbox::admin::MessageStatus::Delivered),
+        destination: Some(crate::SHIPPING_DESTINATION.to_owned()),
+        downstream_key: Some(webhook_id.clone()),
+        ..Default::default()
+    };
+    let attempts = loop {
+        let rows = txoutbox::admin::list_messages(&db, &delivered).await?;
+        if let Some(row) = rows.first() {
+            break Some(row.attempts);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (shipments, emails) = shipping.wait_shipped(deadline).await?;
+    Ok(Hop {
+        webhook_id,
+        attempts,
+        shipments,
+        emails,
+    })
+}
+
+/// The next hop's lines of "What exists now".
+fn report_hop(hop: &Hop) {
+    match hop.attempts {
+        Some(n) => println!(
+            "  webhooks:        1 delivered after {n} attempts (one webhook-id: {})",
+            hop.webhook_id
+        ),
+        None => println!("  webhooks:        not delivered yet ({})", hop.webhook_id),
+    }
+    println!(
+        "  shipments:       {} (at the shipping service)",
+        hop.shipments
+    );
+    match hop.emails {
+        Some(n) => println!("  shipping emails: {n}"),
+        None => println!("  shipping emails: sent over SMTP_URL"),
+    }
+}
+
 /// `--keep`: says where everything is and waits for SIGINT or SIGTERM.
 async fn keep_up(peers: &Peers, server: &ServiceProcess, dashboard: &str) -> anyhow::Result<()> {
     let shutdown = txoutbox::relay::Shutdown::on_signal()?;
@@ -351,7 +444,7 @@ async fn keep_up(peers: &Peers, server: &ServiceProcess, dashboard: &str) -> any
     Ok(())
 }
 
-fn count_eml(dir: &std::path::Path) -> anyhow::Result<usize> {
+pub(crate) fn count_eml(dir: &std::path::Path) -> anyhow::Result<usize> {
     Ok(std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .filter(|e| e.path().extension().is_some_and(|x| x == "eml"))

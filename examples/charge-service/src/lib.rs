@@ -12,9 +12,11 @@
 //!
 //! Layout: `queries` holds every SQL statement of the service's tables; `http` the routes and
 //! handlers (with the `CRASH_AT` failure points); `hook` the relay's completion hook; `page.html`
-//! the checkout page; `demo` the one-command story (`charge-service --demo`). `migrations/` holds
+//! the checkout page; `demo` the one-command story (`charge-service --demo`), and `chain` the
+//! shipping service it runs as the chain's next hop. `migrations/` holds
 //! the service's own schema, applied after txoutbox's at start.
 
+mod chain;
 mod demo;
 mod hook;
 mod http;
@@ -27,7 +29,9 @@ use std::time::Duration;
 use anyhow::Context;
 
 pub use demo::{free_addr, reqwest_client, run_demo, ServiceProcess};
-pub use hook::{ChargeHook, NoSuchCharge};
+pub use hook::{
+    shipping_webhook_id, ChargeHook, NoSuchCharge, CHARGE_SUCCEEDED_EVENT, SHIPPING_DESTINATION,
+};
 pub use http::{router, App, CrashPoint, MAX_AMOUNT, MAX_BODY_BYTES};
 
 mod embedded {
@@ -57,10 +61,43 @@ pub struct Settings {
     /// The operator dashboard's users (`DASHBOARD_USERS`, comma-separated NAME:PASSWORD:ROLE):
     /// with any, the dashboard is mounted under `/outbox`; without, it is not served.
     pub dashboard_users: Vec<txoutbox_dashboard::User>,
+    /// The shipping chain (`SHIPPING_URL` and `SHIPPING_WEBHOOK_SECRET`): a succeeded charge's
+    /// `charge.succeeded` webhook goes there. Without it, no webhook is enqueued.
+    pub shipping: Option<Shipping>,
+}
+
+/// Where a succeeded charge's `charge.succeeded` webhook goes.
+#[derive(Debug, Clone)]
+pub struct Shipping {
+    /// The shipping service's webhook endpoint (`SHIPPING_URL`,
+    /// `http://127.0.0.1:3001/webhooks` for a shipping service on its default address).
+    pub url: String,
+    /// The `whsec_` secret the webhook is signed with (`SHIPPING_WEBHOOK_SECRET`), the one the
+    /// shipping service's `WEBHOOK_SECRET` names.
+    pub secret: String,
+}
+
+impl Shipping {
+    /// `SHIPPING_URL` and `SHIPPING_WEBHOOK_SECRET`: `None` without a URL; an error with a URL
+    /// and no secret.
+    pub fn from_env() -> anyhow::Result<Option<Self>> {
+        let var = |name| {
+            std::env::var(name)
+                .ok()
+                .filter(|v: &String| !v.trim().is_empty())
+        };
+        let Some(url) = var("SHIPPING_URL") else {
+            return Ok(None);
+        };
+        let secret = var("SHIPPING_WEBHOOK_SECRET")
+            .context("SHIPPING_URL is set: SHIPPING_WEBHOOK_SECRET (whsec_…) must be too")?;
+        Ok(Some(Self { url, secret }))
+    }
 }
 
 impl Settings {
-    /// `DATABASE_URL` (required), `BIND`, `CRASH_AT`, `DASHBOARD_USERS`; the relay on. Stripe and mail settings are
+    /// `DATABASE_URL` (required), `BIND`, `CRASH_AT`, `DASHBOARD_USERS`, `SHIPPING_URL` and
+    /// `SHIPPING_WEBHOOK_SECRET`; the relay on. Stripe and mail settings are
     /// read by their sinks when the relay starts.
     pub fn from_env() -> anyhow::Result<Self> {
         let database_url = std::env::var("DATABASE_URL").context("DATABASE_URL is not set")?;
@@ -86,6 +123,7 @@ impl Settings {
             crash_at,
             metrics: None,
             dashboard_users,
+            shipping: Shipping::from_env()?,
         })
     }
 }
@@ -145,8 +183,12 @@ fn email_sink() -> anyhow::Result<txoutbox_email::EmailSink> {
     )?)
 }
 
-/// The relay with the Stripe and email sinks (from the environment) and the charge hook.
-pub fn relay(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<txoutbox::relay::Relay> {
+/// The relay with the Stripe and email sinks (from the environment) and the charge hook; with
+/// `shipping`, also the shipping service's webhook sink, and the hook enqueues its webhooks.
+pub fn relay(
+    pg: &txoutbox::pg::PgConfig,
+    shipping: Option<&Shipping>,
+) -> anyhow::Result<txoutbox::relay::Relay> {
     let stripe = txoutbox_stripe::StripeSink::from_env()
         .context("the relay's Stripe sink (STRIPE_SECRET_KEY, STRIPE_API_BASE)")?
         .with_timeout(SINK_TIMEOUT);
@@ -156,12 +198,24 @@ pub fn relay(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<txoutbox::relay::Rel
         .with_poll_interval(Duration::from_millis(250))
         .with_reclaim_interval(Duration::from_millis(500))
         .with_shutdown_grace(Duration::from_secs(3));
-    Ok(txoutbox::relay::Relay::builder(pg.clone())
+    let mut builder = txoutbox::relay::Relay::builder(pg.clone())
         .config(config)
         .sink(txoutbox_stripe::DESTINATION, stripe)
-        .sink(txoutbox_email::DESTINATION, email)
-        .hook(txoutbox_stripe::DESTINATION, ChargeHook)
-        .build()?)
+        .sink(txoutbox_email::DESTINATION, email);
+    let mut hook = ChargeHook::default();
+    if let Some(shipping) = shipping {
+        let secret = txoutbox::standard_webhooks::WebhookSecret::parse(&shipping.secret)
+            .context("SHIPPING_WEBHOOK_SECRET")?;
+        let config = txoutbox_webhook::WebhookConfig {
+            timeout: SINK_TIMEOUT,
+            ..txoutbox_webhook::WebhookConfig::default()
+        };
+        let sink = txoutbox_webhook::WebhookSink::with_config(&shipping.url, secret, config)
+            .context("SHIPPING_URL")?;
+        builder = builder.sink(SHIPPING_DESTINATION, sink);
+        hook = hook.with_shipping();
+    }
+    Ok(builder.hook(txoutbox_stripe::DESTINATION, hook).build()?)
 }
 
 /// The operator dashboard for this service's outbox, for `users`: the customer's email is never
@@ -193,7 +247,7 @@ pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> an
     migrate(&pg).await?;
     let pool = pool(&pg, 32)?;
     let relay = if settings.relay {
-        Some(relay(&pg)?)
+        Some(relay(&pg, settings.shipping.as_ref())?)
     } else {
         None
     };

@@ -29,12 +29,21 @@ struct Args {
         value_parser = PossibleValuesParser::new(["text", "json"]).try_map(|v| v.parse::<LogFormat>())
     )]
     log_format: LogFormat,
+    /// Run the shipping service instead (the demo's next hop, started by `--demo` as a child
+    /// process): DATABASE_URL, BIND, WEBHOOK_SECRET, CRASH_AT as `shipping-service` reads them.
+    #[arg(long, hide = true, conflicts_with = "demo")]
+    shipping_service: bool,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     txoutbox::telemetry::logs::init(args.log_format, "warn")?;
+    if args.shipping_service {
+        let settings = shipping_service::Settings::from_env()?;
+        let shutdown = txoutbox::relay::Shutdown::on_signal()?;
+        return shipping_service::serve(settings, shutdown.wait()).await;
+    }
     if args.demo {
         return charge_service::run_demo(args.keep).await;
     }

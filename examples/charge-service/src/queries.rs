@@ -12,10 +12,11 @@ pub const CHARGE: &str =
      FROM charges WHERE id = $1";
 
 /// Marks the charge paid by the PaymentIntent of this outbox message (its id, which a replay
-/// with a new downstream key does not change).
+/// with a new downstream key does not change); returns its id and email (for the shipping
+/// webhook).
 pub const CHARGE_SUCCEEDED: &str =
     "UPDATE charges SET status = 'succeeded', stripe_id = $2, failure = NULL, updated_at = now() \
-     WHERE payment_message_id = $1";
+     WHERE payment_message_id = $1 RETURNING id, email";
 
 /// Marks the charge whose PaymentIntent message was dead-lettered `failed`, unless it was paid
 /// already (a replayed row that fails again does not undo a payment). Matches the charge in

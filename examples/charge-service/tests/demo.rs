@@ -1,7 +1,10 @@
 //! `charge-service --demo --keep`, run as a new user runs it: after the story, the service, its
 //! dashboard and the throwaway Postgres stay up until Ctrl-C, and the printed `DATABASE_URL`
-//! reaches the demo's database (for `txoutbox stats`, `list`, `dashboard`).
+//! reaches the demo's database (for `txoutbox stats`, `list`, `dashboard`). The story's count
+//! includes the chain's next hop: the shipping service killed after its commit, the webhook
+//! redelivered with the same `webhook-id`, one shipment and one shipping email.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -36,12 +39,49 @@ async fn the_demo_with_keep_leaves_the_service_dashboard_and_postgres_up_until_c
         }
     });
     let (mut database_url, mut dashboard) = (None, None);
+    let mut report = BTreeMap::new();
     let start = Instant::now();
     while database_url.is_none() {
         let line = lines.recv_timeout(Duration::from_secs(150).saturating_sub(start.elapsed()))?;
         dashboard = dashboard.or_else(|| after(&line, "dashboard:"));
         database_url = after(&line, "Postgres:   DATABASE_URL=");
+        for name in [
+            "charges:",
+            "PaymentIntents:",
+            "emails:",
+            "webhooks:",
+            "shipments:",
+            "shipping emails:",
+        ] {
+            if let Some(value) = after(&line, name) {
+                report.entry(name).or_insert(value);
+            }
+        }
     }
+    let first_word = |name: &str| {
+        report
+            .get(name)
+            .and_then(|v| v.split_whitespace().next())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(first_word("charges:"), "1", "{report:?}");
+    assert_eq!(first_word("PaymentIntents:"), "1", "{report:?}");
+    assert_eq!(first_word("emails:"), "1", "the receipt: {report:?}");
+    assert_eq!(first_word("shipments:"), "1", "{report:?}");
+    assert_eq!(first_word("shipping emails:"), "1", "{report:?}");
+    // "1 delivered after N attempts (one webhook-id: …)": the kill after commit cost one.
+    let webhooks = report.get("webhooks:").cloned().unwrap_or_default();
+    let attempts: u32 = webhooks
+        .split("after ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        webhooks.starts_with("1 delivered") && attempts >= 2,
+        "{webhooks}"
+    );
     let database_url = database_url.unwrap_or_default();
     let dashboard = dashboard.ok_or_else(|| anyhow::anyhow!("no dashboard line"))?;
 

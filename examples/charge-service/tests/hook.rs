@@ -119,7 +119,7 @@ async fn the_hook_fails_when_no_charge_matches() -> anyhow::Result<()> {
         Completion::Delivered(Receipt::new("pi_123")),
         Completion::DeadLettered("card_declined".to_owned()),
     ] {
-        let err = ChargeHook
+        let err = ChargeHook::default()
             .completed(&tx, &stranger, &completion)
             .await
             .expect_err("a completion for no charge is an error");
@@ -128,5 +128,49 @@ async fn the_hook_fails_when_no_charge_matches() -> anyhow::Result<()> {
             "the error names the message: {err}"
         );
     }
+    Ok(())
+}
+
+/// With the shipping chain on, a succeeded charge enqueues one `charge.succeeded` webhook whose
+/// `webhook-id` derives from the charge id; a completion run again (a replayed PaymentIntent)
+/// enqueues nothing more while the webhook is still in the outbox.
+#[tokio::test]
+async fn a_succeeded_charge_enqueues_one_shipping_webhook_keyed_by_the_charge() -> anyhow::Result<()>
+{
+    let (db, _server) = common::db_and_server().await?;
+    let mut client = db.connect().await?;
+    let (charge_id, message_id) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    client
+        .execute(
+            "INSERT INTO charges (id, customer_id, amount, currency, email, payment_key, \
+             payment_message_id) VALUES ($1, 'cus_1', 1500, 'eur', 'ada@example.org', 'pk_1', $2)",
+            &[&charge_id, &message_id],
+        )
+        .await?;
+    let hook = ChargeHook::default().with_shipping();
+    for _ in 0..2 {
+        let tx = client.transaction().await?;
+        hook.completed(
+            &tx,
+            &delivery_of(message_id),
+            &Completion::Delivered(Receipt::new("pi_1")),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        tx.commit().await?;
+    }
+    let rows = client
+        .query(
+            "SELECT downstream_key, payload FROM txoutbox_messages WHERE destination = $1",
+            &[&charge_service::SHIPPING_DESTINATION],
+        )
+        .await?;
+    assert_eq!(rows.len(), 1);
+    let key: String = rows[0].get(0);
+    assert_eq!(key, charge_service::shipping_webhook_id(charge_id)?);
+    let payload: Value = rows[0].get(1);
+    assert_eq!(payload["event_type"], "charge.succeeded");
+    assert_eq!(payload["data"]["charge_id"], charge_id.to_string());
+    assert_eq!(payload["data"]["email"], "ada@example.org");
     Ok(())
 }

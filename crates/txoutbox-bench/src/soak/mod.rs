@@ -222,11 +222,57 @@ async fn settle(
                 println!(
                     "soak: {left} rows (or keys carrying effects) had not settled by the deadline"
                 );
+                print_flow_state(observer).await?;
             }
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Prints what holds unsettled rows back: each destination's flow-control state and its rows
+/// by status.
+async fn print_flow_state(observer: &tokio_postgres::Client) -> Result<()> {
+    for row in observer
+        .query(
+            "SELECT destination, breaker, failures, opens, \
+                 EXTRACT(EPOCH FROM open_until - now())::float8, open_reason, \
+                 EXTRACT(EPOCH FROM throttled_until - now())::float8, paused_at IS NOT NULL \
+             FROM txoutbox_destinations ORDER BY destination",
+            &[],
+        )
+        .await?
+    {
+        let destination: String = row.get(0);
+        let breaker: String = row.get(1);
+        let (failures, opens): (i32, i32) = (row.get(2), row.get(3));
+        let open_for: Option<f64> = row.get(4);
+        let reason: Option<String> = row.get(5);
+        let throttled_for: Option<f64> = row.get(6);
+        let paused: bool = row.get(7);
+        println!(
+            "soak: {destination}: breaker {breaker} ({failures} failures, {opens} opens, \
+             open for {open_for:?} s: {}), throttled for {throttled_for:?} s, paused {paused}",
+            reason.unwrap_or_default()
+        );
+    }
+    for row in observer
+        .query(
+            "SELECT destination, status, attempts > 0, count(*), \
+                 EXTRACT(EPOCH FROM now() - min(next_attempt_at))::float8 \
+             FROM txoutbox_messages GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+            &[],
+        )
+        .await?
+    {
+        let (destination, status): (String, String) = (row.get(0), row.get(1));
+        let (tried, n): (bool, i64) = (row.get(2), row.get(3));
+        let overdue: Option<f64> = row.get(4);
+        println!(
+            "soak: {destination} {status} (attempted: {tried}): {n} rows, the oldest due {overdue:?} s ago"
+        );
+    }
+    Ok(())
 }
 
 /// The timed events and what they need.

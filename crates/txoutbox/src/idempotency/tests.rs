@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use super::*;
 
 fn config_error(result: Result<Scope>) -> String {

@@ -28,13 +28,13 @@ use crate::schema::{SchemaMismatch, SchemaVersion};
 /// # }
 /// ```
 pub async fn migrate_sqlx(conn: &mut PgConnection) -> Result<Vec<i32>> {
-    sqlx::query(crate::store::schema::LOCK)
+    sqlx::query(crate::store::statements::session::ADVISORY_LOCK)
         .bind(MIGRATION_LOCK)
         .execute(&mut *conn)
         .await?;
     let applied = apply(conn).await;
     // Unlocked whatever happened; a failed unlock only matters if the session lives on.
-    let unlocked = sqlx::query(crate::store::schema::UNLOCK)
+    let unlocked = sqlx::query(crate::store::statements::session::ADVISORY_UNLOCK)
         .bind(MIGRATION_LOCK)
         .execute(&mut *conn)
         .await;
@@ -44,14 +44,15 @@ pub async fn migrate_sqlx(conn: &mut PgConnection) -> Result<Vec<i32>> {
 }
 
 async fn apply(conn: &mut PgConnection) -> Result<Vec<i32>> {
-    let current = match sqlx::query_scalar::<_, i32>(crate::store::schema::VERSION)
-        .fetch_one(&mut *conn)
-        .await
-    {
-        Ok(version) => version,
-        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01") => 0,
-        Err(e) => return Err(e.into()),
-    };
+    let current =
+        match sqlx::query_scalar::<_, i32>(crate::store::statements::schema_history::VERSION)
+            .fetch_one(&mut *conn)
+            .await
+        {
+            Ok(version) => version,
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01") => 0,
+            Err(e) => return Err(e.into()),
+        };
     if let Err(mismatch @ SchemaMismatch::Ahead { .. }) =
         SchemaVersion::with_current(current).check()
     {

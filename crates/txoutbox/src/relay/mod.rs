@@ -275,11 +275,7 @@ impl Relay {
         let (done, results) = mpsc::channel::<Finished>(config.concurrency.max(1) * 2);
         let shutting_down = Arc::new(AtomicBool::new(false));
         let held = Held::default();
-        background.spawn(presence::heartbeat(
-            inner.clone(),
-            held.clone(),
-            stop.clone(),
-        ));
+        let heartbeat = presence::Heartbeat::start(inner.clone(), held.clone());
         let mut completer = tokio::spawn(complete::completer(
             inner.clone(),
             results,
@@ -482,7 +478,7 @@ impl Relay {
         stop.notify_waiters();
         background.abort_all();
         while background.join_next().await.is_some() {}
-        presence::remove(&inner).await;
+        heartbeat.stop().await;
         tracing::info!(owner = %config.owner, claimed = report.claimed, released = report.released, "relay stopped");
         Ok(report)
     }

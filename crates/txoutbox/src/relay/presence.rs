@@ -11,6 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::held::Held;
@@ -21,7 +22,8 @@ use crate::store::{self, Pooled};
 /// How often a relay prunes the rows of relays silent for a day.
 const PRUNE_EVERY: Duration = Duration::from_secs(60 * 60);
 
-/// How long a clean exit waits to delete its row; a row left behind goes stale, then is pruned.
+/// How long a clean exit waits for the heartbeat to finish its beat and delete the row; a row
+/// left behind goes stale, then is pruned.
 const REMOVE_WAIT: Duration = Duration::from_secs(2);
 
 /// What the heartbeat reports besides being alive.
@@ -46,9 +48,49 @@ impl Presence {
     }
 }
 
-/// Beats every `heartbeat_interval` until `stop` is notified; the first beat records the relay.
+/// The running heartbeat: its task owns the relay's row from the first beat to the delete, so
+/// the delete can never overtake a beat still on its way (a row recorded after its own delete
+/// would stay behind, stale).
+pub(super) struct Heartbeat {
+    stop: Arc<Notify>,
+    task: JoinHandle<()>,
+}
+
+impl Heartbeat {
+    /// Starts beating: the first beat records the relay.
+    pub(super) fn start(inner: Arc<Inner>, held: Held) -> Self {
+        let stop = Arc::new(Notify::new());
+        let task = tokio::spawn(heartbeat(inner, held, stop.clone()));
+        Self { stop, task }
+    }
+
+    /// Ends the heartbeat at a clean exit: the beat under way finishes, then the row is deleted
+    /// (all within [`REMOVE_WAIT`]; past it the row is left to go stale).
+    pub(super) async fn stop(mut self) {
+        // A stored permit: the task sees it even when it is in the middle of a beat.
+        self.stop.notify_one();
+        if tokio::time::timeout(REMOVE_WAIT, &mut self.task)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "deleting this relay's row in txoutbox_relays timed out; it will show as stale"
+            );
+        }
+    }
+}
+
+/// A relay dropped mid-run (its task aborted, as a killed process) stops beating and writes
+/// nothing more.
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Beats every `heartbeat_interval` until `stop` is notified, then deletes the relay's row.
 /// A failed beat is logged and tried again at the next one (the row goes stale meanwhile).
-pub(super) async fn heartbeat(inner: Arc<Inner>, held: Held, stop: Arc<Notify>) {
+async fn heartbeat(inner: Arc<Inner>, held: Held, stop: Arc<Notify>) {
     let mut registered = false;
     let mut pruned: Option<Instant> = None;
     loop {
@@ -63,9 +105,12 @@ pub(super) async fn heartbeat(inner: Arc<Inner>, held: Held, stop: Arc<Notify>) 
             }
         }
         tokio::select! {
-            _ = stop.notified() => return,
+            _ = stop.notified() => break,
             _ = tokio::time::sleep(inner.config.heartbeat_interval) => {}
         }
+    }
+    if let Err(e) = remove(&inner).await {
+        tracing::warn!(error = %e, "could not delete this relay's row in txoutbox_relays; it will show as stale");
     }
 }
 
@@ -142,21 +187,9 @@ async fn prune(inner: &Inner) -> Result<()> {
     Ok(())
 }
 
-/// Deletes this relay's row at a clean exit (waiting at most [`REMOVE_WAIT`]).
-pub(super) async fn remove(inner: &Inner) {
-    let removed = tokio::time::timeout(REMOVE_WAIT, async {
-        let client = inner.pool.get().await?;
-        store::relays::remove(&Pooled::unnamed(&client), &inner.config.owner).await?;
-        Ok::<_, crate::Error>(())
-    })
-    .await;
-    match removed {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "could not delete this relay's row in txoutbox_relays; it will show as stale")
-        }
-        Err(_) => tracing::warn!(
-            "deleting this relay's row in txoutbox_relays timed out; it will show as stale"
-        ),
-    }
+/// Deletes this relay's row.
+async fn remove(inner: &Inner) -> Result<()> {
+    let client = inner.pool.get().await?;
+    store::relays::remove(&Pooled::unnamed(&client), &inner.config.owner).await?;
+    Ok(())
 }

@@ -2,40 +2,15 @@
 //! the breaker columns its outcomes feed back. (The claim reads and spends these rows in its own
 //! statement, in `messages`.)
 
+use super::statements::destinations::{
+    ENSURE as ENSURE_DESTINATIONS, LOCK as LOCK_DESTINATIONS, REGISTER as REGISTER_DESTINATIONS,
+    UPDATE_BREAKERS,
+};
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 
 use super::{Result, TxExecutor};
 
-/// Records the rate limits of a relay's destinations (NULL: none) and gives every destination
-/// it serves its flow-control row. A relay starting writes its configuration over the last one.
-const REGISTER_DESTINATIONS: &str = "INSERT INTO txoutbox_destinations AS d \
-         (destination, rate_per_sec, burst, tokens) \
-     SELECT destination, rate, burst, COALESCE(burst, 0) \
-     FROM unnest($1::text[], $2::float8[], $3::float8[]) AS i(destination, rate, burst) \
-     ON CONFLICT (destination) DO UPDATE SET rate_per_sec = EXCLUDED.rate_per_sec, \
-         burst = EXCLUDED.burst, tokens = least(d.tokens, COALESCE(EXCLUDED.burst, d.tokens)), \
-         updated_at = now() \
-     WHERE d.rate_per_sec IS DISTINCT FROM EXCLUDED.rate_per_sec \
-         OR d.burst IS DISTINCT FROM EXCLUDED.burst";
-/// Gives destinations $1 their flow-control row if they have none (before [`LOCK_DESTINATIONS`]).
-const ENSURE_DESTINATIONS: &str = "INSERT INTO txoutbox_destinations (destination) \
-     SELECT unnest($1::text[]) ON CONFLICT (destination) DO NOTHING";
-/// Locks the breaker and throttle columns of destinations $1 for a feedback write.
-const LOCK_DESTINATIONS: &str = "SELECT destination, breaker, failures, opens, open_until, \
-         open_reason, probe_until, throttled_until, throttle_reason, now() AS now \
-     FROM txoutbox_destinations WHERE destination = ANY($1::text[]) \
-     ORDER BY destination FOR NO KEY UPDATE";
-/// Writes the breaker and throttle columns computed from a batch's outcomes.
-const UPDATE_BREAKERS: &str = "UPDATE txoutbox_destinations d SET breaker = u.breaker, \
-         failures = u.failures, opens = u.opens, open_until = u.open_until, \
-         open_reason = u.open_reason, probe_until = u.probe_until, \
-         throttled_until = u.throttled_until, throttle_reason = u.throttle_reason, \
-         updated_at = now() \
-     FROM unnest($1::text[], $2::text[], $3::int4[], $4::int4[], $5::timestamptz[], $6::text[], \
-         $7::timestamptz[], $8::timestamptz[], $9::text[]) AS u(destination, breaker, failures, \
-         opens, open_until, open_reason, probe_until, throttled_until, throttle_reason) \
-     WHERE d.destination = u.destination";
 /// Records the rate limits (`rates`, `bursts`; `None`: no limit) of `destinations` and gives
 /// each its row.
 pub(crate) async fn register_destinations(

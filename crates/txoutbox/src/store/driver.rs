@@ -15,6 +15,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 
+use super::inbox::{self, FoundRecord, Record};
 use super::keys::{self, ClaimKey, CompleteKey, Locked, Refused};
 use super::messages::{self, Inserted, MessageColumns};
 use super::{CommitExecutor, TxExecutor};
@@ -92,7 +93,7 @@ impl From<StoreError> for crate::Error {
     }
 }
 
-/// The row of [`keys::LOCK_TRY`] or [`keys::LOCK_WAIT`], decoded (by any driver).
+/// The row of `idempotency_keys/lock_try.sql` or `idempotency_keys/lock_wait.sql`, decoded (by any driver).
 pub struct LockRow {
     /// `transaction_isolation`.
     pub isolation: String,
@@ -102,8 +103,8 @@ pub struct LockRow {
     pub backend_pid: i32,
 }
 
-/// The row of [`keys::LOOKUP`] or [`keys::LOOKUP_RESTORE`], decoded (by any driver); every column may be
-/// NULL ([`keys::LOOKUP_RESTORE`] answers a row of NULLs when there is no key).
+/// The row of `idempotency_keys/lookup.sql` or `idempotency_keys/lookup_restore.sql`, decoded (by any driver); every column may be
+/// NULL (`idempotency_keys/lookup_restore.sql` answers a row of NULLs when there is no key).
 pub struct FoundRow {
     pub fingerprint: Option<Vec<u8>>,
     pub state: Option<String>,
@@ -208,6 +209,27 @@ pub trait Statements: Send {
 
     /// The relays' wake-up hint, delivered at commit.
     fn notify(&mut self) -> impl Future<Output = StoreResult<()>> + Send + '_;
+
+    /// An inbox record inserted ([`statements::inbox::RECORD`](super::statements::inbox::RECORD)): its time when it is new, `None` when a
+    /// record holds the message id.
+    fn inbox_insert<'a>(
+        &'a mut self,
+        record: &'a Record<'a>,
+    ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a;
+
+    /// The record that holds a message id ([`statements::inbox::LOOKUP`](super::statements::inbox::LOOKUP)), restoring the lock timeout.
+    fn inbox_lookup<'a>(
+        &'a mut self,
+        consumer: &'a str,
+        message_id: &'a str,
+    ) -> impl Future<Output = StoreResult<Option<FoundRecord>>> + Send + 'a;
+
+    /// An expired record taken over ([`statements::inbox::TAKE_OVER`](super::statements::inbox::TAKE_OVER)): its new time, `None` when a
+    /// concurrent delivery took it first.
+    fn inbox_take_over<'a>(
+        &'a mut self,
+        record: &'a Record<'a>,
+    ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a;
 }
 
 /// A driver's part in `BusinessKey`: the service's own lookup of a key's row, and the
@@ -324,6 +346,31 @@ impl<T: TxExecutor> Statements for &T {
     fn notify(&mut self) -> impl Future<Output = StoreResult<()>> + Send + '_ {
         let tx: &T = self;
         async move { Ok(super::wake::notify(tx).await?) }
+    }
+
+    fn inbox_insert<'a>(
+        &'a mut self,
+        record: &'a Record<'a>,
+    ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a {
+        let tx: &'a T = self;
+        async move { Ok(inbox::insert(tx, record).await?) }
+    }
+
+    fn inbox_lookup<'a>(
+        &'a mut self,
+        consumer: &'a str,
+        message_id: &'a str,
+    ) -> impl Future<Output = StoreResult<Option<FoundRecord>>> + Send + 'a {
+        let tx: &'a T = self;
+        async move { Ok(inbox::lookup(tx, consumer, message_id).await?) }
+    }
+
+    fn inbox_take_over<'a>(
+        &'a mut self,
+        record: &'a Record<'a>,
+    ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a {
+        let tx: &'a T = self;
+        async move { Ok(inbox::take_over(tx, record).await?) }
     }
 }
 

@@ -26,6 +26,7 @@ pub(crate) mod relays;
 pub(crate) mod schema;
 #[cfg(feature = "sqlx")]
 pub(crate) mod sqlx_driver;
+pub(crate) mod statements;
 pub(crate) mod wake;
 
 use std::future::Future;

@@ -1,18 +1,11 @@
 //! The schema's own statements: the session advisory lock migrations run under, and the version
 //! refinery's history says the schema is at.
 
+use super::statements::schema_history::VERSION;
+use super::statements::session::{ADVISORY_LOCK as LOCK, ADVISORY_UNLOCK as UNLOCK};
 use tokio_postgres::types::Type;
 
 use super::{Result, TxExecutor};
-
-pub(crate) const LOCK: &str = "SELECT pg_advisory_lock($1)";
-pub(crate) const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
-
-/// The highest migration applied (0 for an empty history). Cast: refinery's `version` column is
-/// `int4`, or `int8` when built with its `int8-versions` feature. The table is found through the
-/// search path, as refinery finds it when it migrates.
-pub(crate) const VERSION: &str =
-    "SELECT COALESCE(max(version), 0)::int4 FROM txoutbox_schema_history";
 
 /// SQLSTATE `undefined_table`.
 const UNDEFINED_TABLE: &str = "42P01";

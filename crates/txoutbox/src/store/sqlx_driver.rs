@@ -10,6 +10,7 @@
 
 use std::future::Future;
 
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{Postgres, Row};
@@ -17,8 +18,10 @@ use sqlx_core::transaction::TransactionManager;
 
 use super::driver::{locked, FoundRow, LockRow};
 use super::driver::{BusinessRows, Committing, Statements, StoreError, StoreResult};
-use super::keys::{self, ClaimKey, CompleteKey, Locked, Refused};
-use super::messages::{self, Inserted, MessageColumns};
+use super::inbox::{FoundRecord, Record};
+use super::keys::{ClaimKey, CompleteKey, Locked, Refused};
+use super::messages::{Inserted, MessageColumns};
+use super::statements::{self, idempotency_keys};
 
 /// A sqlx error as the library's: unreachable (503), a conflict (409), or the database's.
 pub(crate) fn error(e: sqlx::Error) -> crate::Error {
@@ -70,15 +73,15 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// The key's lock, then the lookup behind it (two round trips; [`keys::LOCK_WAIT`] and
-/// [`keys::LOOKUP_RESTORE`] when another request holds the lock).
+/// The key's lock, then the lookup behind it (two round trips; `idempotency_keys/lock_wait.sql` and
+/// `idempotency_keys/lookup_restore.sql` when another request holds the lock).
 async fn lock_and_lookup(
     conn: &mut PgConnection,
     scope: &str,
     key: &str,
     lock_timeout: &str,
 ) -> StoreResult<Option<Locked>> {
-    let tried = sqlx::query(keys::LOCK_TRY)
+    let tried = sqlx::query(idempotency_keys::LOCK_TRY)
         .bind(scope)
         .bind(key)
         .fetch_optional(&mut *conn)
@@ -87,14 +90,14 @@ async fn lock_and_lookup(
         return Ok(None);
     };
     let (lock, found) = if tried.try_get::<bool, _>(0)? {
-        let found = sqlx::query(keys::LOOKUP)
+        let found = sqlx::query(idempotency_keys::LOOKUP)
             .bind(scope)
             .bind(key)
             .fetch_optional(&mut *conn)
             .await?;
         (tried, found)
     } else {
-        let waited = sqlx::query(keys::LOCK_WAIT)
+        let waited = sqlx::query(idempotency_keys::LOCK_WAIT)
             .bind(scope)
             .bind(key)
             .bind(lock_timeout)
@@ -103,7 +106,7 @@ async fn lock_and_lookup(
         let Some(waited) = waited else {
             return Ok(None);
         };
-        let found = sqlx::query(keys::LOOKUP_RESTORE)
+        let found = sqlx::query(idempotency_keys::LOOKUP_RESTORE)
             .bind(scope)
             .bind(key)
             .fetch_optional(&mut *conn)
@@ -130,7 +133,7 @@ async fn lock_and_lookup(
 }
 
 async fn claim_key(conn: &mut PgConnection, claim: &ClaimKey<'_>) -> StoreResult<bool> {
-    let rows = sqlx::query(keys::CLAIM)
+    let rows = sqlx::query(idempotency_keys::CLAIM)
         .bind(claim.scope)
         .bind(claim.key)
         .bind(claim.fingerprint)
@@ -186,7 +189,7 @@ async fn complete_key(
 }
 
 async fn insert_messages(conn: &mut PgConnection, rows: &MessageColumns) -> StoreResult<Inserted> {
-    let inserted = bind_columns(sqlx::query(messages::INSERT), rows)
+    let inserted = bind_columns(sqlx::query(statements::messages::INSERT), rows)
         .fetch_all(&mut *conn)
         .await?;
     let mut written = Inserted {
@@ -201,7 +204,7 @@ async fn insert_messages(conn: &mut PgConnection, rows: &MessageColumns) -> Stor
 }
 
 async fn lock_ordering_keys(conn: &mut PgConnection, keys: &[&str]) -> StoreResult<()> {
-    sqlx::query(messages::LOCK_ORDERING_KEYS)
+    sqlx::query(statements::messages::LOCK_ORDERING_KEYS)
         .bind(keys)
         .execute(&mut *conn)
         .await?;
@@ -209,8 +212,61 @@ async fn lock_ordering_keys(conn: &mut PgConnection, keys: &[&str]) -> StoreResu
 }
 
 async fn notify(conn: &mut PgConnection) -> StoreResult<()> {
-    sqlx::query(super::wake::NOTIFY).execute(&mut *conn).await?;
+    sqlx::query(statements::session::NOTIFY)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
+}
+
+async fn inbox_insert(
+    conn: &mut PgConnection,
+    r: &Record<'_>,
+) -> StoreResult<Option<DateTime<Utc>>> {
+    let row = sqlx::query(statements::inbox::RECORD)
+        .bind(r.consumer)
+        .bind(r.message_id)
+        .bind(r.window_secs)
+        .bind(r.lock_timeout)
+        .bind(r.outcome)
+        .bind(r.error)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(row.map(|row| row.try_get(0)).transpose()?)
+}
+
+async fn inbox_lookup(
+    conn: &mut PgConnection,
+    consumer: &str,
+    message_id: &str,
+) -> StoreResult<Option<FoundRecord>> {
+    let row = sqlx::query(statements::inbox::LOOKUP)
+        .bind(consumer)
+        .bind(message_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    Ok(Some(FoundRecord {
+        received_at: row.try_get(0)?,
+        outcome: row.try_get(1)?,
+        live: row.try_get(2)?,
+    }))
+}
+
+async fn inbox_take_over(
+    conn: &mut PgConnection,
+    r: &Record<'_>,
+) -> StoreResult<Option<DateTime<Utc>>> {
+    let row = sqlx::query(statements::inbox::TAKE_OVER)
+        .bind(r.consumer)
+        .bind(r.message_id)
+        .bind(r.window_secs)
+        .bind(r.outcome)
+        .bind(r.error)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(row.map(|row| row.try_get(0)).transpose()?)
 }
 
 /// The statements on a sqlx connection inside a transaction: the same for a bare connection and
@@ -258,6 +314,28 @@ macro_rules! statements_on {
 
             fn notify(&mut self) -> impl Future<Output = StoreResult<()>> + Send + '_ {
                 notify(self)
+            }
+
+            fn inbox_insert<'a>(
+                &'a mut self,
+                record: &'a Record<'a>,
+            ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a {
+                inbox_insert(self, record)
+            }
+
+            fn inbox_lookup<'a>(
+                &'a mut self,
+                consumer: &'a str,
+                message_id: &'a str,
+            ) -> impl Future<Output = StoreResult<Option<FoundRecord>>> + Send + 'a {
+                inbox_lookup(self, consumer, message_id)
+            }
+
+            fn inbox_take_over<'a>(
+                &'a mut self,
+                record: &'a Record<'a>,
+            ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a {
+                inbox_take_over(self, record)
             }
         }
     };

@@ -1,14 +1,10 @@
 //! The relays' wake-up channel (no table): the write path's hint and the relay's LISTEN.
 
+use super::statements::session::{LISTEN, NOTIFY};
 use std::future::Future;
 
 use super::{Result, TxExecutor};
 
-/// A hint on the relays' wake-up channel.
-pub(super) const NOTIFY: &str = concat!("SELECT pg_notify('", wake_channel!(), "', '')");
-
-/// The channel the write path's hint arrives on.
-const LISTEN: &str = concat!("LISTEN ", wake_channel!());
 /// Starts listening on the channel, on the relay's dedicated connection.
 pub(crate) fn listen(client: &tokio_postgres::Client) -> impl Future<Output = Result<()>> + '_ {
     client.batch_execute(LISTEN)

@@ -1,5 +1,11 @@
 //! What `list`, `show`, `failures`, `activity` and `key` read.
 
+use crate::store::statements::attempt_log::{ACTIVITY, HISTORY};
+use crate::store::statements::idempotency_keys::SHOW as KEY;
+use crate::store::statements::inbox::SHOW as INBOX_RECORD;
+use crate::store::statements::messages::{
+    BY_REQUEST_KEY as KEY_MESSAGES, FAILURE_GROUPS, LIST, SHOW,
+};
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
@@ -10,129 +16,6 @@ use crate::admin::{
     AdminError, AttemptRecord, FailureGroup, FilterParams, MessageSummary, MinuteActivity,
 };
 use crate::state::MessageStatus;
-
-/// Lists messages of status $1 (NULL: any, `delivered` and `discarded` included) matching the
-/// filter, newest first (keyset order: (created_at, seq) descending), at most $9 (NULL: all).
-/// Each table is ordered and limited on its own before the merge: a branch with conditions is not
-/// merged in order otherwise, so the (created_at, seq) index of the delivered history could not
-/// serve a page; a page costs the same however large the history is.
-const LIST: &str = concat!(
-    "SELECT * FROM (( \
-     SELECT t.id, t.seq, t.destination, t.status, t.downstream_key, t.ordering_key, t.attempts, \
-         t.created_at, t.next_attempt_at, NULL::timestamptz AS delivered_at, t.last_error, \
-         t.lease_owner, t.lease_expires_at, NULL::timestamptz AS discarded_at \
-     FROM txoutbox_messages t WHERE ($1::text IS NULL OR t.status = $1) AND ",
-    filter!(hot),
-    " ORDER BY t.created_at DESC, t.seq DESC LIMIT $9) \
-     UNION ALL ( \
-     SELECT t.id, t.seq, t.destination, 'delivered', t.downstream_key, t.ordering_key, \
-         t.attempts, t.created_at, NULL, t.delivered_at, NULL, NULL, NULL, NULL \
-     FROM txoutbox_delivered t WHERE ($1::text IS NULL OR $1 = 'delivered') AND ",
-    filter!(delivered),
-    " ORDER BY t.created_at DESC, t.seq DESC LIMIT $9) \
-     UNION ALL ( \
-     SELECT t.id, t.seq, t.destination, 'discarded', t.downstream_key, t.ordering_key, \
-         t.attempts, t.created_at, NULL, NULL, t.last_error, NULL, NULL, t.discarded_at \
-     FROM txoutbox_discarded t WHERE ($1::text IS NULL OR $1 = 'discarded') AND ",
-    filter!(hot),
-    " ORDER BY t.created_at DESC, t.seq DESC LIMIT $9)) r \
-     ORDER BY created_at DESC, seq DESC LIMIT $9"
-);
-
-/// One message, from whichever table holds it.
-const SHOW: &str = "SELECT id, seq, destination, status, downstream_key, ordering_key, \
-         attempts, created_at, next_attempt_at, NULL::timestamptz AS delivered_at, last_error, \
-         lease_owner, lease_expires_at, NULL::timestamptz AS discarded_at, payload::text, \
-         headers::text, NULL::text AS receipt \
-     FROM txoutbox_messages WHERE id = $1 \
-     UNION ALL \
-     SELECT id, seq, destination, 'delivered', downstream_key, ordering_key, attempts, \
-         created_at, NULL, delivered_at, NULL, NULL, NULL, NULL, payload::text, headers::text, \
-         receipt \
-     FROM txoutbox_delivered WHERE id = $1 \
-     UNION ALL \
-     SELECT id, seq, destination, 'discarded', downstream_key, ordering_key, attempts, \
-         created_at, NULL, NULL, last_error, NULL, NULL, discarded_at, payload::text, \
-         headers::text, NULL \
-     FROM txoutbox_discarded WHERE id = $1";
-
-/// A message's attempt log (relay attempts and operator actions), in the order they happened.
-const HISTORY: &str = "SELECT attempt, downstream_key, relay, lease_token, outcome, error, \
-         receipt, started_at, finished_at \
-     FROM txoutbox_attempts WHERE message_id = $1 \
-     ORDER BY started_at, finished_at, attempt";
-
-/// Failed rows grouped by destination and normalised error text: count, first and last failure
-/// (the start of the row's last attempt, which the row keeps; its enqueue time when it has none),
-/// one original text; the largest groups first, at most $1. Reads the failed rows only (the
-/// partial index `txoutbox_messages_dead`), not the attempt log.
-const FAILURE_GROUPS: &str = concat!(
-    "SELECT status, destination, class, count(*), min(failed_at), max(failed_at), \
-         min(last_error) \
-     FROM ( \
-     SELECT t.status, t.destination, t.last_error, COALESCE(",
-    normalised_error!("t.last_error"),
-    ", '') AS class, COALESCE(t.attempt_started_at, t.created_at) AS failed_at \
-     FROM txoutbox_messages t WHERE t.status IN ('failed', 'unknown')) g \
-     GROUP BY status, destination, class \
-     ORDER BY status = 'unknown' DESC, count(*) DESC, destination, class LIMIT $1"
-);
-
-/// The last $1 buckets of $2 seconds each (this one included, a bucket starting at a multiple
-/// of $2 seconds since the epoch), bucket by bucket: rows delivered, failing relay attempts
-/// (`retry`, `failed`, `expired`, `unknown`), and the delivery latency (delivered_at -
-/// created_at, seconds) at the 50th and 99th percentiles of the bucket's deliveries.
-const ACTIVITY: &str = "WITH w AS ( \
-     SELECT make_interval(secs => $2) AS width, \
-         to_timestamp(floor(EXTRACT(EPOCH FROM now())::float8 / $2) * $2) AS last), \
- buckets AS ( \
-     SELECT generate_series(w.last - w.width * ($1 - 1), w.last, w.width) AS minute FROM w), \
- d AS ( \
-     SELECT to_timestamp(floor(EXTRACT(EPOCH FROM delivered_at)::float8 / $2) * $2) AS minute, \
-         count(*) AS n, \
-         percentile_cont(0.5) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM delivered_at - created_at)) AS p50, \
-         percentile_cont(0.99) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM delivered_at - created_at)) AS p99 \
-     FROM txoutbox_delivered, w \
-     WHERE delivered_at >= w.last - w.width * ($1 - 1) \
-     GROUP BY 1), \
- f AS ( \
-     SELECT to_timestamp(floor(EXTRACT(EPOCH FROM finished_at)::float8 / $2) * $2) AS minute, \
-         count(*) AS n FROM txoutbox_attempts, w \
-     WHERE finished_at >= w.last - w.width * ($1 - 1) \
-       AND outcome IN ('retry', 'failed', 'expired', 'unknown') \
-     GROUP BY 1) \
- SELECT buckets.minute, COALESCE(d.n, 0), COALESCE(f.n, 0), d.p50::float8, d.p99::float8 \
- FROM buckets LEFT JOIN d USING (minute) LEFT JOIN f USING (minute) ORDER BY buckets.minute";
-
-/// One idempotency key ($1 scope, $2 key), with its claim time in microseconds since the epoch
-/// (what its effects' downstream keys derive from) and whether its window has passed.
-const KEY: &str = "SELECT scope, key, fingerprint, state, response_status, \
-         response_headers::text, response_body, created_at, expires_at, \
-         (extract(epoch FROM created_at) * 1000000)::int8, expires_at <= now() \
-     FROM txoutbox_idempotency_keys WHERE scope = $1 AND key = $2";
-
-/// The inbox record of message $2 of consumer $1 (`txoutbox_inbox`).
-const INBOX_RECORD: &str = "SELECT consumer, message_id, received_at, expires_at, outcome, error, \
-         expires_at <= now() \
-     FROM txoutbox_inbox WHERE consumer = $1 AND message_id = $2";
-
-/// The messages a request enqueued, from whichever table holds them: those whose downstream key
-/// is one derived from the claim ($2), and those written by the claim's transaction (their
-/// `created_at`, the transaction's time, equals the key's, $1). Oldest first.
-const KEY_MESSAGES: &str = "SELECT * FROM ( \
-     SELECT t.id, t.seq, t.destination, t.status, t.downstream_key, t.ordering_key, t.attempts, \
-         t.created_at, t.next_attempt_at, NULL::timestamptz AS delivered_at, t.last_error, \
-         t.lease_owner, t.lease_expires_at, NULL::timestamptz AS discarded_at \
-     FROM txoutbox_messages t WHERE t.created_at = $1 OR t.downstream_key = ANY($2::text[]) \
-     UNION ALL \
-     SELECT t.id, t.seq, t.destination, 'delivered', t.downstream_key, t.ordering_key, \
-         t.attempts, t.created_at, NULL, t.delivered_at, NULL, NULL, NULL, NULL \
-     FROM txoutbox_delivered t WHERE t.created_at = $1 OR t.downstream_key = ANY($2::text[]) \
-     UNION ALL \
-     SELECT t.id, t.seq, t.destination, 'discarded', t.downstream_key, t.ordering_key, \
-         t.attempts, t.created_at, NULL, NULL, t.last_error, NULL, NULL, t.discarded_at \
-     FROM txoutbox_discarded t WHERE t.created_at = $1 OR t.downstream_key = ANY($2::text[]) \
-     ) r ORDER BY created_at, seq";
 
 /// The messages of `status` (any: `None`) the filter selects ([`LIST`]).
 pub(crate) async fn list(

@@ -1,5 +1,15 @@
 //! What a replay reads, locks and writes; the lock reads serve a discard too.
 
+use crate::store::statements::attempt_log::LOG_REPLAYS;
+use crate::store::statements::delivered::{
+    REPLAY_LOCK as LOCK_DELIVERED, REPLAY_MOVE as MOVE_DELIVERED, REPLAY_READ as READ_DELIVERED,
+};
+use crate::store::statements::discarded::EXISTS as IS_DISCARDED;
+use crate::store::statements::messages::{
+    REPLAY as REPLAY_HOT, REPLAY_KEY_TAKEN as KEY_TAKEN, REPLAY_LOCK as LOCK_HOT,
+    REPLAY_READ as READ_HOT, REPLAY_SELECT,
+};
+use crate::store::statements::session::REPLAY_LOCK_TIMEOUT as LOCK_TIMEOUT;
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Transaction};
@@ -8,90 +18,6 @@ use uuid::Uuid;
 use super::ids_by_status;
 use crate::admin::{AdminError, FilterParams};
 use crate::state::MessageStatus;
-
-/// True when $1 was discarded (a replay by id names it: refused with the reason).
-const IS_DISCARDED: &str = "SELECT EXISTS (SELECT 1 FROM txoutbox_discarded WHERE id = $1)";
-
-/// The ids a replay by filter selects: hot rows of the statuses $1, then delivered rows when $1
-/// holds `delivered`, each in insertion order; at most $9 (NULL: all). Taken without locks: each
-/// batch locks and checks its rows again.
-const REPLAY_SELECT: &str = concat!(
-    "SELECT id FROM ( \
-     SELECT t.id, 0 AS place, t.seq FROM txoutbox_messages t \
-     WHERE t.status = ANY($1::text[]) AND ",
-    filter!(hot),
-    " UNION ALL \
-     SELECT t.id, 1, t.seq FROM txoutbox_delivered t \
-     WHERE 'delivered' = ANY($1::text[]) AND ",
-    filter!(delivered),
-    ") s ORDER BY place, seq LIMIT $9"
-);
-
-/// Bounds every lock wait of a replay transaction: a row locked for long is an error, not a hang.
-const LOCK_TIMEOUT: &str = "SELECT set_config('lock_timeout', '5s', true)";
-
-/// Locks the hot rows among $1 (in id order, so two operators cannot deadlock). A relay's claim
-/// skips locked rows and its completion waits for them, so nothing changes them until commit.
-const LOCK_HOT: &str = "SELECT id, status, destination, downstream_key, ordering_key, \
-         lease_owner, lease_expires_at, COALESCE(lease_expires_at > now(), false) \
-     FROM txoutbox_messages WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE";
-
-/// [`LOCK_HOT`] without the locks, for a dry run.
-const READ_HOT: &str = "SELECT id, status, destination, downstream_key, ordering_key, \
-         lease_owner, lease_expires_at, COALESCE(lease_expires_at > now(), false) \
-     FROM txoutbox_messages WHERE id = ANY($1::uuid[]) ORDER BY id";
-
-/// Locks the delivered rows among $1 (the pruner skips locked rows).
-const LOCK_DELIVERED: &str = "SELECT id, destination, downstream_key, ordering_key \
-     FROM txoutbox_delivered WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE";
-
-/// [`LOCK_DELIVERED`] without the locks, for a dry run.
-const READ_DELIVERED: &str = "SELECT id, destination, downstream_key, ordering_key \
-     FROM txoutbox_delivered WHERE id = ANY($1::uuid[]) ORDER BY id";
-
-/// The hot rows that already carry a (destination, downstream key) of delivered rows about to be
-/// moved back (the same effect enqueued again after its delivery): pairs (delivered id, hot id).
-const KEY_TAKEN: &str = "SELECT i.id, m.id \
-     FROM unnest($1::uuid[], $2::text[], $3::text[]) AS i(id, destination, downstream_key) \
-     JOIN txoutbox_messages m ON m.destination = i.destination \
-         AND m.downstream_key = i.downstream_key AND m.id <> i.id";
-
-/// Puts hot rows $1 back to pending with downstream keys $2: due now, a fresh attempt budget, no
-/// lease (a late completion of an old lease is fenced off by the cleared token), no last error.
-const REPLAY_HOT: &str = "UPDATE txoutbox_messages m SET status = 'pending', \
-         next_attempt_at = now(), attempts = 0, lease_owner = NULL, lease_expires_at = NULL, \
-         lease_token = NULL, attempt_started_at = NULL, at_most_once = false, last_error = NULL, \
-         downstream_key = i.downstream_key \
-     FROM unnest($1::uuid[], $2::text[]) AS i(id, downstream_key) \
-     WHERE m.id = i.id RETURNING m.id";
-
-/// Moves delivered rows $1 back into the hot table as pending, with downstream keys $2. They get
-/// a new `seq`: a redelivery queues behind the rows of its ordering key that wait now. The
-/// delivering attempt a row carries (V4) moves to the attempt log, so the history stays whole.
-const MOVE_DELIVERED: &str = "WITH moved AS ( \
-     DELETE FROM txoutbox_delivered d \
-     USING unnest($1::uuid[], $2::text[]) AS i(id, downstream_key) \
-     WHERE d.id = i.id \
-     RETURNING d.id, d.seq, d.destination, d.payload, d.headers, i.downstream_key, \
-         d.ordering_key, d.created_at, d.attempts, d.downstream_key AS attempt_key, d.relay, \
-         d.lease_token, d.receipt, d.attempt_started_at, d.delivered_at), \
- kept AS ( \
-     INSERT INTO txoutbox_attempt_log (message_id, destination, attempt, downstream_key, relay, \
-         lease_token, outcome, receipt, started_at, finished_at) \
-     SELECT id, destination, attempts, attempt_key, relay, lease_token, 'delivered', receipt, \
-         attempt_started_at, delivered_at FROM moved WHERE relay IS NOT NULL) \
- INSERT INTO txoutbox_messages (id, destination, payload, headers, downstream_key, \
-     ordering_key, status, attempts, next_attempt_at, created_at) \
- SELECT id, destination, payload, headers, downstream_key, ordering_key, 'pending', 0, now(), \
-     created_at FROM moved ORDER BY seq \
- RETURNING id";
-
-/// Logs one operator replay per row: attempt 0, relay `operator`, outcome `replayed`, the key the
-/// row carries from now on, and a note ($3) saying what changed.
-const LOG_REPLAYS: &str = "INSERT INTO txoutbox_attempt_log (message_id, attempt, \
-         downstream_key, relay, outcome, error, started_at, finished_at) \
-     SELECT i.id, 0, i.downstream_key, 'operator', 'replayed', i.note, now(), now() \
-     FROM unnest($1::uuid[], $2::text[], $3::text[]) AS i(id, downstream_key, note)";
 
 /// True when message `id` was discarded ([`IS_DISCARDED`]).
 pub(crate) async fn is_discarded(

@@ -1,106 +1,21 @@
 //! What `stats` reads: bounded counts, samples and the planner's estimates.
 
+use crate::store::statements::attempt_log::STATS as STATS_ATTEMPTS;
+use crate::store::statements::delivered::{
+    STATS_ESTIMATE as STATS_DELIVERED_ESTIMATE, STATS_EXACT as STATS_DELIVERED_EXACT,
+};
+use crate::store::statements::discarded::STATS_COUNTS as STATS_DISCARDED;
+use crate::store::statements::idempotency_keys::STATS_FAN_OUT;
+use crate::store::statements::inbox::STATS as STATS_INBOX;
+use crate::store::statements::messages::{
+    STATS_COUNTS, STATS_FEW as STATS_HOT_FEW, STATS_OLDEST_PENDING,
+    STATS_SAMPLE as STATS_HOT_SAMPLE, STATS_TUPLES as STATS_HOT_TUPLES,
+};
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 
 use crate::admin::AdminError;
 use crate::state::MessageStatus;
-
-/// Hot rows by destination and status, with the age in seconds of each group's oldest row (used
-/// for `pending`), counted exactly but reading at most $1 rows: when the counts add up to $1, the
-/// backlog is larger and [`STATS_HOT_SAMPLE`] answers instead. The delivered history is counted
-/// by [`STATS_DELIVERED_EXACT`] or [`STATS_DELIVERED_ESTIMATE`], never by a scan.
-const STATS_COUNTS: &str = "SELECT destination, status, count(*), \
-         EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
-     FROM (SELECT destination, status, created_at FROM txoutbox_messages LIMIT $1) h \
-     GROUP BY destination, status";
-
-/// Discarded rows by destination (a small table: rows leave it only by the operator's hand).
-const STATS_DISCARDED: &str = "SELECT destination, 'discarded', count(*), NULL::float8 \
-     FROM txoutbox_discarded GROUP BY destination";
-
-/// A backlog too large to count at each look: its pending rows from a sample of $1 percent of
-/// the hot table's pages, scaled by 100 / $1, by destination, with the oldest row of each in the
-/// sample. The same pages each time (a fixed seed): they stay cached, and a refreshed page does
-/// not jump between two samples' figures.
-const STATS_HOT_SAMPLE: &str = "SELECT destination, status, \
-         round(count(*) * 100.0 / $1)::int8, EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
-     FROM txoutbox_messages TABLESAMPLE SYSTEM ($1) REPEATABLE (0) \
-     WHERE status = 'pending' GROUP BY destination, status";
-
-/// The rows a large backlog still counts exactly, through their small partial indexes: in flight
-/// (`txoutbox_messages_lease`), failed and unknown (`txoutbox_messages_dead`).
-const STATS_HOT_FEW: &str = "SELECT destination, status, count(*), NULL::float8 \
-     FROM txoutbox_messages WHERE status = 'in_flight' GROUP BY destination, status \
-     UNION ALL \
-     SELECT destination, status, count(*), NULL::float8 \
-     FROM txoutbox_messages WHERE status IN ('failed', 'unknown') GROUP BY destination, status";
-
-/// How long ago the oldest pending row was enqueued, exactly: the first pending entry of the
-/// `(created_at, seq)` index.
-const STATS_OLDEST_PENDING: &str = "SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
-     FROM txoutbox_messages WHERE status = 'pending'";
-
-/// Keys whose deferred effects the relay has not fanned out yet, counted through the partial
-/// index `txoutbox_idempotency_keys_effects` but reading at most $1 of them, with how long ago
-/// the oldest was stored.
-const STATS_FAN_OUT: &str = "SELECT count(*), \
-         EXTRACT(EPOCH FROM now() - min(created_at))::float8 \
-     FROM (SELECT created_at FROM txoutbox_idempotency_keys WHERE effects IS NOT NULL \
-         ORDER BY created_at LIMIT $1) k";
-
-/// Inbox records (`txoutbox_inbox`), expired ones awaiting the purge, and messages consumers
-/// gave up (through the partial index `txoutbox_inbox_failed`), each reading at most $1 rows.
-const STATS_INBOX: &str = "SELECT \
-     (SELECT count(*) FROM (SELECT 1 FROM txoutbox_inbox LIMIT $1) a), \
-     (SELECT count(*) FROM (SELECT 1 FROM txoutbox_inbox WHERE expires_at <= now() LIMIT $1) e), \
-     (SELECT count(*) FROM (SELECT 1 FROM txoutbox_inbox WHERE outcome = 'failed' LIMIT $1) f)";
-
-/// The hot table's size as the planner last saw it (`pg_class.reltuples`; -1: never analysed).
-const STATS_HOT_TUPLES: &str =
-    "SELECT reltuples::float8 FROM pg_class WHERE oid = 'txoutbox_messages'::regclass";
-
-/// Delivered rows by destination, counted exactly but reading at most $1 entries of the index
-/// `txoutbox_delivered_key`: when the counts add up to $1, the history is larger and
-/// [`STATS_DELIVERED_ESTIMATE`] answers instead.
-const STATS_DELIVERED_EXACT: &str = "SELECT destination, count(*) FROM ( \
-     SELECT destination FROM txoutbox_delivered ORDER BY destination, downstream_key LIMIT $1) d \
-     GROUP BY destination";
-
-/// The planner's estimate of the delivered history: its row count (`pg_class.reltuples`, -1 when
-/// never analysed) and the most common destinations with their frequencies (`pg_stats`), as
-/// ANALYZE (autovacuum) last sampled them. Reads the catalogue only.
-const STATS_DELIVERED_ESTIMATE: &str = "SELECT c.reltuples::float8, \
-         s.most_common_vals::text::text[], s.most_common_freqs::float8[] \
-     FROM pg_class c \
-     LEFT JOIN pg_stats s ON s.schemaname = c.relnamespace::regnamespace::text \
-         AND s.tablename = c.relname AND s.attname = 'destination' \
-     WHERE c.oid = 'txoutbox_delivered'::regclass";
-
-/// Relay attempts that finished in the last $1 seconds, by destination: all of them, and those
-/// that failed (`retry`, `failed`, `expired`, `unknown`). Operator actions, leases given back at
-/// shutdown and outcomes that came after the lease was lost are not attempts with an outcome.
-/// Attempts carry their destination (migration V3): the recent ones are read through the BRIN
-/// index on `finished_at` alone. Attempts logged before V3 have none; theirs is looked up by
-/// message id (a primary-key probe each, never a scan of the history).
-const STATS_ATTEMPTS: &str = "SELECT destination, sum(n)::int8, sum(f)::int8 FROM ( \
-     SELECT a.destination, count(*) AS n, count(*) FILTER (WHERE a.outcome <> 'delivered') AS f \
-     FROM txoutbox_attempts a \
-     WHERE a.finished_at > now() - make_interval(secs => $1) AND a.destination IS NOT NULL \
-       AND a.outcome IN ('delivered', 'retry', 'failed', 'expired', 'unknown') \
-     GROUP BY 1 \
-     UNION ALL \
-     SELECT COALESCE( \
-             (SELECT m.destination FROM txoutbox_messages m WHERE m.id = a.message_id), \
-             (SELECT x.destination FROM txoutbox_discarded x WHERE x.id = a.message_id), \
-             (SELECT d.destination FROM txoutbox_delivered d WHERE d.id = a.message_id), \
-             '(purged)'), \
-         count(*), count(*) FILTER (WHERE a.outcome <> 'delivered') \
-     FROM txoutbox_attempt_log a \
-     WHERE a.finished_at > now() - make_interval(secs => $1) AND a.destination IS NULL \
-       AND a.outcome IN ('delivered', 'retry', 'failed', 'expired', 'unknown') \
-     GROUP BY 1) s \
- GROUP BY destination";
 
 /// Rows of one destination and status.
 pub(crate) struct Group {

@@ -1,0 +1,117 @@
+//! The circuit breaker against a real Postgres: what a half-open breaker probes with.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use txoutbox::relay::{Breaker, DestinationPolicy, FlowControl, RetryPolicy, Semantics};
+use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
+use txoutbox_test_support::factory::pending_many;
+use txoutbox_test_support::relay::RunningRelay;
+use txoutbox_test_support::{test_db, wait_for_count};
+
+type TestResult = anyhow::Result<()>;
+
+/// A downstream that fails every call of a row whose key starts with `bad` (a 503 without
+/// `Retry-After`: retryable, counted by the breaker) and takes every other; it records when each
+/// call started.
+#[derive(Clone, Default)]
+struct PartlyBroken {
+    calls: Arc<Mutex<Vec<(String, Instant)>>>,
+}
+
+impl PartlyBroken {
+    fn calls(&self) -> Vec<(String, Instant)> {
+        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// When the row `key` was first called, waiting at most `limit`.
+    async fn first_call(&self, key: &str, limit: Duration) -> Option<Instant> {
+        let start = Instant::now();
+        loop {
+            let seen = self
+                .calls()
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, at)| *at);
+            if seen.is_some() || start.elapsed() > limit {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for PartlyBroken {
+    async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.push((delivery.downstream_key.clone(), Instant::now()));
+        }
+        if delivery.downstream_key.starts_with("bad") {
+            Err(DeliveryError::retryable("503 Service Unavailable"))
+        } else {
+            Ok(Receipt::new("200"))
+        }
+    }
+}
+
+/// Rows that fail on their own open the breaker; a healthy row enqueued while it is open is the
+/// probe, not one of the failing rows (which are due the longest): the destination closes at the
+/// first probe instead of staying shut one doubled cool-down per failing row.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    pending_many(&mut client, "x", "bad", 4).await?;
+    let downstream = PartlyBroken::default();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("x", downstream.clone())
+            .policy(
+                "x",
+                DestinationPolicy {
+                    retry: RetryPolicy {
+                        base: Duration::from_millis(10),
+                        cap: Duration::from_millis(50),
+                        max_attempts: 1000,
+                    },
+                    semantics: Semantics::AtLeastOnce,
+                    flow: FlowControl {
+                        breaker: Some(Breaker {
+                            failures: 3,
+                            cool_down: Duration::from_secs(1),
+                            max_cool_down: Duration::from_secs(1),
+                        }),
+                        ..FlowControl::default()
+                    },
+                },
+            )
+            .build()?,
+    );
+    let open = wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_destinations WHERE destination = 'x' AND breaker = 'open'",
+        1,
+        Duration::from_secs(20),
+    )
+    .await?;
+    assert_eq!(open, 1, "the failing rows open the breaker");
+    let enqueued = Instant::now();
+    pending_many(&mut client, "x", "good", 1).await?;
+    let probed = downstream
+        .first_call("good-0", Duration::from_secs(30))
+        .await;
+    relay.stop().await?;
+    let probed = probed.ok_or_else(|| anyhow::anyhow!("the healthy row was never called"))?;
+    let failing_probes: Vec<String> = downstream
+        .calls()
+        .into_iter()
+        .filter(|(key, at)| key.starts_with("bad") && *at > enqueued && *at < probed)
+        .map(|(key, _)| key)
+        .collect();
+    assert!(
+        failing_probes.is_empty(),
+        "the breaker probed with failing rows while a row never tried waited: {failing_probes:?}"
+    );
+    Ok(())
+}

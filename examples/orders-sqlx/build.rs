@@ -1,0 +1,5 @@
+//! `sqlx::migrate!` reads `migrations/` at build time: rebuild when it changes.
+
+fn main() {
+    println!("cargo:rerun-if-changed=migrations");
+}

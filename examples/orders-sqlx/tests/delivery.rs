@@ -1,0 +1,66 @@
+//! The rest of the story: a relay delivers an order's receipt to a real SMTP server and its
+//! webhook to a real HTTP receiver, once each, with the downstream keys stored on the rows.
+
+use std::time::Duration;
+
+use txoutbox::standard_webhooks::WebhookSecret;
+use txoutbox_test_support::relay::RunningRelay;
+use txoutbox_test_support::smtp::SmtpServer;
+use txoutbox_test_support::wait_for_exact_count;
+use txoutbox_test_support::webhook::WebhookReceiver;
+
+mod common;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_relay_delivers_an_orders_email_and_webhook_once_under_their_keys() -> anyhow::Result<()>
+{
+    let s = common::LocalService::start().await?;
+    let smtp = SmtpServer::start().await?;
+    let (receiver, addr) = WebhookReceiver::failing_first(&[]).await?;
+    let key = common::key();
+    // The order, and a retry of it: one set of effects.
+    assert_eq!(s.orders.post(&key, &common::order()).await?.status(), 201);
+    assert_eq!(s.orders.post(&key, &common::order()).await?.status(), 201);
+
+    let secret = WebhookSecret::parse("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD")?;
+    let relay = RunningRelay::start(
+        s.db.relay()?
+            .sink(
+                txoutbox_email::DESTINATION,
+                txoutbox_email::EmailSink::smtp(&smtp.url())?,
+            )
+            .sink(
+                txoutbox_webhook::DESTINATION,
+                txoutbox_webhook::WebhookSink::new(&format!("http://{addr}/orders"), secret)?,
+            )
+            .build()?,
+    );
+    let delivered = "SELECT count(*) FROM txoutbox_delivered";
+    wait_for_exact_count(&s.client, delivered, 2, LIMIT).await?;
+    relay.stop().await?;
+
+    let key_of = |destination: &'static str| {
+        let client = &s.client;
+        async move {
+            let row = client
+                .query_one(
+                    "SELECT downstream_key FROM txoutbox_delivered WHERE destination = $1",
+                    &[&destination],
+                )
+                .await?;
+            anyhow::Ok(row.get::<_, String>(0))
+        }
+    };
+    let mail = smtp.messages()?;
+    assert_eq!(mail.len(), 1, "one receipt");
+    assert_eq!(
+        mail[0].header("Idempotency-Key"),
+        Some(key_of("email").await?.as_str())
+    );
+    let calls = receiver.calls("orders");
+    assert_eq!(calls.len(), 1, "one webhook call");
+    assert_eq!(calls[0].webhook_id, key_of("webhook").await?);
+    Ok(())
+}
