@@ -342,7 +342,7 @@ pub async fn fifty_concurrent_deliveries_of_one_message_make_one_effect<D: Drive
         match task.await?? {
             Delivery::New(_) => new += 1,
             Delivery::Duplicate => {}
-            Delivery::Failed(Error::Conflict(_)) => {}
+            Delivery::Failed(Error::Conflict { .. }) => {}
             other => anyhow::bail!("a concurrent delivery was answered {other:?}"),
         }
     }

@@ -62,7 +62,7 @@ async fn readiness(State(state): State<Readiness>) -> (StatusCode, String) {
                 humantime::format_duration(READY_TIMEOUT)
             ))
         }
-        Ok(Err(txoutbox::Error::StoreUnavailable(e))) => {
+        Ok(Err(txoutbox::Error::StoreUnavailable { message: e, .. })) => {
             return not_ready(format!("the database is unreachable: {e}"))
         }
         // The schema's own line (what to run), or the database's answer.

@@ -327,7 +327,7 @@ impl From<txoutbox::Error> for Problem {
         }
         match &err {
             txoutbox::Error::Key(key) => return key.into(),
-            txoutbox::Error::Conflict(_) => return Problem::conflict(),
+            txoutbox::Error::Conflict { .. } => return Problem::conflict(),
             txoutbox::Error::InvalidPayload(source) => {
                 return Problem::invalid_payload(source.to_string())
             }
@@ -404,9 +404,10 @@ mod tests {
 
     #[test]
     fn a_serialization_failure_is_a_409_conflict_with_retry_after() {
-        let problem = Problem::from(txoutbox::Error::Conflict(
-            "could not serialize access due to concurrent update".into(),
-        ));
+        let problem = Problem::from(txoutbox::Error::Conflict {
+            message: "could not serialize access due to concurrent update".into(),
+            source: None,
+        });
         assert_eq!(problem.status, StatusCode::CONFLICT);
         assert_eq!(problem.kind, problem_type("problem-conflict"));
         assert_eq!(problem.retry_after, Some(1));
@@ -453,9 +454,10 @@ mod tests {
 
     #[test]
     fn a_503_says_the_store_is_unavailable_and_when_to_retry_and_no_driver_text() {
-        let problem = Problem::from(txoutbox::Error::StoreUnavailable(
-            "cannot connect to 127.0.0.1:5432: Connection refused (os error 111)".into(),
-        ));
+        let problem = Problem::from(txoutbox::Error::StoreUnavailable {
+            message: "cannot connect to 127.0.0.1:5432: Connection refused (os error 111)".into(),
+            source: None,
+        });
         assert_eq!(problem.status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(problem.detail, "the store is unavailable; retry after 1 s");
         assert_eq!(problem.retry_after, Some(UNAVAILABLE_RETRY_AFTER));

@@ -71,37 +71,7 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
         args.delivered,
         args.requests
     );
-    let started = Instant::now();
-    client
-        .execute(FILL, &[&i64::try_from(args.pending)?])
-        .await?;
-    client
-        .execute(FILL_DELIVERED, &[&i64::try_from(args.delivered)?])
-        .await?;
-    client.execute(FILL_ATTEMPTS, &[]).await?;
-    client
-        .batch_execute("VACUUM ANALYZE txoutbox_messages, txoutbox_delivered, txoutbox_attempt_log")
-        .await?;
-    println!("filled in {:.1} s", started.elapsed().as_secs_f64());
-
-    let failed: uuid::Uuid = client
-        .query_one(
-            "SELECT id FROM txoutbox_messages WHERE status = 'failed' LIMIT 1",
-            &[],
-        )
-        .await?
-        .get(0);
-    // A cursor 500 rows down (in microseconds since the epoch and seq, as `ListCursor` prints).
-    let cursor: (i64, i64) = {
-        let row = client
-            .query_one(
-                "SELECT (extract(epoch FROM created_at) * 1000000)::int8, seq FROM txoutbox_messages \
-                 ORDER BY created_at DESC, seq DESC OFFSET 500 LIMIT 1",
-                &[],
-            )
-            .await?;
-        (row.get(0), row.get(1))
-    };
+    let (failed, cursor) = fill(&client, args).await?;
 
     // Without redacted fields: with them, the error-text search (measured below) is refused.
     let app =
@@ -146,22 +116,7 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
     ];
     println!("{:<24} {:>10} {:>10}", "page", "p50 ms", "p99 ms");
     for (name, path) in &pages {
-        // One untimed request first: the pool's connections and the plans are warm, as in a
-        // dashboard that has been up for a while.
-        http.get(format!("{base}{path}"))
-            .send()
-            .await?
-            .bytes()
-            .await?;
-        let mut times = Vec::with_capacity(args.requests);
-        for _ in 0..args.requests {
-            let t = Instant::now();
-            let res = http.get(format!("{base}{path}")).send().await?;
-            let status = res.status();
-            res.bytes().await?;
-            anyhow::ensure!(status.is_success(), "{path}: {status}");
-            times.push(t.elapsed());
-        }
+        let mut times = page_times(&http, &format!("{base}{path}"), args.requests).await?;
         times.sort();
         println!(
             "{:<24} {:>10.1} {:>10.1}",
@@ -172,4 +127,57 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
     }
     server.abort();
     Ok(())
+}
+
+/// Fills the tables (hot rows, the history, the attempt log) and answers a failed row's id and
+/// a cursor 500 rows down the list.
+async fn fill(client: &tokio_postgres::Client, args: &Args) -> Result<(uuid::Uuid, (i64, i64))> {
+    let started = Instant::now();
+    client
+        .execute(FILL, &[&i64::try_from(args.pending)?])
+        .await?;
+    client
+        .execute(FILL_DELIVERED, &[&i64::try_from(args.delivered)?])
+        .await?;
+    client.execute(FILL_ATTEMPTS, &[]).await?;
+    client
+        .batch_execute("VACUUM ANALYZE txoutbox_messages, txoutbox_delivered, txoutbox_attempt_log")
+        .await?;
+    println!("filled in {:.1} s", started.elapsed().as_secs_f64());
+
+    let failed: uuid::Uuid = client
+        .query_one(
+            "SELECT id FROM txoutbox_messages WHERE status = 'failed' LIMIT 1",
+            &[],
+        )
+        .await?
+        .get(0);
+    // A cursor 500 rows down (in microseconds since the epoch and seq, as `ListCursor` prints).
+    let cursor: (i64, i64) = {
+        let row = client
+            .query_one(
+                "SELECT (extract(epoch FROM created_at) * 1000000)::int8, seq FROM txoutbox_messages \
+                 ORDER BY created_at DESC, seq DESC OFFSET 500 LIMIT 1",
+                &[],
+            )
+            .await?;
+        (row.get(0), row.get(1))
+    };
+    Ok((failed, cursor))
+}
+
+/// The times of `requests` requests of `url`, after one untimed request: the pool's connections
+/// and the plans are warm, as in a dashboard that has been up for a while.
+async fn page_times(http: &reqwest::Client, url: &str, requests: usize) -> Result<Vec<Duration>> {
+    http.get(url).send().await?.bytes().await?;
+    let mut times = Vec::with_capacity(requests);
+    for _ in 0..requests {
+        let t = Instant::now();
+        let res = http.get(url).send().await?;
+        let status = res.status();
+        res.bytes().await?;
+        anyhow::ensure!(status.is_success(), "{url}: {status}");
+        times.push(t.elapsed());
+    }
+    Ok(times)
 }

@@ -173,10 +173,7 @@ async fn drain(db: &TestDb, args: &Args, rate: Option<RateLimit>) -> Result<Drai
     let started = Instant::now();
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                poll_interval: Duration::from_millis(100),
-                ..RelayConfig::default()
-            })
+            .config(RelayConfig::default().with_poll_interval(Duration::from_millis(100)))
             .sink(DESTINATION, sink)
             .policy(
                 DESTINATION,

@@ -5,6 +5,8 @@
 mod dashboard;
 mod flow;
 mod inbox;
+mod latency;
+mod peer;
 mod ratio;
 mod relay;
 mod write;
@@ -48,7 +50,7 @@ enum Command {
     /// over delivered history.
     Relay(relay::DrainArgs),
     /// Commit → sink latency at a steady offered load.
-    Latency(relay::LatencyArgs),
+    Latency(latency::LatencyArgs),
     /// Dashboard pages and API answers, p50/p99 each, over a large outbox.
     Dashboard(dashboard::Args),
     /// Flow control: a backlog to a rate-limited downstream, with and without a rate limit.
@@ -114,8 +116,8 @@ async fn main() -> Result<ExitCode> {
     let db = TestDb::create_on(&admin).await?;
     match cli.command {
         Command::Write(args) => write::run(&db, &args).await?,
-        Command::Relay(args) => relay::run_drain(&db, &args).await?,
-        Command::Latency(args) => relay::run_latency(&db, &args).await?,
+        Command::Relay(args) => relay::run_drain(&db, &admin, &args).await?,
+        Command::Latency(args) => latency::run(&db, &admin, &args).await?,
         Command::Dashboard(args) => dashboard::run(&db, &args).await?,
         Command::Flow(args) => flow::run(&db, &args).await?,
         Command::Inbox(args) => inbox::run(&db, &args).await?,

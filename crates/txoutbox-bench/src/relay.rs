@@ -1,20 +1,18 @@
 //! The relay benchmarks: drain throughput against a raw-SQL drain loop and a single-statement
 //! delete drain on the same backlog, the relay's memory while it drains, the relay's drain rate
 //! with rows waiting behind failed ordering heads and with delivered history (what either costs
-//! the claim), and commit→sink latency at a steady offered load.
+//! the claim); with `--peer`, the relay at its defaults beside a peer's drain.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use txoutbox::{
-    relay::{Relay, RelayConfig, RelayWaker},
+    relay::{Relay, RelayConfig},
     sink::{Delivery, DeliveryError, Receipt, Sink},
-    OutboxMessage,
 };
-use txoutbox_test_support::TestDb;
+use txoutbox_test_support::{ConnInfo, TestDb};
 
 /// Options of `txoutbox-bench relay`.
 #[derive(Debug, clap::Args)]
@@ -41,6 +39,13 @@ pub struct DrainArgs {
     /// Run the relay's statements unnamed (as behind PgBouncer) instead of prepared.
     #[arg(long)]
     unprepared: bool,
+    /// Also drain the same backlog with a peer on the same server, alternately with the relay
+    /// at its defaults (`--rounds` times each); prints both and the ratio.
+    #[arg(long, value_enum)]
+    pub peer: Option<crate::peer::Peer>,
+    /// Rounds of the side-by-side comparison with `--peer` (relay, peer, relay, peer, …).
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
 }
 
 impl DrainArgs {
@@ -58,22 +63,6 @@ impl DrainArgs {
             if self.unprepared { " --unprepared" } else { "" }
         )
     }
-}
-
-/// Options of `txoutbox-bench latency`.
-#[derive(Debug, clap::Args)]
-pub struct LatencyArgs {
-    /// Offered load, messages per second (one transaction each).
-    #[arg(long, default_value_t = 1000)]
-    rate: u64,
-    /// Seconds of load.
-    #[arg(long, default_value_t = 10)]
-    seconds: u64,
-    /// Each message is the effect of an idempotent request in a scope with deferred effects
-    /// (`begin`, `Claim::commit`): the latency includes the relay's fan-out. Without it, each is
-    /// written with `txoutbox::enqueue`.
-    #[arg(long)]
-    deferred: bool,
 }
 
 /// Counts calls and does nothing else.
@@ -231,15 +220,27 @@ async fn delete_drain(client: &tokio_postgres::Client, batch: usize, rows: i64) 
 
 /// Drains the backlog with the relay and a no-op sink; returns rows/s.
 async fn relay_drain(db: &TestDb, batch: usize, rows: i64, prepared: bool) -> Result<f64> {
+    let config = RelayConfig::default()
+        .with_batch_size(batch)
+        .with_concurrency(batch * 4)
+        .with_poll_interval(Duration::from_millis(50))
+        .with_prepared_statements(prepared);
+    drain_with(db, config, rows).await
+}
+
+/// Fills a backlog of `rows` and drains it with the relay at its defaults; returns rows/s.
+pub(crate) async fn default_relay_drain(db: &TestDb, rows: i64) -> Result<f64> {
+    let client = db.connect().await?;
+    reset(&client).await?;
+    fill(&client, rows).await?;
+    drain_with(db, RelayConfig::default(), rows).await
+}
+
+/// Drains the backlog with a relay configured so and a no-op sink; returns rows/s.
+async fn drain_with(db: &TestDb, config: RelayConfig, rows: i64) -> Result<f64> {
     let sink = NoopSink::default();
     let relay = Relay::builder(db.config()?)
-        .config(RelayConfig {
-            batch_size: batch,
-            concurrency: batch * 4,
-            poll_interval: Duration::from_millis(50),
-            prepared_statements: prepared,
-            ..RelayConfig::default()
-        })
+        .config(config)
         .sink("noop", sink.clone())
         .build()?;
     let observer = db.connect().await?;
@@ -272,7 +273,7 @@ async fn relay_drain(db: &TestDb, batch: usize, rows: i64, prepared: bool) -> Re
     Ok(rows as f64 / elapsed)
 }
 
-pub async fn run_drain(db: &TestDb, args: &DrainArgs) -> Result<()> {
+pub async fn run_drain(db: &TestDb, admin: &ConnInfo, args: &DrainArgs) -> Result<()> {
     let client = db.connect().await?;
     let command = args.command();
     let prepared = !args.unprepared;
@@ -374,120 +375,8 @@ pub async fn run_drain(db: &TestDb, args: &DrainArgs) -> Result<()> {
         }
     }
     println!("ratio: {:.2} (b)/(a)  {command}", relay / raw);
-    Ok(())
-}
-
-pub async fn run_latency(db: &TestDb, args: &LatencyArgs) -> Result<()> {
-    let committed: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
-    #[derive(Clone)]
-    struct Timing {
-        committed: Arc<Mutex<HashMap<String, Instant>>>,
-        latencies: Arc<Mutex<Vec<f64>>>,
+    if let Some(peer) = args.peer {
+        crate::peer::compare_drain(peer, db, admin, args.rows, args.rounds).await?;
     }
-    #[async_trait::async_trait]
-    impl Sink for Timing {
-        async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
-            let now = Instant::now();
-            let at = self
-                .committed
-                .lock()
-                .ok()
-                .and_then(|mut m| m.remove(&d.downstream_key));
-            if let (Some(at), Ok(mut l)) = (at, self.latencies.lock()) {
-                l.push(now.saturating_duration_since(at).as_secs_f64() * 1000.0);
-            }
-            Ok(Receipt::none())
-        }
-    }
-    let relay = Relay::builder(db.config()?)
-        .config(RelayConfig::default())
-        .sink(
-            "timed",
-            Timing {
-                committed: committed.clone(),
-                latencies: latencies.clone(),
-            },
-        )
-        .build()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(relay.run(async move {
-        let _ = stopped.await;
-    }));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let pool = db.pool(8)?;
-    let waker = RelayWaker::spawn(pool.clone());
-    let total = args.rate * args.seconds;
-    let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let mut producers = tokio::task::JoinSet::new();
-    for i in 0..total {
-        ticker.tick().await;
-        let (pool, waker, committed) = (pool.clone(), waker.clone(), committed.clone());
-        let deferred = args.deferred;
-        producers.spawn(async move {
-            let mut client = pool.get().await?;
-            let tx = client.transaction().await?;
-            let message = OutboxMessage::new("timed", &serde_json::json!({ "i": i }))?;
-            let key = if deferred {
-                let scope = txoutbox::Scope::new("latency")?.with_deferred_effects();
-                let request = txoutbox::IdempotencyKey::parse(&uuid::Uuid::now_v7().to_string())?;
-                let fingerprint = txoutbox::Fingerprint::new("POST", "/timed", b"{}");
-                let txoutbox::Begin::New(mut claim) =
-                    txoutbox::begin(&tx, &scope, &request, &fingerprint).await?
-                else {
-                    anyhow::bail!("a fresh key was not new");
-                };
-                let key = claim.downstream_key("timed");
-                claim.enqueue("timed", message)?;
-                let response = txoutbox::StoredResponse {
-                    status: 202,
-                    headers: vec![],
-                    body: vec![],
-                };
-                claim.commit(tx, &response).await?;
-                key
-            } else {
-                let key = format!("lat-{i}");
-                txoutbox::enqueue(&tx, &[message.with_downstream_key(key.clone())]).await?;
-                tx.commit().await?;
-                key
-            };
-            // Registered as the commit returns; a message delivered before is not timed.
-            if let Ok(mut m) = committed.lock() {
-                m.insert(key, Instant::now());
-            }
-            waker.wake();
-            anyhow::Ok(())
-        });
-        while producers.try_join_next().is_some() {}
-    }
-    while let Some(r) = producers.join_next().await {
-        r??;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let _ = stop.send(());
-    running.await??;
-    let mut l = latencies.lock().map(|l| l.clone()).unwrap_or_default();
-    l.sort_by(f64::total_cmp);
-    anyhow::ensure!(!l.is_empty(), "no message timed");
-    let pct = |p: f64| l[((l.len() as f64 * p) as usize).min(l.len() - 1)];
-    println!(
-        "txoutbox-bench latency: {} msg/s offered for {}s, one transaction each{}, hint after commit",
-        args.rate,
-        args.seconds,
-        if args.deferred {
-            " (a request with deferred effects)"
-        } else {
-            ""
-        }
-    );
-    println!(
-        "timed {} of {} messages (a message delivered before its commit returned is not timed)",
-        l.len(),
-        total
-    );
-    println!("p50_ms: {:.2} p99_ms: {:.2}", pct(0.50), pct(0.99));
     Ok(())
 }

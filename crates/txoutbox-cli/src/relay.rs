@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use txoutbox::{
-    relay::{DestinationPolicy, Relay, RelayConfig, RetryPolicy, Semantics, WakeMode},
+    relay::{
+        DestinationPolicy, Relay, RelayBuilder, RelayConfig, RetryPolicy, Semantics, WakeMode,
+    },
     sink::{Delivery, DeliveryError, Receipt, Sink},
 };
 use txoutbox_axum::health::MetricsServer;
@@ -218,62 +220,74 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         ),
         None => None,
     };
-    let mut config = RelayConfig {
-        batch_size: args.batch_size,
-        concurrency: args.concurrency,
-        lease: args.lease,
-        poll_interval: args.poll_interval,
-        wake: if args.poll_only {
+    let builder = Relay::builder(pg).config(relay_config(&args));
+    let (builder, sinks) = with_sinks(builder, &args).await?;
+    anyhow::ensure!(
+        !sinks.is_empty(),
+        "no sink configured: a relay without sinks would dead-letter every row (see txoutbox relay --help)"
+    );
+    check_patterns(&args, &sinks)?;
+    let relay = with_policies(builder, &args, &sinks).build()?;
+    let server = match (args.observability.metrics_addr, prometheus) {
+        (Some(addr), Some(handle)) => Some(
+            MetricsServer::bind(addr, handle, &relay, args.poll_only)
+                .await
+                .with_context(|| format!("binding the metrics address {addr}"))?,
+        ),
+        _ => None,
+    };
+    tracing::info!(owner = %relay.owner(), sinks = ?sinks, "relay starting");
+    let serving = async {
+        match server {
+            Some(server) => server.run(shutdown.wait()).await,
+            None => Ok(()),
+        }
+    };
+    // A relay that ends by itself (a schema this build cannot use) stops the server too. The
+    // relay logs its own "relay stopped" with its counts.
+    let relaying = async {
+        let report = relay.run(shutdown.wait()).await;
+        shutdown.trigger();
+        report
+    };
+    let (report, served) = tokio::join!(relaying, serving);
+    report?;
+    served.context("the metrics server failed")
+}
+
+/// The relay's knobs, from the flags.
+fn relay_config(args: &RelayArgs) -> RelayConfig {
+    let config = RelayConfig::default()
+        .with_batch_size(args.batch_size)
+        .with_concurrency(args.concurrency)
+        .with_lease(args.lease)
+        .with_poll_interval(args.poll_interval)
+        .with_wake(if args.poll_only {
             WakeMode::PollOnly
         } else {
             WakeMode::ListenAndPoll
-        },
-        shutdown_grace: args.shutdown_grace,
-        sample_interval: args.observability.sample_interval,
-        heartbeat_interval: args.heartbeat,
-        ..RelayConfig::default()
-    };
-    if let Some(owner) = &args.owner {
-        config.owner = owner.clone();
+        })
+        .with_shutdown_grace(args.shutdown_grace)
+        .with_sample_interval(args.observability.sample_interval)
+        .with_heartbeat_interval(args.heartbeat);
+    match &args.owner {
+        Some(owner) => config.with_owner(owner.clone()),
+        None => config,
     }
-    let retry = RetryPolicy {
-        base: args.retry_base,
-        cap: args.retry_cap,
-        max_attempts: args.max_attempts,
-    };
-    let mut builder = Relay::builder(pg)
-        .config(config)
-        .default_policy(DestinationPolicy {
-            retry: retry.clone(),
-            semantics: Semantics::AtLeastOnce,
-            flow: flow_of(&args, ""),
-        });
+}
+
+/// Registers the built-in sinks the flags configure; also answers their destinations.
+async fn with_sinks(
+    mut builder: RelayBuilder,
+    args: &RelayArgs,
+) -> Result<(RelayBuilder, Vec<String>)> {
     let mut sinks = Vec::new();
     for destination in &args.stdout {
         builder = builder.sink(destination.clone(), StdoutSink);
         sinks.push(destination.clone());
     }
-    if let Some(url) = &args.smtp_url {
-        let defaults = txoutbox_email::SmtpConfig::default();
-        let config = txoutbox_email::SmtpConfig {
-            hello_name: args.smtp_helo_name.clone(),
-            timeout: args.sink_timeout.unwrap_or(defaults.timeout),
-            ..defaults
-        };
-        let setting = match config.hello_name {
-            Some(_) => "SMTP_URL, SMTP_HELO_NAME",
-            None => "SMTP_URL",
-        };
-        builder = builder.sink(
-            txoutbox_email::DESTINATION,
-            txoutbox_email::EmailSink::smtp_with(url, config).context(setting)?,
-        );
-        sinks.push(txoutbox_email::DESTINATION.to_owned());
-    } else if let Some(dir) = &args.mail_dir {
-        builder = builder.sink(
-            txoutbox_email::DESTINATION,
-            txoutbox_email::EmailSink::file_dir(dir).context("MAIL_DIR")?,
-        );
+    if let Some(sink) = email_sink(args)? {
+        builder = builder.sink(txoutbox_email::DESTINATION, sink);
         sinks.push(txoutbox_email::DESTINATION.to_owned());
     }
     if let Some(key) = &args.stripe_secret_key {
@@ -316,10 +330,36 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
         builder = builder.sink(txoutbox_nats::DESTINATION, sink);
         sinks.push(txoutbox_nats::DESTINATION.to_owned());
     }
-    anyhow::ensure!(
-        !sinks.is_empty(),
-        "no sink configured: a relay without sinks would dead-letter every row (see txoutbox relay --help)"
-    );
+    Ok((builder, sinks))
+}
+
+/// The email sink: SMTP when `--smtp-url` is given, else `.eml` files when `--mail-dir` is.
+fn email_sink(args: &RelayArgs) -> Result<Option<txoutbox_email::EmailSink>> {
+    if let Some(url) = &args.smtp_url {
+        let defaults = txoutbox_email::SmtpConfig::default();
+        let config = txoutbox_email::SmtpConfig {
+            hello_name: args.smtp_helo_name.clone(),
+            timeout: args.sink_timeout.unwrap_or(defaults.timeout),
+            ..defaults
+        };
+        let setting = match config.hello_name {
+            Some(_) => "SMTP_URL, SMTP_HELO_NAME",
+            None => "SMTP_URL",
+        };
+        return Ok(Some(
+            txoutbox_email::EmailSink::smtp_with(url, config).context(setting)?,
+        ));
+    }
+    match &args.mail_dir {
+        Some(dir) => Ok(Some(
+            txoutbox_email::EmailSink::file_dir(dir).context("MAIL_DIR")?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Refuses a `--rate-limit` or `--max-in-flight` pattern that matches none of `sinks`.
+fn check_patterns(args: &RelayArgs, sinks: &[String]) -> Result<()> {
     for (flag, pattern) in args
         .rate_limits
         .iter()
@@ -336,20 +376,34 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
             sinks.join(", ")
         );
     }
-    // Every destination gets its whole policy: retry, semantics and flow control (an
-    // at-most-once destination without a sink here keeps its semantics for the rows this relay
-    // dead-letters).
+    Ok(())
+}
+
+/// Gives every destination its whole policy: retry, semantics and flow control (an
+/// at-most-once destination without a sink here keeps its semantics for the rows this relay
+/// dead-letters).
+fn with_policies(mut builder: RelayBuilder, args: &RelayArgs, sinks: &[String]) -> RelayBuilder {
+    let retry = RetryPolicy {
+        base: args.retry_base,
+        cap: args.retry_cap,
+        max_attempts: args.max_attempts,
+    };
+    builder = builder.default_policy(DestinationPolicy {
+        retry: retry.clone(),
+        semantics: Semantics::AtLeastOnce,
+        flow: flow_of(args, ""),
+    });
     for destination in args.at_most_once.iter().filter(|d| !sinks.contains(d)) {
         builder = builder.policy(
             destination.clone(),
             DestinationPolicy {
                 retry: retry.clone(),
                 semantics: Semantics::AtMostOnce,
-                flow: flow_of(&args, destination),
+                flow: flow_of(args, destination),
             },
         );
     }
-    for destination in &sinks {
+    for destination in sinks {
         let semantics = if args.at_most_once.iter().any(|p| matches(p, destination)) {
             Semantics::AtMostOnce
         } else {
@@ -360,36 +414,11 @@ pub async fn run(url: &str, args: RelayArgs) -> Result<()> {
             DestinationPolicy {
                 retry: retry.clone(),
                 semantics,
-                flow: flow_of(&args, destination),
+                flow: flow_of(args, destination),
             },
         );
     }
-    let relay = builder.build()?;
-    let server = match (args.observability.metrics_addr, prometheus) {
-        (Some(addr), Some(handle)) => Some(
-            MetricsServer::bind(addr, handle, &relay, args.poll_only)
-                .await
-                .with_context(|| format!("binding the metrics address {addr}"))?,
-        ),
-        _ => None,
-    };
-    tracing::info!(owner = %relay.owner(), sinks = ?sinks, "relay starting");
-    let serving = async {
-        match server {
-            Some(server) => server.run(shutdown.wait()).await,
-            None => Ok(()),
-        }
-    };
-    // A relay that ends by itself (a schema this build cannot use) stops the server too. The
-    // relay logs its own "relay stopped" with its counts.
-    let relaying = async {
-        let report = relay.run(shutdown.wait()).await;
-        shutdown.trigger();
-        report
-    };
-    let (report, served) = tokio::join!(relaying, serving);
-    report?;
-    served.context("the metrics server failed")
+    builder
 }
 
 /// The secret given for `destination` (`DESTINATION=SECRET`), else the one given without a name.

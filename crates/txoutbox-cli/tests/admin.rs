@@ -122,11 +122,9 @@ impl Sink for HangingSink {
 
 /// The test timings, under the name `owner`, with a short shutdown grace.
 fn relay_named(owner: &str) -> RelayConfig {
-    RelayConfig {
-        owner: owner.to_owned(),
-        shutdown_grace: Duration::from_millis(100),
-        ..relay_config()
-    }
+    relay_config()
+        .with_owner(owner)
+        .with_shutdown_grace(Duration::from_millis(100))
 }
 
 /// Makes the pending rows of `destination` `unknown` the relay's way: an at-most-once attempt cut

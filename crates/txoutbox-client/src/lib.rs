@@ -89,6 +89,7 @@ impl Default for RetryPolicy {
 
 /// Why an operation ended without a final answer.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The HTTP client could not be built.
     #[error("building the HTTP client: {0}")]

@@ -103,6 +103,7 @@ pub fn check(payload: &serde_json::Value) -> Result<(), EmailError> {
 
 /// Why an email or an email sink could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EmailError {
     /// An address does not parse (`field` is `from`, `to`, `cc`, `bcc` or `reply-to`).
     #[error("invalid {field} address {address:?}: {reason}")]

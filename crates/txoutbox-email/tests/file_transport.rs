@@ -69,10 +69,7 @@ fn the_file_transport_has_no_timeout_of_its_own_and_suits_any_lease() -> anyhow:
     let sink = EmailSink::file_dir(dir.path())?;
     assert_eq!(sink.timeout(), None);
     let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
-    let shortest = RelayConfig {
-        lease: std::time::Duration::from_millis(100),
-        ..RelayConfig::default()
-    };
+    let shortest = RelayConfig::default().with_lease(std::time::Duration::from_millis(100));
     assert!(txoutbox::relay::Relay::builder(pg)
         .config(shortest)
         .sink(DESTINATION, sink)

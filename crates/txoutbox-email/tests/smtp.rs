@@ -489,10 +489,7 @@ async fn an_invalid_hello_name_is_refused_with_one_line_naming_the_setting() -> 
 async fn a_relay_whose_lease_cannot_hold_the_smtp_timeout_is_refused() -> TestResult {
     // Building a relay connects to nothing: no database is needed to be refused.
     let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
-    let ten_seconds = RelayConfig {
-        lease: Duration::from_secs(10),
-        ..RelayConfig::default()
-    };
+    let ten_seconds = RelayConfig::default().with_lease(Duration::from_secs(10));
     let sink = EmailSink::smtp("smtp://127.0.0.1:2525")?;
     assert_eq!(sink.timeout(), Some(Duration::from_secs(20)), "the default");
     let refused = txoutbox::relay::Relay::builder(pg.clone())

@@ -55,6 +55,8 @@ impl From<tokio_postgres::Error> for HandlerError {
 /// Write the message's effects with `tx` (the business rows) and `claim` (its onward outbox
 /// effects, whose downstream keys derive from the consumer, the message id and the effect);
 /// the consumer completes the claim, commits and acks. Return an error to roll everything back.
+///
+/// A seam: implement it for each kind of message a service consumes.
 #[async_trait::async_trait]
 pub trait MessageHandler: Send + Sync + 'static {
     /// Applies `message` (its id is `claim.message_id()`).

@@ -33,6 +33,7 @@ const PERMANENT_CODES: [ErrorCode; 9] = [
 
 /// Why a sink could not be set up.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum NatsError {
     /// The server could not be reached (or refused the connection).
     #[error("connecting to NATS at {url}: {source}")]

@@ -445,10 +445,7 @@ async fn a_relay_whose_lease_cannot_hold_the_ack_timeout_is_refused() -> TestRes
     assert_eq!(sink.timeout(), Some(txoutbox_nats::DEFAULT_ACK_TIMEOUT));
     // Building a relay connects to nothing: no database is needed to be refused.
     let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
-    let ten_seconds = RelayConfig {
-        lease: Duration::from_secs(10),
-        ..RelayConfig::default()
-    };
+    let ten_seconds = RelayConfig::default().with_lease(Duration::from_secs(10));
     let slow = sink.clone().with_ack_timeout(Duration::from_secs(20));
     assert_eq!(slow.timeout(), Some(Duration::from_secs(20)));
     let refused = txoutbox::relay::Relay::builder(pg.clone())

@@ -11,6 +11,7 @@ use txoutbox::sink::DeliveryError;
 
 /// Why a Stripe call did not return an object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StripeFailure {
     /// Stripe (or something in front of it) answered with an error status.
     #[error("{0}")]

@@ -59,6 +59,7 @@ const METADATA_VALUE_LEN: usize = 500;
 /// One Stripe call, as stored in an outbox row (`{"type": "create_payment_intent", ...}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StripeRequest {
     /// `POST /v1/payment_intents` with `confirm=true`: charge now.
     CreatePaymentIntent(NewPaymentIntent),

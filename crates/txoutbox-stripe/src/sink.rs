@@ -18,6 +18,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Why a [`StripeSink`] could not be configured.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// `STRIPE_SECRET_KEY` is not set (or empty).
     #[error("STRIPE_SECRET_KEY is not set")]

@@ -472,10 +472,7 @@ async fn refund_of_a_delivered_intent_is_created_with_its_own_key() -> TestResul
 fn a_relay_whose_lease_cannot_hold_the_request_timeout_is_refused() -> TestResult {
     // Building a relay connects to nothing: no database or Stripe is needed to be refused.
     let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
-    let ten_seconds = RelayConfig {
-        lease: Duration::from_secs(10),
-        ..RelayConfig::default()
-    };
+    let ten_seconds = RelayConfig::default().with_lease(Duration::from_secs(10));
     let sink = StripeSink::new("sk_test_timeout")?;
     assert_eq!(sink.timeout(), Some(txoutbox_stripe::DEFAULT_TIMEOUT));
     let refused = txoutbox::relay::Relay::builder(pg.clone())

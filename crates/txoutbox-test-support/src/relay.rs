@@ -238,14 +238,12 @@ impl Sink for SlowSink {
 /// lease of 2 s and a reclaim every 200 ms, so the rows held when the server went away come back
 /// soon after it is up again.
 pub fn restart_config() -> txoutbox::relay::RelayConfig {
-    txoutbox::relay::RelayConfig {
-        concurrency: 16,
-        batch_size: 16,
-        lease: Duration::from_secs(2),
-        poll_interval: Duration::from_millis(50),
-        reclaim_interval: Duration::from_millis(200),
-        ..txoutbox::relay::RelayConfig::default()
-    }
+    txoutbox::relay::RelayConfig::default()
+        .with_concurrency(16)
+        .with_batch_size(16)
+        .with_lease(Duration::from_secs(2))
+        .with_poll_interval(Duration::from_millis(50))
+        .with_reclaim_interval(Duration::from_millis(200))
 }
 
 /// What a drain through a restart ended with: rows delivered, and the distinct downstream keys
@@ -291,19 +289,14 @@ pub async fn drain_through_a_restart(
 /// Test-friendly relay timings: poll every 50 ms, reclaim expired leases every 100 ms (what
 /// [`TestDb::relay`](crate::TestDb::relay) starts from).
 pub fn relay_config() -> txoutbox::relay::RelayConfig {
-    txoutbox::relay::RelayConfig {
-        poll_interval: Duration::from_millis(50),
-        reclaim_interval: Duration::from_millis(100),
-        ..txoutbox::relay::RelayConfig::default()
-    }
+    txoutbox::relay::RelayConfig::default()
+        .with_poll_interval(Duration::from_millis(50))
+        .with_reclaim_interval(Duration::from_millis(100))
 }
 
 /// [`relay_config`] with a lease of 1 s, for tests where a lease expires.
 pub fn short_lease() -> txoutbox::relay::RelayConfig {
-    txoutbox::relay::RelayConfig {
-        lease: Duration::from_secs(1),
-        ..relay_config()
-    }
+    relay_config().with_lease(Duration::from_secs(1))
 }
 
 /// A retry policy for tests: 20 ms to 100 ms between attempts, at most `max_attempts`.

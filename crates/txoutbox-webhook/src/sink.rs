@@ -49,6 +49,7 @@ impl Default for WebhookConfig {
 
 /// Why a sink could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WebhookError {
     /// The endpoint URL does not parse, or is not http(s).
     #[error("invalid webhook URL {url:?}: {reason}")]
@@ -318,6 +319,7 @@ mod tests {
             DeliveryError::Retryable { retry_after, .. } => ("retry", *retry_after),
             DeliveryError::Permanent { .. } => ("permanent", None),
             DeliveryError::Indeterminate { .. } => ("indeterminate", None),
+            other => panic!("a kind this test does not know: {other:?}"),
         }
     }
 

@@ -5,17 +5,30 @@ use crate::schema::SchemaMismatch;
 
 /// What went wrong in a txoutbox call.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// Postgres could not be reached, or the connection dropped. Nothing was decided: answer
     /// `503 Service Unavailable` with `Retry-After`, never treat the key as new.
-    #[error("the outbox store is unavailable: {0}")]
-    StoreUnavailable(String),
+    #[error("the outbox store is unavailable: {message}")]
+    StoreUnavailable {
+        /// What failed, in one line (the hosts tried, the driver's words).
+        message: String,
+        /// The driver's or the pool's error, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
     /// The transaction lost a race with a concurrent one: a serialization failure (40001,
     /// REPEATABLE READ or SERIALIZABLE) or a deadlock (40P01). Nothing it wrote is kept: roll
     /// back and answer `409 Conflict` with `Retry-After`; the retry replays the winner's answer
     /// or runs again.
-    #[error("the transaction conflicted with a concurrent one and must be retried: {0}")]
-    Conflict(String),
+    #[error("the transaction conflicted with a concurrent one and must be retried: {message}")]
+    Conflict {
+        /// The server's message, or the library's when it detected the race itself.
+        message: String,
+        /// The driver's error, when the server answered with one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
     /// Postgres answered with an error (a constraint, a missing migration, a bug).
     #[error("database error: {}", db_message(.0))]
     Database(#[source] tokio_postgres::Error),
@@ -57,14 +70,26 @@ pub enum Error {
     /// not the shape txoutbox writes: written by another program or by hand); the text names the
     /// row, the column and the cause. It fails the request that read the row, and no other.
     /// Answer 500.
-    #[error("a stored row cannot be decoded: {0}")]
-    Undecodable(String),
+    #[error("a stored row cannot be decoded: {message}")]
+    Undecodable {
+        /// The row, the column and the cause.
+        message: String,
+        /// The decoder's error (tokio-postgres's, serde_json's).
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
     /// A configuration that cannot work, refused at start (the text names the setting).
     #[error("invalid configuration: {0}")]
     Config(String),
     /// Applying the migrations failed.
-    #[error("migration failed: {0}")]
-    Migration(String),
+    #[error("migration failed: {message}")]
+    Migration {
+        /// What failed.
+        message: String,
+        /// The migration runner's error.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
     /// The database's schema is not the version this build needs (never migrated, behind, or
     /// migrated by a newer txoutbox); the text is one line that says what to run. Nothing can
     /// work until it matches: answer `503 Service Unavailable`.
@@ -75,7 +100,7 @@ pub enum Error {
 impl Error {
     /// True when the store could not be reached: retry later (503), do not assume anything.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Error::StoreUnavailable(_))
+        matches!(self, Error::StoreUnavailable { .. })
     }
 
     /// An [`Error::InvalidPayload`] whose source is `err`: what a sink crate's payload error
@@ -84,19 +109,38 @@ impl Error {
         Error::InvalidPayload(Box::new(err))
     }
 
+    /// An [`Error::Conflict`] the library detected itself (no driver error behind it).
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+        Error::Conflict {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An [`Error::Undecodable`] for a stored document `source` refused.
+    pub(crate) fn undecodable(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Undecodable {
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
     /// The HTTP status a service should answer this error with.
     pub fn http_status(&self) -> u16 {
         match self {
-            Error::StoreUnavailable(_) | Error::Schema(_) => 503,
+            Error::StoreUnavailable { .. } | Error::Schema(_) => 503,
             Error::Key(_) | Error::Invalid(_) | Error::Payload(_) => 400,
-            Error::Conflict(_) => 409,
+            Error::Conflict { .. } => 409,
             Error::InvalidPayload(_) => 422,
             Error::Database(_)
             | Error::Driver { .. }
-            | Error::Migration(_)
+            | Error::Migration { .. }
             | Error::Config(_)
             | Error::Internal(_)
-            | Error::Undecodable(_) => 500,
+            | Error::Undecodable { .. } => 500,
         }
     }
 }
@@ -111,11 +155,19 @@ impl From<tokio_postgres::Error> for Error {
     fn from(err: tokio_postgres::Error) -> Self {
         if let Some(db) = err.as_db_error() {
             if matches!(db.code().code(), "40001" | "40P01") {
-                return Error::Conflict(db.message().to_owned());
+                return Error::Conflict {
+                    message: db.message().to_owned(),
+                    source: Some(Box::new(err)),
+                };
             }
         }
         match client_side(&err) {
-            Some(ClientSide::Decode) => return Error::Undecodable(crate::pg::describe(&err)),
+            Some(ClientSide::Decode) => {
+                return Error::Undecodable {
+                    message: crate::pg::describe(&err),
+                    source: Some(Box::new(err)),
+                }
+            }
             Some(ClientSide::Other) => return Error::Database(err),
             None => {}
         }
@@ -128,10 +180,14 @@ impl From<tokio_postgres::Error> for Error {
                 }
             };
         if unavailable {
-            Error::StoreUnavailable(match err.as_db_error() {
+            let message = match err.as_db_error() {
                 Some(db) => db.message().to_owned(),
                 None => crate::pg::describe(&err),
-            })
+            };
+            Error::StoreUnavailable {
+                message,
+                source: Some(Box::new(err)),
+            }
         } else {
             Error::Database(err)
         }
@@ -178,7 +234,10 @@ impl From<deadpool_postgres::PoolError> for Error {
     fn from(err: deadpool_postgres::PoolError) -> Self {
         match err {
             deadpool_postgres::PoolError::Backend(e) => e.into(),
-            other => Error::StoreUnavailable(other.to_string()),
+            other => Error::StoreUnavailable {
+                message: other.to_string(),
+                source: Some(Box::new(other)),
+            },
         }
     }
 }
@@ -229,5 +288,39 @@ mod tests {
         );
         let source = std::error::Error::source(&err).expect("a source");
         assert!(source.downcast_ref::<NoRecipient>().is_some(), "{source:?}");
+    }
+
+    #[test]
+    fn a_closed_pool_is_unavailable_and_keeps_the_pools_error_as_its_source() {
+        let err = Error::from(deadpool_postgres::PoolError::Closed);
+        assert!(err.is_unavailable(), "{err:?}");
+        let source = std::error::Error::source(&err).expect("a source");
+        assert!(
+            matches!(
+                source.downcast_ref::<deadpool_postgres::PoolError>(),
+                Some(deadpool_postgres::PoolError::Closed)
+            ),
+            "{source:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_unavailable_and_keeps_the_drivers_error_as_its_source() {
+        // Port 1 on the loopback: nothing listens there, the connection is refused at once.
+        let refused = tokio_postgres::connect(
+            "host=127.0.0.1 port=1 user=nobody connect_timeout=5",
+            tokio_postgres::NoTls,
+        )
+        .await
+        .err()
+        .expect("nothing listens on port 1");
+        let err = Error::from(refused);
+        assert!(err.is_unavailable(), "{err:?}");
+        let source = std::error::Error::source(&err).expect("a source");
+        let driver = source.downcast_ref::<tokio_postgres::Error>();
+        assert!(
+            driver.is_some_and(|e| e.as_db_error().is_none()),
+            "{source:?}"
+        );
     }
 }

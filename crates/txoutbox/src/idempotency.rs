@@ -12,8 +12,7 @@
 //! kept on the business row ([`BusinessKey`]).
 
 pub use crate::downstream_key::{derive_downstream_key, DOWNSTREAM_KEY_NAMESPACE};
-pub use crate::key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
-pub use crate::store::driver::{CommitTx, WriteTx};
+pub use crate::key::{KeyError, MAX_KEY_LEN};
 pub use crate::store::{CommitExecutor, Params, TxExecutor};
 pub use claim::Claim;
 pub use row::{BusinessKey, RowBegin, RowClaim};
@@ -31,6 +30,8 @@ use std::collections::HashSet;
 pub(crate) use claim::{attach_traceparent, check_effect, downstream_key_for};
 pub(crate) use scope::{check_lock_timeout, check_window};
 
+use crate::key::IdempotencyKey;
+use crate::store::driver::WriteTx;
 use crate::store::keys;
 use crate::telemetry::{IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS};
 use crate::{
@@ -169,12 +170,15 @@ fn answer(
         return Ok(in_flight(scope));
     };
     let headers: Vec<(String, String)> = serde_json::from_str(&headers).map_err(|e| {
-        Error::Undecodable(format!(
-            "the stored response headers of key {:?} in scope {:?} are not a JSON array of \
-             [name, value] pairs ({e}); the key row was written by another program or by hand",
-            key.as_str(),
-            scope.name
-        ))
+        Error::undecodable(
+            format!(
+                "the stored response headers of key {:?} in scope {:?} are not a JSON array of \
+                 [name, value] pairs ({e}); the key row was written by another program or by hand",
+                key.as_str(),
+                scope.name
+            ),
+            e,
+        )
     })?;
     count(IDEMPOTENCY_REPLAYS, scope);
     Ok(Begin::Replay(StoredResponse {

@@ -223,7 +223,7 @@ pub async fn receive(
                 Outcome::Processed
             },
         }),
-        Ok(Recorded::Vanished) => Err(Error::Conflict(format!(
+        Ok(Recorded::Vanished) => Err(Error::conflict(format!(
             "the inbox record of {message_id:?} was pruned while this delivery waited for it"
         ))),
         Err(e) => Err(conflict(e, message_id)),
@@ -260,9 +260,12 @@ pub async fn record_failure(
 /// The error of a record's statement: a wait given up or lost is a conflict (409).
 fn conflict(e: StoreError, message_id: &str) -> Error {
     if e.held_elsewhere() {
-        return Error::Conflict(format!(
-            "a concurrent delivery of message {message_id:?} holds its inbox record"
-        ));
+        return Error::Conflict {
+            message: format!(
+                "a concurrent delivery of message {message_id:?} holds its inbox record"
+            ),
+            source: e.into_source(),
+        };
     }
     e.into()
 }

@@ -19,6 +19,7 @@ pub struct IdempotencyKey(String);
 
 /// Why a header value is not a usable key. Maps to `400 Bad Request`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// No key, or an empty one.
     #[error("the Idempotency-Key is missing or empty")]

@@ -103,4 +103,3 @@ pub use migrate::migrate_sqlx;
 pub use outbox::{enqueue, Enqueued, OutboxMessage};
 pub use schema::{check_schema, SchemaMismatch, SchemaVersion};
 pub use store::driver::{CommitTx, WriteTx};
-pub use store::{CommitExecutor, TxExecutor};

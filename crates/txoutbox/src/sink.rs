@@ -64,6 +64,7 @@ impl Receipt {
 
 /// Why an attempt did not deliver, and what the relay should do about it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DeliveryError {
     /// Try again later with the same key (timeouts, connection errors, 429, 5xx, SMTP 4xx).
     /// `retry_after` overrides the backoff when the downstream said when to come back.
@@ -152,6 +153,10 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 
 /// A downstream adapter. Register one per destination name with the relay.
 ///
+/// A seam: implement it for a downstream of your own (the crates `txoutbox-email`,
+/// `txoutbox-stripe`, `txoutbox-webhook` and `txoutbox-nats` are implementations of it). A new
+/// method, if one is ever added, comes with a default, so an implementation keeps compiling.
+///
 /// For an at-most-once destination, answer `Retryable` only when the effect surely did not
 /// happen (the connection was refused, the request never left): the relay retries those.
 ///
@@ -219,6 +224,7 @@ pub trait Sink: Send + Sync + 'static {
 
 /// What an attempt came to, as handed to a [`CompletionHook`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Completion {
     /// The downstream accepted the message.
     Delivered(Receipt),
@@ -230,6 +236,10 @@ pub enum Completion {
 /// the Stripe id). The hook runs in the relay's completion transaction: the hook's writes and the
 /// row's completion commit together. An error rolls both back; the row is then delivered again
 /// after its lease expires (with the same key) and the hook runs again.
+///
+/// A seam: implement it for a service of your own, and register it with
+/// [`RelayBuilder::hook`](crate::relay::RelayBuilder::hook). [`Completion`] is
+/// `#[non_exhaustive]`: give a match on it an arm for an outcome a later txoutbox may add.
 #[async_trait::async_trait]
 pub trait CompletionHook: Send + Sync + 'static {
     /// Called once per completed row of the destinations the hook is registered for.

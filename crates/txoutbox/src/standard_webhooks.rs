@@ -89,6 +89,7 @@ impl fmt::Debug for WebhookSecret {
 
 /// Why a secret was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SecretError {
     /// The part after `whsec_` is not standard base64.
     #[error("the webhook secret is not base64 (expected whsec_<base64>): {0}")]
@@ -107,6 +108,7 @@ pub fn sign(secret: &WebhookSecret, id: &str, timestamp: i64, body: &[u8]) -> St
 
 /// Why a received webhook did not verify.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum VerifyError {
     /// A required header is absent (or not visible ASCII).
     #[error("missing or unreadable header {0}")]

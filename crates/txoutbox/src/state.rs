@@ -15,6 +15,7 @@ use crate::admin::AdminError;
 /// are those the relay moved to `txoutbox_delivered`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum MessageStatus {
     /// Waiting for delivery (due at `next_attempt_at`).
     Pending,
@@ -84,6 +85,7 @@ impl FromStr for MessageStatus {
 /// action. The names are the `outcome` column's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AttemptOutcome {
     /// The downstream accepted it.
     Delivered,

@@ -128,7 +128,12 @@ async fn any_failed_commit_in_a_savepoint_leaves_the_outer_transaction_aborted()
         )
         .await?;
     let err = claim.commit(inner, &created()).await.expect_err("taken");
-    assert!(matches!(err, Error::Conflict(_)), "{err:?}");
+    assert!(matches!(err, Error::Conflict { .. }), "{err:?}");
+    let source = std::error::Error::source(&err).expect("the server's answer");
+    let server = source
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(|e| e.as_db_error());
+    assert!(server.is_some(), "{source:?}");
 
     let after = outer
         .execute(
@@ -209,7 +214,7 @@ async fn a_failed_commit_of_the_outermost_transaction_pools_a_clean_connection()
             )
             .await?;
         let err = claim.commit(tx, &created()).await.expect_err("taken");
-        assert!(matches!(err, Error::Conflict(_)), "{err:?}");
+        assert!(matches!(err, Error::Conflict { .. }), "{err:?}");
     }
     let conn = pool.get().await?;
     conn.execute("INSERT INTO orders (note) VALUES ('later')", &[])

@@ -420,7 +420,7 @@ async fn a_key_stored_first_by_a_request_without_the_lock_is_a_409_and_commits_n
         .commit(tx, &created(id))
         .await
         .expect_err("the key is taken");
-    assert!(matches!(err, Error::Conflict(_)), "{err:?}");
+    assert!(matches!(err, Error::Conflict { .. }), "{err:?}");
     assert_eq!(err.http_status(), 409);
     assert_eq!(count(&client, "orders").await?, 0);
     assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 0);

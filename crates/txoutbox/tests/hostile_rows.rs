@@ -199,7 +199,9 @@ async fn a_stored_response_that_cannot_be_decoded_fails_its_own_key_only() -> Te
             Err(err) => err,
             Ok(other) => panic!("{k}: answered {other:?}"),
         };
-        assert!(matches!(err, Error::Undecodable(_)), "{k}: {err:?}");
+        assert!(matches!(err, Error::Undecodable { .. }), "{k}: {err:?}");
+        let source = std::error::Error::source(&err).expect("the decoder's error");
+        assert!(source.is::<serde_json::Error>(), "{k}: {source:?}");
         assert!(!err.is_unavailable(), "{k}: {err}");
         assert_eq!(err.http_status(), 500);
         let text = err.to_string();
@@ -231,7 +233,9 @@ async fn a_column_the_driver_cannot_decode_is_undecodable_not_an_outage() -> Tes
         .try_get::<_, serde_json::Value>(0)
         .expect_err("serde_json refuses 200 levels");
     let err = Error::from(decode_error);
-    assert!(matches!(err, Error::Undecodable(_)), "{err:?}");
+    assert!(matches!(err, Error::Undecodable { .. }), "{err:?}");
+    let source = std::error::Error::source(&err).expect("the driver's error");
+    assert!(source.is::<tokio_postgres::Error>(), "{source:?}");
     assert!(!err.is_unavailable());
     assert!(
         err.to_string().contains("recursion limit exceeded"),

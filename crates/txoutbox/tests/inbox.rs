@@ -192,7 +192,7 @@ async fn a_redelivery_that_waits_past_the_lock_timeout_is_a_conflict() -> TestRe
     let tx2 = second.transaction().await?;
     let answer = inbox::receive(&tx2, &consumer, "msg_1").await;
     assert!(
-        matches!(&answer, Err(e @ Error::Conflict(_)) if e.http_status() == 409),
+        matches!(&answer, Err(e @ Error::Conflict { .. }) if e.http_status() == 409),
         "{answer:?}"
     );
     Ok(())
@@ -231,7 +231,7 @@ async fn a_record_committed_after_a_repeatable_read_snapshot_is_a_conflict() -> 
     let mut other = db.connect().await?;
     assert!(deliver(&mut other, &consumer, "msg_1").await?);
     let answer = inbox::receive(&tx, &consumer, "msg_1").await;
-    assert!(matches!(answer, Err(Error::Conflict(_))), "{answer:?}");
+    assert!(matches!(answer, Err(Error::Conflict { .. })), "{answer:?}");
     Ok(())
 }
 

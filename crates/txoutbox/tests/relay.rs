@@ -108,10 +108,7 @@ async fn a_killed_relay_is_redelivered_with_the_same_key_after_its_lease() -> Te
     let config = db.relay()?;
     let first = CrashableRelay::start(move || {
         Ok(config
-            .config(RelayConfig {
-                lease: Duration::from_millis(500),
-                ..RelayConfig::default()
-            })
+            .config(RelayConfig::default().with_lease(Duration::from_millis(500)))
             .sink("email", first_sink)
             .build()?)
     })?;
@@ -455,11 +452,11 @@ async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
     let fast = RecordingSink::new();
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                concurrency: 8,
-                poll_interval: Duration::from_millis(50),
-                ..RelayConfig::default()
-            })
+            .config(
+                RelayConfig::default()
+                    .with_concurrency(8)
+                    .with_poll_interval(Duration::from_millis(50)),
+            )
             .sink("slow", slow.clone())
             .sink("fast", fast.clone())
             .build()?,
@@ -629,10 +626,7 @@ async fn a_claim_that_raced_the_heads_completion_does_not_hold_the_next_row_back
     // the head's sink returns, before the head is completed.
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                concurrency: 1,
-                ..txoutbox_test_support::relay::relay_config()
-            })
+            .config(txoutbox_test_support::relay::relay_config().with_concurrency(1))
             .sink("events", sink.clone())
             .build()?,
     );
@@ -744,13 +738,13 @@ async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> Test
     let paused = sleepy.clone();
     let a = CrashableRelay::start(move || {
         Ok(builder
-            .config(RelayConfig {
-                owner: "relay-a".into(),
-                lease: Duration::from_millis(700),
-                reclaim_interval: Duration::from_secs(3600),
-                poll_interval: Duration::from_millis(50),
-                ..RelayConfig::default()
-            })
+            .config(
+                RelayConfig::default()
+                    .with_owner("relay-a")
+                    .with_lease(Duration::from_millis(700))
+                    .with_reclaim_interval(Duration::from_secs(3600))
+                    .with_poll_interval(Duration::from_millis(50)),
+            )
             .sink("email", paused)
             .build()?)
     })?;
@@ -764,12 +758,12 @@ async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> Test
     let fast = RecordingSink::new();
     let b = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                owner: "relay-b".into(),
-                poll_interval: Duration::from_millis(50),
-                reclaim_interval: Duration::from_millis(100),
-                ..RelayConfig::default()
-            })
+            .config(
+                RelayConfig::default()
+                    .with_owner("relay-b")
+                    .with_poll_interval(Duration::from_millis(50))
+                    .with_reclaim_interval(Duration::from_millis(100)),
+            )
             .sink("email", fast.clone())
             .build()?,
     );
@@ -840,10 +834,7 @@ async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redeliv
     let policy = at_most_once.clone();
     let first = CrashableRelay::start(move || {
         Ok(builder
-            .config(RelayConfig {
-                lease: Duration::from_millis(500),
-                ..RelayConfig::default()
-            })
+            .config(RelayConfig::default().with_lease(Duration::from_millis(500)))
             .sink("sms", first_sink)
             .policy("sms", policy)
             .build()?)
@@ -914,10 +905,7 @@ async fn shutdown_releases_what_does_not_finish_within_the_grace_period() -> Tes
     let sink = SlowSink(RecordingSink::new(), Duration::from_secs(60));
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                shutdown_grace: Duration::from_millis(300),
-                ..RelayConfig::default()
-            })
+            .config(RelayConfig::default().with_shutdown_grace(Duration::from_millis(300)))
             .sink("email", sink)
             .build()?,
     );
@@ -951,11 +939,11 @@ async fn poll_only_mode_delivers_without_listen() -> TestResult {
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                wake: WakeMode::PollOnly,
-                poll_interval: Duration::from_millis(100),
-                ..RelayConfig::default()
-            })
+            .config(
+                RelayConfig::default()
+                    .with_wake(WakeMode::PollOnly)
+                    .with_poll_interval(Duration::from_millis(100)),
+            )
             .sink("email", sink.clone())
             .build()?,
     );
@@ -973,10 +961,7 @@ async fn the_write_paths_hint_wakes_a_listening_relay_before_its_poll() -> TestR
     let sink = RecordingSink::new();
     let relay = db
         .relay()?
-        .config(RelayConfig {
-            poll_interval: Duration::from_secs(300),
-            ..RelayConfig::default()
-        })
+        .config(RelayConfig::default().with_poll_interval(Duration::from_secs(300)))
         .sink("email", sink.clone())
         .build()?;
     let probe = relay.clone();
@@ -1019,6 +1004,7 @@ impl CompletionHook for MarkCharge {
         let status = match completion {
             Completion::Delivered(_) => "succeeded",
             Completion::DeadLettered(_) => "failed",
+            other => return Err(format!("a completion this hook does not know: {other:?}").into()),
         };
         tx.execute(
             "UPDATE charges SET status = $1 WHERE key = $2",
@@ -1044,12 +1030,12 @@ async fn a_completion_hook_commits_with_the_completion() -> TestResult {
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                lease: Duration::from_millis(500),
-                poll_interval: Duration::from_millis(50),
-                reclaim_interval: Duration::from_millis(100),
-                ..RelayConfig::default()
-            })
+            .config(
+                RelayConfig::default()
+                    .with_lease(Duration::from_millis(500))
+                    .with_poll_interval(Duration::from_millis(50))
+                    .with_reclaim_interval(Duration::from_millis(100)),
+            )
             .sink("stripe", sink.clone())
             .hook("stripe", MarkCharge { fail: fail.clone() })
             .build()?,

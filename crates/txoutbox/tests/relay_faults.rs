@@ -97,12 +97,12 @@ async fn drain_email_reading_the_hot_table(
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                batch_size: 100,
-                sample_interval: Duration::ZERO,
-                reclaim_interval: Duration::from_secs(60),
-                ..RelayConfig::default()
-            })
+            .config(
+                RelayConfig::default()
+                    .with_batch_size(100)
+                    .with_sample_interval(Duration::ZERO)
+                    .with_reclaim_interval(Duration::from_secs(60)),
+            )
             .sink("email", sink.clone())
             .build()?,
     );
@@ -282,13 +282,13 @@ async fn shutdown_returns_in_time_when_no_completion_can_be_written() -> TestRes
     let grace = Duration::from_millis(500);
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                concurrency: 4,
-                lease: Duration::from_secs(2),
-                shutdown_grace: grace,
-                poll_interval: Duration::from_millis(50),
-                ..RelayConfig::default()
-            })
+            .config(
+                RelayConfig::default()
+                    .with_concurrency(4)
+                    .with_lease(Duration::from_secs(2))
+                    .with_shutdown_grace(grace)
+                    .with_poll_interval(Duration::from_millis(50)),
+            )
             .sink("email", sink.clone())
             .build()?,
     );
@@ -345,11 +345,11 @@ async fn a_shutdown_during_a_claim_leaves_no_row_leased() -> TestResult {
     };
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                batch_size: 50,
-                lease: Duration::from_secs(2),
-                ..RelayConfig::default()
-            })
+            .config(
+                RelayConfig::default()
+                    .with_batch_size(50)
+                    .with_lease(Duration::from_secs(2)),
+            )
             .sink("sms", sink.clone())
             .policy("sms", at_most_once.clone())
             .build()?,
@@ -475,12 +475,12 @@ async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
     };
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                lease: Duration::from_secs(1),
-                poll_interval: Duration::from_millis(20),
-                reclaim_interval: Duration::from_millis(50),
-                ..RelayConfig::default()
-            })
+            .config(
+                RelayConfig::default()
+                    .with_lease(Duration::from_secs(1))
+                    .with_poll_interval(Duration::from_millis(20))
+                    .with_reclaim_interval(Duration::from_millis(50)),
+            )
             .sink("webhook", sink.clone())
             .policy("webhook", quick_retry(5))
             .build()?,
@@ -544,12 +544,12 @@ async fn a_cut_off_head_ends_before_the_next_row_of_its_key_starts() -> TestResu
     };
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                lease: Duration::from_secs(1),
-                poll_interval: Duration::from_millis(20),
-                reclaim_interval: Duration::from_millis(50),
-                ..RelayConfig::default()
-            })
+            .config(
+                RelayConfig::default()
+                    .with_lease(Duration::from_secs(1))
+                    .with_poll_interval(Duration::from_millis(20))
+                    .with_reclaim_interval(Duration::from_millis(50)),
+            )
             .sink("webhook", sink.clone())
             .policy("webhook", quick_retry(5))
             .build()?,
@@ -610,11 +610,11 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                batch_size: 50,
-                concurrency: 50,
-                ..RelayConfig::default()
-            })
+            .config(
+                RelayConfig::default()
+                    .with_batch_size(50)
+                    .with_concurrency(50),
+            )
             .sink("email", sink.clone())
             .sink("events", RecordingSink::new())
             .build()?,
@@ -668,10 +668,7 @@ async fn the_default_policy_at_most_once_applies_to_every_destination() -> TestR
     let policy = at_most_once.clone();
     let first = CrashableRelay::start(move || {
         Ok(builder
-            .config(RelayConfig {
-                lease: Duration::from_millis(500),
-                ..RelayConfig::default()
-            })
+            .config(RelayConfig::default().with_lease(Duration::from_millis(500)))
             .sink("sms", first_sink)
             .default_policy(policy)
             .build()?)
@@ -763,10 +760,7 @@ fn a_sink_whose_timeout_does_not_fit_in_the_lease_is_refused() -> TestResult {
     }
     let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
     let refused = txoutbox::relay::Relay::builder(pg.clone())
-        .config(RelayConfig {
-            lease: Duration::from_secs(10),
-            ..RelayConfig::default()
-        })
+        .config(RelayConfig::default().with_lease(Duration::from_secs(10)))
         .sink("email", Slow)
         .build();
     let Err(txoutbox::Error::Config(line)) = refused else {
@@ -978,10 +972,7 @@ async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestRe
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(
         db.relay()?
-            .config(RelayConfig {
-                batch_size: 500,
-                ..RelayConfig::default()
-            })
+            .config(RelayConfig::default().with_batch_size(500))
             .sink("email", sink.clone())
             .build()?,
     );
@@ -1315,10 +1306,7 @@ async fn a_relay_whose_role_cannot_analyze_the_table_still_delivers_everything()
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(
         txoutbox::relay::Relay::builder(pg)
-            .config(RelayConfig {
-                batch_size: 100,
-                ..RelayConfig::default()
-            })
+            .config(RelayConfig::default().with_batch_size(100))
             .sink("email", sink.clone())
             .build()?,
     );

@@ -320,7 +320,7 @@ async fn a_serialization_failure_at_commit_is_a_409_conflict() -> TestResult {
             .await
             .expect_err("SSI refuses the second commit"),
     );
-    assert!(matches!(err, Error::Conflict(_)), "{err:?}");
+    assert!(matches!(err, Error::Conflict { .. }), "{err:?}");
     assert_eq!(err.http_status(), 409);
     assert!(!err.is_unavailable());
     Ok(())

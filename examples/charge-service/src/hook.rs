@@ -99,6 +99,8 @@ impl CompletionHook for ChargeHook {
                 tx.execute(queries::CHARGE_FAILED, &[&delivery.id, reason])
                     .await?
             }
+            // An outcome a later txoutbox adds: the charge stays as it is.
+            _ => return Ok(()),
         };
         if matched == 0 {
             return Err(Box::new(NoSuchCharge {

@@ -193,13 +193,11 @@ pub fn relay(
         .context("the relay's Stripe sink (STRIPE_SECRET_KEY, STRIPE_API_BASE)")?
         .with_timeout(SINK_TIMEOUT);
     let email = email_sink().context("the relay's email sink")?;
-    let config = txoutbox::relay::RelayConfig {
-        lease: RELAY_LEASE,
-        poll_interval: Duration::from_millis(250),
-        reclaim_interval: Duration::from_millis(500),
-        shutdown_grace: Duration::from_secs(3),
-        ..txoutbox::relay::RelayConfig::default()
-    };
+    let config = txoutbox::relay::RelayConfig::default()
+        .with_lease(RELAY_LEASE)
+        .with_poll_interval(Duration::from_millis(250))
+        .with_reclaim_interval(Duration::from_millis(500))
+        .with_shutdown_grace(Duration::from_secs(3));
     let mut builder = txoutbox::relay::Relay::builder(pg.clone())
         .config(config)
         .sink(txoutbox_stripe::DESTINATION, stripe)

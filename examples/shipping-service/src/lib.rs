@@ -136,13 +136,11 @@ pub fn relay(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<txoutbox::relay::Rel
         ..txoutbox_email::SmtpConfig::default()
     })
     .context("the relay's email sink (SMTP_URL or MAIL_DIR)")?;
-    let config = txoutbox::relay::RelayConfig {
-        lease: RELAY_LEASE,
-        poll_interval: Duration::from_millis(250),
-        reclaim_interval: Duration::from_millis(500),
-        shutdown_grace: Duration::from_secs(3),
-        ..txoutbox::relay::RelayConfig::default()
-    };
+    let config = txoutbox::relay::RelayConfig::default()
+        .with_lease(RELAY_LEASE)
+        .with_poll_interval(Duration::from_millis(250))
+        .with_reclaim_interval(Duration::from_millis(500))
+        .with_shutdown_grace(Duration::from_secs(3));
     Ok(txoutbox::relay::Relay::builder(pg.clone())
         .config(config)
         .sink(txoutbox_email::DESTINATION, email)

@@ -399,7 +399,7 @@ async fn try_once(
     match request.path {
         Path::Commit => match claim.commit(tx, &response).await {
             Ok(_) => Ok(Tried::Committed(Some(claimed_at))),
-            Err(txoutbox::Error::StoreUnavailable(_)) => Ok(Tried::Lost(Some(claimed_at))),
+            Err(txoutbox::Error::StoreUnavailable { .. }) => Ok(Tried::Lost(Some(claimed_at))),
             Err(e) => Err(e.into()),
         },
         Path::Complete => {

@@ -170,67 +170,10 @@ pub(crate) async fn message(
             txoutbox::admin::show_message(&**client, id).await?,
         );
         let m = &detail.message;
-        let b = &base.0;
-        let trace = match &detail.headers {
-            Shown::Json(Value::Object(map)) => map
-                .get("traceparent")
-                .and_then(Value::as_str)
-                .and_then(trace_id)
-                .map(str::to_owned),
-            _ => None,
-        };
         let body = html! {
-            section id="summary" data-live aria-labelledby="summary-h" {
-                h2 id="summary-h" { "Message" }
-                dl class="fields" {
-                    dt { "Id" } dd { code { (m.id) } }
-                    dt { "Destination" } dd { (m.destination) }
-                    dt { "State" } dd { (status_badge(m.status)) }
-                    dt { "Attempts" } dd { (m.attempts) }
-                    dt { "Downstream key" } dd { code { (m.downstream_key) } }
-                    dt { "Ordering key" } dd { @match &m.ordering_key { Some(k) => code { (k) }, None => "none" } }
-                    dt { "Enqueued" } dd { (time(m.created_at)) }
-                    @if let Some(at) = m.next_attempt_at { dt { "Next attempt" } dd { (time(at)) } }
-                    @if let Some(at) = m.delivered_at { dt { "Delivered" } dd { (time(at)) } }
-                    @if let Some(e) = &m.last_error { dt { "Last error" } dd class="error" { (e) } }
-                    @if let Some(owner) = &m.lease_owner { dt { "Lease" } dd { (owner) @if let Some(at) = m.lease_expires_at { " until " (time(at)) } } }
-                    @if let Some(r) = &detail.receipt { dt { "Receipt" } dd { code { (r) } } }
-                    @if let Some(t) = &trace {
-                        dt { "Trace" }
-                        dd {
-                            @match &app.config.trace_url {
-                                Some(url) => a href=(url.replace("{trace_id}", t)) { code { (t) } },
-                                None => code { (t) },
-                            }
-                        }
-                    }
-                }
-            }
+            (summary(&detail, app.config.trace_url.as_deref()))
             @if who.may_act() && matches!(m.status, MessageStatus::Failed | MessageStatus::Unknown | MessageStatus::Delivered) {
-                section aria-labelledby="actions-h" {
-                    h2 id="actions-h" { "Actions" }
-                    form method="post" action={(b) "/messages/" (m.id) "/replay"} class="actions" {
-                        @if m.status == MessageStatus::Delivered {
-                            input type="hidden" name="include_delivered" value="1";
-                            button type="submit" { "Deliver again (same key)" }
-                            button type="submit" name="new_key" value="1" { "Deliver again with a new key" }
-                        } @else {
-                            button type="submit" { "Replay (same key)" }
-                            button type="submit" name="new_key" value="1" { "Replay with a new key" }
-                        }
-                        p class="warning" { (NEW_KEY_WARNING) }
-                    }
-                    @if m.status != MessageStatus::Delivered {
-                        details class="discard" {
-                            summary { "Discard…" }
-                            form method="post" action={(b) "/messages/" (m.id) "/discard"} class="actions" {
-                                label { "Reason " input name="reason" required placeholder="why it is closed without delivery"; }
-                                button type="submit" { "Discard without delivery" }
-                                p class="warning" { (DISCARD_NOTE) }
-                            }
-                        }
-                    }
-                }
+                (actions(&base.0, m))
             }
             section aria-labelledby="payload-h" {
                 h2 id="payload-h" { "Payload" }
@@ -243,40 +186,120 @@ pub(crate) async fn message(
                 h2 id="headers-h" { "Headers" }
                 (headers_table(&detail.headers))
             }
-            section id="attempts" data-live aria-labelledby="attempts-h" {
-                h2 id="attempts-h" { "Attempts" }
-                @if detail.history.is_empty() { p { "No attempt yet." } } @else {
-                    table class="attempts" {
-                        thead { tr {
-                            th scope="col" class="num" { "#" }
-                            th scope="col" { "Relay" }
-                            th scope="col" { "Started" }
-                            th scope="col" { "Ended" }
-                            th scope="col" { "Outcome" }
-                            th scope="col" { "Error or note" }
-                            th scope="col" { "Receipt" }
-                            th scope="col" { "Key" }
-                        } }
-                        tbody {
-                            @for a in &detail.history {
-                                tr class={"outcome " (a.outcome)} {
-                                    td class="num" { (a.attempt) }
-                                    td { (a.relay) }
-                                    td { (time(a.started_at)) }
-                                    td { (time(a.finished_at)) }
-                                    td { (a.outcome) }
-                                    td class="error" { @if let Some(e) = &a.error { (e) } }
-                                    td { @if let Some(r) = &a.receipt { code { (r) } } }
-                                    td { code { (a.downstream_key) } }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            (attempts(&detail.history))
         };
         Ok(layout(&base, &who, &format!("Message {id}"), "/messages", body))
     }
     .await;
     render(&base, result)
+}
+
+/// The message's fields, its receipt and its trace (a link when the dashboard knows where
+/// traces are shown).
+fn summary(detail: &ShownMessage, trace_url: Option<&str>) -> Markup {
+    let m = &detail.message;
+    let trace = match &detail.headers {
+        Shown::Json(Value::Object(map)) => map
+            .get("traceparent")
+            .and_then(Value::as_str)
+            .and_then(trace_id)
+            .map(str::to_owned),
+        _ => None,
+    };
+    html! {
+        section id="summary" data-live aria-labelledby="summary-h" {
+            h2 id="summary-h" { "Message" }
+            dl class="fields" {
+                dt { "Id" } dd { code { (m.id) } }
+                dt { "Destination" } dd { (m.destination) }
+                dt { "State" } dd { (status_badge(m.status)) }
+                dt { "Attempts" } dd { (m.attempts) }
+                dt { "Downstream key" } dd { code { (m.downstream_key) } }
+                dt { "Ordering key" } dd { @match &m.ordering_key { Some(k) => code { (k) }, None => "none" } }
+                dt { "Enqueued" } dd { (time(m.created_at)) }
+                @if let Some(at) = m.next_attempt_at { dt { "Next attempt" } dd { (time(at)) } }
+                @if let Some(at) = m.delivered_at { dt { "Delivered" } dd { (time(at)) } }
+                @if let Some(e) = &m.last_error { dt { "Last error" } dd class="error" { (e) } }
+                @if let Some(owner) = &m.lease_owner { dt { "Lease" } dd { (owner) @if let Some(at) = m.lease_expires_at { " until " (time(at)) } } }
+                @if let Some(r) = &detail.receipt { dt { "Receipt" } dd { code { (r) } } }
+                @if let Some(t) = &trace {
+                    dt { "Trace" }
+                    dd {
+                        @match trace_url {
+                            Some(url) => a href=(url.replace("{trace_id}", t)) { code { (t) } },
+                            None => code { (t) },
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An operator's actions on a failed, unknown or delivered message: replay (with the same key
+/// or a new one), discard.
+fn actions(b: &str, m: &MessageSummary) -> Markup {
+    html! {
+        section aria-labelledby="actions-h" {
+            h2 id="actions-h" { "Actions" }
+            form method="post" action={(b) "/messages/" (m.id) "/replay"} class="actions" {
+                @if m.status == MessageStatus::Delivered {
+                    input type="hidden" name="include_delivered" value="1";
+                    button type="submit" { "Deliver again (same key)" }
+                    button type="submit" name="new_key" value="1" { "Deliver again with a new key" }
+                } @else {
+                    button type="submit" { "Replay (same key)" }
+                    button type="submit" name="new_key" value="1" { "Replay with a new key" }
+                }
+                p class="warning" { (NEW_KEY_WARNING) }
+            }
+            @if m.status != MessageStatus::Delivered {
+                details class="discard" {
+                    summary { "Discard…" }
+                    form method="post" action={(b) "/messages/" (m.id) "/discard"} class="actions" {
+                        label { "Reason " input name="reason" required placeholder="why it is closed without delivery"; }
+                        button type="submit" { "Discard without delivery" }
+                        p class="warning" { (DISCARD_NOTE) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The attempt log, oldest first.
+fn attempts(history: &[AttemptRecord]) -> Markup {
+    html! {
+        section id="attempts" data-live aria-labelledby="attempts-h" {
+            h2 id="attempts-h" { "Attempts" }
+            @if history.is_empty() { p { "No attempt yet." } } @else {
+                table class="attempts" {
+                    thead { tr {
+                        th scope="col" class="num" { "#" }
+                        th scope="col" { "Relay" }
+                        th scope="col" { "Started" }
+                        th scope="col" { "Ended" }
+                        th scope="col" { "Outcome" }
+                        th scope="col" { "Error or note" }
+                        th scope="col" { "Receipt" }
+                        th scope="col" { "Key" }
+                    } }
+                    tbody {
+                        @for a in history {
+                            tr class={"outcome " (a.outcome)} {
+                                td class="num" { (a.attempt) }
+                                td { (a.relay) }
+                                td { (time(a.started_at)) }
+                                td { (time(a.finished_at)) }
+                                td { (a.outcome) }
+                                td class="error" { @if let Some(e) = &a.error { (e) } }
+                                td { @if let Some(r) = &a.receipt { code { (r) } } }
+                                td { code { (a.downstream_key) } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -110,124 +110,144 @@ pub(crate) async fn overview(
         let minutes = txoutbox::admin::activity_buckets(&**client, buckets, width).await?;
         let relays = txoutbox::admin::relays(&**client).await?;
         let b = &base.0;
-        let mut failing: Vec<_> = stats
-            .destinations
-            .iter()
-            .filter(|d| d.counts.failed > 0 || d.last_hour.failures > 0)
-            .collect();
-        failing.sort_by(|x, y| {
-            (y.counts.failed, y.last_hour.failures).cmp(&(x.counts.failed, x.last_hour.failures))
-        });
-        failing.truncate(5);
-        // Every destination with rows, and those flow control holds back without any (a pause
-        // set before the first row, or kept after the last).
-        let flows: BTreeMap<&str, &DestinationFlow> = stats
-            .flow
-            .iter()
-            .map(|f| (f.destination.as_str(), f))
-            .collect();
-        let no_rows = StatusCounts::default();
-        let mut rows: BTreeMap<&str, (&StatusCounts, Option<Duration>)> = stats
-            .destinations
-            .iter()
-            .map(|d| (d.destination.as_str(), (&d.counts, d.oldest_pending_age)))
-            .collect();
-        for destination in flows.keys() {
-            rows.entry(destination).or_insert((&no_rows, None));
-        }
         let body = html! {
-            section id="backlog" data-live aria-labelledby="backlog-h" {
-                (relay_warning(b, &stats, &relays))
-                h2 id="backlog-h" { "Rows by destination and state" }
-                p {
-                    "Oldest pending row: "
-                    strong {
-                        @match stats.oldest_pending_age {
-                            Some(d) => (age(d)),
-                            None => "none pending",
-                        }
-                    }
-                }
-                @if stats.awaiting_fan_out > 0 {
-                    p {
-                        "Requests whose effects wait on their key rows for a relay's fan-out: "
-                        strong { (stats.awaiting_fan_out) }
-                        @if let Some(d) = stats.oldest_awaiting_fan_out_age { " (oldest " (age(d)) ")" }
-                    }
-                }
-                @if stats.hot_estimated || stats.delivered_estimated {
-                    p class="note" { "Counts marked ~ are estimates: the table is too large to count at each look." }
-                }
-                table {
-                    thead {
-                        tr {
-                            th scope="col" { "Destination" }
-                            @for s in MessageStatus::ALL { th scope="col" class="num" { (s.as_str()) } }
-                            th scope="col" class="num" { "oldest pending" }
-                            th scope="col" { "flow control" }
-                            @if who.may_act() { th scope="col" { "action" } }
-                        }
-                    }
-                    tbody {
-                        @for (destination, (counts, oldest)) in &rows {
-                            @let flow = flows.get(destination).copied();
-                            tr {
-                                th scope="row" {
-                                    a href={(b) "/messages?" (encode([("destination", *destination)]))} { (destination) }
-                                }
-                                @for s in MessageStatus::ALL {
-                                    td class=(count_class(s, counts.get(s))) {
-                                        a href={(b) "/messages?" (encode([("destination", *destination), ("status", s.as_str())]))} { (estimated(&stats, s)) (counts.get(s)) }
-                                    }
-                                }
-                                td class="num" { @if let Some(a) = oldest { (age(*a)) } }
-                                td { @if let Some(f) = flow { (flow_state(f)) } }
-                                @if who.may_act() { td { (flow_actions(b, destination, flow)) } }
-                            }
-                        }
-                    }
-                    tfoot {
-                        tr {
-                            th scope="row" { "All" }
-                            @for s in MessageStatus::ALL { td class=(count_class(s, stats.total.get(s))) { (estimated(&stats, s)) (stats.total.get(s)) } }
-                            td {}
-                            td {}
-                            @if who.may_act() { td {} }
-                        }
-                    }
-                }
-            }
+            (backlog(b, &who, &stats, &relays))
             (activity(b, window, &minutes))
-            section id="failing" data-live aria-labelledby="failing-h" {
-                h2 id="failing-h" { "Top failing destinations" }
-                @if failing.is_empty() {
-                    p { "No failed rows, no failed attempts in the last hour." }
-                } @else {
-                    table {
-                        thead { tr {
-                            th scope="col" { "Destination" }
-                            th scope="col" class="num" { "failed rows" }
-                            th scope="col" class="num" { "failed attempts (1 h)" }
-                            th scope="col" class="num" { "failure rate (1 h)" }
-                        } }
-                        tbody {
-                            @for d in &failing {
-                                tr {
-                                    th scope="row" { a href={(b) "/messages?" (encode([("status", "failed"), ("destination", d.destination.as_str())]))} { (d.destination) } }
-                                    td class=(count_class(MessageStatus::Failed, d.counts.failed)) { (d.counts.failed) }
-                                    td class="num" { (d.last_hour.failures) " of " (d.last_hour.attempts) }
-                                    td class="num" { @if let Some(r) = d.last_hour.rate { (format!("{:.1} %", r * 100.0)) } }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            (failing(b, &stats))
         };
         Ok(layout(&base, &who, "Overview", "/", body))
     }
     .await;
     render(&base, result)
+}
+
+/// Rows by destination and state, with each destination's flow control (and its actions for
+/// an operator), the oldest pending row and whether a relay is alive.
+fn backlog(
+    b: &str,
+    who: &Principal,
+    stats: &txoutbox::admin::OutboxStats,
+    relays: &[txoutbox::admin::RelayRecord],
+) -> Markup {
+    // Every destination with rows, and those flow control holds back without any (a pause
+    // set before the first row, or kept after the last).
+    let flows: BTreeMap<&str, &DestinationFlow> = stats
+        .flow
+        .iter()
+        .map(|f| (f.destination.as_str(), f))
+        .collect();
+    let no_rows = StatusCounts::default();
+    let mut rows: BTreeMap<&str, (&StatusCounts, Option<Duration>)> = stats
+        .destinations
+        .iter()
+        .map(|d| (d.destination.as_str(), (&d.counts, d.oldest_pending_age)))
+        .collect();
+    for destination in flows.keys() {
+        rows.entry(destination).or_insert((&no_rows, None));
+    }
+    html! {
+        section id="backlog" data-live aria-labelledby="backlog-h" {
+            (relay_warning(b, stats, relays))
+            h2 id="backlog-h" { "Rows by destination and state" }
+            p {
+                "Oldest pending row: "
+                strong {
+                    @match stats.oldest_pending_age {
+                        Some(d) => (age(d)),
+                        None => "none pending",
+                    }
+                }
+            }
+            @if stats.awaiting_fan_out > 0 {
+                p {
+                    "Requests whose effects wait on their key rows for a relay's fan-out: "
+                    strong { (stats.awaiting_fan_out) }
+                    @if let Some(d) = stats.oldest_awaiting_fan_out_age { " (oldest " (age(d)) ")" }
+                }
+            }
+            @if stats.hot_estimated || stats.delivered_estimated {
+                p class="note" { "Counts marked ~ are estimates: the table is too large to count at each look." }
+            }
+            table {
+                thead {
+                    tr {
+                        th scope="col" { "Destination" }
+                        @for s in MessageStatus::ALL { th scope="col" class="num" { (s.as_str()) } }
+                        th scope="col" class="num" { "oldest pending" }
+                        th scope="col" { "flow control" }
+                        @if who.may_act() { th scope="col" { "action" } }
+                    }
+                }
+                tbody {
+                    @for (destination, (counts, oldest)) in &rows {
+                        @let flow = flows.get(destination).copied();
+                        tr {
+                            th scope="row" {
+                                a href={(b) "/messages?" (encode([("destination", *destination)]))} { (destination) }
+                            }
+                            @for s in MessageStatus::ALL {
+                                td class=(count_class(s, counts.get(s))) {
+                                    a href={(b) "/messages?" (encode([("destination", *destination), ("status", s.as_str())]))} { (estimated(stats, s)) (counts.get(s)) }
+                                }
+                            }
+                            td class="num" { @if let Some(a) = oldest { (age(*a)) } }
+                            td { @if let Some(f) = flow { (flow_state(f)) } }
+                            @if who.may_act() { td { (flow_actions(b, destination, flow)) } }
+                        }
+                    }
+                }
+                tfoot {
+                    tr {
+                        th scope="row" { "All" }
+                        @for s in MessageStatus::ALL { td class=(count_class(s, stats.total.get(s))) { (estimated(stats, s)) (stats.total.get(s)) } }
+                        td {}
+                        td {}
+                        @if who.may_act() { td {} }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The five destinations with the most failed rows, then failed attempts in the last hour.
+fn failing(b: &str, stats: &txoutbox::admin::OutboxStats) -> Markup {
+    let mut failing: Vec<_> = stats
+        .destinations
+        .iter()
+        .filter(|d| d.counts.failed > 0 || d.last_hour.failures > 0)
+        .collect();
+    failing.sort_by(|x, y| {
+        (y.counts.failed, y.last_hour.failures).cmp(&(x.counts.failed, x.last_hour.failures))
+    });
+    failing.truncate(5);
+    html! {
+        section id="failing" data-live aria-labelledby="failing-h" {
+            h2 id="failing-h" { "Top failing destinations" }
+            @if failing.is_empty() {
+                p { "No failed rows, no failed attempts in the last hour." }
+            } @else {
+                table {
+                    thead { tr {
+                        th scope="col" { "Destination" }
+                        th scope="col" class="num" { "failed rows" }
+                        th scope="col" class="num" { "failed attempts (1 h)" }
+                        th scope="col" class="num" { "failure rate (1 h)" }
+                    } }
+                    tbody {
+                        @for d in &failing {
+                            tr {
+                                th scope="row" { a href={(b) "/messages?" (encode([("status", "failed"), ("destination", d.destination.as_str())]))} { (d.destination) } }
+                                td class=(count_class(MessageStatus::Failed, d.counts.failed)) { (d.counts.failed) }
+                                td class="num" { (d.last_hour.failures) " of " (d.last_hour.attempts) }
+                                td class="num" { @if let Some(r) = d.last_hour.rate { (format!("{:.1} %", r * 100.0)) } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The charts of `window`: deliveries, failed attempts and latency a bucket, with the choice of

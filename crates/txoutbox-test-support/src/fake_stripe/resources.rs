@@ -163,43 +163,9 @@ pub(super) fn intent_from(params: &[(String, String)]) -> Result<(Value, Decline
         )
         .with_param("payment_method"));
     }
-    let confirm = match param(params, "confirm") {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "parameter_invalid_boolean",
-                format!("Invalid boolean: {other}"),
-            )
-            .with_param("confirm"))
-        }
-    };
+    let confirm = confirm_param(params)?;
     let id = new_id("pi");
-    let mut decline = None;
-    let status = match (confirm, payment_method) {
-        (true, None) => {
-            return Err(ApiError::invalid(
-                "payment_intent_unexpected_state",
-                "You cannot confirm this PaymentIntent because it's missing a payment method. \
-                 Specify a payment method (payment_method) when confirming.",
-            )
-            .with_param("payment_method"))
-        }
-        (true, Some(pm)) => {
-            decline = DECLINING_PAYMENT_METHODS
-                .iter()
-                .find(|(name, ..)| *name == pm)
-                .map(|(_, code, decline_code, message)| (*code, *decline_code, *message));
-            // A declined confirmation leaves the intent waiting for another payment method.
-            if decline.is_some() {
-                "requires_payment_method"
-            } else {
-                "succeeded"
-            }
-        }
-        (false, Some(_)) => "requires_confirmation",
-        (false, None) => "requires_payment_method",
-    };
+    let (status, decline) = status_of(confirm, payment_method)?;
     let succeeded = status == "succeeded";
     let intent = json!({
         "id": id,
@@ -239,6 +205,49 @@ pub(super) fn intent_from(params: &[(String, String)]) -> Result<(Value, Decline
         "transfer_group": null,
     });
     Ok((intent, decline))
+}
+
+/// The `confirm` parameter: absent is false.
+fn confirm_param(params: &[(String, String)]) -> Result<bool, ApiError> {
+    match param(params, "confirm") {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(ApiError::invalid(
+            "parameter_invalid_boolean",
+            format!("Invalid boolean: {other}"),
+        )
+        .with_param("confirm")),
+    }
+}
+
+/// A new intent's status, and the decline of a payment method that declines: confirming
+/// needs a payment method, and a declined confirmation leaves the intent waiting for another.
+fn status_of(
+    confirm: bool,
+    payment_method: Option<&str>,
+) -> Result<(&'static str, Decline), ApiError> {
+    match (confirm, payment_method) {
+        (true, None) => Err(ApiError::invalid(
+            "payment_intent_unexpected_state",
+            "You cannot confirm this PaymentIntent because it's missing a payment method. \
+             Specify a payment method (payment_method) when confirming.",
+        )
+        .with_param("payment_method")),
+        (true, Some(pm)) => {
+            let decline: Decline = DECLINING_PAYMENT_METHODS
+                .iter()
+                .find(|(name, ..)| *name == pm)
+                .map(|(_, code, decline_code, message)| (*code, *decline_code, *message));
+            let status = if decline.is_some() {
+                "requires_payment_method"
+            } else {
+                "succeeded"
+            };
+            Ok((status, decline))
+        }
+        (false, Some(_)) => Ok(("requires_confirmation", None)),
+        (false, None) => Ok(("requires_payment_method", None)),
+    }
 }
 
 pub(super) fn refund(store: &mut Store, params: &[(String, String)]) -> Outcome {

@@ -7,6 +7,7 @@ use crate::{error::Error, state::MessageStatus};
 
 /// Why an operator's action was refused or failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AdminError {
     /// No message has this id (in the hot table or the delivered history).
     #[error("no outbox message has id {0}")]

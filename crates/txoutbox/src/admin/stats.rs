@@ -170,6 +170,63 @@ pub struct InboxStats {
 /// ```
 pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminError> {
     let mut by_destination: BTreeMap<String, DestinationStats> = BTreeMap::new();
+    let hot_estimated = hot_counts(client, &mut by_destination).await?;
+    let delivered = delivered_counts(client, &mut by_destination).await?;
+    let window = FAILURE_RATE_WINDOW.as_secs_f64();
+    let (mut attempts, mut failures) = (0, 0);
+    for (destination, n, failed) in store::stats::attempts(client, window).await? {
+        attempts += n as u64;
+        failures += failed as u64;
+        destination_entry(&mut by_destination, destination).last_hour =
+            FailureRate::new(n as u64, failed as u64);
+    }
+    let mut total = StatusCounts::default();
+    for stats in by_destination.values() {
+        for status in MessageStatus::ALL {
+            total.add(status, stats.counts.get(status));
+        }
+    }
+    if let Some(estimated_total) = delivered {
+        // The destinations the sample missed are in the total only.
+        total.delivered = total.delivered.max(estimated_total);
+    }
+    let oldest_pending_age = if hot_estimated {
+        // The sample's oldest rows are not the backlog's: read the oldest one exactly.
+        store::stats::oldest_pending(client)
+            .await?
+            .map(|s| Duration::from_secs_f64(s.max(0.0)))
+    } else {
+        by_destination
+            .values()
+            .filter_map(|s| s.oldest_pending_age)
+            .max()
+    };
+    let (awaiting_fan_out, oldest_awaiting) =
+        store::stats::awaiting_fan_out(client, EXACT_HOT_COUNT_MAX).await?;
+    Ok(OutboxStats {
+        inbox: inbox_stats(client).await?,
+        awaiting_fan_out: u64::try_from(awaiting_fan_out).unwrap_or(0),
+        oldest_awaiting_fan_out_age: oldest_awaiting.map(|s| Duration::from_secs_f64(s.max(0.0))),
+        destinations: by_destination.into_values().collect(),
+        total,
+        oldest_pending_age,
+        last_hour: FailureRate::new(attempts, failures),
+        delivered_estimated: delivered.is_some(),
+        hot_estimated,
+        flow: destination_flows(client)
+            .await?
+            .into_iter()
+            .filter(DestinationFlow::is_notable)
+            .collect(),
+    })
+}
+
+/// The hot table's counts by destination and status, and each destination's oldest pending
+/// row: exact up to [`EXACT_HOT_COUNT_MAX`] rows, else from a sample. True when sampled.
+async fn hot_counts(
+    client: &impl GenericClient,
+    by_destination: &mut BTreeMap<String, DestinationStats>,
+) -> Result<bool, AdminError> {
     let hot_bound = EXACT_HOT_COUNT_MAX + 1;
     // The planner's size of the hot table (-1: never analysed) spares a large backlog the
     // bounded exact read; a table that grew since is caught by the bound.
@@ -196,7 +253,7 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
     };
     hot_groups.extend(store::stats::groups(client, Groups::Discarded).await?);
     for group in hot_groups {
-        let stats = destination_entry(&mut by_destination, group.destination);
+        let stats = destination_entry(by_destination, group.destination);
         stats.counts.add(group.status, group.count as u64);
         if group.status == MessageStatus::Pending {
             stats.oldest_pending_age = group
@@ -204,79 +261,39 @@ pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminErro
                 .map(|s| Duration::from_secs_f64(s.max(0.0)));
         }
     }
+    Ok(hot_estimated)
+}
+
+/// The history's counts by destination: exact up to [`EXACT_DELIVERED_COUNT_MAX`] rows, else
+/// the planner's estimate, whose whole-table total is returned (none when exact).
+async fn delivered_counts(
+    client: &impl GenericClient,
+    by_destination: &mut BTreeMap<String, DestinationStats>,
+) -> Result<Option<u64>, AdminError> {
     let bound = EXACT_DELIVERED_COUNT_MAX + 1;
     let counted = store::stats::delivered_counts(client, bound).await?;
-    let delivered_estimated = counted.iter().map(|(_, n)| n).sum::<i64>() >= bound;
-    let mut estimated_total = 0;
-    if delivered_estimated {
-        let estimate = store::stats::delivered_estimate(client).await?;
-        // Never analysed (-1) or analysed while smaller: at least what was just counted.
-        let tuples = estimate.tuples.max(bound as f64);
-        for (destination, freq) in estimate
-            .destinations
-            .unwrap_or_default()
-            .into_iter()
-            .zip(estimate.frequencies.unwrap_or_default())
-        {
-            destination_entry(&mut by_destination, destination)
-                .counts
-                .delivered = (freq * tuples).round() as u64;
-        }
-        estimated_total = tuples.round() as u64;
-    } else {
+    if counted.iter().map(|(_, n)| n).sum::<i64>() < bound {
         for (destination, n) in counted {
-            destination_entry(&mut by_destination, destination)
+            destination_entry(by_destination, destination)
                 .counts
                 .delivered = n as u64;
         }
+        return Ok(None);
     }
-    let window = FAILURE_RATE_WINDOW.as_secs_f64();
-    let (mut attempts, mut failures) = (0, 0);
-    for (destination, n, failed) in store::stats::attempts(client, window).await? {
-        attempts += n as u64;
-        failures += failed as u64;
-        destination_entry(&mut by_destination, destination).last_hour =
-            FailureRate::new(n as u64, failed as u64);
+    let estimate = store::stats::delivered_estimate(client).await?;
+    // Never analysed (-1) or analysed while smaller: at least what was just counted.
+    let tuples = estimate.tuples.max(bound as f64);
+    for (destination, freq) in estimate
+        .destinations
+        .unwrap_or_default()
+        .into_iter()
+        .zip(estimate.frequencies.unwrap_or_default())
+    {
+        destination_entry(by_destination, destination)
+            .counts
+            .delivered = (freq * tuples).round() as u64;
     }
-    let mut total = StatusCounts::default();
-    for stats in by_destination.values() {
-        for status in MessageStatus::ALL {
-            total.add(status, stats.counts.get(status));
-        }
-    }
-    if delivered_estimated {
-        // The destinations the sample missed are in the total only.
-        total.delivered = total.delivered.max(estimated_total);
-    }
-    let oldest_pending_age = if hot_estimated {
-        // The sample's oldest rows are not the backlog's: read the oldest one exactly.
-        store::stats::oldest_pending(client)
-            .await?
-            .map(|s| Duration::from_secs_f64(s.max(0.0)))
-    } else {
-        by_destination
-            .values()
-            .filter_map(|s| s.oldest_pending_age)
-            .max()
-    };
-    let (awaiting_fan_out, oldest_awaiting) =
-        store::stats::awaiting_fan_out(client, EXACT_HOT_COUNT_MAX).await?;
-    Ok(OutboxStats {
-        inbox: inbox_stats(client).await?,
-        awaiting_fan_out: u64::try_from(awaiting_fan_out).unwrap_or(0),
-        oldest_awaiting_fan_out_age: oldest_awaiting.map(|s| Duration::from_secs_f64(s.max(0.0))),
-        destinations: by_destination.into_values().collect(),
-        total,
-        oldest_pending_age,
-        last_hour: FailureRate::new(attempts, failures),
-        delivered_estimated,
-        hot_estimated,
-        flow: destination_flows(client)
-            .await?
-            .into_iter()
-            .filter(DestinationFlow::is_notable)
-            .collect(),
-    })
+    Ok(Some(tuples.round() as u64))
 }
 
 /// The inbox's counts, each read up to [`EXACT_HOT_COUNT_MAX`].

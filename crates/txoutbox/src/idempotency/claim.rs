@@ -282,11 +282,12 @@ fn refused(e: StoreError) -> Error {
             "the claimed key is not in this transaction (was it begun on another connection?)"
                 .into(),
         ),
-        Some(keys::Refused::StoredConcurrently) => Error::Conflict(
-            "a concurrent request that took no key lock stored this key first; a retry gets its \
-             answer"
+        Some(keys::Refused::StoredConcurrently) => Error::Conflict {
+            message: "a concurrent request that took no key lock stored this key first; a retry \
+                      gets its answer"
                 .into(),
-        ),
+            source: e.into_source(),
+        },
         Some(keys::Refused::Savepoint) => Error::Internal(
             "Claim::commit was given a savepoint or a transaction with one open, whose COMMIT \
              would end the outer transaction too: the whole transaction was rolled back, and its \

@@ -194,7 +194,7 @@ impl BusinessKey {
         let Some(row) = found.into_iter().next() else {
             // The insert conflicted, yet no row has the key: the conflict was on another unique
             // constraint, or the row was deleted since. Nothing decided; a retry runs again.
-            return Err(Error::Conflict(format!(
+            return Err(Error::conflict(format!(
                 "the insert of key {key_text:?} conflicted but the lookup found no row with it"
             )));
         };

@@ -60,7 +60,10 @@ async fn apply(client: &mut Client, target: refinery::Target) -> Result<Vec<i32>
         .set_migration_table_name(HISTORY_TABLE)
         .run_async(client)
         .await
-        .map_err(|e| Error::Migration(e.to_string()))?;
+        .map_err(|e| Error::Migration {
+            message: e.to_string(),
+            source: Some(Box::new(e)),
+        })?;
     Ok(report
         .applied_migrations()
         .iter()

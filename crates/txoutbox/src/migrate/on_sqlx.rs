@@ -62,7 +62,10 @@ async fn apply(conn: &mut PgConnection) -> Result<Vec<i32>> {
         .set_migration_table_name(HISTORY_TABLE)
         .run_async(&mut Refinery(conn))
         .await
-        .map_err(|e| Error::Migration(e.to_string()))?;
+        .map_err(|e| Error::Migration {
+            message: e.to_string(),
+            source: Some(Box::new(e)),
+        })?;
     Ok(report
         .applied_migrations()
         .iter()

@@ -102,11 +102,17 @@ pub(super) fn target(config: &Config) -> String {
 /// classified as usual.
 pub(super) fn connect_error(target: &str, err: tokio_postgres::Error) -> Error {
     match Error::from(err) {
-        Error::StoreUnavailable(why) => {
+        Error::StoreUnavailable {
+            message: why,
+            source,
+        } => {
             let why = why
                 .strip_prefix("error connecting to server: ")
                 .unwrap_or(&why);
-            Error::StoreUnavailable(format!("cannot connect to {target}: {why}"))
+            Error::StoreUnavailable {
+                message: format!("cannot connect to {target}: {why}"),
+                source,
+            }
         }
         other => other,
     }

@@ -33,7 +33,7 @@ pub(super) async fn schema_matches<F: Future<Output = ()>>(
         };
         match checked {
             Ok(_) => return Ok(true),
-            Err(e @ Error::StoreUnavailable(_)) => {
+            Err(e @ Error::StoreUnavailable { .. }) => {
                 tracing::warn!(error = %e, "cannot check the database schema yet; retrying");
             }
             Err(e) => return Err(e),

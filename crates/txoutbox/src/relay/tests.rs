@@ -1,3 +1,4 @@
+use super::give_back::MAX_TEXT;
 use super::*;
 
 #[test]

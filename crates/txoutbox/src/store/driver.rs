@@ -36,6 +36,17 @@ pub enum StoreError {
 pub type StoreResult<T> = std::result::Result<T, StoreError>;
 
 impl StoreError {
+    /// The driver's error, as the source of the library's error; none for a refusal of
+    /// txoutbox's own made before anything was sent.
+    pub(crate) fn into_source(self) -> Option<Box<dyn std::error::Error + Send + Sync + 'static>> {
+        match self {
+            StoreError::Postgres(e) => Some(Box::new(e)),
+            #[cfg(feature = "sqlx")]
+            StoreError::Sqlx(e) => Some(Box::new(e)),
+            StoreError::Refused(_) => None,
+        }
+    }
+
     /// The SQLSTATE of the server's answer, if it is one.
     pub(crate) fn code(&self) -> Option<String> {
         match self {
@@ -135,6 +146,9 @@ pub(crate) fn locked(lock: LockRow, found: Option<FoundRow>) -> Locked {
 /// feature `&mut sqlx::Transaction<'_, Postgres>` and `&mut sqlx::PgConnection` (a connection
 /// inside a transaction). Passed by value: `begin(&tx, …)` on tokio-postgres, `begin(&mut tx, …)`
 /// on sqlx.
+///
+/// Sealed: the drivers are txoutbox's own (each runs the conformance suite); it cannot be
+/// implemented outside this crate.
 pub trait WriteTx: Statements {}
 
 impl<T: Statements> WriteTx for T {}
@@ -142,6 +156,8 @@ impl<T: Statements> WriteTx for T {}
 /// A caller's transaction the write path may also commit ([`crate::Claim::commit`]):
 /// `tokio_postgres::Transaction`, `deadpool_postgres::Transaction` (any [`CommitExecutor`]), and
 /// with the `sqlx` feature `sqlx::Transaction<'_, Postgres>`. Passed by value: it is consumed.
+///
+/// Sealed, as [`WriteTx`] is.
 pub trait CommitTx: Committing {
     /// Commits the transaction: what a handler generic over the driver calls (on a concrete
     /// transaction its own `commit()` is the same).

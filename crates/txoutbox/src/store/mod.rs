@@ -46,7 +46,10 @@ pub(crate) type Result<T> = std::result::Result<T, Error>;
 /// bind and execute in one round trip, which also works behind PgBouncer in transaction mode)
 /// and `deadpool_postgres::Transaction` (prepared statements from the connection's cache, parsed
 /// and planned once per connection: the fast path).
-pub trait TxExecutor: Sync {
+///
+/// Sealed: txoutbox implements it for the drivers whose statements its conformance suite runs;
+/// it cannot be implemented outside this crate. Name it as a bound.
+pub trait TxExecutor: sealed::Sealed + Sync {
     /// Runs one statement and collects its rows.
     fn rows<'a>(
         &'a self,
@@ -68,6 +71,16 @@ pub trait TxExecutor: Sync {
             (a, b)
         }
     }
+}
+
+/// Keeps [`TxExecutor`] to the executors of this crate.
+mod sealed {
+    pub trait Sealed {}
+
+    impl Sealed for tokio_postgres::Transaction<'_> {}
+    impl Sealed for deadpool_postgres::Transaction<'_> {}
+    impl<C: tokio_postgres::GenericClient + Sync> Sealed for super::Unnamed<'_, C> {}
+    impl<C> Sealed for super::Pooled<'_, C> {}
 }
 
 impl TxExecutor for tokio_postgres::Transaction<'_> {
@@ -152,6 +165,8 @@ where
 
 /// A caller's transaction that txoutbox may also commit: tokio-postgres's and deadpool's (the
 /// bound of `Claim::commit`, which stores a request's key and commits in one round trip).
+///
+/// Sealed, as [`TxExecutor`] is.
 pub trait CommitExecutor: TxExecutor + Sized + Send {
     /// Runs `sql`, then COMMIT, in one round trip, and consumes the transaction. The statement is
     /// sent first; if it fails, the COMMIT finds the transaction aborted and rolls it back, so

@@ -18,10 +18,10 @@ use sqlx_core::transaction::TransactionManager;
 
 use super::driver::{locked, FoundRow, LockRow};
 use super::driver::{BusinessRows, Committing, Statements, StoreError, StoreResult};
+use super::inbox::{FoundRecord, Record};
 use super::keys::{ClaimKey, CompleteKey, Locked, Refused};
 use super::messages::{Inserted, MessageColumns};
 use super::statements::{self, idempotency_keys};
-use super::inbox::{FoundRecord, Record};
 
 /// A sqlx error as the library's: unreachable (503), a conflict (409), or the database's.
 pub(crate) fn error(e: sqlx::Error) -> crate::Error {
@@ -36,7 +36,12 @@ pub(crate) fn error(e: sqlx::Error) -> crate::Error {
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed
-        | sqlx::Error::BeginFailed => return crate::Error::StoreUnavailable(e.to_string()),
+        | sqlx::Error::BeginFailed => {
+            return crate::Error::StoreUnavailable {
+                message: e.to_string(),
+                source: Some(Box::new(e)),
+            }
+        }
         _ => {
             return crate::Error::Driver {
                 message: e.to_string(),
@@ -45,10 +50,16 @@ pub(crate) fn error(e: sqlx::Error) -> crate::Error {
         }
     };
     if matches!(code.as_str(), "40001" | "40P01") {
-        return crate::Error::Conflict(message);
+        return crate::Error::Conflict {
+            message,
+            source: Some(Box::new(e)),
+        };
     }
     if code.starts_with("08") || matches!(code.as_str(), "57P01" | "57P02" | "57P03" | "53300") {
-        return crate::Error::StoreUnavailable(message);
+        return crate::Error::StoreUnavailable {
+            message,
+            source: Some(Box::new(e)),
+        };
     }
     crate::Error::Driver {
         message: crate::error::server_message(&code, &message),
