@@ -55,6 +55,39 @@ impl Sink for PartlyBroken {
     }
 }
 
+/// Retries at once, and a breaker that opens after 3 failures for 1 s at every opening.
+fn one_second_breaker() -> DestinationPolicy {
+    DestinationPolicy {
+        retry: RetryPolicy {
+            base: Duration::from_millis(10),
+            cap: Duration::from_millis(50),
+            max_attempts: 1000,
+        },
+        semantics: Semantics::AtLeastOnce,
+        flow: FlowControl {
+            breaker: Some(Breaker {
+                failures: 3,
+                cool_down: Duration::from_secs(1),
+                max_cool_down: Duration::from_secs(1),
+            }),
+            ..FlowControl::default()
+        },
+    }
+}
+
+/// Waits until the breaker of `x` is open.
+async fn wait_open(client: &tokio_postgres::Client) -> anyhow::Result<()> {
+    let open = wait_for_count(
+        client,
+        "SELECT count(*) FROM txoutbox_destinations WHERE destination = 'x' AND breaker = 'open'",
+        1,
+        Duration::from_secs(20),
+    )
+    .await?;
+    anyhow::ensure!(open == 1, "the failing rows never opened the breaker");
+    Ok(())
+}
+
 /// Rows that fail on their own open the breaker; a healthy row enqueued while it is open is the
 /// probe, not one of the failing rows (which are due the longest): the destination closes at the
 /// first probe instead of staying shut one doubled cool-down per failing row.
@@ -67,35 +100,10 @@ async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -
     let relay = RunningRelay::start(
         db.relay()?
             .sink("x", downstream.clone())
-            .policy(
-                "x",
-                DestinationPolicy {
-                    retry: RetryPolicy {
-                        base: Duration::from_millis(10),
-                        cap: Duration::from_millis(50),
-                        max_attempts: 1000,
-                    },
-                    semantics: Semantics::AtLeastOnce,
-                    flow: FlowControl {
-                        breaker: Some(Breaker {
-                            failures: 3,
-                            cool_down: Duration::from_secs(1),
-                            max_cool_down: Duration::from_secs(1),
-                        }),
-                        ..FlowControl::default()
-                    },
-                },
-            )
+            .policy("x", one_second_breaker())
             .build()?,
     );
-    let open = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_destinations WHERE destination = 'x' AND breaker = 'open'",
-        1,
-        Duration::from_secs(20),
-    )
-    .await?;
-    assert_eq!(open, 1, "the failing rows open the breaker");
+    wait_open(&client).await?;
     let enqueued = Instant::now();
     pending_many(&mut client, "x", "good", 1).await?;
     let probed = downstream
@@ -112,6 +120,45 @@ async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -
     assert!(
         failing_probes.is_empty(),
         "the breaker probed with failing rows while a row never tried waited: {failing_probes:?}"
+    );
+    Ok(())
+}
+
+/// A row never tried that another transaction holds locked does not stop the probing: the probe
+/// is the next row never tried.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_locked_row_never_tried_does_not_stop_the_probe() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    pending_many(&mut client, "x", "bad", 4).await?;
+    let downstream = PartlyBroken::default();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("x", downstream.clone())
+            .policy("x", one_second_breaker())
+            .build()?,
+    );
+    wait_open(&client).await?;
+    pending_many(&mut client, "x", "locked", 1).await?;
+    pending_many(&mut client, "x", "good", 1).await?;
+    let mut holder = db.connect().await?;
+    let hold = holder.transaction().await?;
+    let locked = hold
+        .query(
+            "SELECT id FROM txoutbox_messages WHERE downstream_key = 'locked-0' FOR UPDATE",
+            &[],
+        )
+        .await?;
+    assert_eq!(locked.len(), 1, "the row is held");
+    let probed = downstream
+        .first_call("good-0", Duration::from_secs(30))
+        .await;
+    hold.rollback().await?;
+    relay.stop().await?;
+    assert!(
+        probed.is_some(),
+        "no probe while a row never tried was locked elsewhere: {:?}",
+        downstream.calls()
     );
     Ok(())
 }

@@ -18,7 +18,8 @@
 -- destination none of whose rows were taken is not written: its bucket keeps accruing from its
 -- last refill, which gives the same tokens as writing the refill now.
 --
--- A half-open breaker's probe is a row never tried when one is due (the oldest due row else): a
+-- A half-open breaker's probe is a row never tried when one is due (the oldest due row else; each
+-- skips rows locked elsewhere, so a row another transaction holds never stops the probing): a
 -- row that failed before says more about itself than about the downstream, and the rows due
 -- the longest behind an open breaker are the very ones whose failures opened it, so probing
 -- them first would keep a healthy destination shut, each failed probe doubling the cool-down.
@@ -98,19 +99,25 @@ bounded AS (
         FOR UPDATE SKIP LOCKED) r
     WHERE b.n > 0 AND NOT b.probe
     UNION ALL
-    SELECT r.* FROM bound b CROSS JOIN LATERAL (
-        SELECT m.id, m.ordering_key, m.seq, m.next_attempt_at FROM txoutbox_messages m
-        WHERE m.id = COALESCE(
-            (SELECT f.id FROM txoutbox_messages f WHERE f.status = 'pending'
-                AND f.next_attempt_at <= now() AND f.id <> ALL($4::uuid[])
-                AND f.destination = b.destination AND f.attempts = 0
-                ORDER BY f.next_attempt_at LIMIT 1),
-            (SELECT f.id FROM txoutbox_messages f WHERE f.status = 'pending'
-                AND f.next_attempt_at <= now() AND f.id <> ALL($4::uuid[])
-                AND f.destination = b.destination
-                ORDER BY f.next_attempt_at LIMIT 1))
-            AND m.status = 'pending' AND m.next_attempt_at <= now()
-        FOR UPDATE SKIP LOCKED) r
+    SELECT r.id, r.ordering_key, r.seq, r.next_attempt_at FROM bound b CROSS JOIN LATERAL (
+        SELECT * FROM (
+            SELECT * FROM (
+                SELECT m.id, m.ordering_key, m.seq, m.next_attempt_at, 0 AS tried
+                FROM txoutbox_messages m
+                WHERE m.status = 'pending' AND m.next_attempt_at <= now()
+                    AND m.id <> ALL($4::uuid[]) AND m.destination = b.destination
+                    AND m.attempts = 0
+                ORDER BY m.next_attempt_at LIMIT 1
+                FOR UPDATE SKIP LOCKED) fresh
+            UNION ALL
+            SELECT * FROM (
+                SELECT m.id, m.ordering_key, m.seq, m.next_attempt_at, 1 AS tried
+                FROM txoutbox_messages m
+                WHERE m.status = 'pending' AND m.next_attempt_at <= now()
+                    AND m.id <> ALL($4::uuid[]) AND m.destination = b.destination
+                ORDER BY m.next_attempt_at LIMIT 1
+                FOR UPDATE SKIP LOCKED) oldest) p
+        ORDER BY p.tried LIMIT 1) r
     WHERE b.n > 0 AND b.probe),
 candidates AS (SELECT * FROM free UNION ALL SELECT * FROM bounded),
 blocked AS (
