@@ -41,26 +41,6 @@ pub struct LatencyArgs {
 pub(crate) async fn measure(db: &TestDb, args: &LatencyArgs) -> Result<Latency> {
     let committed: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
-    #[derive(Clone)]
-    struct Timing {
-        committed: Arc<Mutex<HashMap<String, Instant>>>,
-        latencies: Arc<Mutex<Vec<f64>>>,
-    }
-    #[async_trait::async_trait]
-    impl Sink for Timing {
-        async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
-            let now = Instant::now();
-            let at = self
-                .committed
-                .lock()
-                .ok()
-                .and_then(|mut m| m.remove(&d.downstream_key));
-            if let (Some(at), Ok(mut l)) = (at, self.latencies.lock()) {
-                l.push(now.saturating_duration_since(at).as_secs_f64() * 1000.0);
-            }
-            Ok(Receipt::none())
-        }
-    }
     let relay = Relay::builder(db.config()?)
         .config(RelayConfig::default())
         .sink(
@@ -88,33 +68,7 @@ pub(crate) async fn measure(db: &TestDb, args: &LatencyArgs) -> Result<Latency> 
         let (pool, waker, committed) = (pool.clone(), waker.clone(), committed.clone());
         let deferred = args.deferred;
         producers.spawn(async move {
-            let mut client = pool.get().await?;
-            let tx = client.transaction().await?;
-            let message = OutboxMessage::new("timed", &serde_json::json!({ "i": i }))?;
-            let key = if deferred {
-                let scope = txoutbox::Scope::new("latency")?.with_deferred_effects();
-                let request = txoutbox::IdempotencyKey::parse(&uuid::Uuid::now_v7().to_string())?;
-                let fingerprint = txoutbox::Fingerprint::new("POST", "/timed", b"{}");
-                let txoutbox::Begin::New(mut claim) =
-                    txoutbox::begin(&tx, &scope, &request, &fingerprint).await?
-                else {
-                    anyhow::bail!("a fresh key was not new");
-                };
-                let key = claim.downstream_key("timed");
-                claim.enqueue("timed", message)?;
-                let response = txoutbox::StoredResponse {
-                    status: 202,
-                    headers: vec![],
-                    body: vec![],
-                };
-                claim.commit(tx, &response).await?;
-                key
-            } else {
-                let key = format!("lat-{i}");
-                txoutbox::enqueue(&tx, &[message.with_downstream_key(key.clone())]).await?;
-                tx.commit().await?;
-                key
-            };
+            let key = commit_one(&pool, i, deferred).await?;
             // Registered as the commit returns; a message delivered before is not timed.
             if let Ok(mut m) = committed.lock() {
                 m.insert(key, Instant::now());
@@ -140,6 +94,60 @@ pub(crate) async fn measure(db: &TestDb, args: &LatencyArgs) -> Result<Latency> 
         timed: l.len() as u64,
         sent: total,
     })
+}
+
+/// A sink that times each delivery from the commit its producer registered.
+#[derive(Clone)]
+struct Timing {
+    committed: Arc<Mutex<HashMap<String, Instant>>>,
+    latencies: Arc<Mutex<Vec<f64>>>,
+}
+#[async_trait::async_trait]
+impl Sink for Timing {
+    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
+        let now = Instant::now();
+        let at = self
+            .committed
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(&d.downstream_key));
+        if let (Some(at), Ok(mut l)) = (at, self.latencies.lock()) {
+            l.push(now.saturating_duration_since(at).as_secs_f64() * 1000.0);
+        }
+        Ok(Receipt::none())
+    }
+}
+
+/// Commits message `i` (through a deferred-effects claim with `deferred`, else enqueued with a
+/// key of its own) and returns its downstream key.
+async fn commit_one(pool: &deadpool_postgres::Pool, i: u64, deferred: bool) -> Result<String> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let message = OutboxMessage::new("timed", &serde_json::json!({ "i": i }))?;
+    if deferred {
+        let scope = txoutbox::Scope::new("latency")?.with_deferred_effects();
+        let request = txoutbox::IdempotencyKey::parse(&uuid::Uuid::now_v7().to_string())?;
+        let fingerprint = txoutbox::Fingerprint::new("POST", "/timed", b"{}");
+        let txoutbox::Begin::New(mut claim) =
+            txoutbox::begin(&tx, &scope, &request, &fingerprint).await?
+        else {
+            anyhow::bail!("a fresh key was not new");
+        };
+        let key = claim.downstream_key("timed");
+        claim.enqueue("timed", message)?;
+        let response = txoutbox::StoredResponse {
+            status: 202,
+            headers: vec![],
+            body: vec![],
+        };
+        claim.commit(tx, &response).await?;
+        Ok(key)
+    } else {
+        let key = format!("lat-{i}");
+        txoutbox::enqueue(&tx, &[message.with_downstream_key(key.clone())]).await?;
+        tx.commit().await?;
+        Ok(key)
+    }
 }
 
 /// Commit → sink latency percentiles of one run.

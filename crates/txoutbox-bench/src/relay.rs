@@ -328,55 +328,68 @@ pub async fn run_drain(db: &TestDb, admin: &ConnInfo, args: &DrainArgs) -> Resul
     }
     println!("    {command}");
     if args.behind_dead_heads > 0 || args.history > 0 {
-        let backlog = args.claim_backlog;
-        reset(&client).await?;
-        fill(&client, backlog).await?;
-        let bare = relay_drain(db, args.batch, backlog, prepared).await?;
-        println!(
-            "claim cost: relay drain of a bare {backlog}-row backlog:            {bare:>9.0} rows/s"
-        );
-        println!("    {command}");
-        if args.behind_dead_heads > 0 {
-            reset(&client).await?;
-            fill_behind_dead_heads(&client, args.dead_heads, args.behind_dead_heads).await?;
-            fill(&client, backlog).await?;
-            let behind = relay_drain(db, args.batch, backlog, prepared).await?;
-            println!(
-                "claim cost: same backlog, {} rows pending behind {} failed ordering heads \
-                 (the first drain parks them): {behind:>9.0} rows/s, {:.2}x bare",
-                args.behind_dead_heads,
-                args.dead_heads,
-                behind / bare
-            );
-            println!("    {command}");
-            // The steady state: the rows behind the dead heads stay in the table, parked.
-            fill(&client, backlog).await?;
-            let parked = relay_drain(db, args.batch, backlog, prepared).await?;
-            println!(
-                "claim cost: same backlog again, the {} rows behind failed heads parked: \
-                 {parked:>9.0} rows/s, {:.2}x bare",
-                args.behind_dead_heads,
-                parked / bare
-            );
-            println!("    {command}");
-        }
-        if args.history > 0 {
-            reset(&client).await?;
-            fill_history(&client, args.history).await?;
-            fill(&client, backlog).await?;
-            let history = relay_drain(db, args.batch, backlog, prepared).await?;
-            println!(
-                "claim cost: same backlog, {} delivered rows in the history:            \
-                 {history:>9.0} rows/s, {:.2}x bare",
-                args.history,
-                history / bare
-            );
-            println!("    {command}");
-        }
+        claim_costs(db, &client, args, prepared, &command).await?;
     }
     println!("ratio: {:.2} (b)/(a)  {command}", relay / raw);
     if let Some(peer) = args.peer {
         crate::peer::compare_drain(peer, db, admin, args.rows, args.rounds).await?;
+    }
+    Ok(())
+}
+
+/// What a claim costs beside a bare backlog: with rows behind failed ordering heads (first
+/// drain, then parked) and with delivered history, each drained by the relay in turn.
+async fn claim_costs(
+    db: &TestDb,
+    client: &tokio_postgres::Client,
+    args: &DrainArgs,
+    prepared: bool,
+    command: &str,
+) -> Result<()> {
+    let backlog = args.claim_backlog;
+    reset(client).await?;
+    fill(client, backlog).await?;
+    let bare = relay_drain(db, args.batch, backlog, prepared).await?;
+    println!(
+        "claim cost: relay drain of a bare {backlog}-row backlog:            {bare:>9.0} rows/s"
+    );
+    println!("    {command}");
+    if args.behind_dead_heads > 0 {
+        reset(client).await?;
+        fill_behind_dead_heads(client, args.dead_heads, args.behind_dead_heads).await?;
+        fill(client, backlog).await?;
+        let behind = relay_drain(db, args.batch, backlog, prepared).await?;
+        println!(
+            "claim cost: same backlog, {} rows pending behind {} failed ordering heads \
+             (the first drain parks them): {behind:>9.0} rows/s, {:.2}x bare",
+            args.behind_dead_heads,
+            args.dead_heads,
+            behind / bare
+        );
+        println!("    {command}");
+        // The steady state: the rows behind the dead heads stay in the table, parked.
+        fill(client, backlog).await?;
+        let parked = relay_drain(db, args.batch, backlog, prepared).await?;
+        println!(
+            "claim cost: same backlog again, the {} rows behind failed heads parked: \
+             {parked:>9.0} rows/s, {:.2}x bare",
+            args.behind_dead_heads,
+            parked / bare
+        );
+        println!("    {command}");
+    }
+    if args.history > 0 {
+        reset(client).await?;
+        fill_history(client, args.history).await?;
+        fill(client, backlog).await?;
+        let history = relay_drain(db, args.batch, backlog, prepared).await?;
+        println!(
+            "claim cost: same backlog, {} delivered rows in the history:            \
+             {history:>9.0} rows/s, {:.2}x bare",
+            args.history,
+            history / bare
+        );
+        println!("    {command}");
     }
     Ok(())
 }
