@@ -1,9 +1,12 @@
-//! Reading counts from the database, at once or while a relay works in the background.
+//! Reading counts from the database, at once or while a relay works in the background: typed
+//! [`Counts`] of where the rows are, [`wait_until`] a state is reached, the attempt log of one row
+//! ([`assert_outcomes`]) and where one row is ([`status`]).
 
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use tokio_postgres::Client;
+use txoutbox::admin::{AttemptOutcome, MessageStatus};
 
 /// `SELECT count(*) FROM table_or_query` for a table name, or the query itself when it is one
 /// (any text with a space: `SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'`).
@@ -51,4 +54,160 @@ pub async fn wait_for_exact_count(
         anyhow::ensure!(start.elapsed() < limit, "{sql} is {n}, not {want}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Where the outbox's rows are, read in one statement: the hot table by status, the delivered
+/// history, the discarded rows, the attempt log (`txoutbox_attempts`, a delivered row's own
+/// attempt included) and the idempotency keys. Compare whole values
+/// (`assert_eq!(counts, Counts { delivered: 3, attempts: 5, ..Counts::default() })`) or fields.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Hot rows waiting for a claim (due or not).
+    pub pending: i64,
+    /// Hot rows under a relay's lease.
+    pub in_flight: i64,
+    /// Dead-lettered rows.
+    pub failed: i64,
+    /// At-most-once rows whose call's outcome is not known.
+    pub unknown: i64,
+    /// Rows in the delivered history.
+    pub delivered: i64,
+    /// Rows an operator discarded.
+    pub discarded: i64,
+    /// Entries of the attempt log.
+    pub attempts: i64,
+    /// Idempotency keys (all of them, whatever the destination filter).
+    pub keys: i64,
+}
+
+impl Counts {
+    /// Rows still in the hot table, whatever their status.
+    pub fn hot(&self) -> i64 {
+        self.pending + self.in_flight + self.failed + self.unknown
+    }
+}
+
+/// Every count of [`Counts`], over every destination.
+pub async fn counts(client: &Client) -> Result<Counts> {
+    read_counts(client, None).await
+}
+
+/// [`Counts`] of one destination's rows (the keys are counted whole).
+pub async fn counts_for(client: &Client, destination: &str) -> Result<Counts> {
+    read_counts(client, Some(destination)).await
+}
+
+async fn read_counts(client: &Client, destination: Option<&str>) -> Result<Counts> {
+    let row = client
+        .query_one(
+            "SELECT \
+               (SELECT count(*) FROM txoutbox_messages WHERE status = 'pending' \
+                  AND ($1::text IS NULL OR destination = $1)), \
+               (SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight' \
+                  AND ($1::text IS NULL OR destination = $1)), \
+               (SELECT count(*) FROM txoutbox_messages WHERE status = 'failed' \
+                  AND ($1::text IS NULL OR destination = $1)), \
+               (SELECT count(*) FROM txoutbox_messages WHERE status = 'unknown' \
+                  AND ($1::text IS NULL OR destination = $1)), \
+               (SELECT count(*) FROM txoutbox_delivered WHERE $1::text IS NULL OR destination = $1), \
+               (SELECT count(*) FROM txoutbox_discarded WHERE $1::text IS NULL OR destination = $1), \
+               (SELECT count(*) FROM txoutbox_attempts WHERE $1::text IS NULL OR destination = $1), \
+               (SELECT count(*) FROM txoutbox_idempotency_keys)",
+            &[&destination],
+        )
+        .await?;
+    Ok(Counts {
+        pending: row.get(0),
+        in_flight: row.get(1),
+        failed: row.get(2),
+        unknown: row.get(3),
+        delivered: row.get(4),
+        discarded: row.get(5),
+        attempts: row.get(6),
+        keys: row.get(7),
+    })
+}
+
+/// How long [`wait_until`] waits before it fails.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
+
+/// Reads [`counts`] every 20 ms until `done` holds, and returns them; fails naming the last
+/// counts when [`WAIT_LIMIT`] passes first. Waits by meaning (`|c| c.delivered == 3`), not by a
+/// sleep: the test goes on as soon as the state is reached.
+pub async fn wait_until(client: &Client, done: impl Fn(&Counts) -> bool) -> Result<Counts> {
+    wait_until_within(client, WAIT_LIMIT, done).await
+}
+
+/// [`wait_until`] with a limit of the test's own.
+pub async fn wait_until_within(
+    client: &Client,
+    limit: Duration,
+    done: impl Fn(&Counts) -> bool,
+) -> Result<Counts> {
+    let start = Instant::now();
+    loop {
+        let now = counts(client).await?;
+        if done(&now) {
+            return Ok(now);
+        }
+        anyhow::ensure!(
+            start.elapsed() < limit,
+            "the awaited counts were not reached in {limit:?}; the last counts: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The attempt log of the row with `downstream_key`, oldest first: each attempt's and action's
+/// outcome (`retry`, `delivered`, `replayed`, …), a delivered row's own attempt included.
+pub async fn outcomes(client: &Client, downstream_key: &str) -> Result<Vec<AttemptOutcome>> {
+    let rows = client
+        .query(
+            "SELECT outcome FROM txoutbox_attempts WHERE downstream_key = $1 \
+             ORDER BY finished_at, attempt",
+            &[&downstream_key],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let text: String = r.get(0);
+            text.parse::<AttemptOutcome>()
+                .map_err(|e| anyhow::anyhow!("outcome {text:?} of {downstream_key}: {e}"))
+        })
+        .collect()
+}
+
+/// Fails, naming both lists, unless the attempt log of `downstream_key` reads `want`, in order.
+pub async fn assert_outcomes(
+    client: &Client,
+    downstream_key: &str,
+    want: impl IntoIterator<Item = AttemptOutcome>,
+) -> Result<()> {
+    let want: Vec<AttemptOutcome> = want.into_iter().collect();
+    let got = outcomes(client, downstream_key).await?;
+    anyhow::ensure!(
+        got == want,
+        "the attempt log of {downstream_key} reads {got:?}, not {want:?}"
+    );
+    Ok(())
+}
+
+/// Where the row with `downstream_key` is now: its hot status, `delivered` or `discarded`; `None`
+/// when no table holds it.
+pub async fn status(client: &Client, downstream_key: &str) -> Result<Option<MessageStatus>> {
+    let row = client
+        .query_opt(
+            "SELECT status FROM txoutbox_messages WHERE downstream_key = $1 \
+             UNION ALL SELECT 'delivered' FROM txoutbox_delivered WHERE downstream_key = $1 \
+             UNION ALL SELECT 'discarded' FROM txoutbox_discarded WHERE downstream_key = $1 \
+             LIMIT 1",
+            &[&downstream_key],
+        )
+        .await?;
+    row.map(|r| {
+        let text: String = r.get(0);
+        text.parse::<MessageStatus>()
+            .map_err(|e| anyhow::anyhow!("status {text:?} of {downstream_key}: {e}"))
+    })
+    .transpose()
 }

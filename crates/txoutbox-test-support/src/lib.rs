@@ -15,8 +15,9 @@
 //! hostile HTTP peer (binary or endless bodies, silence, dropped connections) for the sinks' tests;
 //! [`tls::TestCa`] makes the certificates of a TLS cluster ([`ClusterOptions::tls`]).
 //!
-//! Arranging a test: [`factory::message`] writes outbox rows in any state; [`count`] and
-//! [`wait_for_count`] read counts; [`relay::relay_config`] and [`relay::short_lease`] are relay
+//! Arranging a test: [`factory::message`] writes outbox rows in any state; [`counts`] reads
+//! [`Counts`] of where the rows are and [`wait_until`] waits for a state by meaning (no sleeps);
+//! [`assert_outcomes`] checks a row's attempt log; [`relay::relay_config`] and [`relay::short_lease`] are relay
 //! timings for tests; [`webhook::WebhookReceiver`] is a scripted HTTP receiver for real relays;
 //! [`free_port`] picks a loopback port; [`DemoDatabase`] is the database of a demo or an example
 //! program; [`webdriver::Driver`] drives a headless chromium for the
@@ -39,7 +40,10 @@ pub mod webdriver;
 pub mod webhook;
 
 pub use cluster::{Cluster, ClusterOptions};
-pub use counts::{count, wait_for_count, wait_for_exact_count};
+pub use counts::{
+    assert_outcomes, count, counts, counts_for, outcomes, status, wait_for_count,
+    wait_for_exact_count, wait_until, wait_until_within, Counts, WAIT_LIMIT,
+};
 pub use database::{
     drop_schema, forget_last_migration, record_newer_migration, test_db, ConnInfo, TestDb,
 };
