@@ -27,6 +27,7 @@ mod cluster;
 mod counts;
 mod database;
 mod demo_db;
+mod doc;
 pub mod factory;
 pub mod fake_stripe;
 mod port;
@@ -48,4 +49,5 @@ pub use database::{
     drop_schema, forget_last_migration, record_newer_migration, test_db, ConnInfo, TestDb,
 };
 pub use demo_db::DemoDatabase;
+pub use doc::doc_test;
 pub use port::{free_addr, free_port};

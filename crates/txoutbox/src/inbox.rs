@@ -9,7 +9,7 @@
 //! record's insert (a transaction-scoped lock), then answers `Duplicate`, or [`Error::Conflict`]
 //! (409) after the consumer's lock timeout.
 //!
-//! ```no_run
+//! ```
 //! use txoutbox::inbox::{self, Consumer, Receive};
 //! use txoutbox::OutboxMessage;
 //!
@@ -28,6 +28,14 @@
 //! }
 //! # Ok(())
 //! # }
+//! # txoutbox_test_support::doc_test(|mut client| async move {
+//! #     client.batch_execute("CREATE TABLE shipments (charge_id text)").await?;
+//! #     handle(&mut client, "msg-1").await?;
+//! #     handle(&mut client, "msg-1").await?; // the redelivery
+//! #     let shipments: i64 = client.query_one("SELECT count(*) FROM shipments", &[]).await?.get(0);
+//! #     assert_eq!((shipments, txoutbox_test_support::counts(&client).await?.pending), (1, 1));
+//! #     Ok(())
+//! # });
 //! ```
 //!
 //! Effects enqueued on the claim get downstream keys derived from (consumer, message id,

@@ -4,7 +4,7 @@
 //! effects commit in ONE transaction of the caller's; a relay delivers the rows afterwards and
 //! forwards each row's downstream key, so the downstream deduplicates a redelivery.
 //!
-//! ```no_run
+//! ```
 //! use txoutbox::{Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
 //!
 //! # async fn handler(client: &mut tokio_postgres::Client, header: &str, body: &[u8])
@@ -27,13 +27,23 @@
 //!     Begin::InFlight => Ok(StoredResponse { status: 409, headers: vec![], body: vec![] }),
 //! }
 //! # }
+//! # txoutbox_test_support::doc_test(|mut client| async move {
+//! #     client.batch_execute("CREATE TABLE charges (amount int)").await?;
+//! #     let header = "9b3e3c4f-4d1e-4e7a-9d3c-2f0c5a1e8b7d";
+//! #     assert_eq!(handler(&mut client, header, b"{}").await?.status, 201);
+//! #     assert_eq!(handler(&mut client, header, b"{}").await?.status, 201); // replayed
+//! #     assert_eq!(handler(&mut client, header, b"{\"other\":1}").await?.status, 422);
+//! #     let charges: i64 = client.query_one("SELECT count(*) FROM charges", &[]).await?.get(0);
+//! #     assert_eq!(charges, 1);
+//! #     Ok(())
+//! # });
 //! ```
 //!
 //! The cheapest path writes one row per request and commits in one round trip with it: a scope
 //! with [`Scope::with_deferred_effects`] (the effects ride on the key row until the relay fans
 //! them out) and [`Claim::commit`] in place of `complete` and `commit`:
 //!
-//! ```no_run
+//! ```
 //! # use txoutbox::{Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
 //! # async fn handler(client: &mut tokio_postgres::Client, key: IdempotencyKey, fingerprint: Fingerprint)
 //! #     -> Result<(), txoutbox::Error> {
@@ -47,6 +57,15 @@
 //! }
 //! # Ok(())
 //! # }
+//! # txoutbox_test_support::doc_test(|mut client| async move {
+//! #     client.batch_execute("CREATE TABLE charges (amount int)").await?;
+//! #     let key = IdempotencyKey::from_header("9b3e3c4f-4d1e-4e7a-9d3c-2f0c5a1e8b7d")?;
+//! #     handler(&mut client, key, Fingerprint::new("POST", "/charge", b"{}")).await?;
+//! #     // One row: the key with its response and its deferred effect.
+//! #     let counts = txoutbox_test_support::counts(&client).await?;
+//! #     assert_eq!((counts.keys, counts.pending), (1, 0));
+//! #     Ok(())
+//! # });
 //! ```
 //!
 //! The write path runs in the caller's transaction on tokio-postgres, deadpool or (feature

@@ -90,7 +90,7 @@ pub(crate) fn required_version() -> i32 {
 /// Call it at start and in readiness probes, never on a request's path: the write path and the
 /// relay's statements assume the schema.
 ///
-/// ```no_run
+/// ```
 /// # async fn start(client: &tokio_postgres::Client) -> Result<(), txoutbox::Error> {
 /// match txoutbox::check_schema(client).await {
 ///     Ok(_) => {}
@@ -99,6 +99,7 @@ pub(crate) fn required_version() -> i32 {
 /// }
 /// # Ok(())
 /// # }
+/// # txoutbox_test_support::doc_test(|client| async move { Ok(start(&client).await?) });
 /// ```
 pub async fn check_schema(client: &tokio_postgres::Client) -> Result<SchemaVersion> {
     Ok(schema_version(client).await?.check()?)

@@ -86,7 +86,7 @@ pub struct DiscardReport {
 /// Closes failed or unknown messages without delivery (see the module's discard rules). `client`
 /// runs the discard's own transactions.
 ///
-/// ```no_run
+/// ```
 /// use txoutbox::admin::{discard, DiscardOptions, ReplaySelection};
 ///
 /// # async fn run(client: &mut tokio_postgres::Client, id: uuid::Uuid)
@@ -96,6 +96,15 @@ pub struct DiscardReport {
 /// println!("{report:?}");
 /// # Ok(())
 /// # }
+/// # txoutbox_test_support::doc_test(|mut client| async move {
+/// #     use txoutbox::admin::MessageStatus;
+/// #     let id = txoutbox_test_support::factory::message(&mut client)
+/// #         .status(MessageStatus::Failed).create().await?;
+/// #     run(&mut client, id).await?;
+/// #     let counts = txoutbox_test_support::counts(&client).await?;
+/// #     assert_eq!((counts.failed, counts.discarded), (0, 1));
+/// #     Ok(())
+/// # });
 /// ```
 pub async fn discard(
     client: &mut Client,

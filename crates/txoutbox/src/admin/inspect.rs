@@ -103,7 +103,7 @@ pub struct AttemptRecord {
 /// [`MessageFilter::before`] on when it is set (the next page: the last row's
 /// [`MessageSummary::cursor`]).
 ///
-/// ```no_run
+/// ```
 /// use txoutbox::admin::{list_messages, MessageFilter, MessageStatus};
 ///
 /// # async fn run(client: &tokio_postgres::Client) -> Result<(), txoutbox::admin::AdminError> {
@@ -126,6 +126,12 @@ pub struct AttemptRecord {
 /// }
 /// # Ok(())
 /// # }
+/// # txoutbox_test_support::doc_test(|mut client| async move {
+/// #     txoutbox_test_support::factory::message(&mut client).destination("email")
+/// #         .status(MessageStatus::Failed).create_many(120).await?;
+/// #     run(&client).await?;
+/// #     Ok(())
+/// # });
 /// ```
 pub async fn list_messages(
     client: &impl GenericClient,
@@ -136,7 +142,7 @@ pub async fn list_messages(
 
 /// One message with its payload, headers, receipt and full attempt history.
 ///
-/// ```no_run
+/// ```
 /// # async fn run(client: &tokio_postgres::Client, id: uuid::Uuid)
 /// #     -> Result<(), txoutbox::admin::AdminError> {
 /// let detail = txoutbox::admin::show_message(client, id).await?;
@@ -146,6 +152,11 @@ pub async fn list_messages(
 /// }
 /// # Ok(())
 /// # }
+/// # txoutbox_test_support::doc_test(|mut client| async move {
+/// #     let id = txoutbox_test_support::factory::message(&mut client).create().await?;
+/// #     run(&client, id).await?;
+/// #     Ok(())
+/// # });
 /// ```
 pub async fn show_message(
     client: &impl GenericClient,

@@ -102,7 +102,7 @@ pub struct PurgeReport {
 /// blocking its ordering key: the next row is due at once. `progress`, when given, is called with
 /// (rows deleted, rows to delete) after each batch.
 ///
-/// ```no_run
+/// ```
 /// use txoutbox::admin::{purge, PurgeOptions};
 ///
 /// # async fn run(client: &tokio_postgres::Client) -> Result<(), txoutbox::admin::AdminError> {
@@ -110,6 +110,15 @@ pub struct PurgeReport {
 /// println!("{report:?}");
 /// # Ok(())
 /// # }
+/// # txoutbox_test_support::doc_test(|mut client| async move {
+/// #     use txoutbox::admin::MessageStatus;
+/// #     txoutbox_test_support::factory::message(&mut client)
+/// #         .status(MessageStatus::Failed).create().await?;
+/// #     run(&client).await?;
+/// #     // A dead letter of today is kept for its 90 days.
+/// #     assert_eq!(txoutbox_test_support::counts(&client).await?.failed, 1);
+/// #     Ok(())
+/// # });
 /// ```
 pub async fn purge(
     client: &Client,

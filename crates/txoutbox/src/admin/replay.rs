@@ -107,7 +107,7 @@ pub struct ReplayReport {
 /// transactions; `progress`, when given, is called with (rows done, rows selected) after each
 /// batch.
 ///
-/// ```no_run
+/// ```
 /// use txoutbox::admin::{replay, MessageFilter, MessageStatus, ReplayOptions, ReplaySelection};
 ///
 /// # async fn run(client: &mut tokio_postgres::Client) -> Result<(), txoutbox::admin::AdminError> {
@@ -125,6 +125,14 @@ pub struct ReplayReport {
 /// println!("{} pending again", done.replayed.len());
 /// # Ok(())
 /// # }
+/// # txoutbox_test_support::doc_test(|mut client| async move {
+/// #     txoutbox_test_support::factory::message(&mut client).destination("webhook")
+/// #         .status(MessageStatus::Failed).create_many(2).await?;
+/// #     run(&mut client).await?;
+/// #     let counts = txoutbox_test_support::counts(&client).await?;
+/// #     assert_eq!((counts.failed, counts.pending), (0, 2));
+/// #     Ok(())
+/// # });
 /// ```
 pub async fn replay(
     client: &mut Client,

@@ -155,7 +155,7 @@ pub struct InboxStats {
 /// [`EXACT_DELIVERED_COUNT_MAX`] rows it is counted through an index, above it the planner's
 /// estimate is reported ([`OutboxStats::delivered_estimated`]).
 ///
-/// ```no_run
+/// ```
 /// # async fn run(client: &tokio_postgres::Client) -> Result<(), txoutbox::admin::AdminError> {
 /// let stats = txoutbox::admin::stats(client).await?;
 /// for destination in &stats.destinations {
@@ -167,6 +167,13 @@ pub struct InboxStats {
 /// }
 /// # Ok(())
 /// # }
+/// # txoutbox_test_support::doc_test(|mut client| async move {
+/// #     txoutbox_test_support::factory::pending_many(&mut client, "email", "k", 3).await?;
+/// #     run(&client).await?;
+/// #     let stats = txoutbox::admin::stats(&client).await?;
+/// #     assert_eq!(stats.destinations[0].counts.pending, 3);
+/// #     Ok(())
+/// # });
 /// ```
 pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, AdminError> {
     let mut by_destination: BTreeMap<String, DestinationStats> = BTreeMap::new();

@@ -20,7 +20,7 @@ use crate::telemetry::TRACEPARENT;
 /// Each effect has a name unique in the request; its downstream key is derived from the scope,
 /// the key and that name, so a sink forwards the same key on every attempt.
 ///
-/// ```no_run
+/// ```
 /// use txoutbox::{Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
 ///
 /// # async fn handler(client: &mut tokio_postgres::Client) -> Result<(), txoutbox::Error> {
@@ -39,6 +39,13 @@ use crate::telemetry::TRACEPARENT;
 /// }
 /// # Ok(())
 /// # }
+/// # txoutbox_test_support::doc_test(|mut client| async move {
+/// #     handler(&mut client).await?;
+/// #     handler(&mut client).await?; // a retry: replayed, nothing written
+/// #     let counts = txoutbox_test_support::counts(&client).await?;
+/// #     assert_eq!((counts.keys, counts.pending), (1, 1));
+/// #     Ok(())
+/// # });
 /// ```
 ///
 /// The runnable version, with the retry answered from the stored response, is the crate's

@@ -29,7 +29,7 @@ use crate::telemetry::{
 
 /// A table of the service's whose rows are their requests' key records.
 ///
-/// ```no_run
+/// ```
 /// use txoutbox::idempotency::{BusinessKey, RowBegin};
 /// use txoutbox::{Fingerprint, IdempotencyKey, OutboxMessage, Scope};
 /// use tokio_postgres::types::Type;
@@ -72,6 +72,20 @@ use crate::telemetry::{
 /// }
 /// # Ok(())
 /// # }
+/// # txoutbox_test_support::doc_test(|mut client| async move {
+/// #     client.batch_execute("CREATE TABLE charges (id bigserial PRIMARY KEY, \
+/// #         amount bigint NOT NULL, idempotency_key text NOT NULL UNIQUE, \
+/// #         request_fingerprint bytea NOT NULL)").await?;
+/// #     let key = IdempotencyKey::from_header("9b3e3c4f-4d1e-4e7a-9d3c-2f0c5a1e8b7d")?;
+/// #     for _ in 0..2 {
+/// #         let tx = client.transaction().await?;
+/// #         handler(&tx, key.clone(), b"{}").await?;
+/// #         tx.commit().await?;
+/// #     }
+/// #     let charges: i64 = client.query_one("SELECT count(*) FROM charges", &[]).await?.get(0);
+/// #     assert_eq!((charges, txoutbox_test_support::counts(&client).await?.pending), (1, 1));
+/// #     Ok(())
+/// # });
 /// ```
 #[derive(Debug, Clone)]
 pub struct BusinessKey {
