@@ -49,3 +49,8 @@ pub use database::{
 };
 pub use demo_db::DemoDatabase;
 pub use port::{free_addr, free_port};
+
+/// Waiting on a relay's test events ([`events::RelayEvents`]) instead of sleeping.
+pub mod events;
+pub use events::{is_claim, RelayEvents};
+pub use txoutbox::relay::RelayEvent;
