@@ -54,3 +54,7 @@ pub use port::{free_addr, free_port};
 pub mod events;
 pub use events::{is_claim, RelayEvents};
 pub use txoutbox::relay::RelayEvent;
+
+/// Waits for a condition a test names, and typed reads the counts do not cover.
+pub mod wait;
+pub use wait::{due, eventually, eventually_async, leased_by, other_sessions_ended};

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::Client;
+use txoutbox::admin::MessageStatus;
 use txoutbox::{
     enqueue,
     relay::{DestinationPolicy, RelayConfig, Semantics, WakeMode},
@@ -12,11 +13,15 @@ use txoutbox::{
     OutboxMessage,
 };
 use txoutbox_test_support::factory::pending_many;
+use txoutbox_test_support::relay::relay_config;
 use txoutbox_test_support::relay::{
     drain_through_a_restart, quick_retry, restart_config, CrashableRelay, HangAfter, RecordingSink,
     RunningRelay, ScriptedSink, SlowSink,
 };
-use txoutbox_test_support::{count, test_db, wait_for_count, Cluster, ClusterOptions, TestDb};
+use txoutbox_test_support::{
+    counts, eventually, eventually_async, leased_by, status, test_db, wait_for_count, wait_until,
+    Cluster, ClusterOptions, RelayEvent, RelayEvents, TestDb,
+};
 
 type TestResult = anyhow::Result<()>;
 
@@ -29,14 +34,9 @@ async fn committed_rows_are_delivered_and_leave_the_hot_table() -> TestResult {
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
     assert_eq!(sink.wait_for(100, Duration::from_secs(20)).await, 100);
     relay.stop().await?;
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
-        0
-    );
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
-        100
-    );
+    let after = counts(&client).await?;
+    assert_eq!(after.hot(), 0);
+    assert_eq!(after.delivered, 100);
     let receipt: String = client
         .query_one(
             "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = 'k-7'",
@@ -87,14 +87,9 @@ async fn ten_thousand_rows_three_relays_each_delivered_exactly_once() -> TestRes
     keys.sort();
     keys.dedup();
     assert_eq!(keys.len(), 10_000, "every row delivered");
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
-        0
-    );
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
-        10_000
-    );
+    let after = counts(&client).await?;
+    assert_eq!(after.hot(), 0);
+    assert_eq!(after.delivered, 10_000);
     Ok(())
 }
 
@@ -147,13 +142,7 @@ async fn a_retryable_failure_is_retried_then_delivered() -> TestResult {
             .build()?,
     );
     assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_delivered",
-            1,
-            Duration::from_secs(10)
-        )
-        .await?,
+        wait_until(&client, |c| c.delivered >= 1).await?.delivered,
         1
     );
     relay.stop().await?;
@@ -293,23 +282,17 @@ async fn a_permanent_error_dead_letters_at_once() -> TestResult {
     let mut client = db.connect().await?;
     pending_many(&mut client, "email", "perm", 1).await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("550 no such user"))]);
+    let mut events = RelayEvents::new();
     let relay = RunningRelay::start(
         db.relay()?
+            .config(events.config(relay_config()))
             .sink("email", sink.clone())
             .policy("email", quick_retry(5))
             .build()?,
     );
-    assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-            1,
-            Duration::from_secs(10)
-        )
-        .await?,
-        1
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
+    // A claim begun after the dead letter: a retry it took would be called before the stop ends.
+    events.claims(2).await?;
     relay.stop().await?;
     assert_eq!(sink.recorder.count(), 1, "not retried");
     let row = client
@@ -339,16 +322,7 @@ async fn the_last_attempt_dead_letters() -> TestResult {
             .policy("email", quick_retry(3))
             .build()?,
     );
-    assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-            1,
-            Duration::from_secs(10)
-        )
-        .await?,
-        1
-    );
+    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
     assert_eq!(sink.recorder.count(), 3);
     let last_error: String = client
@@ -371,16 +345,7 @@ async fn an_unknown_destination_is_a_recorded_permanent_error() -> TestResult {
     let mut client = db.connect().await?;
     pending_many(&mut client, "carrier-pigeon", "coo", 1).await?;
     let relay = RunningRelay::start(db.relay()?.sink("email", RecordingSink::new()).build()?);
-    assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-            1,
-            Duration::from_secs(10)
-        )
-        .await?,
-        1
-    );
+    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
     let last_error: String = client
         .query_one("SELECT last_error FROM txoutbox_messages", &[])
@@ -420,13 +385,7 @@ async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
             .build()?,
     );
     assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_delivered",
-            5,
-            Duration::from_secs(10)
-        )
-        .await?,
+        wait_until(&client, |c| c.delivered >= 5).await?.delivered,
         5
     );
     relay.stop().await?;
@@ -461,7 +420,8 @@ async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
             .sink("fast", fast.clone())
             .build()?,
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The slow rows are out: their calls hold four of the eight slots.
+    wait_until(&client, |c| c.in_flight >= 4).await?;
     pending_many(&mut client, "fast", "f", 20).await?;
     assert_eq!(fast.wait_for(20, Duration::from_secs(3)).await, 20);
     assert_eq!(slow.0.count(), 0, "the slow deliveries are still running");
@@ -469,15 +429,17 @@ async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
     Ok(())
 }
 
-/// Delivers after a short random pause, so concurrent deliveries interleave.
+/// Delivers after a random number of yields, so concurrent deliveries interleave.
 #[derive(Clone, Default)]
 struct JitterSink(RecordingSink);
 
 #[async_trait::async_trait]
 impl Sink for JitterSink {
     async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
-        let pause = rand::random_range(0..5);
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+        // Yield a random number of times: the other deliveries run in between.
+        for _ in 0..rand::random_range(0..20) {
+            tokio::task::yield_now().await;
+        }
         self.0.deliver(d).await
     }
 }
@@ -553,9 +515,17 @@ async fn a_dead_head_blocks_its_ordering_key_only() -> TestResult {
         }
     }
     let sink = FailsA0::default();
-    let relay = RunningRelay::start(db.relay()?.sink("events", sink.clone()).build()?);
+    let mut events = RelayEvents::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(events.config(relay_config()))
+            .sink("events", sink.clone())
+            .build()?,
+    );
     assert_eq!(sink.0.wait_for(2, Duration::from_secs(10)).await, 2);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until(&client, |c| c.failed >= 1).await?;
+    // A claim begun after the head was dead-lettered: a-1, taken, would be called by the stop.
+    events.claims(2).await?;
     relay.stop().await?;
     let keys: Vec<String> = sink.0.keys();
     assert_eq!(
@@ -563,14 +533,7 @@ async fn a_dead_head_blocks_its_ordering_key_only() -> TestResult {
         ["b-0", "b-1"],
         "key b flows; a-1 waits behind its dead head"
     );
-    let waiting: String = client
-        .query_one(
-            "SELECT status FROM txoutbox_messages WHERE downstream_key = 'a-1'",
-            &[],
-        )
-        .await?
-        .get(0);
-    assert_eq!(waiting, "pending");
+    assert_eq!(status(&client, "a-1").await?, Some(MessageStatus::Pending));
     Ok(())
 }
 
@@ -630,9 +593,8 @@ async fn a_claim_that_raced_the_heads_completion_does_not_hold_the_next_row_back
             .sink("events", sink.clone())
             .build()?,
     );
-    let in_flight = "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'";
     assert_eq!(
-        wait_for_count(&client, in_flight, 1, Duration::from_secs(10)).await?,
+        wait_until(&client, |c| c.in_flight >= 1).await?.in_flight,
         1
     );
     let tx = client.transaction().await?;
@@ -662,11 +624,10 @@ async fn a_claim_that_raced_the_heads_completion_does_not_hold_the_next_row_back
         2
     );
     head.commit().await?;
-    let completed = "SELECT count(*) FROM txoutbox_delivered WHERE downstream_key = 'k-0'";
-    assert_eq!(
-        wait_for_count(&client, completed, 1, Duration::from_secs(10)).await?,
-        1
-    );
+    eventually_async("k-0 is delivered", || async {
+        Ok(status(&client, "k-0").await? == Some(MessageStatus::Delivered))
+    })
+    .await?;
     // Only now does the claim, whose snapshot still holds the head, reach the next row.
     gate.commit().await?;
 
@@ -700,10 +661,7 @@ async fn a_postgres_restart_while_relaying_loses_no_row() -> TestResult {
         drained.delivered, 3_000,
         "every row delivered after the restart"
     );
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
-        0
-    );
+    assert_eq!(counts(&client).await?.hot(), 0);
     assert_eq!(
         drained.distinct_keys, 3_000,
         "at least once: every key reached the sink"
@@ -748,12 +706,9 @@ async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> Test
             .sink("email", paused)
             .build()?)
     })?;
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE lease_owner = 'relay-a'",
-        1,
-        Duration::from_secs(5),
-    )
+    eventually_async("relay-a holds the row", || async {
+        Ok(leased_by(&client, "relay-a").await? == 1)
+    })
     .await?;
     let fast = RecordingSink::new();
     let b = RunningRelay::start(
@@ -769,7 +724,8 @@ async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> Test
     );
     assert_eq!(fast.wait_for(1, Duration::from_secs(10)).await, 1);
     assert_eq!(sleepy.0.wait_for(1, Duration::from_secs(10)).await, 1);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A's fenced-out completion is logged too: expired, delivered by B, lease lost.
+    wait_until(&client, |c| c.attempts >= 3).await?;
     a.stop().await?;
     b.stop().await?;
     let delivered_by: Vec<(i32, String)> = client
@@ -842,23 +798,17 @@ async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redeliv
     tokio::time::timeout(Duration::from_secs(10), delivered.notified()).await?;
     first.kill();
     let second_sink = RecordingSink::new();
+    let mut events = RelayEvents::new();
     let second = RunningRelay::start(
         db.relay()?
+            .config(events.config(relay_config()))
             .sink("sms", second_sink.clone())
             .policy("sms", at_most_once)
             .build()?,
     );
-    assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'unknown'",
-            1,
-            Duration::from_secs(10)
-        )
-        .await?,
-        1
-    );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(wait_until(&client, |c| c.unknown >= 1).await?.unknown, 1);
+    // A claim begun after the row became unknown: had it taken it, the stop would let it call.
+    events.claims(2).await?;
     second.stop().await?;
     assert_eq!(second_sink.count(), 0, "never redelivered blindly");
     let outcomes: Vec<String> = attempt_log(&client, "amo-0")
@@ -877,23 +827,12 @@ async fn shutdown_lets_in_flight_deliveries_finish() -> TestResult {
     pending_many(&mut client, "email", "drain", 10).await?;
     let sink = SlowSink(RecordingSink::new(), Duration::from_millis(500));
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
-        10,
-        Duration::from_secs(5),
-    )
-    .await?;
+    wait_until(&client, |c| c.in_flight >= 10).await?;
     let report = relay.stop().await?;
     assert_eq!(report.released, 0);
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
-        10
-    );
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
-        0
-    );
+    let after = counts(&client).await?;
+    assert_eq!(after.delivered, 10);
+    assert_eq!(after.hot(), 0);
     Ok(())
 }
 
@@ -909,20 +848,20 @@ async fn shutdown_releases_what_does_not_finish_within_the_grace_period() -> Tes
             .sink("email", sink)
             .build()?,
     );
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
-        5,
-        Duration::from_secs(5),
-    )
-    .await?;
+    wait_until(&client, |c| c.in_flight >= 5).await?;
     let report = relay.stop().await?;
     assert_eq!(report.released, 5);
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_messages WHERE status = 'pending' AND lease_owner IS NULL AND lease_token IS NULL").await?,
-        5,
-        "none is left leased"
-    );
+    assert_eq!(counts(&client).await?.pending, 5);
+    let leases: Vec<(Option<String>, Option<i64>)> = client
+        .query(
+            "SELECT lease_owner, lease_token FROM txoutbox_messages",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(leases, vec![(None, None); 5], "none is left leased");
     let outcomes: Vec<String> = attempt_log(&client, "cut-0")
         .await?
         .into_iter()
@@ -937,17 +876,21 @@ async fn poll_only_mode_delivers_without_listen() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
     let sink = RecordingSink::new();
+    let mut events = RelayEvents::new();
     let relay = RunningRelay::start(
         db.relay()?
             .config(
-                RelayConfig::default()
-                    .with_wake(WakeMode::PollOnly)
-                    .with_poll_interval(Duration::from_millis(100)),
+                events.config(
+                    RelayConfig::default()
+                        .with_wake(WakeMode::PollOnly)
+                        .with_poll_interval(Duration::from_millis(100)),
+                ),
             )
             .sink("email", sink.clone())
             .build()?,
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The first claim found nothing: the rows are found by a poll.
+    events.wait_for(|e| *e == RelayEvent::Idle).await?;
     pending_many(&mut client, "email", "poll", 3).await?;
     assert_eq!(sink.wait_for(3, Duration::from_secs(10)).await, 3);
     relay.stop().await?;
@@ -959,19 +902,17 @@ async fn the_write_paths_hint_wakes_a_listening_relay_before_its_poll() -> TestR
     let db = test_db().await?;
     let mut client = db.connect().await?;
     let sink = RecordingSink::new();
+    let mut events = RelayEvents::new();
     let relay = db
         .relay()?
-        .config(RelayConfig::default().with_poll_interval(Duration::from_secs(300)))
+        .config(events.config(RelayConfig::default().with_poll_interval(Duration::from_secs(300))))
         .sink("email", sink.clone())
         .build()?;
     let probe = relay.clone();
     let running = RunningRelay::start(relay);
-    let start = std::time::Instant::now();
-    while !probe.listener_connected() && start.elapsed() < Duration::from_secs(10) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // Let the first (empty) claim pass, so the relay is waiting on its 300 s poll.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually("the relay listens", || probe.listener_connected()).await?;
+    // The first (empty) claim has passed: the relay is waiting on its 300 s poll.
+    events.wait_for(|e| *e == RelayEvent::Idle).await?;
     pending_many(&mut client, "email", "hint", 1).await?;
     txoutbox::relay::RelayWaker::spawn(db.pool(1)?).wake();
     assert_eq!(
@@ -1028,34 +969,34 @@ async fn a_completion_hook_commits_with_the_completion() -> TestResult {
     pending_many(&mut client, "stripe", "hook", 1).await?;
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let sink = RecordingSink::new();
+    let mut events = RelayEvents::new();
     let relay = RunningRelay::start(
         db.relay()?
             .config(
-                RelayConfig::default()
-                    .with_lease(Duration::from_millis(500))
-                    .with_poll_interval(Duration::from_millis(50))
-                    .with_reclaim_interval(Duration::from_millis(100)),
+                events.config(
+                    RelayConfig::default()
+                        .with_lease(Duration::from_millis(500))
+                        .with_poll_interval(Duration::from_millis(50))
+                        .with_reclaim_interval(Duration::from_millis(100)),
+                ),
             )
             .sink("stripe", sink.clone())
             .hook("stripe", MarkCharge { fail: fail.clone() })
             .build()?,
     );
     assert_eq!(sink.wait_for(1, Duration::from_secs(10)).await, 1);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The first attempt's completion, with its failing hook, is done.
+    events
+        .wait_for(|e| matches!(e, RelayEvent::Completed { .. }))
+        .await?;
     assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
+        counts(&client).await?.delivered,
         0,
         "a failing hook rolls the completion back"
     );
     fail.store(false, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_delivered",
-            1,
-            Duration::from_secs(10)
-        )
-        .await?,
+        wait_until(&client, |c| c.delivered >= 1).await?.delivered,
         1
     );
     relay.stop().await?;
@@ -1083,7 +1024,12 @@ async fn a_relay_stopped_during_its_first_heartbeat_leaves_no_row() -> TestResul
     let db = test_db().await?;
     let client = db.connect().await?;
     let mut blocker = db.connect().await?;
-    let relay = db.relay()?.sink("email", RecordingSink::new()).build()?;
+    let mut events = RelayEvents::new();
+    let relay = db
+        .relay()?
+        .config(events.config(relay_config()))
+        .sink("email", RecordingSink::new())
+        .build()?;
     let owner = relay.owner().to_owned();
     let hold = blocker.transaction().await?;
     hold.execute(
@@ -1104,12 +1050,11 @@ async fn a_relay_stopped_during_its_first_heartbeat_leaves_no_row() -> TestResul
     .await?;
     assert_eq!(waiting, 1, "the relay's first heartbeat waits on the lock");
     let stopping = tokio::spawn(relay.stop());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    events.wait_for(|e| *e == RelayEvent::Stopping).await?;
     hold.rollback().await?;
     stopping.await??;
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_relays").await?,
-        0,
+    assert!(
+        txoutbox::admin::relays(&client).await?.is_empty(),
         "the stopped relay's row is gone"
     );
     Ok(())

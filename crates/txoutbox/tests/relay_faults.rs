@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use txoutbox::admin::AttemptOutcome::{Delivered, Failed as DeadLettered, Retry};
 use txoutbox::{
     enqueue,
     relay::{DestinationPolicy, RelayConfig, RetryPolicy, Semantics},
@@ -16,10 +17,15 @@ use txoutbox::{
     OutboxMessage,
 };
 use txoutbox_test_support::factory::{pending, pending_many};
+use txoutbox_test_support::relay::relay_config;
 use txoutbox_test_support::relay::{
     quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay,
 };
-use txoutbox_test_support::{count, test_db, wait_for_count, TestDb};
+use txoutbox_test_support::{
+    assert_outcomes, count, counts, counts_for, due, eventually, eventually_async,
+    other_sessions_ended, test_db, wait_for_count, wait_until, Counts, RelayEvent, RelayEvents,
+    TestDb,
+};
 
 type TestResult = anyhow::Result<()>;
 
@@ -112,7 +118,7 @@ async fn drain_email_reading_the_hot_table(
     );
     relay.stop().await?;
     // The relay's backends report their statistics as they exit.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    other_sessions_ended(client).await?;
     Ok((sink, HotTableReads::now(client).await?.since(before)))
 }
 
@@ -134,23 +140,13 @@ async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResul
             .policy("webhook", quick_retry(3))
             .build()?,
     );
-    let failed = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-        1,
-        Duration::from_secs(15),
-    )
-    .await?;
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        10,
-        Duration::from_secs(15),
-    )
-    .await?;
+    let reached = wait_until(&client, |c| c.failed >= 1 && c.delivered >= 10).await?;
     relay.stop().await?;
-    assert_eq!(failed, 1, "the poisoned row is dead-lettered on its own");
-    assert_eq!(delivered, 10, "every other row is delivered");
+    assert_eq!(
+        reached.failed, 1,
+        "the poisoned row is dead-lettered on its own"
+    );
+    assert_eq!(reached.delivered, 10, "every other row is delivered");
     assert!(
         calls_per_key(&good).values().all(|&n| n == 1),
         "each good row was handed to its sink once: {:?}",
@@ -165,15 +161,8 @@ async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResul
         .get(0);
     assert!(error.contains("binary"), "{error}");
     assert!(!error.contains('\0'));
-    assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_attempts WHERE downstream_key = 'poison'"
-        )
-        .await?,
-        3,
-        "every attempt is in the log"
-    );
+    // Every attempt is in the log.
+    assert_outcomes(&client, "poison", [Retry, Retry, DeadLettered]).await?;
     Ok(())
 }
 
@@ -194,16 +183,11 @@ async fn a_retry_after_of_ten_trillion_seconds_waits_the_policys_cap() -> TestRe
             .policy("stripe", policy)
             .build()?,
     );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
+    let delivered = wait_until(&client, |c| c.delivered >= 1).await?.delivered;
     relay.stop().await?;
     assert_eq!(delivered, 1, "retried at the cap, then delivered");
     assert_eq!(sink.recorder.count(), 2);
+    assert_outcomes(&client, "later", [Retry, Delivered]).await?;
     Ok(())
 }
 
@@ -233,25 +217,12 @@ async fn a_completion_the_database_refuses_does_not_hold_its_batch() -> TestResu
             .policy("webhook", quick_retry(2))
             .build()?,
     );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        20,
-        Duration::from_secs(15),
-    )
-    .await?;
-    let failed = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-        1,
-        Duration::from_secs(15),
-    )
-    .await?;
+    let reached = wait_until(&client, |c| c.delivered >= 20 && c.failed >= 1).await?;
     relay.stop().await?;
-    assert_eq!(delivered, 20);
+    assert_eq!(reached.delivered, 20);
     assert!(calls_per_key(&good).values().all(|&n| n == 1));
     assert_eq!(
-        failed, 1,
+        reached.failed, 1,
         "the refused row is retried and dead-lettered on its own"
     );
     let error: String = client
@@ -310,13 +281,7 @@ async fn shutdown_returns_in_time_when_no_completion_can_be_written() -> TestRes
     // Nothing is lost: another relay delivers every row once the leases are back.
     let second = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink("email", second.clone()).build()?);
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        100,
-        Duration::from_secs(30),
-    )
-    .await?;
+    let delivered = wait_until(&client, |c| c.delivered >= 100).await?.delivered;
     relay.stop().await?;
     assert_eq!(delivered, 100);
     Ok(())
@@ -364,58 +329,42 @@ async fn a_shutdown_during_a_claim_leaves_no_row_leased() -> TestResult {
     )
     .await?;
     relay.stop().await?;
-    // Whatever the claim committed on the server has had time to land.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Whatever the claim committed on the server has landed once its session has ended: no
+    // statement of the stopped relay can lease a row after this.
+    other_sessions_ended(&client).await?;
     assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'"
-        )
-        .await?,
+        counts(&client).await?.in_flight,
         0,
         "no row is left leased by the relay that stopped"
     );
     assert_eq!(sink.count(), 0, "the sink was never called");
-    // A second relay, after every lease the first could have held has expired, finds no
-    // at-most-once row to give up on: none was ever sent.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A second relay finds no at-most-once row to give up on: none was ever sent, and no lease
+    // of the first is left to expire.
     let relay = RunningRelay::start(
         db.relay()?
             .sink("sms", sink.clone())
             .policy("sms", at_most_once)
             .build()?,
     );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        50,
-        Duration::from_secs(20),
-    )
-    .await?;
+    let reached = wait_until(&client, |c| c.delivered >= 50).await?;
     relay.stop().await?;
-    assert_eq!(delivered, 50);
+    assert_eq!(reached.delivered, 50);
     assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'unknown'"
-        )
-        .await?,
-        0,
-        "unknown only where a call was started"
+        reached.attempts, 50,
+        "one attempt a row, each delivered: unknown only where a call was started"
     );
     assert_eq!(sink.count(), 50);
     Ok(())
 }
 
-/// Sleeps on the first call of each row (past the lease), answers at once after; records how many
-/// calls of one row ran at the same time, and when each call began and ended (a call cut off by
-/// the relay ends when its future is dropped).
+/// Never answers the first call of each row, answers at once after; records how many calls of one
+/// row ran at the same time, and when each call began and ended (a call cut off by the relay ends
+/// when its future is dropped).
 #[derive(Clone, Default)]
 struct SlowFirstCall {
     running: Arc<Mutex<HashMap<String, usize>>>,
     most_at_once: Arc<AtomicUsize>,
     calls: Arc<Mutex<Vec<Call>>>,
-    first: Duration,
 }
 
 /// One call: the row's key, when it began, when it ended.
@@ -431,6 +380,16 @@ impl Drop for CallGuard {
         if let Ok(mut calls) = self.0.calls.lock() {
             calls[self.2].2 = Some(Instant::now());
         }
+    }
+}
+
+impl SlowFirstCall {
+    /// True when every call made so far has ended.
+    fn all_ended(&self) -> bool {
+        self.calls
+            .lock()
+            .map(|c| c.iter().all(|(_, _, end)| end.is_some()))
+            .unwrap_or(false)
     }
 }
 
@@ -458,7 +417,8 @@ impl Sink for SlowFirstCall {
             .unwrap_or(0);
         let _guard = CallGuard(self.clone(), key, index);
         if d.attempt == 1 {
-            tokio::time::sleep(self.first).await;
+            // Never answers: only the relay's limit on one call ends it.
+            std::future::pending::<()>().await;
         }
         Ok(Receipt::new("ok"))
     }
@@ -469,10 +429,7 @@ async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
     pending(&mut client, "webhook", "slow").await?;
-    let sink = SlowFirstCall {
-        first: Duration::from_secs(3),
-        ..SlowFirstCall::default()
-    };
+    let sink = SlowFirstCall::default();
     let relay = RunningRelay::start(
         db.relay()?
             .config(
@@ -485,15 +442,9 @@ async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
             .policy("webhook", quick_retry(5))
             .build()?,
     );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
-    // Past the end of the first call, had it not been cut off.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let delivered = wait_until(&client, |c| c.delivered >= 1).await?.delivered;
+    // Every call has ended (a first call not cut off would never end).
+    eventually("every call of the row has ended", || sink.all_ended()).await?;
     relay.stop().await?;
     assert_eq!(delivered, 1);
     assert_eq!(
@@ -538,10 +489,7 @@ async fn a_cut_off_head_ends_before_the_next_row_of_its_key_starts() -> TestResu
         .collect::<Result<Vec<_>, _>>()?;
     enqueue(&tx, &messages).await?;
     tx.commit().await?;
-    let sink = SlowFirstCall {
-        first: Duration::from_secs(4),
-        ..SlowFirstCall::default()
-    };
+    let sink = SlowFirstCall::default();
     let relay = RunningRelay::start(
         db.relay()?
             .config(
@@ -554,14 +502,8 @@ async fn a_cut_off_head_ends_before_the_next_row_of_its_key_starts() -> TestResu
             .policy("webhook", quick_retry(5))
             .build()?,
     );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        2,
-        Duration::from_secs(15),
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let delivered = wait_until(&client, |c| c.delivered >= 2).await?.delivered;
+    // A head call still running (not cut off) counts as ending now, after the next row began.
     relay.stop().await?;
     assert_eq!(delivered, 2);
     let calls = sink.calls.lock().map(|c| c.clone()).unwrap_or_default();
@@ -622,15 +564,11 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
     assert_eq!(sink.wait_for(2000, Duration::from_secs(60)).await, 2000);
     // The rows behind the dead head are out of the due range: a claim's index range scan
     // (`next_attempt_at <= now()`) no longer reaches them.
-    let still_due = count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE downstream_key LIKE 'behind-%' \
-         AND next_attempt_at <= now()",
-    )
-    .await?;
+    // (Every `events` row but the dead head is behind it.)
+    let still_due = due(&client, "events").await?;
     relay.stop().await?;
     // The relay's backends report their statistics as they exit.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    other_sessions_ended(&client).await?;
     client
         .batch_execute("SELECT pg_stat_clear_snapshot()")
         .await?;
@@ -641,13 +579,13 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
     // prune them, so the figure is printed, not asserted.
     assert_eq!(still_due, 0, "every row behind the dead head was parked");
     assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE downstream_key LIKE 'behind-%' \
-             AND status = 'pending'"
-        )
-        .await?,
-        20_000,
+        counts_for(&client, "events").await?,
+        Counts {
+            pending: 20_000,
+            failed: 1,
+            keys: 0,
+            ..Counts::default()
+        },
         "the rows behind the dead head still wait"
     );
     Ok(())
@@ -676,20 +614,18 @@ async fn the_default_policy_at_most_once_applies_to_every_destination() -> TestR
     tokio::time::timeout(Duration::from_secs(10), delivered.notified()).await?;
     first.kill();
     let second_sink = RecordingSink::new();
+    let mut events = RelayEvents::new();
     let second = RunningRelay::start(
         db.relay()?
+            .config(events.config(relay_config()))
             .sink("sms", second_sink.clone())
             .default_policy(at_most_once)
             .build()?,
     );
-    let unknown = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'unknown'",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let unknown = wait_until(&client, |c| c.unknown >= 1).await?.unknown;
+    // Two claims end after the row became unknown: the second began after it. A delivery they
+    // started would be finished by the stop.
+    events.claims(2).await?;
     second.stop().await?;
     assert_eq!(unknown, 1);
     assert_eq!(second_sink.count(), 0, "never redelivered blindly");
@@ -709,8 +645,10 @@ async fn an_at_most_once_call_without_an_answer_is_unknown_and_not_repeated() ->
     let push = txoutbox_test_support::relay::ScriptedSink::new([Err(
         DeliveryError::indeterminate("timed out after sending"),
     )]);
+    let mut events = RelayEvents::new();
     let relay = RunningRelay::start(
         db.relay()?
+            .config(events.config(relay_config()))
             .sink("sms", sms.clone())
             .sink("push", push.clone())
             .policy(
@@ -723,25 +661,17 @@ async fn an_at_most_once_call_without_an_answer_is_unknown_and_not_repeated() ->
             .policy("push", quick_retry(5))
             .build()?,
     );
-    let unknown = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'unknown'",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reached = wait_until(&client, |c| c.unknown >= 1 && c.delivered >= 1).await?;
+    // A claim that began after both outcomes were written: had it taken a row again, the stop
+    // would let its call finish.
+    events.claims(2).await?;
     relay.stop().await?;
-    assert_eq!(unknown, 1);
+    assert_eq!(reached.unknown, 1);
     assert_eq!(sms.0.count(), 1, "an at-most-once call is made once");
-    assert_eq!(delivered, 1, "an at-least-once one is retried with its key");
+    assert_eq!(
+        reached.delivered, 1,
+        "an at-least-once one is retried with its key"
+    );
     assert_eq!(push.recorder.count(), 2);
     Ok(())
 }
@@ -856,21 +786,9 @@ async fn a_failing_hook_keeps_the_attempt_and_its_receipt_in_the_log() -> TestRe
             )
             .build()?,
     );
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_attempts",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
+    wait_until(&client, |c| c.attempts >= 1).await?;
     fail.store(false, Ordering::Relaxed);
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
+    let delivered = wait_until(&client, |c| c.delivered >= 1).await?.delivered;
     relay.stop().await?;
     assert_eq!(delivered, 1);
     let row = client
@@ -928,13 +846,9 @@ async fn a_slow_hook_does_not_hold_other_completions() -> TestResult {
     );
     tokio::time::timeout(Duration::from_secs(10), entered.notified()).await?;
     pending_many(&mut client, "email", "meanwhile", 20).await?;
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered WHERE destination = 'email'",
-        20,
-        Duration::from_secs(10),
-    )
-    .await?;
+    // The stripe row cannot be delivered while its hook waits: what is delivered is email's.
+    wait_until(&client, |c| c.delivered >= 20).await?;
+    let delivered = counts_for(&client, "email").await?.delivered;
     gate.add_permits(1);
     let charged = wait_for_count(
         &client,
@@ -976,13 +890,9 @@ async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestRe
             .sink("email", sink.clone())
             .build()?,
     );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        3_000,
-        Duration::from_secs(30),
-    )
-    .await?;
+    let delivered = wait_until(&client, |c| c.delivered >= 3_000)
+        .await?
+        .delivered;
     relay.stop().await?;
     assert_eq!(
         delivered, 3_000,
@@ -1063,12 +973,10 @@ async fn rows_behind_a_dead_head_are_parked_long_and_its_discard_frees_the_next_
             anyhow::Ok(n)
         }
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while (parked_over("dead", 0.0).await? < 3 || parked_over("busy", 0.0).await? < 3)
-        && std::time::Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_async("the rows behind both heads are parked", || async {
+        Ok(parked_over("dead", 0.0).await? >= 3 && parked_over("busy", 0.0).await? >= 3)
+    })
+    .await?;
     assert_eq!(
         parked_over("dead", 300.0).await?,
         3,
@@ -1106,21 +1014,31 @@ async fn a_pause_reaches_a_relay_that_claims_without_flow_control_branches() -> 
     let mut client = db.connect().await?;
     pending_many(&mut client, "email", "before", 5).await?;
     let sink = RecordingSink::new();
-    let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
+    let mut events = RelayEvents::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(events.config(relay_config()))
+            .sink("email", sink.clone())
+            .build()?,
+    );
     assert_eq!(sink.wait_for(5, Duration::from_secs(20)).await, 5);
     txoutbox::admin::pause_destination(&mut client, "email", "incident", Some("alice")).await?;
     pending_many(&mut client, "email", "paused", 5).await?;
-    // Several poll intervals: nothing of the paused destination is claimed.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Two claims end from now on, the second begun after the pause and the rows: neither takes
+    // a row of the paused destination.
+    events.clear();
+    let since = events.seen().len();
+    events.claims(2).await?;
+    let claimed: Vec<_> = events.seen()[since..]
+        .iter()
+        .filter(|e| matches!(e, RelayEvent::Claimed { .. }))
+        .collect();
+    assert!(claimed.is_empty(), "claimed while paused: {claimed:?}");
     assert_eq!(sink.count(), 5, "the paused destination is not called");
-    assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'pending' AND attempts = 0"
-        )
-        .await?,
-        5
-    );
+    assert_eq!(counts(&client).await?.pending, 5, "the paused rows wait");
+    for i in 0..5 {
+        assert_outcomes(&client, &format!("paused-{i}"), []).await?;
+    }
     txoutbox::admin::resume_destination(&mut client, "email", Some("bob")).await?;
     assert_eq!(sink.wait_for(10, Duration::from_secs(20)).await, 10);
     relay.stop().await?;
@@ -1187,13 +1105,7 @@ async fn every_attempt_row_names_its_destination() -> TestResult {
             .policy("webhook", quick_retry(2))
             .build()?,
     );
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-        2,
-        Duration::from_secs(15),
-    )
-    .await?;
+    wait_until(&client, |c| c.failed >= 2).await?;
     relay.stop().await?;
     let by_destination: Vec<(String, String, i64)> = client
         .query(
