@@ -57,4 +57,7 @@ pub use txoutbox::relay::RelayEvent;
 
 /// Waits for a condition a test names, and typed reads the counts do not cover.
 pub mod wait;
-pub use wait::{due, eventually, eventually_async, leased_by, other_sessions_ended};
+pub use wait::{
+    due, eventually, eventually_async, keys_expired, keys_with_effects, leased_by,
+    other_sessions_ended,
+};

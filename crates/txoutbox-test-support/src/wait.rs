@@ -78,3 +78,37 @@ pub async fn leased_by(client: &Client, owner: &str) -> Result<i64> {
         .await?
         .get(0))
 }
+
+/// Waits until every idempotency key of `scope` is past its window by the database's clock
+/// (`expires_at <= now()`): what a key's window of a few milliseconds needs before the test
+/// goes on, without a sleep.
+pub async fn keys_expired(client: &Client, scope: &txoutbox::Scope) -> Result<()> {
+    let what = format!("every key of scope {:?} has expired", scope.name());
+    eventually_async(&what, || async {
+        let expired: Option<bool> = client
+            .query_one(
+                "SELECT bool_and(expires_at <= now()) FROM txoutbox_idempotency_keys \
+                 WHERE scope = $1",
+                &[&scope.name()],
+            )
+            .await?
+            .get(0);
+        Ok(expired == Some(true))
+    })
+    .await
+}
+
+/// The idempotency keys that carry deferred effects not fanned out yet (`scope`, `key`), in
+/// order.
+pub async fn keys_with_effects(client: &Client) -> Result<Vec<(String, String)>> {
+    Ok(client
+        .query(
+            "SELECT scope, key FROM txoutbox_idempotency_keys WHERE effects IS NOT NULL \
+             ORDER BY scope, key",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}

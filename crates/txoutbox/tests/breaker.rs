@@ -7,7 +7,7 @@ use txoutbox::relay::{Breaker, DestinationPolicy, FlowControl, RetryPolicy, Sema
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::relay::RunningRelay;
-use txoutbox_test_support::{test_db, wait_for_count};
+use txoutbox_test_support::{eventually, eventually_async, test_db};
 
 type TestResult = anyhow::Result<()>;
 
@@ -26,18 +26,14 @@ impl PartlyBroken {
 
     /// When the row `key` was first called, waiting at most `limit`.
     async fn first_call(&self, key: &str, limit: Duration) -> Option<Instant> {
-        let start = Instant::now();
-        loop {
-            let seen = self
-                .calls()
+        let seen = || {
+            self.calls()
                 .iter()
                 .find(|(k, _)| k == key)
-                .map(|(_, at)| *at);
-            if seen.is_some() || start.elapsed() > limit {
-                return seen;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+                .map(|(_, at)| *at)
+        };
+        let _ = tokio::time::timeout(limit, eventually(key, || seen().is_some())).await;
+        seen()
     }
 }
 
@@ -75,17 +71,15 @@ fn one_second_breaker() -> DestinationPolicy {
     }
 }
 
-/// Waits until the breaker of `x` is open.
+/// Waits until the breaker of `x` is open, as `txoutbox stats` shows it.
 async fn wait_open(client: &tokio_postgres::Client) -> anyhow::Result<()> {
-    let open = wait_for_count(
-        client,
-        "SELECT count(*) FROM txoutbox_destinations WHERE destination = 'x' AND breaker = 'open'",
-        1,
-        Duration::from_secs(20),
-    )
-    .await?;
-    anyhow::ensure!(open == 1, "the failing rows never opened the breaker");
-    Ok(())
+    eventually_async("the failing rows opened the breaker", || async {
+        let flows = txoutbox::admin::destination_flows(client).await?;
+        Ok(flows
+            .iter()
+            .any(|f| f.destination == "x" && f.state == "open"))
+    })
+    .await
 }
 
 /// Rows that fail on their own open the breaker; a healthy row enqueued while it is open is the

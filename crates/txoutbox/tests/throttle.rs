@@ -10,7 +10,7 @@ use txoutbox::relay::{DestinationPolicy, FlowControl, RetryPolicy, Semantics};
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::relay::RunningRelay;
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::{eventually, test_db};
 
 type TestResult = anyhow::Result<()>;
 
@@ -74,10 +74,8 @@ impl Downstream {
 
     /// Waits until `n` calls were delivered, or `limit` passes; returns how many were.
     async fn wait_delivered(&self, n: usize, limit: Duration) -> usize {
-        let start = Instant::now();
-        while self.delivered() < n && start.elapsed() < limit {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let enough = eventually("calls delivered", || self.delivered() >= n);
+        let _ = tokio::time::timeout(limit, enough).await;
         self.delivered()
     }
 }

@@ -11,7 +11,7 @@ use txoutbox::{
 };
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
 use txoutbox_test_support::tls::{self_signed_cert, TestCa, TlsServer};
-use txoutbox_test_support::{Cluster, ConnInfo, TestDb};
+use txoutbox_test_support::{eventually_async, Cluster, ConnInfo, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -81,15 +81,15 @@ async fn verify_full_with_the_right_ca_and_host_name_carries_the_relay_over_tls(
                            count(*) FILTER (WHERE NOT s.ssl), count(*) \
                     FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
                     WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()";
-    let start = std::time::Instant::now();
-    let (listeners, plain, total) = loop {
+    let read = || async {
         let row = client.query_one(sessions, &[]).await?;
-        let counts: (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
-        if counts.0 > 0 || start.elapsed() > Duration::from_secs(10) {
-            break counts;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        anyhow::Ok::<(i64, i64, i64)>((row.get(0), row.get(1), row.get(2)))
     };
+    eventually_async("the relay's LISTEN session is up", || async {
+        Ok(read().await?.0 > 0)
+    })
+    .await?;
+    let (listeners, plain, total) = read().await?;
     relay.stop().await?;
     assert_eq!(listeners, 1, "the relay's LISTEN connection");
     assert!(total >= 2, "{total} sessions of the relay");
