@@ -10,8 +10,8 @@ use txoutbox::{Error, SchemaMismatch, SchemaVersion};
 use txoutbox_test_support::factory::pending;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
 use txoutbox_test_support::{
-    drop_schema, forget_last_migration, record_newer_migration, test_db, Cluster, ClusterOptions,
-    TestDb,
+    count, drop_schema, forget_last_migration, record_newer_migration, test_db, Cluster,
+    ClusterOptions, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
@@ -131,10 +131,7 @@ async fn migrate_refuses_a_schema_a_newer_txoutbox_migrated_and_changes_nothing(
         ),
         "{refused:?}"
     );
-    let history: i64 = client
-        .query_one("SELECT count(*) FROM txoutbox_schema_history", &[])
-        .await?
-        .get(0);
+    let history = count(&client, "txoutbox_schema_history").await?;
     assert_eq!(
         history,
         txoutbox::admin::embedded_migrations().len() as i64 + 1,
