@@ -61,3 +61,6 @@ pub use wait::{
     due, eventually, eventually_async, keys_expired, keys_with_effects, leased_by,
     other_sessions_ended,
 };
+
+/// A service's `charges` table and the completion hook that writes it.
+pub mod hooks;

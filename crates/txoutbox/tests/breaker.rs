@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 use txoutbox::relay::{Breaker, DestinationPolicy, FlowControl, RetryPolicy, Semantics};
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
+use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::relay::RunningRelay;
-use txoutbox_test_support::{eventually, eventually_async, test_db};
+use txoutbox_test_support::{eventually, eventually_async};
 
 type TestResult = anyhow::Result<()>;
 
@@ -87,9 +88,7 @@ async fn wait_open(client: &tokio_postgres::Client) -> anyhow::Result<()> {
 /// first probe instead of staying shut one doubled cool-down per failing row.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "x", "bad", 4).await?;
+    let (db, mut client) = db_with_pending("x", "bad", 4).await?;
     let downstream = PartlyBroken::default();
     let relay = RunningRelay::start(
         db.relay()?
@@ -122,9 +121,7 @@ async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -
 /// is the next row never tried.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_locked_row_never_tried_does_not_stop_the_probe() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "x", "bad", 4).await?;
+    let (db, mut client) = db_with_pending("x", "bad", 4).await?;
     let downstream = PartlyBroken::default();
     let relay = RunningRelay::start(
         db.relay()?

@@ -5,31 +5,32 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::Client;
+use txoutbox::admin::AttemptOutcome::{Delivered, Failed, Released, Retry, Unknown};
 use txoutbox::admin::MessageStatus;
 use txoutbox::{
     enqueue,
     relay::{DestinationPolicy, RelayConfig, Semantics, WakeMode},
-    sink::{Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink},
+    sink::{Delivery, DeliveryError, Receipt, Sink},
     OutboxMessage,
 };
+use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::pending_many;
+use txoutbox_test_support::hooks::{charge_status, charges_table, MarkCharge};
 use txoutbox_test_support::relay::relay_config;
 use txoutbox_test_support::relay::{
     drain_through_a_restart, quick_retry, restart_config, CrashableRelay, HangAfter, RecordingSink,
     RunningRelay, ScriptedSink, SlowSink,
 };
 use txoutbox_test_support::{
-    counts, eventually, eventually_async, leased_by, status, test_db, wait_for_count, wait_until,
-    Cluster, ClusterOptions, RelayEvent, RelayEvents, TestDb,
+    assert_outcomes, counts, eventually, eventually_async, leased_by, status, test_db,
+    wait_for_count, wait_until, Cluster, ClusterOptions, RelayEvent, RelayEvents, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
 
 #[tokio::test]
 async fn committed_rows_are_delivered_and_leave_the_hot_table() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "k", 100).await?;
+    let (db, client) = db_with_pending("email", "k", 100).await?;
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
     assert_eq!(sink.wait_for(100, Duration::from_secs(20)).await, 100);
@@ -64,9 +65,7 @@ async fn attempt_log(client: &Client, key: &str) -> anyhow::Result<Vec<(String, 
 
 #[tokio::test]
 async fn ten_thousand_rows_three_relays_each_delivered_exactly_once() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "bulk", 10_000).await?;
+    let (db, client) = db_with_pending("email", "bulk", 10_000).await?;
     let sink = RecordingSink::new();
     let relays: Vec<RunningRelay> = (0..3)
         .map(|_| {
@@ -95,9 +94,7 @@ async fn ten_thousand_rows_three_relays_each_delivered_exactly_once() -> TestRes
 
 #[tokio::test]
 async fn a_killed_relay_is_redelivered_with_the_same_key_after_its_lease() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "crash", 1).await?;
+    let (db, client) = db_with_pending("email", "crash", 1).await?;
     let first_sink = HangAfter::new(RecordingSink::new());
     let delivered = first_sink.delivered.clone();
     let config = db.relay()?;
@@ -128,9 +125,7 @@ async fn a_killed_relay_is_redelivered_with_the_same_key_after_its_lease() -> Te
 
 #[tokio::test]
 async fn a_retryable_failure_is_retried_then_delivered() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "retry", 1).await?;
+    let (db, client) = db_with_pending("email", "retry", 1).await?;
     let sink = ScriptedSink::new([
         Err(DeliveryError::retryable("connection reset")),
         Err(DeliveryError::retryable("timed out")),
@@ -146,9 +141,7 @@ async fn a_retryable_failure_is_retried_then_delivered() -> TestResult {
         1
     );
     relay.stop().await?;
-    let log = attempt_log(&client, "retry-0").await?;
-    let outcomes: Vec<&str> = log.iter().map(|(o, _, _)| o.as_str()).collect();
-    assert_eq!(outcomes, ["retry", "retry", "delivered"]);
+    assert_outcomes(&client, "retry-0", [Retry, Retry, Delivered]).await?;
     let errors: Vec<Option<String>> = client
         .query(
             "SELECT error FROM txoutbox_attempts ORDER BY started_at, finished_at",
@@ -235,9 +228,7 @@ async fn each_attempt_forwards_its_own_span_of_the_enqueued_trace() -> TestResul
 
 #[tokio::test]
 async fn retry_after_from_the_sink_is_honoured() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "later", 1).await?;
+    let (db, client) = db_with_pending("email", "later", 1).await?;
     let sink = ScriptedSink::new([Err(DeliveryError::retry_after(
         "429 slow down",
         Duration::from_millis(1500),
@@ -278,9 +269,7 @@ async fn retry_after_from_the_sink_is_honoured() -> TestResult {
 
 #[tokio::test]
 async fn a_permanent_error_dead_letters_at_once() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "perm", 1).await?;
+    let (db, client) = db_with_pending("email", "perm", 1).await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("550 no such user"))]);
     let mut events = RelayEvents::new();
     let relay = RunningRelay::start(
@@ -311,9 +300,7 @@ async fn a_permanent_error_dead_letters_at_once() -> TestResult {
 
 #[tokio::test]
 async fn the_last_attempt_dead_letters() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "max", 1).await?;
+    let (db, client) = db_with_pending("email", "max", 1).await?;
     let sink =
         ScriptedSink::new((0..10).map(|i| Err(DeliveryError::retryable(format!("fail {i}")))));
     let relay = RunningRelay::start(
@@ -330,20 +317,13 @@ async fn the_last_attempt_dead_letters() -> TestResult {
         .await?
         .get(0);
     assert_eq!(last_error, "gave up after 3 attempts: fail 2");
-    let outcomes: Vec<String> = attempt_log(&client, "max-0")
-        .await?
-        .into_iter()
-        .map(|(o, _, _)| o)
-        .collect();
-    assert_eq!(outcomes, ["retry", "retry", "failed"]);
+    assert_outcomes(&client, "max-0", [Retry, Retry, Failed]).await?;
     Ok(())
 }
 
 #[tokio::test]
 async fn an_unknown_destination_is_a_recorded_permanent_error() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "carrier-pigeon", "coo", 1).await?;
+    let (db, client) = db_with_pending("carrier-pigeon", "coo", 1).await?;
     let relay = RunningRelay::start(db.relay()?.sink("email", RecordingSink::new()).build()?);
     assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
@@ -374,9 +354,7 @@ impl Sink for PanicsOnBoom {
 
 #[tokio::test]
 async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "boom", 5).await?;
+    let (db, client) = db_with_pending("email", "boom", 5).await?;
     let sink = PanicsOnBoom::default();
     let relay = RunningRelay::start(
         db.relay()?
@@ -404,9 +382,7 @@ async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
 
 #[tokio::test]
 async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "slow", "s", 4).await?;
+    let (db, mut client) = db_with_pending("slow", "s", 4).await?;
     let slow = SlowSink(RecordingSink::new(), Duration::from_secs(5));
     let fast = RecordingSink::new();
     let relay = RunningRelay::start(
@@ -686,9 +662,7 @@ impl Sink for PausedSink {
 
 #[tokio::test]
 async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "fence", 1).await?;
+    let (db, client) = db_with_pending("email", "fence", 1).await?;
     // Relay A is paused mid-call past A's lease; relay B takes the row over and delivers it.
     let sleepy = PausedSink(RecordingSink::new(), Duration::from_millis(2500));
     // A runs on a runtime of its own, as a process of its own would.
@@ -777,9 +751,7 @@ async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> Test
 #[tokio::test]
 async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redelivered() -> TestResult
 {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "sms", "amo", 1).await?;
+    let (db, client) = db_with_pending("sms", "amo", 1).await?;
     let at_most_once = DestinationPolicy {
         semantics: Semantics::AtMostOnce,
         ..DestinationPolicy::default()
@@ -811,20 +783,13 @@ async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redeliv
     events.claims(2).await?;
     second.stop().await?;
     assert_eq!(second_sink.count(), 0, "never redelivered blindly");
-    let outcomes: Vec<String> = attempt_log(&client, "amo-0")
-        .await?
-        .into_iter()
-        .map(|(o, _, _)| o)
-        .collect();
-    assert_eq!(outcomes, ["unknown"]);
+    assert_outcomes(&client, "amo-0", [Unknown]).await?;
     Ok(())
 }
 
 #[tokio::test]
 async fn shutdown_lets_in_flight_deliveries_finish() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "drain", 10).await?;
+    let (db, client) = db_with_pending("email", "drain", 10).await?;
     let sink = SlowSink(RecordingSink::new(), Duration::from_millis(500));
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
     wait_until(&client, |c| c.in_flight >= 10).await?;
@@ -838,9 +803,7 @@ async fn shutdown_lets_in_flight_deliveries_finish() -> TestResult {
 
 #[tokio::test]
 async fn shutdown_releases_what_does_not_finish_within_the_grace_period() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "cut", 5).await?;
+    let (db, client) = db_with_pending("email", "cut", 5).await?;
     let sink = SlowSink(RecordingSink::new(), Duration::from_secs(60));
     let relay = RunningRelay::start(
         db.relay()?
@@ -862,12 +825,7 @@ async fn shutdown_releases_what_does_not_finish_within_the_grace_period() -> Tes
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     assert_eq!(leases, vec![(None, None); 5], "none is left leased");
-    let outcomes: Vec<String> = attempt_log(&client, "cut-0")
-        .await?
-        .into_iter()
-        .map(|(o, _, _)| o)
-        .collect();
-    assert_eq!(outcomes, ["released"]);
+    assert_outcomes(&client, "cut-0", [Released]).await?;
     Ok(())
 }
 
@@ -924,50 +882,13 @@ async fn the_write_paths_hint_wakes_a_listening_relay_before_its_poll() -> TestR
     Ok(())
 }
 
-/// Records each delivered row's receipt into the service's own table, in the completion
-/// transaction; fails when told to.
-#[derive(Clone)]
-struct MarkCharge {
-    fail: Arc<std::sync::atomic::AtomicBool>,
-}
-
-#[async_trait::async_trait]
-impl CompletionHook for MarkCharge {
-    async fn completed(
-        &self,
-        tx: &tokio_postgres::Transaction<'_>,
-        delivery: &Delivery,
-        completion: &Completion,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        if self.fail.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err("the service's table is locked".into());
-        }
-        let status = match completion {
-            Completion::Delivered(_) => "succeeded",
-            Completion::DeadLettered(_) => "failed",
-            other => return Err(format!("a completion this hook does not know: {other:?}").into()),
-        };
-        tx.execute(
-            "UPDATE charges SET status = $1 WHERE key = $2",
-            &[&status, &delivery.downstream_key],
-        )
-        .await?;
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_completion_hook_commits_with_the_completion() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    client
-        .batch_execute(
-            "CREATE TABLE charges (key text PRIMARY KEY, status text NOT NULL); \
-             INSERT INTO charges VALUES ('hook-0', 'pending')",
-        )
-        .await?;
+    charges_table(&client, &["hook-0"]).await?;
     pending_many(&mut client, "stripe", "hook", 1).await?;
-    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let hook = MarkCharge::failing();
     let sink = RecordingSink::new();
     let mut events = RelayEvents::new();
     let relay = RunningRelay::start(
@@ -981,7 +902,7 @@ async fn a_completion_hook_commits_with_the_completion() -> TestResult {
                 ),
             )
             .sink("stripe", sink.clone())
-            .hook("stripe", MarkCharge { fail: fail.clone() })
+            .hook("stripe", hook.clone())
             .build()?,
     );
     assert_eq!(sink.wait_for(1, Duration::from_secs(10)).await, 1);
@@ -994,17 +915,13 @@ async fn a_completion_hook_commits_with_the_completion() -> TestResult {
         0,
         "a failing hook rolls the completion back"
     );
-    fail.store(false, std::sync::atomic::Ordering::Relaxed);
+    hook.fail.store(false, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(
         wait_until(&client, |c| c.delivered >= 1).await?.delivered,
         1
     );
     relay.stop().await?;
-    let status: String = client
-        .query_one("SELECT status FROM charges", &[])
-        .await?
-        .get(0);
-    assert_eq!(status, "succeeded");
+    assert_eq!(charge_status(&client, "hook-0").await?, "succeeded");
     assert!(
         sink.count() >= 2,
         "redelivered after the lease, with the same key"

@@ -13,10 +13,12 @@ use txoutbox::admin::AttemptOutcome::{Delivered, Failed as DeadLettered, Retry};
 use txoutbox::{
     enqueue,
     relay::{DestinationPolicy, RelayConfig, RetryPolicy, Semantics},
-    sink::{Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink},
+    sink::{Delivery, DeliveryError, Receipt, Sink},
     OutboxMessage,
 };
+use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::{pending, pending_many};
+use txoutbox_test_support::hooks::{charge_status, charges_table, MarkCharge};
 use txoutbox_test_support::relay::relay_config;
 use txoutbox_test_support::relay::{
     quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay,
@@ -241,9 +243,7 @@ async fn a_completion_the_database_refuses_does_not_hold_its_batch() -> TestResu
 
 #[tokio::test]
 async fn shutdown_returns_in_time_when_no_completion_can_be_written() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "wedged", 100).await?;
+    let (db, client) = db_with_pending("email", "wedged", 100).await?;
     // Every delivered completion waits for this lock: the completer is wedged.
     let mut locker = db.connect().await?;
     let lock = locker.transaction().await?;
@@ -725,69 +725,23 @@ fn a_sink_whose_timeout_does_not_fit_in_the_lease_is_refused() -> TestResult {
     Ok(())
 }
 
-/// Marks a charge succeeded; fails while `fail` is set, or waits for `gate` when given.
-struct MarkCharge {
-    fail: Arc<std::sync::atomic::AtomicBool>,
-    entered: Arc<tokio::sync::Notify>,
-    gate: Option<Arc<tokio::sync::Semaphore>>,
-}
-
-#[async_trait::async_trait]
-impl CompletionHook for MarkCharge {
-    async fn completed(
-        &self,
-        tx: &tokio_postgres::Transaction<'_>,
-        delivery: &Delivery,
-        completion: &Completion,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        self.entered.notify_one();
-        if let Some(gate) = &self.gate {
-            let _ = gate.acquire().await?;
-        }
-        if self.fail.load(Ordering::Relaxed) {
-            return Err("the charges table is locked".into());
-        }
-        if let Completion::Delivered(_) = completion {
-            tx.execute(
-                "UPDATE charges SET status = 'succeeded' WHERE key = $1",
-                &[&delivery.downstream_key],
-            )
-            .await?;
-        }
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_failing_hook_keeps_the_attempt_and_its_receipt_in_the_log() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    client
-        .batch_execute(
-            "CREATE TABLE charges (key text PRIMARY KEY, status text NOT NULL); \
-             INSERT INTO charges VALUES ('hooked', 'pending')",
-        )
-        .await?;
+    charges_table(&client, &["hooked"]).await?;
     pending(&mut client, "stripe", "hooked").await?;
-    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let entered = Arc::new(tokio::sync::Notify::new());
+    let hook = MarkCharge::failing();
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(
         db.relay()?
             .sink("stripe", sink.clone())
             .policy("stripe", quick_retry(5))
-            .hook(
-                "stripe",
-                MarkCharge {
-                    fail: fail.clone(),
-                    entered: entered.clone(),
-                    gate: None,
-                },
-            )
+            .hook("stripe", hook.clone())
             .build()?,
     );
     wait_until(&client, |c| c.attempts >= 1).await?;
-    fail.store(false, Ordering::Relaxed);
+    hook.fail.store(false, Ordering::Relaxed);
     let delivered = wait_until(&client, |c| c.delivered >= 1).await?.delivered;
     relay.stop().await?;
     assert_eq!(delivered, 1);
@@ -809,11 +763,7 @@ async fn a_failing_hook_keeps_the_attempt_and_its_receipt_in_the_log() -> TestRe
         .as_deref()
         .is_some_and(|e| e.contains("the completion hook failed")
             && e.contains("the charges table is locked")));
-    let status: String = client
-        .query_one("SELECT status FROM charges", &[])
-        .await?
-        .get(0);
-    assert_eq!(status, "succeeded");
+    assert_eq!(charge_status(&client, "hooked").await?, "succeeded");
     Ok(())
 }
 
@@ -821,53 +771,36 @@ async fn a_failing_hook_keeps_the_attempt_and_its_receipt_in_the_log() -> TestRe
 async fn a_slow_hook_does_not_hold_other_completions() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    client
-        .batch_execute(
-            "CREATE TABLE charges (key text PRIMARY KEY, status text NOT NULL); \
-             INSERT INTO charges VALUES ('slow-hook', 'pending')",
-        )
-        .await?;
+    charges_table(&client, &["slow-hook"]).await?;
     pending(&mut client, "stripe", "slow-hook").await?;
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let entered = Arc::new(tokio::sync::Notify::new());
+    let hook = MarkCharge::gated(gate.clone());
     let relay = RunningRelay::start(
         db.relay()?
             .sink("stripe", RecordingSink::new())
             .sink("email", RecordingSink::new())
-            .hook(
-                "stripe",
-                MarkCharge {
-                    fail: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-                    entered: entered.clone(),
-                    gate: Some(gate.clone()),
-                },
-            )
+            .hook("stripe", hook.clone())
             .build()?,
     );
-    tokio::time::timeout(Duration::from_secs(10), entered.notified()).await?;
+    tokio::time::timeout(Duration::from_secs(10), hook.entered.notified()).await?;
     pending_many(&mut client, "email", "meanwhile", 20).await?;
     // The stripe row cannot be delivered while its hook waits: what is delivered is email's.
     wait_until(&client, |c| c.delivered >= 20).await?;
     let delivered = counts_for(&client, "email").await?.delivered;
     gate.add_permits(1);
-    let charged = wait_for_count(
-        &client,
-        "SELECT count(*) FROM charges WHERE status = 'succeeded'",
-        1,
-        Duration::from_secs(10),
-    )
+    eventually_async("the charge is marked", || async {
+        Ok(charge_status(&client, "slow-hook").await? != "pending")
+    })
     .await?;
     relay.stop().await?;
     assert_eq!(delivered, 20, "completed while the hook was still running");
-    assert_eq!(charged, 1);
+    assert_eq!(charge_status(&client, "slow-hook").await?, "succeeded");
     Ok(())
 }
 
 #[tokio::test]
 async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "row", 3_000).await?;
+    let (db, client) = db_with_pending("email", "row", 3_000).await?;
     // Every new session of this role in this database: 1 ms, less than claiming 500 rows takes.
     client
         .batch_execute(&format!(
@@ -1010,9 +943,7 @@ async fn rows_behind_a_dead_head_are_parked_long_and_its_discard_frees_the_next_
 async fn a_pause_reaches_a_relay_that_claims_without_flow_control_branches() -> TestResult {
     // A relay that bounds nothing itself claims with the lean statement while no destination
     // has a flow-control state; a pause made meanwhile must still hold from its commit on.
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "before", 5).await?;
+    let (db, mut client) = db_with_pending("email", "before", 5).await?;
     let sink = RecordingSink::new();
     let mut events = RelayEvents::new();
     let relay = RunningRelay::start(
@@ -1091,9 +1022,7 @@ async fn the_relay_never_compiles_its_statements_with_jit() -> TestResult {
 
 #[tokio::test]
 async fn every_attempt_row_names_its_destination() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "ok", 3).await?;
+    let (db, mut client) = db_with_pending("email", "ok", 3).await?;
     pending_many(&mut client, "webhook", "bad", 2).await?;
     let relay = RunningRelay::start(
         db.relay()?

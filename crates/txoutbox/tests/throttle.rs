@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use txoutbox::relay::{DestinationPolicy, FlowControl, RetryPolicy, Semantics};
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
+use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::relay::RunningRelay;
 use txoutbox_test_support::{eventually, test_db};
@@ -201,9 +202,7 @@ async fn one_rows_retry_after_delays_that_row_and_the_others_are_delivered_meanw
 async fn a_downstream_throttling_most_calls_pauses_the_destination_for_its_retry_after(
 ) -> TestResult {
     const WAIT: Duration = Duration::from_secs(3);
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "row", 30).await?;
+    let (db, _client) = db_with_pending("email", "row", 30).await?;
     // Every call 429s (Retry-After: 3) until six have, then every call is delivered.
     let downstream = Downstream::new(Duration::ZERO, |_, n| (n < 6).then_some(WAIT));
     let relay = RunningRelay::start(
@@ -234,9 +233,7 @@ async fn a_downstream_throttling_most_calls_pauses_the_destination_for_its_retry
 #[tokio::test]
 async fn after_a_pause_the_calls_ramp_back_up_more_than_one_at_a_time() -> TestResult {
     const WAIT: Duration = Duration::from_secs(1);
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "row", 80).await?;
+    let (db, _client) = db_with_pending("email", "row", 80).await?;
     // Every call 429s (Retry-After: 1) until 16 have, then every call is delivered; each
     // call takes 100 ms, so the calls of one claim are in flight together.
     let downstream = Downstream::new(Duration::from_millis(100), |_, n| (n < 16).then_some(WAIT));
