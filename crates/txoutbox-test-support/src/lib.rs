@@ -64,3 +64,7 @@ pub use wait::{
 
 /// A service's `charges` table and the completion hook that writes it.
 pub mod hooks;
+
+/// A relay killed after its sink was called, before the outcome was written.
+pub mod crash;
+pub use crash::kill_after_a_call;

@@ -18,12 +18,12 @@ use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::hooks::{charge_status, charges_table, MarkCharge};
 use txoutbox_test_support::relay::relay_config;
 use txoutbox_test_support::relay::{
-    drain_through_a_restart, quick_retry, restart_config, CrashableRelay, HangAfter, RecordingSink,
+    drain_through_a_restart, quick_retry, restart_config, CrashableRelay, RecordingSink,
     RunningRelay, ScriptedSink, SlowSink,
 };
 use txoutbox_test_support::{
-    assert_outcomes, counts, eventually, eventually_async, leased_by, status, test_db,
-    wait_for_count, wait_until, Cluster, ClusterOptions, RelayEvent, RelayEvents, TestDb,
+    assert_outcomes, counts, eventually, eventually_async, kill_after_a_call, leased_by, status,
+    test_db, wait_for_count, wait_until, Cluster, ClusterOptions, RelayEvent, RelayEvents, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
@@ -47,6 +47,20 @@ async fn committed_rows_are_delivered_and_leave_the_hot_table() -> TestResult {
         .get(0);
     assert_eq!(receipt, "ok:k-7");
     Ok(())
+}
+
+/// A relay delivering `email` rows to `sink` under `policy`, started.
+fn email_relay(
+    db: &TestDb,
+    sink: impl Sink,
+    policy: DestinationPolicy,
+) -> anyhow::Result<RunningRelay> {
+    Ok(RunningRelay::start(
+        db.relay()?
+            .sink("email", sink)
+            .policy("email", policy)
+            .build()?,
+    ))
 }
 
 /// (outcome, attempt, downstream_key) of a row's attempt log, in order.
@@ -95,17 +109,8 @@ async fn ten_thousand_rows_three_relays_each_delivered_exactly_once() -> TestRes
 #[tokio::test]
 async fn a_killed_relay_is_redelivered_with_the_same_key_after_its_lease() -> TestResult {
     let (db, client) = db_with_pending("email", "crash", 1).await?;
-    let first_sink = HangAfter::new(RecordingSink::new());
-    let delivered = first_sink.delivered.clone();
-    let config = db.relay()?;
-    let first = CrashableRelay::start(move || {
-        Ok(config
-            .config(RelayConfig::default().with_lease(Duration::from_millis(500)))
-            .sink("email", first_sink)
-            .build()?)
-    })?;
-    tokio::time::timeout(Duration::from_secs(10), delivered.notified()).await?;
-    first.kill(); // after the sink was called, before the completion committed
+    // Killed after the sink was called, before the completion committed.
+    kill_after_a_call(&db, "email", |relay| relay).await?;
     let second_sink = RecordingSink::new();
     let second = RunningRelay::start(db.relay()?.sink("email", second_sink.clone()).build()?);
     assert_eq!(second_sink.wait_for(1, Duration::from_secs(10)).await, 1);
@@ -130,12 +135,7 @@ async fn a_retryable_failure_is_retried_then_delivered() -> TestResult {
         Err(DeliveryError::retryable("connection reset")),
         Err(DeliveryError::retryable("timed out")),
     ]);
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", sink.clone())
-            .policy("email", quick_retry(5))
-            .build()?,
-    );
+    let relay = email_relay(&db, sink.clone(), quick_retry(5))?;
     assert_eq!(
         wait_until(&client, |c| c.delivered >= 1).await?.delivered,
         1
@@ -185,12 +185,7 @@ async fn each_attempt_forwards_its_own_span_of_the_enqueued_trace() -> TestResul
     // Retry-After is honoured up to the policy's cap: give this policy room for 1.5 s.
     let mut policy = quick_retry(5);
     policy.retry.cap = Duration::from_secs(5);
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", sink.clone())
-            .policy("email", policy)
-            .build()?,
-    );
+    let relay = email_relay(&db, sink.clone(), policy)?;
     assert_eq!(sink.recorder.wait_for(2, Duration::from_secs(10)).await, 2);
     relay.stop().await?;
     let forwarded: Vec<txoutbox::telemetry::Traceparent> = sink
@@ -236,12 +231,7 @@ async fn retry_after_from_the_sink_is_honoured() -> TestResult {
     // Retry-After is honoured up to the policy's cap: give this policy room for 1.5 s.
     let mut policy = quick_retry(5);
     policy.retry.cap = Duration::from_secs(5);
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", sink.clone())
-            .policy("email", policy)
-            .build()?,
-    );
+    let relay = email_relay(&db, sink.clone(), policy)?;
     assert_eq!(sink.recorder.wait_for(2, Duration::from_secs(10)).await, 2);
     relay.stop().await?;
     let calls = sink.recorder.deliveries();
@@ -303,12 +293,7 @@ async fn the_last_attempt_dead_letters() -> TestResult {
     let (db, client) = db_with_pending("email", "max", 1).await?;
     let sink =
         ScriptedSink::new((0..10).map(|i| Err(DeliveryError::retryable(format!("fail {i}")))));
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", sink.clone())
-            .policy("email", quick_retry(3))
-            .build()?,
-    );
+    let relay = email_relay(&db, sink.clone(), quick_retry(3))?;
     assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
     assert_eq!(sink.recorder.count(), 3);
@@ -356,12 +341,7 @@ impl Sink for PanicsOnBoom {
 async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
     let (db, client) = db_with_pending("email", "boom", 5).await?;
     let sink = PanicsOnBoom::default();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", sink.clone())
-            .policy("email", quick_retry(3))
-            .build()?,
-    );
+    let relay = email_relay(&db, sink.clone(), quick_retry(3))?;
     assert_eq!(
         wait_until(&client, |c| c.delivered >= 5).await?.delivered,
         5
@@ -756,19 +736,8 @@ async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redeliv
         semantics: Semantics::AtMostOnce,
         ..DestinationPolicy::default()
     };
-    let first_sink = HangAfter::new(RecordingSink::new());
-    let delivered = first_sink.delivered.clone();
-    let builder = db.relay()?;
     let policy = at_most_once.clone();
-    let first = CrashableRelay::start(move || {
-        Ok(builder
-            .config(RelayConfig::default().with_lease(Duration::from_millis(500)))
-            .sink("sms", first_sink)
-            .policy("sms", policy)
-            .build()?)
-    })?;
-    tokio::time::timeout(Duration::from_secs(10), delivered.notified()).await?;
-    first.kill();
+    kill_after_a_call(&db, "sms", move |relay| relay.policy("sms", policy)).await?;
     let second_sink = RecordingSink::new();
     let mut events = RelayEvents::new();
     let second = RunningRelay::start(

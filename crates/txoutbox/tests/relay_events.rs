@@ -10,15 +10,13 @@ use txoutbox::{begin, Begin, OutboxMessage, Scope, StoredResponse};
 use txoutbox_test_support::factory::{message, pending_many};
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
 use txoutbox_test_support::request::{charge_fingerprint, key};
-use txoutbox_test_support::{counts, is_claim, test_db, RelayEvents};
+use txoutbox_test_support::{counts, is_claim, test_db, RelayEvents, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
-#[tokio::test]
-async fn a_relay_reports_its_claims_its_completions_an_idle_claim_and_its_stop() -> TestResult {
-    let db = test_db().await?;
-    pending_many(&db, "email", "k", 3).await?;
-    let mut events = RelayEvents::new();
+/// A relay delivering `email` rows to a recording sink, its events sent to the first value.
+fn watched(db: &TestDb) -> anyhow::Result<(RelayEvents, RecordingSink, RunningRelay)> {
+    let events = RelayEvents::new();
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(
         db.relay()?
@@ -26,6 +24,14 @@ async fn a_relay_reports_its_claims_its_completions_an_idle_claim_and_its_stop()
             .sink("email", sink.clone())
             .build()?,
     );
+    Ok((events, sink, relay))
+}
+
+#[tokio::test]
+async fn a_relay_reports_its_claims_its_completions_an_idle_claim_and_its_stop() -> TestResult {
+    let db = test_db().await?;
+    pending_many(&db, "email", "k", 3).await?;
+    let (mut events, sink, relay) = watched(&db)?;
     let claimed = events
         .wait_for(|e| matches!(e, RelayEvent::Claimed { .. }))
         .await?;
@@ -69,14 +75,7 @@ async fn a_relay_reports_the_expired_leases_it_takes_back() -> TestResult {
             &[],
         )
         .await?;
-    let mut events = RelayEvents::new();
-    let sink = RecordingSink::new();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(events.config(relay_config()))
-            .sink("email", sink.clone())
-            .build()?,
-    );
+    let (mut events, sink, relay) = watched(&db)?;
     assert_eq!(events.reclaimed().await?, 1);
     events
         .wait_for(|e| *e == RelayEvent::Claimed { n: 1 })
@@ -113,14 +112,7 @@ async fn a_relay_reports_the_deferred_effects_it_fans_out() -> TestResult {
             .await?;
         tx.commit().await?;
     }
-    let mut events = RelayEvents::new();
-    let sink = RecordingSink::new();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(events.config(relay_config()))
-            .sink("email", sink.clone())
-            .build()?,
-    );
+    let (mut events, sink, relay) = watched(&db)?;
     let fanned = events
         .wait_for(|e| matches!(e, RelayEvent::FannedOut { .. }))
         .await?;

@@ -20,13 +20,11 @@ use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::{pending, pending_many};
 use txoutbox_test_support::hooks::{charge_status, charges_table, MarkCharge};
 use txoutbox_test_support::relay::relay_config;
-use txoutbox_test_support::relay::{
-    quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay,
-};
+use txoutbox_test_support::relay::{quick_retry, RecordingSink, RunningRelay};
 use txoutbox_test_support::{
     assert_outcomes, count, counts, counts_for, due, eventually, eventually_async,
-    other_sessions_ended, test_db, wait_for_count, wait_until, Counts, RelayEvent, RelayEvents,
-    TestDb,
+    kill_after_a_call, other_sessions_ended, test_db, wait_for_count, wait_until, Counts,
+    RelayEvent, RelayEvents, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
@@ -424,13 +422,10 @@ impl Sink for SlowFirstCall {
     }
 }
 
-#[tokio::test]
-async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending(&mut client, "webhook", "slow").await?;
-    let sink = SlowFirstCall::default();
-    let relay = RunningRelay::start(
+/// A relay with a lease of 1 s (a call is cut off after 800 ms) that takes back expired leases
+/// every 50 ms, delivering `webhook` rows to `sink` with quick retries.
+fn cutting_off(db: &TestDb, sink: &SlowFirstCall) -> anyhow::Result<RunningRelay> {
+    Ok(RunningRelay::start(
         db.relay()?
             .config(
                 RelayConfig::default()
@@ -441,7 +436,16 @@ async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
             .sink("webhook", sink.clone())
             .policy("webhook", quick_retry(5))
             .build()?,
-    );
+    ))
+}
+
+#[tokio::test]
+async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    pending(&mut client, "webhook", "slow").await?;
+    let sink = SlowFirstCall::default();
+    let relay = cutting_off(&db, &sink)?;
     let delivered = wait_until(&client, |c| c.delivered >= 1).await?.delivered;
     // Every call has ended (a first call not cut off would never end).
     eventually("every call of the row has ended", || sink.all_ended()).await?;
@@ -490,18 +494,7 @@ async fn a_cut_off_head_ends_before_the_next_row_of_its_key_starts() -> TestResu
     enqueue(&tx, &messages).await?;
     tx.commit().await?;
     let sink = SlowFirstCall::default();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(
-                RelayConfig::default()
-                    .with_lease(Duration::from_secs(1))
-                    .with_poll_interval(Duration::from_millis(20))
-                    .with_reclaim_interval(Duration::from_millis(50)),
-            )
-            .sink("webhook", sink.clone())
-            .policy("webhook", quick_retry(5))
-            .build()?,
-    );
+    let relay = cutting_off(&db, &sink)?;
     let delivered = wait_until(&client, |c| c.delivered >= 2).await?.delivered;
     // A head call still running (not cut off) counts as ending now, after the next row began.
     relay.stop().await?;
@@ -600,19 +593,8 @@ async fn the_default_policy_at_most_once_applies_to_every_destination() -> TestR
         semantics: Semantics::AtMostOnce,
         ..DestinationPolicy::default()
     };
-    let first_sink = HangAfter::new(RecordingSink::new());
-    let delivered = first_sink.delivered.clone();
-    let builder = db.relay()?;
     let policy = at_most_once.clone();
-    let first = CrashableRelay::start(move || {
-        Ok(builder
-            .config(RelayConfig::default().with_lease(Duration::from_millis(500)))
-            .sink("sms", first_sink)
-            .default_policy(policy)
-            .build()?)
-    })?;
-    tokio::time::timeout(Duration::from_secs(10), delivered.notified()).await?;
-    first.kill();
+    kill_after_a_call(&db, "sms", move |relay| relay.default_policy(policy)).await?;
     let second_sink = RecordingSink::new();
     let mut events = RelayEvents::new();
     let second = RunningRelay::start(
