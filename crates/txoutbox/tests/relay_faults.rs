@@ -92,6 +92,19 @@ impl HotTableReads {
     }
 }
 
+/// A test database arranged by `setup` (SQL), drained by [`drain_email_reading_the_hot_table`]:
+/// the database, a client, the sink and what the relay read.
+async fn drain_after(
+    setup: &str,
+    deliveries: usize,
+) -> anyhow::Result<(TestDb, tokio_postgres::Client, RecordingSink, HotTableReads)> {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    client.batch_execute(setup).await?;
+    let (sink, read) = drain_email_reading_the_hot_table(&db, &client, deliveries).await?;
+    Ok((db, client, sink, read))
+}
+
 /// Runs a relay claiming 100 rows at a time until its `email` sink has `deliveries` calls, then
 /// stops it; returns the sink and what the relay read of the hot table meanwhile.
 async fn drain_email_reading_the_hot_table(
@@ -820,13 +833,10 @@ async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestRe
 #[tokio::test]
 async fn a_claim_meeting_rows_behind_failed_heads_reads_them_by_index_not_the_whole_hot_table(
 ) -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
     // 200 ordering keys whose head is dead-lettered, 20 000 due rows waiting behind them, due
     // before 2 000 free rows: every claim meets blocked rows first, as a relay does at start.
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+    let (_db, _client, sink, read) = drain_after(
+        "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
                  ordering_key, status, next_attempt_at) \
              SELECT gen_random_uuid(), 'email', '{}', 'head-' || i, 'key-' || i, 'failed', \
                  now() - interval '2 hours' FROM generate_series(1, 200) AS i; \
@@ -838,9 +848,9 @@ async fn a_claim_meeting_rows_behind_failed_heads_reads_them_by_index_not_the_wh
              SELECT gen_random_uuid(), 'email', '{}', 'free-' || i \
              FROM generate_series(1, 2000) AS i; \
              ANALYZE txoutbox_messages;",
-        )
-        .await?;
-    let (sink, read) = drain_email_reading_the_hot_table(&db, &client, 2_000).await?;
+        2_000,
+    )
+    .await?;
     let scanned = read.seq_rows;
     assert!(
         sink.deliveries()
@@ -1042,19 +1052,16 @@ async fn every_attempt_row_names_its_destination() -> TestResult {
 
 #[tokio::test]
 async fn a_claim_reads_the_due_index_in_order_not_the_whole_hot_table() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
     // One destination, 20 000 due rows: the planner's statistics say every row has the same
     // destination, which once made it sort the whole table on every claim.
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
+    let (_db, _client, _, read) = drain_after(
+        "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
              SELECT gen_random_uuid(), 'email', '{}', 'row-' || i \
              FROM generate_series(1, 20000) AS i; \
              ANALYZE txoutbox_messages;",
-        )
-        .await?;
-    let (_, read) = drain_email_reading_the_hot_table(&db, &client, 20_000).await?;
+        20_000,
+    )
+    .await?;
     let scanned = read.seq_rows;
     // 200 claims that each sorted the hot table would read about 2 000 000 rows sequentially.
     assert!(
@@ -1066,21 +1073,18 @@ async fn a_claim_reads_the_due_index_in_order_not_the_whole_hot_table() -> TestR
 
 #[tokio::test]
 async fn a_backlog_never_analyzed_is_claimed_in_index_order_and_completed_by_key() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
     // 20 000 due rows in a table never analyzed (a new installation's first burst; autovacuum
     // held off): the planner's guess is a dozen pending rows, and a claim that takes it at its
     // word reads them all with a bitmap scan and sorts them, on every claim. The relay gathers
     // the statistics itself.
-    client
-        .batch_execute(
-            "ALTER TABLE txoutbox_messages SET (autovacuum_enabled = false); \
+    let (_db, client, _, read) = drain_after(
+        "ALTER TABLE txoutbox_messages SET (autovacuum_enabled = false); \
              INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
              SELECT gen_random_uuid(), 'email', '{}', 'row-' || i \
              FROM generate_series(1, 20000) AS i;",
-        )
-        .await?;
-    let (_, read) = drain_email_reading_the_hot_table(&db, &client, 20_000).await?;
+        20_000,
+    )
+    .await?;
     let analyzed = count(
         &client,
         "SELECT count(*) FROM pg_stats WHERE tablename = 'txoutbox_messages' \
