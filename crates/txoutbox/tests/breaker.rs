@@ -3,12 +3,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio_postgres::Client;
 use txoutbox::relay::{Breaker, DestinationPolicy, FlowControl, RetryPolicy, Semantics};
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::relay::RunningRelay;
-use txoutbox_test_support::{eventually, eventually_async};
+use txoutbox_test_support::{eventually, eventually_async, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -83,12 +84,9 @@ async fn wait_open(client: &tokio_postgres::Client) -> anyhow::Result<()> {
     .await
 }
 
-/// Rows that fail on their own open the breaker; a healthy row enqueued while it is open is the
-/// probe, not one of the failing rows (which are due the longest): the destination closes at the
-/// first probe instead of staying shut one doubled cool-down per failing row.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -> TestResult {
-    let (db, mut client) = db_with_pending("x", "bad", 4).await?;
+/// Four failing rows of `x` and a relay whose calls to `x` open its breaker, once it is open.
+async fn open_breaker() -> anyhow::Result<(TestDb, Client, PartlyBroken, RunningRelay)> {
+    let (db, client) = db_with_pending("x", "bad", 4).await?;
     let downstream = PartlyBroken::default();
     let relay = RunningRelay::start(
         db.relay()?
@@ -97,6 +95,15 @@ async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -
             .build()?,
     );
     wait_open(&client).await?;
+    Ok((db, client, downstream, relay))
+}
+
+/// Rows that fail on their own open the breaker; a healthy row enqueued while it is open is the
+/// probe, not one of the failing rows (which are due the longest): the destination closes at the
+/// first probe instead of staying shut one doubled cool-down per failing row.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -> TestResult {
+    let (_db, mut client, downstream, relay) = open_breaker().await?;
     let enqueued = Instant::now();
     pending_many(&mut client, "x", "good", 1).await?;
     let probed = downstream
@@ -121,15 +128,7 @@ async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -
 /// is the next row never tried.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_locked_row_never_tried_does_not_stop_the_probe() -> TestResult {
-    let (db, mut client) = db_with_pending("x", "bad", 4).await?;
-    let downstream = PartlyBroken::default();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("x", downstream.clone())
-            .policy("x", one_second_breaker())
-            .build()?,
-    );
-    wait_open(&client).await?;
+    let (db, mut client, downstream, relay) = open_breaker().await?;
     pending_many(&mut client, "x", "locked", 1).await?;
     pending_many(&mut client, "x", "good", 1).await?;
     let mut holder = db.connect().await?;

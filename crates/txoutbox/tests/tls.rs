@@ -45,6 +45,12 @@ fn assert_one_line(message: &str) {
     assert_eq!(message.lines().count(), 1, "{message}");
 }
 
+/// Fails unless `message` is one line that contains `part`.
+fn assert_one_line_saying(message: &str, part: &str) {
+    assert_one_line(message);
+    assert!(message.contains(part), "{message}");
+}
+
 /// The shared cluster (no TLS), as the superuser.
 fn plain_server() -> anyhow::Result<ConnInfo> {
     let cluster = Cluster::shared()?;
@@ -208,11 +214,7 @@ async fn a_self_signed_certificate_other_than_sslrootcerts_is_refused_in_one_lin
 async fn an_expired_self_signed_certificate_in_sslrootcert_is_refused_in_one_line() -> TestResult {
     let server = TlsServer::start_self_signed(self_signed_cert("localhost", true)?)?;
     let message = failure(&server.verified().config()?).await;
-    assert_one_line(&message);
-    assert!(
-        message.contains("TLS: the server's certificate has expired"),
-        "{message}"
-    );
+    assert_one_line_saying(&message, "TLS: the server's certificate has expired");
     Ok(())
 }
 
@@ -220,11 +222,7 @@ async fn an_expired_self_signed_certificate_in_sslrootcert_is_refused_in_one_lin
 async fn require_refuses_a_server_without_tls_in_one_line() -> TestResult {
     let info = plain_server()?.with_tls("sslmode", "require");
     let message = failure(&info.config()?).await;
-    assert_one_line(&message);
-    assert!(
-        message.contains("TLS: the server does not accept TLS connections"),
-        "{message}"
-    );
+    assert_one_line_saying(&message, "TLS: the server does not accept TLS connections");
     assert!(message.contains("require"), "{message}");
     Ok(())
 }
@@ -239,11 +237,7 @@ async fn verify_full_refuses_a_server_without_tls_in_one_line() -> TestResult {
         .with_tls("sslmode", "verify-full")
         .with_tls("sslrootcert", &ca_file.display().to_string());
     let message = failure(&info.config()?).await;
-    assert_one_line(&message);
-    assert!(
-        message.contains("TLS: the server does not accept TLS connections"),
-        "{message}"
-    );
+    assert_one_line_saying(&message, "TLS: the server does not accept TLS connections");
     Ok(())
 }
 
@@ -354,10 +348,6 @@ async fn sslcert_and_sslkey_present_a_client_certificate() -> TestResult {
     assert_eq!(subject.as_deref(), Some("/CN=postgres"));
 
     let message = failure(&server.verified().config()?).await;
-    assert_one_line(&message);
-    assert!(
-        message.contains("connection requires a valid client certificate"),
-        "{message}"
-    );
+    assert_one_line_saying(&message, "connection requires a valid client certificate");
     Ok(())
 }
