@@ -36,3 +36,23 @@ pub async fn kill_after_a_call(
     relay.kill();
     Ok(recorder)
 }
+
+/// Drains `db` with a relay of [`restart_config`](crate::relay::restart_config) whose sink takes
+/// 2 ms a call for each of `destinations`, restarting `cluster` (an immediate stop, as a crash)
+/// after 300 calls, until `total` rows are delivered: see
+/// [`drain_through_a_restart`](crate::relay::drain_through_a_restart).
+pub async fn drain_across_a_restart(
+    cluster: &crate::Cluster,
+    db: &TestDb,
+    destinations: &[&str],
+    total: i64,
+) -> Result<crate::relay::Drained> {
+    use crate::relay::{drain_through_a_restart, restart_config, RunningRelay, SlowSink};
+    let sink = SlowSink(RecordingSink::new(), Duration::from_millis(2));
+    let mut builder = db.relay()?.config(restart_config());
+    for destination in destinations {
+        builder = builder.sink(*destination, sink.clone());
+    }
+    let relay = RunningRelay::start(builder.build()?);
+    drain_through_a_restart(cluster, db, relay, &sink.0, 300, total).await
+}

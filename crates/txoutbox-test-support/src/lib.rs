@@ -67,4 +67,4 @@ pub mod hooks;
 
 /// A relay killed after its sink was called, before the outcome was written.
 pub mod crash;
-pub use crash::kill_after_a_call;
+pub use crash::{drain_across_a_restart, kill_after_a_call};

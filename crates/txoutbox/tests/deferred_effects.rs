@@ -511,7 +511,7 @@ async fn a_request_with_more_effects_than_a_key_row_carries_writes_them_as_rows(
 
 #[tokio::test]
 async fn a_postgres_crash_while_effects_are_fanned_out_loses_no_effect() -> TestResult {
-    use txoutbox_test_support::relay::{drain_through_a_restart, restart_config, SlowSink};
+    use txoutbox_test_support::drain_across_a_restart;
     use txoutbox_test_support::request::create_orders;
     use txoutbox_test_support::{Cluster, ClusterOptions};
     let cluster = Cluster::private(&ClusterOptions::default())?;
@@ -523,17 +523,9 @@ async fn a_postgres_crash_while_effects_are_fanned_out_loses_no_effect() -> Test
         request(&mut client, &scope, &key(&format!("k-crash-{n}"))).await?;
     }
     drop(client);
-    let sink = SlowSink(RecordingSink::new(), Duration::from_millis(2));
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(restart_config())
-            .sink("stripe", sink.clone())
-            .sink("email", sink.clone())
-            .build()?,
-    );
     // Mid-drain, with fan-outs committed without waiting for their flush: an immediate stop,
     // as a crash.
-    let drained = drain_through_a_restart(&cluster, &db, relay, &sink.0, 300, 3_000).await?;
+    let drained = drain_across_a_restart(&cluster, &db, &["stripe", "email"], 3_000).await?;
     let client = db.connect().await?;
     assert_eq!(
         drained.delivered, 3_000,

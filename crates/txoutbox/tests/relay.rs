@@ -18,12 +18,12 @@ use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::hooks::{charge_status, charges_table, MarkCharge};
 use txoutbox_test_support::relay::relay_config;
 use txoutbox_test_support::relay::{
-    drain_through_a_restart, quick_retry, restart_config, CrashableRelay, RecordingSink,
-    RunningRelay, ScriptedSink, SlowSink,
+    quick_retry, CrashableRelay, RecordingSink, RunningRelay, ScriptedSink, SlowSink,
 };
 use txoutbox_test_support::{
-    assert_outcomes, counts, eventually, eventually_async, kill_after_a_call, leased_by, status,
-    test_db, wait_for_count, wait_until, Cluster, ClusterOptions, RelayEvent, RelayEvents, TestDb,
+    assert_outcomes, counts, drain_across_a_restart, eventually, eventually_async,
+    kill_after_a_call, leased_by, status, test_db, wait_for_count, wait_until, Cluster,
+    ClusterOptions, RelayEvent, RelayEvents, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
@@ -604,14 +604,7 @@ async fn a_postgres_restart_while_relaying_loses_no_row() -> TestResult {
     let mut client = db.connect().await?;
     pending_many(&mut client, "email", "restart", 3_000).await?;
     drop(client);
-    let sink = SlowSink(RecordingSink::new(), Duration::from_millis(2));
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(restart_config())
-            .sink("email", sink.clone())
-            .build()?,
-    );
-    let drained = drain_through_a_restart(&cluster, &db, relay, &sink.0, 300, 3_000).await?;
+    let drained = drain_across_a_restart(&cluster, &db, &["email"], 3_000).await?;
     let client = db.connect().await?;
     assert_eq!(
         drained.delivered, 3_000,
