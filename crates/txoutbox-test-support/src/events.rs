@@ -149,3 +149,18 @@ impl RelayEvents {
 pub fn is_claim(event: &RelayEvent) -> bool {
     matches!(event, RelayEvent::Claimed { .. } | RelayEvent::Idle)
 }
+
+impl RelayEvents {
+    /// Builds and starts the relay of `builder` with the test timings of
+    /// [`relay_config`](crate::relay::relay_config) (replacing any configuration set on it), its
+    /// events sent here. A test that needs other timings uses [`config`](Self::config).
+    pub fn start(
+        &self,
+        builder: txoutbox::relay::RelayBuilder,
+    ) -> Result<crate::relay::RunningRelay> {
+        let relay = builder
+            .config(self.config(crate::relay::relay_config()))
+            .build()?;
+        Ok(crate::relay::RunningRelay::start(relay))
+    }
+}

@@ -262,13 +262,11 @@ async fn a_permanent_error_dead_letters_at_once() -> TestResult {
     let (db, client) = db_with_pending("email", "perm", 1).await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("550 no such user"))]);
     let mut events = RelayEvents::new();
-    let relay = RunningRelay::start(
+    let relay = events.start(
         db.relay()?
-            .config(events.config(relay_config()))
             .sink("email", sink.clone())
-            .policy("email", quick_retry(5))
-            .build()?,
-    );
+            .policy("email", quick_retry(5)),
+    )?;
     assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     // A claim begun after the dead letter: a retry it took would be called before the stop ends.
     events.claims(2).await?;
@@ -472,12 +470,7 @@ async fn a_dead_head_blocks_its_ordering_key_only() -> TestResult {
     }
     let sink = FailsA0::default();
     let mut events = RelayEvents::new();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(events.config(relay_config()))
-            .sink("events", sink.clone())
-            .build()?,
-    );
+    let relay = events.start(db.relay()?.sink("events", sink.clone()))?;
     assert_eq!(sink.0.wait_for(2, Duration::from_secs(10)).await, 2);
     wait_until(&client, |c| c.failed >= 1).await?;
     // A claim begun after the head was dead-lettered: a-1, taken, would be called by the stop.
@@ -733,13 +726,11 @@ async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redeliv
     kill_after_a_call(&db, "sms", move |relay| relay.policy("sms", policy)).await?;
     let second_sink = RecordingSink::new();
     let mut events = RelayEvents::new();
-    let second = RunningRelay::start(
+    let second = events.start(
         db.relay()?
-            .config(events.config(relay_config()))
             .sink("sms", second_sink.clone())
-            .policy("sms", at_most_once)
-            .build()?,
-    );
+            .policy("sms", at_most_once),
+    )?;
     assert_eq!(wait_until(&client, |c| c.unknown >= 1).await?.unknown, 1);
     // A claim begun after the row became unknown: had it taken it, the stop would let it call.
     events.claims(2).await?;

@@ -8,7 +8,7 @@ use txoutbox::admin::MessageStatus;
 use txoutbox::relay::RelayEvent;
 use txoutbox::{begin, Begin, OutboxMessage, Scope, StoredResponse};
 use txoutbox_test_support::factory::{message, pending_many};
-use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
+use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
 use txoutbox_test_support::request::{charge_fingerprint, key};
 use txoutbox_test_support::{counts, is_claim, test_db, RelayEvents, TestDb};
 
@@ -18,12 +18,7 @@ type TestResult = anyhow::Result<()>;
 fn watched(db: &TestDb) -> anyhow::Result<(RelayEvents, RecordingSink, RunningRelay)> {
     let events = RelayEvents::new();
     let sink = RecordingSink::new();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(events.config(relay_config()))
-            .sink("email", sink.clone())
-            .build()?,
-    );
+    let relay = events.start(db.relay()?.sink("email", sink.clone()))?;
     Ok((events, sink, relay))
 }
 

@@ -610,13 +610,11 @@ async fn the_default_policy_at_most_once_applies_to_every_destination() -> TestR
     kill_after_a_call(&db, "sms", move |relay| relay.default_policy(policy)).await?;
     let second_sink = RecordingSink::new();
     let mut events = RelayEvents::new();
-    let second = RunningRelay::start(
+    let second = events.start(
         db.relay()?
-            .config(events.config(relay_config()))
             .sink("sms", second_sink.clone())
-            .default_policy(at_most_once)
-            .build()?,
-    );
+            .default_policy(at_most_once),
+    )?;
     let unknown = wait_until(&client, |c| c.unknown >= 1).await?.unknown;
     // Two claims end after the row became unknown: the second began after it. A delivery they
     // started would be finished by the stop.
@@ -938,12 +936,7 @@ async fn a_pause_reaches_a_relay_that_claims_without_flow_control_branches() -> 
     let (db, mut client) = db_with_pending("email", "before", 5).await?;
     let sink = RecordingSink::new();
     let mut events = RelayEvents::new();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(events.config(relay_config()))
-            .sink("email", sink.clone())
-            .build()?,
-    );
+    let relay = events.start(db.relay()?.sink("email", sink.clone()))?;
     assert_eq!(sink.wait_for(5, Duration::from_secs(20)).await, 5);
     txoutbox::admin::pause_destination(&mut client, "email", "incident", Some("alice")).await?;
     pending_many(&mut client, "email", "paused", 5).await?;
