@@ -1,6 +1,6 @@
 //! A service's own table written by a completion hook, as the charge examples do: a `charges`
-//! table whose rows a [`MarkCharge`] hook marks `succeeded` or `failed` in the completion's
-//! transaction, with switches to make it fail, or wait, on purpose.
+//! table whose rows a [`MarkCharge`](crate::hooks::MarkCharge) hook marks `succeeded` or
+//! `failed` in the completion's transaction, with switches to make it fail, or wait, on purpose.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
