@@ -7,7 +7,7 @@ use anyhow::Result;
 use tokio_postgres::Client;
 use txoutbox::{Error, Scope};
 use txoutbox_test_support::request::db_with_orders;
-use txoutbox_test_support::{count, wait_for_count, Cluster, ClusterOptions, TestDb};
+use txoutbox_test_support::{count, keys_expired, Cluster, ClusterOptions, TestDb};
 
 use txoutbox::inbox::{derive_inbox_downstream_key, Consumer};
 
@@ -179,11 +179,7 @@ pub async fn a_key_past_its_window_runs_again_with_new_downstream_keys<D: Driver
         D::request(&mut conn, Request::new(scope.clone(), "k-window", 1)?).await?,
         Outcome::New(_)
     ));
-    let expired = "SELECT count(*) FROM txoutbox_idempotency_keys WHERE expires_at <= now()";
-    assert_eq!(
-        wait_for_count(&client, expired, 1, Duration::from_secs(10)).await?,
-        1
-    );
+    keys_expired(&client, &scope).await?;
     let again = D::request(&mut conn, Request::new(scope, "k-window", 1)?).await?;
     assert!(matches!(again, Outcome::New(_)), "{again:?}");
     let distinct = "SELECT count(DISTINCT downstream_key) FROM txoutbox_messages";

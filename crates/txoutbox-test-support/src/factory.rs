@@ -305,3 +305,12 @@ impl MessageFactory<'_> {
         Ok(ids)
     }
 }
+
+/// A fresh test database holding `n` pending rows to `destination` (downstream keys
+/// `{key}-{i}`), and a connection to it: the arrangement most relay tests open with.
+pub async fn db_with_pending(destination: &str, key: &str, n: usize) -> Result<(TestDb, Client)> {
+    let db = crate::test_db().await?;
+    let mut client = db.connect().await?;
+    pending_many(&mut client, destination, key, n).await?;
+    Ok((db, client))
+}

@@ -51,3 +51,22 @@ pub use database::{
 pub use demo_db::DemoDatabase;
 pub use doc::doc_test;
 pub use port::{free_addr, free_port};
+
+/// Waiting on a relay's test events ([`events::RelayEvents`]) instead of sleeping.
+pub mod events;
+pub use events::{is_claim, RelayEvents};
+pub use txoutbox::relay::RelayEvent;
+
+/// Waits for a condition a test names, and typed reads the counts do not cover.
+pub mod wait;
+pub use wait::{
+    due, eventually, eventually_async, keys_expired, keys_with_effects, leased_by,
+    other_sessions_ended,
+};
+
+/// A service's `charges` table and the completion hook that writes it.
+pub mod hooks;
+
+/// A relay killed after its sink was called, before the outcome was written.
+pub mod crash;
+pub use crash::{drain_across_a_restart, kill_after_a_call};

@@ -3,11 +3,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio_postgres::Client;
 use txoutbox::relay::{Breaker, DestinationPolicy, FlowControl, RetryPolicy, Semantics};
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
+use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::relay::RunningRelay;
-use txoutbox_test_support::{test_db, wait_for_count};
+use txoutbox_test_support::{eventually, eventually_async, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -26,18 +28,14 @@ impl PartlyBroken {
 
     /// When the row `key` was first called, waiting at most `limit`.
     async fn first_call(&self, key: &str, limit: Duration) -> Option<Instant> {
-        let start = Instant::now();
-        loop {
-            let seen = self
-                .calls()
+        let seen = || {
+            self.calls()
                 .iter()
                 .find(|(k, _)| k == key)
-                .map(|(_, at)| *at);
-            if seen.is_some() || start.elapsed() > limit {
-                return seen;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+                .map(|(_, at)| *at)
+        };
+        let _ = tokio::time::timeout(limit, eventually(key, || seen().is_some())).await;
+        seen()
     }
 }
 
@@ -75,27 +73,20 @@ fn one_second_breaker() -> DestinationPolicy {
     }
 }
 
-/// Waits until the breaker of `x` is open.
+/// Waits until the breaker of `x` is open, as `txoutbox stats` shows it.
 async fn wait_open(client: &tokio_postgres::Client) -> anyhow::Result<()> {
-    let open = wait_for_count(
-        client,
-        "SELECT count(*) FROM txoutbox_destinations WHERE destination = 'x' AND breaker = 'open'",
-        1,
-        Duration::from_secs(20),
-    )
-    .await?;
-    anyhow::ensure!(open == 1, "the failing rows never opened the breaker");
-    Ok(())
+    eventually_async("the failing rows opened the breaker", || async {
+        let flows = txoutbox::admin::destination_flows(client).await?;
+        Ok(flows
+            .iter()
+            .any(|f| f.destination == "x" && f.state == "open"))
+    })
+    .await
 }
 
-/// Rows that fail on their own open the breaker; a healthy row enqueued while it is open is the
-/// probe, not one of the failing rows (which are due the longest): the destination closes at the
-/// first probe instead of staying shut one doubled cool-down per failing row.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "x", "bad", 4).await?;
+/// Four failing rows of `x` and a relay whose calls to `x` open its breaker, once it is open.
+async fn open_breaker() -> anyhow::Result<(TestDb, Client, PartlyBroken, RunningRelay)> {
+    let (db, client) = db_with_pending("x", "bad", 4).await?;
     let downstream = PartlyBroken::default();
     let relay = RunningRelay::start(
         db.relay()?
@@ -104,6 +95,15 @@ async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -
             .build()?,
     );
     wait_open(&client).await?;
+    Ok((db, client, downstream, relay))
+}
+
+/// Rows that fail on their own open the breaker; a healthy row enqueued while it is open is the
+/// probe, not one of the failing rows (which are due the longest): the destination closes at the
+/// first probe instead of staying shut one doubled cool-down per failing row.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -> TestResult {
+    let (_db, mut client, downstream, relay) = open_breaker().await?;
     let enqueued = Instant::now();
     pending_many(&mut client, "x", "good", 1).await?;
     let probed = downstream
@@ -128,17 +128,7 @@ async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -
 /// is the next row never tried.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_locked_row_never_tried_does_not_stop_the_probe() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "x", "bad", 4).await?;
-    let downstream = PartlyBroken::default();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("x", downstream.clone())
-            .policy("x", one_second_breaker())
-            .build()?,
-    );
-    wait_open(&client).await?;
+    let (db, mut client, downstream, relay) = open_breaker().await?;
     pending_many(&mut client, "x", "locked", 1).await?;
     pending_many(&mut client, "x", "good", 1).await?;
     let mut holder = db.connect().await?;

@@ -26,6 +26,19 @@ fn code<T>(result: Result<T, tokio_postgres::Error>) -> Option<SqlState> {
     result.err().and_then(|e| e.code().cloned())
 }
 
+/// The SQLSTATE of a business write the handler makes after an error in `outer` (`None` when
+/// it was accepted).
+async fn write_after_the_error(outer: &tokio_postgres::Transaction<'_>) -> Option<SqlState> {
+    code(
+        outer
+            .execute(
+                "INSERT INTO orders (note) VALUES ('outer-after-error')",
+                &[],
+            )
+            .await,
+    )
+}
+
 /// A request in a savepoint of `outer`, stored with `Claim::commit`: the error it is refused with.
 async fn commit_in_a_savepoint(
     outer: &mut tokio_postgres::Transaction<'_>,
@@ -59,13 +72,10 @@ async fn a_commit_refused_in_a_savepoint_lets_no_later_write_of_the_outer_transa
     assert!(matches!(err, Error::Internal(_)), "{err:?}");
     assert!(err.to_string().contains("savepoint"), "{err}");
 
-    let after = outer
-        .execute(
-            "INSERT INTO orders (note) VALUES ('outer-after-error')",
-            &[],
-        )
-        .await;
-    assert_eq!(code(after), Some(SqlState::IN_FAILED_SQL_TRANSACTION));
+    assert_eq!(
+        write_after_the_error(&outer).await,
+        Some(SqlState::IN_FAILED_SQL_TRANSACTION)
+    );
     outer.rollback().await?;
     for table in [ORDERS, "txoutbox_messages", "txoutbox_idempotency_keys"] {
         assert_eq!(count(&client, table).await?, 0, "{table}");
@@ -83,13 +93,7 @@ async fn the_outer_transaction_commits_nothing_after_a_commit_refused_in_its_sav
         .await?;
     commit_in_a_savepoint(&mut outer, "k-savepoint-commit").await?;
     // A handler that goes on as if nothing happened: its write fails, its commit commits nothing.
-    let after = outer
-        .execute(
-            "INSERT INTO orders (note) VALUES ('outer-after-error')",
-            &[],
-        )
-        .await;
-    assert!(after.is_err());
+    assert!(write_after_the_error(&outer).await.is_some());
     // PostgreSQL ends an aborted transaction with a rollback, whatever it is asked.
     outer.commit().await?;
     let observer = db.connect().await?;
@@ -135,13 +139,10 @@ async fn any_failed_commit_in_a_savepoint_leaves_the_outer_transaction_aborted()
         .and_then(|e| e.as_db_error());
     assert!(server.is_some(), "{source:?}");
 
-    let after = outer
-        .execute(
-            "INSERT INTO orders (note) VALUES ('outer-after-error')",
-            &[],
-        )
-        .await;
-    assert_eq!(code(after), Some(SqlState::IN_FAILED_SQL_TRANSACTION));
+    assert_eq!(
+        write_after_the_error(&outer).await,
+        Some(SqlState::IN_FAILED_SQL_TRANSACTION)
+    );
     drop(outer);
     assert_eq!(count(&client, ORDERS).await?, 0);
     Ok(())
@@ -172,13 +173,10 @@ async fn a_commit_refused_in_a_deadpool_savepoint_aborts_the_outer_and_pools_a_c
         claim.enqueue("receipt", OutboxMessage::new("email", &1)?)?;
         let err = claim.commit(inner, &created()).await.expect_err("refused");
         assert!(err.to_string().contains("savepoint"), "{err}");
-        let after = outer
-            .execute(
-                "INSERT INTO orders (note) VALUES ('outer-after-error')",
-                &[],
-            )
-            .await;
-        assert_eq!(code(after), Some(SqlState::IN_FAILED_SQL_TRANSACTION));
+        assert_eq!(
+            write_after_the_error(&outer).await,
+            Some(SqlState::IN_FAILED_SQL_TRANSACTION)
+        );
         outer.rollback().await?;
     }
     // The pool's one connection, back in the pool: out of any transaction.

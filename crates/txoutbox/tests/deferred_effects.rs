@@ -10,8 +10,11 @@ use tokio_postgres::IsolationLevel;
 use txoutbox::relay::Relay;
 use txoutbox::{admin, StoredResponse};
 use txoutbox::{begin, Begin, Claim, Error, IdempotencyKey, OutboxMessage, Scope};
+use txoutbox_test_support::relay::relay_config;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
-use txoutbox_test_support::{count, TestDb};
+use txoutbox_test_support::{
+    count, keys_expired, keys_with_effects, RelayEvent, RelayEvents, TestDb,
+};
 
 type TestResult = anyhow::Result<()>;
 
@@ -91,6 +94,16 @@ fn relay(db: &TestDb, sink: &RecordingSink) -> anyhow::Result<Relay> {
         .build()?)
 }
 
+/// [`relay`], sending its test events to `events`.
+fn watched(db: &TestDb, sink: &RecordingSink, events: &RelayEvents) -> anyhow::Result<Relay> {
+    Ok(db
+        .relay()?
+        .config(events.config(relay_config()))
+        .sink("stripe", sink.clone())
+        .sink("email", sink.clone())
+        .build()?)
+}
+
 const EFFECTS_ON_KEYS: &str = "SELECT coalesce(sum(jsonb_array_length(effects)), 0)::int8 \
      FROM txoutbox_idempotency_keys";
 
@@ -130,9 +143,17 @@ async fn a_deferred_request_writes_one_row_and_the_relay_delivers_its_effects() 
     assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 0);
     assert_eq!(count(&client, "txoutbox_delivered").await?, 2);
     // The enqueue time of the fanned-out rows is the request's.
-    let same_time = "SELECT count(*) FROM txoutbox_delivered d, txoutbox_idempotency_keys k \
-         WHERE d.created_at = k.created_at";
-    assert_eq!(count(&client, same_time).await?, 2);
+    let same_time: Vec<String> = client
+        .query(
+            "SELECT d.downstream_key FROM txoutbox_delivered d \
+             JOIN txoutbox_idempotency_keys k ON d.created_at = k.created_at ORDER BY 1",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(same_time, expected);
 
     // The retry is answered from the key row.
     let again = request(&mut client, &scope, &k).await?;
@@ -165,10 +186,12 @@ async fn fifty_concurrent_deferred_requests_with_one_key_make_one_set_of_effects
     assert_eq!(count(&observer, EFFECTS_ON_KEYS).await?, 2);
 
     let sink = RecordingSink::new();
-    let relay = RunningRelay::start(relay(&db, &sink)?);
+    let mut events = RelayEvents::new();
+    let relay = RunningRelay::start(watched(&db, &sink, &events)?);
     assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
-    // Nothing more comes: one set of effects.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Nothing more comes: one set of effects. (A claim begun after the deliveries; a row it
+    // took would be called before the stop returns.)
+    events.claims(2).await?;
     relay.stop().await?;
     assert_eq!(sink.count(), 2);
     Ok(())
@@ -179,7 +202,7 @@ async fn a_key_carrying_effects_is_not_pruned_until_the_relay_has_fanned_them_ou
     let (db, mut client) = db_with_orders().await?;
     let scope = deferred()?.with_window(Duration::from_millis(1))?;
     request(&mut client, &scope, &key("k-prune")).await?;
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    keys_expired(&client, &scope).await?;
     assert_eq!(admin::prune_expired_keys(&client, 100).await?, 0);
     assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 2);
 
@@ -198,7 +221,7 @@ async fn an_expired_key_taken_over_keeps_the_first_requests_effects() -> TestRes
     let scope = deferred()?.with_window(Duration::from_millis(50))?;
     let k = key("k-takeover");
     request(&mut client, &scope, &k).await?;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    keys_expired(&client, &scope).await?;
     // After the window the same key is a new request with new effects; the first request's
     // effects, not fanned out yet, stay on the row beside them.
     let second = request(&mut client, &scope, &k).await?;
@@ -329,11 +352,7 @@ async fn a_key_whose_effects_are_poisoned_does_not_hold_the_others_back() -> Tes
     assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
     relay.stop().await?;
     assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_idempotency_keys WHERE effects IS NOT NULL"
-        )
-        .await?,
+        keys_with_effects(&client).await?.len(),
         2,
         "the poisoned keys keep their effects for an operator"
     );
@@ -449,9 +468,10 @@ async fn waiting_for_the_key_past_the_lock_timeout_is_in_flight() -> TestResult 
 async fn effects_deferred_while_a_relay_runs_are_fanned_out_and_delivered() -> TestResult {
     let (db, mut client) = db_with_orders().await?;
     let sink = RecordingSink::new();
-    let relay = RunningRelay::start(relay(&db, &sink)?);
+    let mut events = RelayEvents::new();
+    let relay = RunningRelay::start(watched(&db, &sink, &events)?);
     // The relay has started and found nothing; the requests come later, with no hint.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    events.wait_for(|e| *e == RelayEvent::Idle).await?;
     let scope = deferred()?;
     for n in 0..5 {
         request(&mut client, &scope, &key(&format!("k-live-{n}"))).await?;
@@ -491,7 +511,7 @@ async fn a_request_with_more_effects_than_a_key_row_carries_writes_them_as_rows(
 
 #[tokio::test]
 async fn a_postgres_crash_while_effects_are_fanned_out_loses_no_effect() -> TestResult {
-    use txoutbox_test_support::relay::{drain_through_a_restart, restart_config, SlowSink};
+    use txoutbox_test_support::drain_across_a_restart;
     use txoutbox_test_support::request::create_orders;
     use txoutbox_test_support::{Cluster, ClusterOptions};
     let cluster = Cluster::private(&ClusterOptions::default())?;
@@ -503,17 +523,9 @@ async fn a_postgres_crash_while_effects_are_fanned_out_loses_no_effect() -> Test
         request(&mut client, &scope, &key(&format!("k-crash-{n}"))).await?;
     }
     drop(client);
-    let sink = SlowSink(RecordingSink::new(), Duration::from_millis(2));
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(restart_config())
-            .sink("stripe", sink.clone())
-            .sink("email", sink.clone())
-            .build()?,
-    );
     // Mid-drain, with fan-outs committed without waiting for their flush: an immediate stop,
     // as a crash.
-    let drained = drain_through_a_restart(&cluster, &db, relay, &sink.0, 300, 3_000).await?;
+    let drained = drain_across_a_restart(&cluster, &db, &["stripe", "email"], 3_000).await?;
     let client = db.connect().await?;
     assert_eq!(
         drained.delivered, 3_000,

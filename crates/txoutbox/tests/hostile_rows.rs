@@ -3,15 +3,14 @@
 //! once with a readable error and one attempt logged, and delivers the rows claimed with it; a
 //! key row's undecodable stored response fails its own request, not the others.
 
-use std::time::Duration;
-
 use txoutbox::sink::{Completion, CompletionHook, Delivery};
 use txoutbox::{begin, Begin, Error, Scope, StoredResponse};
 use txoutbox_test_support::request::{charge_fingerprint, key};
 
+use txoutbox::admin::MessageStatus;
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
-use txoutbox_test_support::{test_db, wait_for_count, TestDb};
+use txoutbox_test_support::{eventually_async, outcomes, status, test_db, wait_until, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -47,19 +46,14 @@ async fn one_hostile_row_among_thirty(
             .sink("test", sink.clone())
             .build()?,
     );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        30,
-        Duration::from_secs(20),
-    )
-    .await?;
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages \
-         WHERE downstream_key = 'hostile' AND status <> 'in_flight' AND attempts > 0",
-        1,
-        Duration::from_secs(20),
+    let delivered = wait_until(&client, |c| c.delivered >= 30).await?.delivered;
+    eventually_async(
+        "the hostile row was attempted and is out of flight",
+        || async {
+            let now = status(&client, "hostile").await?;
+            Ok(now.is_some_and(|s| s != MessageStatus::InFlight)
+                && !outcomes(&client, "hostile").await?.is_empty())
+        },
     )
     .await?;
     relay.stop().await?;
@@ -281,23 +275,13 @@ async fn an_undecodable_row_of_a_hooked_destination_fails_without_calling_the_ho
             .hook("test", hook.clone())
             .build()?,
     );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        5,
-        Duration::from_secs(20),
-    )
-    .await?;
-    let failed = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages \
-         WHERE downstream_key = 'hostile' AND status = 'failed'",
-        1,
-        Duration::from_secs(20),
-    )
-    .await?;
+    let reached = wait_until(&client, |c| c.delivered >= 5 && c.failed >= 1).await?;
     relay.stop().await?;
-    assert_eq!((delivered, failed), (5, 1));
+    assert_eq!((reached.delivered, reached.failed), (5, 1));
+    assert_eq!(
+        status(&client, "hostile").await?,
+        Some(MessageStatus::Failed)
+    );
     let mut seen = hook.0.lock().map(|s| s.clone()).unwrap_or_default();
     seen.sort();
     assert_eq!(

@@ -132,6 +132,20 @@ async fn fifty_concurrent_deliveries_of_one_message_make_one_effect() -> TestRes
 const WAITING: &str = "SELECT count(*) FROM pg_stat_activity \
      WHERE wait_event_type = 'Lock' AND datname = current_database()";
 
+/// Starts a second delivery of `msg_1`, on a connection of its own, and returns once it waits
+/// on the lock of the first delivery's record.
+async fn race_a_second_delivery(
+    db: &TestDb,
+    watcher: &Client,
+    consumer: &Consumer,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<bool>>> {
+    let mut second = db.connect().await?;
+    let consumer = consumer.clone();
+    let racing = tokio::spawn(async move { deliver(&mut second, &consumer, "msg_1").await });
+    wait_for_exact_count(watcher, WAITING, 1, Duration::from_secs(10)).await?;
+    Ok(racing)
+}
+
 #[tokio::test]
 async fn a_redelivery_racing_the_first_waits_for_its_commit_then_is_a_duplicate() -> TestResult {
     let (db, mut first) = db_with_shipments().await?;
@@ -141,12 +155,7 @@ async fn a_redelivery_racing_the_first_waits_for_its_commit_then_is_a_duplicate(
     let Receive::New(claim) = inbox::receive(&tx, &consumer, "msg_1").await? else {
         anyhow::bail!("first delivery not new");
     };
-    let mut second = db.connect().await?;
-    let racing = {
-        let consumer = consumer.clone();
-        tokio::spawn(async move { deliver(&mut second, &consumer, "msg_1").await })
-    };
-    wait_for_exact_count(&watcher, WAITING, 1, Duration::from_secs(10)).await?;
+    let racing = race_a_second_delivery(&db, &watcher, &consumer).await?;
     tx.execute("INSERT INTO shipments (charge_id) VALUES ('msg_1')", &[])
         .await?;
     claim.complete(&tx).await?;
@@ -165,12 +174,7 @@ async fn a_redelivery_racing_a_first_attempt_that_rolls_back_runs_the_handler() 
     let Receive::New(_claim) = inbox::receive(&tx, &consumer, "msg_1").await? else {
         anyhow::bail!("first delivery not new");
     };
-    let mut second = db.connect().await?;
-    let racing = {
-        let consumer = consumer.clone();
-        tokio::spawn(async move { deliver(&mut second, &consumer, "msg_1").await })
-    };
-    wait_for_exact_count(&watcher, WAITING, 1, Duration::from_secs(10)).await?;
+    let racing = race_a_second_delivery(&db, &watcher, &consumer).await?;
     tx.rollback().await?;
     assert!(
         racing.await??,

@@ -5,38 +5,39 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::Client;
+use txoutbox::admin::AttemptOutcome::{Delivered, Failed, Released, Retry, Unknown};
+use txoutbox::admin::MessageStatus;
 use txoutbox::{
     enqueue,
     relay::{DestinationPolicy, RelayConfig, Semantics, WakeMode},
-    sink::{Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink},
+    sink::{Delivery, DeliveryError, Receipt, Sink},
     OutboxMessage,
 };
+use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::pending_many;
+use txoutbox_test_support::hooks::{charge_status, charges_table, MarkCharge};
+use txoutbox_test_support::relay::relay_config;
 use txoutbox_test_support::relay::{
-    drain_through_a_restart, quick_retry, restart_config, CrashableRelay, HangAfter, RecordingSink,
-    RunningRelay, ScriptedSink, SlowSink,
+    quick_retry, CrashableRelay, RecordingSink, RunningRelay, ScriptedSink, SlowSink,
 };
-use txoutbox_test_support::{count, test_db, wait_for_count, Cluster, ClusterOptions, TestDb};
+use txoutbox_test_support::{
+    assert_outcomes, counts, drain_across_a_restart, eventually, eventually_async,
+    kill_after_a_call, leased_by, status, test_db, wait_for_count, wait_until, Cluster,
+    ClusterOptions, RelayEvent, RelayEvents, TestDb,
+};
 
 type TestResult = anyhow::Result<()>;
 
 #[tokio::test]
 async fn committed_rows_are_delivered_and_leave_the_hot_table() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "k", 100).await?;
+    let (db, client) = db_with_pending("email", "k", 100).await?;
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
     assert_eq!(sink.wait_for(100, Duration::from_secs(20)).await, 100);
     relay.stop().await?;
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
-        0
-    );
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
-        100
-    );
+    let after = counts(&client).await?;
+    assert_eq!(after.hot(), 0);
+    assert_eq!(after.delivered, 100);
     let receipt: String = client
         .query_one(
             "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = 'k-7'",
@@ -46,6 +47,20 @@ async fn committed_rows_are_delivered_and_leave_the_hot_table() -> TestResult {
         .get(0);
     assert_eq!(receipt, "ok:k-7");
     Ok(())
+}
+
+/// A relay delivering `email` rows to `sink` under `policy`, started.
+fn email_relay(
+    db: &TestDb,
+    sink: impl Sink,
+    policy: DestinationPolicy,
+) -> anyhow::Result<RunningRelay> {
+    Ok(RunningRelay::start(
+        db.relay()?
+            .sink("email", sink)
+            .policy("email", policy)
+            .build()?,
+    ))
 }
 
 /// (outcome, attempt, downstream_key) of a row's attempt log, in order.
@@ -64,9 +79,7 @@ async fn attempt_log(client: &Client, key: &str) -> anyhow::Result<Vec<(String, 
 
 #[tokio::test]
 async fn ten_thousand_rows_three_relays_each_delivered_exactly_once() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "bulk", 10_000).await?;
+    let (db, client) = db_with_pending("email", "bulk", 10_000).await?;
     let sink = RecordingSink::new();
     let relays: Vec<RunningRelay> = (0..3)
         .map(|_| {
@@ -87,33 +100,17 @@ async fn ten_thousand_rows_three_relays_each_delivered_exactly_once() -> TestRes
     keys.sort();
     keys.dedup();
     assert_eq!(keys.len(), 10_000, "every row delivered");
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
-        0
-    );
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
-        10_000
-    );
+    let after = counts(&client).await?;
+    assert_eq!(after.hot(), 0);
+    assert_eq!(after.delivered, 10_000);
     Ok(())
 }
 
 #[tokio::test]
 async fn a_killed_relay_is_redelivered_with_the_same_key_after_its_lease() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "crash", 1).await?;
-    let first_sink = HangAfter::new(RecordingSink::new());
-    let delivered = first_sink.delivered.clone();
-    let config = db.relay()?;
-    let first = CrashableRelay::start(move || {
-        Ok(config
-            .config(RelayConfig::default().with_lease(Duration::from_millis(500)))
-            .sink("email", first_sink)
-            .build()?)
-    })?;
-    tokio::time::timeout(Duration::from_secs(10), delivered.notified()).await?;
-    first.kill(); // after the sink was called, before the completion committed
+    let (db, client) = db_with_pending("email", "crash", 1).await?;
+    // Killed after the sink was called, before the completion committed.
+    kill_after_a_call(&db, "email", |relay| relay).await?;
     let second_sink = RecordingSink::new();
     let second = RunningRelay::start(db.relay()?.sink("email", second_sink.clone()).build()?);
     assert_eq!(second_sink.wait_for(1, Duration::from_secs(10)).await, 1);
@@ -133,33 +130,18 @@ async fn a_killed_relay_is_redelivered_with_the_same_key_after_its_lease() -> Te
 
 #[tokio::test]
 async fn a_retryable_failure_is_retried_then_delivered() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "retry", 1).await?;
+    let (db, client) = db_with_pending("email", "retry", 1).await?;
     let sink = ScriptedSink::new([
         Err(DeliveryError::retryable("connection reset")),
         Err(DeliveryError::retryable("timed out")),
     ]);
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", sink.clone())
-            .policy("email", quick_retry(5))
-            .build()?,
-    );
+    let relay = email_relay(&db, sink.clone(), quick_retry(5))?;
     assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_delivered",
-            1,
-            Duration::from_secs(10)
-        )
-        .await?,
+        wait_until(&client, |c| c.delivered >= 1).await?.delivered,
         1
     );
     relay.stop().await?;
-    let log = attempt_log(&client, "retry-0").await?;
-    let outcomes: Vec<&str> = log.iter().map(|(o, _, _)| o.as_str()).collect();
-    assert_eq!(outcomes, ["retry", "retry", "delivered"]);
+    assert_outcomes(&client, "retry-0", [Retry, Retry, Delivered]).await?;
     let errors: Vec<Option<String>> = client
         .query(
             "SELECT error FROM txoutbox_attempts ORDER BY started_at, finished_at",
@@ -203,12 +185,7 @@ async fn each_attempt_forwards_its_own_span_of_the_enqueued_trace() -> TestResul
     // Retry-After is honoured up to the policy's cap: give this policy room for 1.5 s.
     let mut policy = quick_retry(5);
     policy.retry.cap = Duration::from_secs(5);
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", sink.clone())
-            .policy("email", policy)
-            .build()?,
-    );
+    let relay = email_relay(&db, sink.clone(), policy)?;
     assert_eq!(sink.recorder.wait_for(2, Duration::from_secs(10)).await, 2);
     relay.stop().await?;
     let forwarded: Vec<txoutbox::telemetry::Traceparent> = sink
@@ -246,9 +223,7 @@ async fn each_attempt_forwards_its_own_span_of_the_enqueued_trace() -> TestResul
 
 #[tokio::test]
 async fn retry_after_from_the_sink_is_honoured() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "later", 1).await?;
+    let (db, client) = db_with_pending("email", "later", 1).await?;
     let sink = ScriptedSink::new([Err(DeliveryError::retry_after(
         "429 slow down",
         Duration::from_millis(1500),
@@ -256,12 +231,7 @@ async fn retry_after_from_the_sink_is_honoured() -> TestResult {
     // Retry-After is honoured up to the policy's cap: give this policy room for 1.5 s.
     let mut policy = quick_retry(5);
     policy.retry.cap = Duration::from_secs(5);
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", sink.clone())
-            .policy("email", policy)
-            .build()?,
-    );
+    let relay = email_relay(&db, sink.clone(), policy)?;
     assert_eq!(sink.recorder.wait_for(2, Duration::from_secs(10)).await, 2);
     relay.stop().await?;
     let calls = sink.recorder.deliveries();
@@ -289,27 +259,17 @@ async fn retry_after_from_the_sink_is_honoured() -> TestResult {
 
 #[tokio::test]
 async fn a_permanent_error_dead_letters_at_once() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "perm", 1).await?;
+    let (db, client) = db_with_pending("email", "perm", 1).await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("550 no such user"))]);
-    let relay = RunningRelay::start(
+    let mut events = RelayEvents::new();
+    let relay = events.start(
         db.relay()?
             .sink("email", sink.clone())
-            .policy("email", quick_retry(5))
-            .build()?,
-    );
-    assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-            1,
-            Duration::from_secs(10)
-        )
-        .await?,
-        1
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+            .policy("email", quick_retry(5)),
+    )?;
+    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
+    // A claim begun after the dead letter: a retry it took would be called before the stop ends.
+    events.claims(2).await?;
     relay.stop().await?;
     assert_eq!(sink.recorder.count(), 1, "not retried");
     let row = client
@@ -328,27 +288,11 @@ async fn a_permanent_error_dead_letters_at_once() -> TestResult {
 
 #[tokio::test]
 async fn the_last_attempt_dead_letters() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "max", 1).await?;
+    let (db, client) = db_with_pending("email", "max", 1).await?;
     let sink =
         ScriptedSink::new((0..10).map(|i| Err(DeliveryError::retryable(format!("fail {i}")))));
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", sink.clone())
-            .policy("email", quick_retry(3))
-            .build()?,
-    );
-    assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-            1,
-            Duration::from_secs(10)
-        )
-        .await?,
-        1
-    );
+    let relay = email_relay(&db, sink.clone(), quick_retry(3))?;
+    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
     assert_eq!(sink.recorder.count(), 3);
     let last_error: String = client
@@ -356,31 +300,15 @@ async fn the_last_attempt_dead_letters() -> TestResult {
         .await?
         .get(0);
     assert_eq!(last_error, "gave up after 3 attempts: fail 2");
-    let outcomes: Vec<String> = attempt_log(&client, "max-0")
-        .await?
-        .into_iter()
-        .map(|(o, _, _)| o)
-        .collect();
-    assert_eq!(outcomes, ["retry", "retry", "failed"]);
+    assert_outcomes(&client, "max-0", [Retry, Retry, Failed]).await?;
     Ok(())
 }
 
 #[tokio::test]
 async fn an_unknown_destination_is_a_recorded_permanent_error() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "carrier-pigeon", "coo", 1).await?;
+    let (db, client) = db_with_pending("carrier-pigeon", "coo", 1).await?;
     let relay = RunningRelay::start(db.relay()?.sink("email", RecordingSink::new()).build()?);
-    assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-            1,
-            Duration::from_secs(10)
-        )
-        .await?,
-        1
-    );
+    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
     let last_error: String = client
         .query_one("SELECT last_error FROM txoutbox_messages", &[])
@@ -409,24 +337,11 @@ impl Sink for PanicsOnBoom {
 
 #[tokio::test]
 async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "boom", 5).await?;
+    let (db, client) = db_with_pending("email", "boom", 5).await?;
     let sink = PanicsOnBoom::default();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", sink.clone())
-            .policy("email", quick_retry(3))
-            .build()?,
-    );
+    let relay = email_relay(&db, sink.clone(), quick_retry(3))?;
     assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_delivered",
-            5,
-            Duration::from_secs(10)
-        )
-        .await?,
+        wait_until(&client, |c| c.delivered >= 5).await?.delivered,
         5
     );
     relay.stop().await?;
@@ -445,9 +360,7 @@ async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
 
 #[tokio::test]
 async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "slow", "s", 4).await?;
+    let (db, mut client) = db_with_pending("slow", "s", 4).await?;
     let slow = SlowSink(RecordingSink::new(), Duration::from_secs(5));
     let fast = RecordingSink::new();
     let relay = RunningRelay::start(
@@ -461,7 +374,8 @@ async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
             .sink("fast", fast.clone())
             .build()?,
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The slow rows are out: their calls hold four of the eight slots.
+    wait_until(&client, |c| c.in_flight >= 4).await?;
     pending_many(&mut client, "fast", "f", 20).await?;
     assert_eq!(fast.wait_for(20, Duration::from_secs(3)).await, 20);
     assert_eq!(slow.0.count(), 0, "the slow deliveries are still running");
@@ -469,15 +383,17 @@ async fn a_slow_sink_does_not_stall_other_destinations() -> TestResult {
     Ok(())
 }
 
-/// Delivers after a short random pause, so concurrent deliveries interleave.
+/// Delivers after a random number of yields, so concurrent deliveries interleave.
 #[derive(Clone, Default)]
 struct JitterSink(RecordingSink);
 
 #[async_trait::async_trait]
 impl Sink for JitterSink {
     async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
-        let pause = rand::random_range(0..5);
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+        // Yield a random number of times: the other deliveries run in between.
+        for _ in 0..rand::random_range(0..20) {
+            tokio::task::yield_now().await;
+        }
         self.0.deliver(d).await
     }
 }
@@ -553,9 +469,12 @@ async fn a_dead_head_blocks_its_ordering_key_only() -> TestResult {
         }
     }
     let sink = FailsA0::default();
-    let relay = RunningRelay::start(db.relay()?.sink("events", sink.clone()).build()?);
+    let mut events = RelayEvents::new();
+    let relay = events.start(db.relay()?.sink("events", sink.clone()))?;
     assert_eq!(sink.0.wait_for(2, Duration::from_secs(10)).await, 2);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until(&client, |c| c.failed >= 1).await?;
+    // A claim begun after the head was dead-lettered: a-1, taken, would be called by the stop.
+    events.claims(2).await?;
     relay.stop().await?;
     let keys: Vec<String> = sink.0.keys();
     assert_eq!(
@@ -563,14 +482,7 @@ async fn a_dead_head_blocks_its_ordering_key_only() -> TestResult {
         ["b-0", "b-1"],
         "key b flows; a-1 waits behind its dead head"
     );
-    let waiting: String = client
-        .query_one(
-            "SELECT status FROM txoutbox_messages WHERE downstream_key = 'a-1'",
-            &[],
-        )
-        .await?
-        .get(0);
-    assert_eq!(waiting, "pending");
+    assert_eq!(status(&client, "a-1").await?, Some(MessageStatus::Pending));
     Ok(())
 }
 
@@ -630,9 +542,8 @@ async fn a_claim_that_raced_the_heads_completion_does_not_hold_the_next_row_back
             .sink("events", sink.clone())
             .build()?,
     );
-    let in_flight = "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'";
     assert_eq!(
-        wait_for_count(&client, in_flight, 1, Duration::from_secs(10)).await?,
+        wait_until(&client, |c| c.in_flight >= 1).await?.in_flight,
         1
     );
     let tx = client.transaction().await?;
@@ -662,11 +573,10 @@ async fn a_claim_that_raced_the_heads_completion_does_not_hold_the_next_row_back
         2
     );
     head.commit().await?;
-    let completed = "SELECT count(*) FROM txoutbox_delivered WHERE downstream_key = 'k-0'";
-    assert_eq!(
-        wait_for_count(&client, completed, 1, Duration::from_secs(10)).await?,
-        1
-    );
+    eventually_async("k-0 is delivered", || async {
+        Ok(status(&client, "k-0").await? == Some(MessageStatus::Delivered))
+    })
+    .await?;
     // Only now does the claim, whose snapshot still holds the head, reach the next row.
     gate.commit().await?;
 
@@ -687,23 +597,13 @@ async fn a_postgres_restart_while_relaying_loses_no_row() -> TestResult {
     let mut client = db.connect().await?;
     pending_many(&mut client, "email", "restart", 3_000).await?;
     drop(client);
-    let sink = SlowSink(RecordingSink::new(), Duration::from_millis(2));
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(restart_config())
-            .sink("email", sink.clone())
-            .build()?,
-    );
-    let drained = drain_through_a_restart(&cluster, &db, relay, &sink.0, 300, 3_000).await?;
+    let drained = drain_across_a_restart(&cluster, &db, &["email"], 3_000).await?;
     let client = db.connect().await?;
     assert_eq!(
         drained.delivered, 3_000,
         "every row delivered after the restart"
     );
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
-        0
-    );
+    assert_eq!(counts(&client).await?.hot(), 0);
     assert_eq!(
         drained.distinct_keys, 3_000,
         "at least once: every key reached the sink"
@@ -728,9 +628,7 @@ impl Sink for PausedSink {
 
 #[tokio::test]
 async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "fence", 1).await?;
+    let (db, client) = db_with_pending("email", "fence", 1).await?;
     // Relay A is paused mid-call past A's lease; relay B takes the row over and delivers it.
     let sleepy = PausedSink(RecordingSink::new(), Duration::from_millis(2500));
     // A runs on a runtime of its own, as a process of its own would.
@@ -748,12 +646,9 @@ async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> Test
             .sink("email", paused)
             .build()?)
     })?;
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE lease_owner = 'relay-a'",
-        1,
-        Duration::from_secs(5),
-    )
+    eventually_async("relay-a holds the row", || async {
+        Ok(leased_by(&client, "relay-a").await? == 1)
+    })
     .await?;
     let fast = RecordingSink::new();
     let b = RunningRelay::start(
@@ -769,7 +664,8 @@ async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> Test
     );
     assert_eq!(fast.wait_for(1, Duration::from_secs(10)).await, 1);
     assert_eq!(sleepy.0.wait_for(1, Duration::from_secs(10)).await, 1);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A's fenced-out completion is logged too: expired, delivered by B, lease lost.
+    wait_until(&client, |c| c.attempts >= 3).await?;
     a.stop().await?;
     b.stop().await?;
     let delivered_by: Vec<(i32, String)> = client
@@ -821,87 +717,46 @@ async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> Test
 #[tokio::test]
 async fn an_at_most_once_row_whose_relay_died_mid_attempt_is_unknown_not_redelivered() -> TestResult
 {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "sms", "amo", 1).await?;
+    let (db, client) = db_with_pending("sms", "amo", 1).await?;
     let at_most_once = DestinationPolicy {
         semantics: Semantics::AtMostOnce,
         ..DestinationPolicy::default()
     };
-    let first_sink = HangAfter::new(RecordingSink::new());
-    let delivered = first_sink.delivered.clone();
-    let builder = db.relay()?;
     let policy = at_most_once.clone();
-    let first = CrashableRelay::start(move || {
-        Ok(builder
-            .config(RelayConfig::default().with_lease(Duration::from_millis(500)))
-            .sink("sms", first_sink)
-            .policy("sms", policy)
-            .build()?)
-    })?;
-    tokio::time::timeout(Duration::from_secs(10), delivered.notified()).await?;
-    first.kill();
+    kill_after_a_call(&db, "sms", move |relay| relay.policy("sms", policy)).await?;
     let second_sink = RecordingSink::new();
-    let second = RunningRelay::start(
+    let mut events = RelayEvents::new();
+    let second = events.start(
         db.relay()?
             .sink("sms", second_sink.clone())
-            .policy("sms", at_most_once)
-            .build()?,
-    );
-    assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'unknown'",
-            1,
-            Duration::from_secs(10)
-        )
-        .await?,
-        1
-    );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+            .policy("sms", at_most_once),
+    )?;
+    assert_eq!(wait_until(&client, |c| c.unknown >= 1).await?.unknown, 1);
+    // A claim begun after the row became unknown: had it taken it, the stop would let it call.
+    events.claims(2).await?;
     second.stop().await?;
     assert_eq!(second_sink.count(), 0, "never redelivered blindly");
-    let outcomes: Vec<String> = attempt_log(&client, "amo-0")
-        .await?
-        .into_iter()
-        .map(|(o, _, _)| o)
-        .collect();
-    assert_eq!(outcomes, ["unknown"]);
+    assert_outcomes(&client, "amo-0", [Unknown]).await?;
     Ok(())
 }
 
 #[tokio::test]
 async fn shutdown_lets_in_flight_deliveries_finish() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "drain", 10).await?;
+    let (db, client) = db_with_pending("email", "drain", 10).await?;
     let sink = SlowSink(RecordingSink::new(), Duration::from_millis(500));
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
-        10,
-        Duration::from_secs(5),
-    )
-    .await?;
+    wait_until(&client, |c| c.in_flight >= 10).await?;
     let report = relay.stop().await?;
     assert_eq!(report.released, 0);
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
-        10
-    );
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_messages").await?,
-        0
-    );
+    let after = counts(&client).await?;
+    assert_eq!(after.delivered, 10);
+    assert_eq!(after.hot(), 0);
     Ok(())
 }
 
 #[tokio::test]
 async fn shutdown_releases_what_does_not_finish_within_the_grace_period() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "cut", 5).await?;
+    let (db, client) = db_with_pending("email", "cut", 5).await?;
     let sink = SlowSink(RecordingSink::new(), Duration::from_secs(60));
     let relay = RunningRelay::start(
         db.relay()?
@@ -909,26 +764,21 @@ async fn shutdown_releases_what_does_not_finish_within_the_grace_period() -> Tes
             .sink("email", sink)
             .build()?,
     );
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
-        5,
-        Duration::from_secs(5),
-    )
-    .await?;
+    wait_until(&client, |c| c.in_flight >= 5).await?;
     let report = relay.stop().await?;
     assert_eq!(report.released, 5);
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_messages WHERE status = 'pending' AND lease_owner IS NULL AND lease_token IS NULL").await?,
-        5,
-        "none is left leased"
-    );
-    let outcomes: Vec<String> = attempt_log(&client, "cut-0")
+    assert_eq!(counts(&client).await?.pending, 5);
+    let leases: Vec<(Option<String>, Option<i64>)> = client
+        .query(
+            "SELECT lease_owner, lease_token FROM txoutbox_messages",
+            &[],
+        )
         .await?
-        .into_iter()
-        .map(|(o, _, _)| o)
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
         .collect();
-    assert_eq!(outcomes, ["released"]);
+    assert_eq!(leases, vec![(None, None); 5], "none is left leased");
+    assert_outcomes(&client, "cut-0", [Released]).await?;
     Ok(())
 }
 
@@ -937,17 +787,21 @@ async fn poll_only_mode_delivers_without_listen() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
     let sink = RecordingSink::new();
+    let mut events = RelayEvents::new();
     let relay = RunningRelay::start(
         db.relay()?
             .config(
-                RelayConfig::default()
-                    .with_wake(WakeMode::PollOnly)
-                    .with_poll_interval(Duration::from_millis(100)),
+                events.config(
+                    RelayConfig::default()
+                        .with_wake(WakeMode::PollOnly)
+                        .with_poll_interval(Duration::from_millis(100)),
+                ),
             )
             .sink("email", sink.clone())
             .build()?,
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The first claim found nothing: the rows are found by a poll.
+    events.wait_for(|e| *e == RelayEvent::Idle).await?;
     pending_many(&mut client, "email", "poll", 3).await?;
     assert_eq!(sink.wait_for(3, Duration::from_secs(10)).await, 3);
     relay.stop().await?;
@@ -959,19 +813,17 @@ async fn the_write_paths_hint_wakes_a_listening_relay_before_its_poll() -> TestR
     let db = test_db().await?;
     let mut client = db.connect().await?;
     let sink = RecordingSink::new();
+    let mut events = RelayEvents::new();
     let relay = db
         .relay()?
-        .config(RelayConfig::default().with_poll_interval(Duration::from_secs(300)))
+        .config(events.config(RelayConfig::default().with_poll_interval(Duration::from_secs(300))))
         .sink("email", sink.clone())
         .build()?;
     let probe = relay.clone();
     let running = RunningRelay::start(relay);
-    let start = std::time::Instant::now();
-    while !probe.listener_connected() && start.elapsed() < Duration::from_secs(10) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // Let the first (empty) claim pass, so the relay is waiting on its 300 s poll.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually("the relay listens", || probe.listener_connected()).await?;
+    // The first (empty) claim has passed: the relay is waiting on its 300 s poll.
+    events.wait_for(|e| *e == RelayEvent::Idle).await?;
     pending_many(&mut client, "email", "hint", 1).await?;
     txoutbox::relay::RelayWaker::spawn(db.pool(1)?).wake();
     assert_eq!(
@@ -983,87 +835,46 @@ async fn the_write_paths_hint_wakes_a_listening_relay_before_its_poll() -> TestR
     Ok(())
 }
 
-/// Records each delivered row's receipt into the service's own table, in the completion
-/// transaction; fails when told to.
-#[derive(Clone)]
-struct MarkCharge {
-    fail: Arc<std::sync::atomic::AtomicBool>,
-}
-
-#[async_trait::async_trait]
-impl CompletionHook for MarkCharge {
-    async fn completed(
-        &self,
-        tx: &tokio_postgres::Transaction<'_>,
-        delivery: &Delivery,
-        completion: &Completion,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        if self.fail.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err("the service's table is locked".into());
-        }
-        let status = match completion {
-            Completion::Delivered(_) => "succeeded",
-            Completion::DeadLettered(_) => "failed",
-            other => return Err(format!("a completion this hook does not know: {other:?}").into()),
-        };
-        tx.execute(
-            "UPDATE charges SET status = $1 WHERE key = $2",
-            &[&status, &delivery.downstream_key],
-        )
-        .await?;
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_completion_hook_commits_with_the_completion() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    client
-        .batch_execute(
-            "CREATE TABLE charges (key text PRIMARY KEY, status text NOT NULL); \
-             INSERT INTO charges VALUES ('hook-0', 'pending')",
-        )
-        .await?;
+    charges_table(&client, &["hook-0"]).await?;
     pending_many(&mut client, "stripe", "hook", 1).await?;
-    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let hook = MarkCharge::failing();
     let sink = RecordingSink::new();
+    let mut events = RelayEvents::new();
     let relay = RunningRelay::start(
         db.relay()?
             .config(
-                RelayConfig::default()
-                    .with_lease(Duration::from_millis(500))
-                    .with_poll_interval(Duration::from_millis(50))
-                    .with_reclaim_interval(Duration::from_millis(100)),
+                events.config(
+                    RelayConfig::default()
+                        .with_lease(Duration::from_millis(500))
+                        .with_poll_interval(Duration::from_millis(50))
+                        .with_reclaim_interval(Duration::from_millis(100)),
+                ),
             )
             .sink("stripe", sink.clone())
-            .hook("stripe", MarkCharge { fail: fail.clone() })
+            .hook("stripe", hook.clone())
             .build()?,
     );
     assert_eq!(sink.wait_for(1, Duration::from_secs(10)).await, 1);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The first attempt's completion, with its failing hook, is done.
+    events
+        .wait_for(|e| matches!(e, RelayEvent::Completed { .. }))
+        .await?;
     assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
+        counts(&client).await?.delivered,
         0,
         "a failing hook rolls the completion back"
     );
-    fail.store(false, std::sync::atomic::Ordering::Relaxed);
+    hook.fail.store(false, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(
-        wait_for_count(
-            &client,
-            "SELECT count(*) FROM txoutbox_delivered",
-            1,
-            Duration::from_secs(10)
-        )
-        .await?,
+        wait_until(&client, |c| c.delivered >= 1).await?.delivered,
         1
     );
     relay.stop().await?;
-    let status: String = client
-        .query_one("SELECT status FROM charges", &[])
-        .await?
-        .get(0);
-    assert_eq!(status, "succeeded");
+    assert_eq!(charge_status(&client, "hook-0").await?, "succeeded");
     assert!(
         sink.count() >= 2,
         "redelivered after the lease, with the same key"
@@ -1083,7 +894,12 @@ async fn a_relay_stopped_during_its_first_heartbeat_leaves_no_row() -> TestResul
     let db = test_db().await?;
     let client = db.connect().await?;
     let mut blocker = db.connect().await?;
-    let relay = db.relay()?.sink("email", RecordingSink::new()).build()?;
+    let mut events = RelayEvents::new();
+    let relay = db
+        .relay()?
+        .config(events.config(relay_config()))
+        .sink("email", RecordingSink::new())
+        .build()?;
     let owner = relay.owner().to_owned();
     let hold = blocker.transaction().await?;
     hold.execute(
@@ -1104,12 +920,11 @@ async fn a_relay_stopped_during_its_first_heartbeat_leaves_no_row() -> TestResul
     .await?;
     assert_eq!(waiting, 1, "the relay's first heartbeat waits on the lock");
     let stopping = tokio::spawn(relay.stop());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    events.wait_for(|e| *e == RelayEvent::Stopping).await?;
     hold.rollback().await?;
     stopping.await??;
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_relays").await?,
-        0,
+    assert!(
+        txoutbox::admin::relays(&client).await?.is_empty(),
         "the stopped relay's row is gone"
     );
     Ok(())

@@ -9,17 +9,23 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use txoutbox::admin::AttemptOutcome::{Delivered, Failed as DeadLettered, Retry};
 use txoutbox::{
     enqueue,
     relay::{DestinationPolicy, RelayConfig, RetryPolicy, Semantics},
-    sink::{Completion, CompletionHook, Delivery, DeliveryError, Receipt, Sink},
+    sink::{Delivery, DeliveryError, Receipt, Sink},
     OutboxMessage,
 };
+use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::{pending, pending_many};
-use txoutbox_test_support::relay::{
-    quick_retry, CrashableRelay, HangAfter, RecordingSink, RunningRelay,
+use txoutbox_test_support::hooks::{charge_status, charges_table, MarkCharge};
+use txoutbox_test_support::relay::relay_config;
+use txoutbox_test_support::relay::{quick_retry, RecordingSink, RunningRelay};
+use txoutbox_test_support::{
+    assert_outcomes, count, counts, counts_for, due, eventually, eventually_async,
+    kill_after_a_call, other_sessions_ended, test_db, wait_for_count, wait_until, Counts,
+    RelayEvent, RelayEvents, TestDb,
 };
-use txoutbox_test_support::{count, test_db, wait_for_count, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -86,6 +92,19 @@ impl HotTableReads {
     }
 }
 
+/// A test database arranged by `setup` (SQL), drained by [`drain_email_reading_the_hot_table`]:
+/// the database, a client, the sink and what the relay read.
+async fn drain_after(
+    setup: &str,
+    deliveries: usize,
+) -> anyhow::Result<(TestDb, tokio_postgres::Client, RecordingSink, HotTableReads)> {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    client.batch_execute(setup).await?;
+    let (sink, read) = drain_email_reading_the_hot_table(&db, &client, deliveries).await?;
+    Ok((db, client, sink, read))
+}
+
 /// Runs a relay claiming 100 rows at a time until its `email` sink has `deliveries` calls, then
 /// stops it; returns the sink and what the relay read of the hot table meanwhile.
 async fn drain_email_reading_the_hot_table(
@@ -112,7 +131,7 @@ async fn drain_email_reading_the_hot_table(
     );
     relay.stop().await?;
     // The relay's backends report their statistics as they exit.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    other_sessions_ended(client).await?;
     Ok((sink, HotTableReads::now(client).await?.since(before)))
 }
 
@@ -134,23 +153,13 @@ async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResul
             .policy("webhook", quick_retry(3))
             .build()?,
     );
-    let failed = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-        1,
-        Duration::from_secs(15),
-    )
-    .await?;
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        10,
-        Duration::from_secs(15),
-    )
-    .await?;
+    let reached = wait_until(&client, |c| c.failed >= 1 && c.delivered >= 10).await?;
     relay.stop().await?;
-    assert_eq!(failed, 1, "the poisoned row is dead-lettered on its own");
-    assert_eq!(delivered, 10, "every other row is delivered");
+    assert_eq!(
+        reached.failed, 1,
+        "the poisoned row is dead-lettered on its own"
+    );
+    assert_eq!(reached.delivered, 10, "every other row is delivered");
     assert!(
         calls_per_key(&good).values().all(|&n| n == 1),
         "each good row was handed to its sink once: {:?}",
@@ -165,15 +174,8 @@ async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResul
         .get(0);
     assert!(error.contains("binary"), "{error}");
     assert!(!error.contains('\0'));
-    assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_attempts WHERE downstream_key = 'poison'"
-        )
-        .await?,
-        3,
-        "every attempt is in the log"
-    );
+    // Every attempt is in the log.
+    assert_outcomes(&client, "poison", [Retry, Retry, DeadLettered]).await?;
     Ok(())
 }
 
@@ -194,16 +196,11 @@ async fn a_retry_after_of_ten_trillion_seconds_waits_the_policys_cap() -> TestRe
             .policy("stripe", policy)
             .build()?,
     );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
+    let delivered = wait_until(&client, |c| c.delivered >= 1).await?.delivered;
     relay.stop().await?;
     assert_eq!(delivered, 1, "retried at the cap, then delivered");
     assert_eq!(sink.recorder.count(), 2);
+    assert_outcomes(&client, "later", [Retry, Delivered]).await?;
     Ok(())
 }
 
@@ -233,25 +230,12 @@ async fn a_completion_the_database_refuses_does_not_hold_its_batch() -> TestResu
             .policy("webhook", quick_retry(2))
             .build()?,
     );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        20,
-        Duration::from_secs(15),
-    )
-    .await?;
-    let failed = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-        1,
-        Duration::from_secs(15),
-    )
-    .await?;
+    let reached = wait_until(&client, |c| c.delivered >= 20 && c.failed >= 1).await?;
     relay.stop().await?;
-    assert_eq!(delivered, 20);
+    assert_eq!(reached.delivered, 20);
     assert!(calls_per_key(&good).values().all(|&n| n == 1));
     assert_eq!(
-        failed, 1,
+        reached.failed, 1,
         "the refused row is retried and dead-lettered on its own"
     );
     let error: String = client
@@ -270,9 +254,7 @@ async fn a_completion_the_database_refuses_does_not_hold_its_batch() -> TestResu
 
 #[tokio::test]
 async fn shutdown_returns_in_time_when_no_completion_can_be_written() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "wedged", 100).await?;
+    let (db, client) = db_with_pending("email", "wedged", 100).await?;
     // Every delivered completion waits for this lock: the completer is wedged.
     let mut locker = db.connect().await?;
     let lock = locker.transaction().await?;
@@ -310,13 +292,7 @@ async fn shutdown_returns_in_time_when_no_completion_can_be_written() -> TestRes
     // Nothing is lost: another relay delivers every row once the leases are back.
     let second = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink("email", second.clone()).build()?);
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        100,
-        Duration::from_secs(30),
-    )
-    .await?;
+    let delivered = wait_until(&client, |c| c.delivered >= 100).await?.delivered;
     relay.stop().await?;
     assert_eq!(delivered, 100);
     Ok(())
@@ -364,58 +340,42 @@ async fn a_shutdown_during_a_claim_leaves_no_row_leased() -> TestResult {
     )
     .await?;
     relay.stop().await?;
-    // Whatever the claim committed on the server has had time to land.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Whatever the claim committed on the server has landed once its session has ended: no
+    // statement of the stopped relay can lease a row after this.
+    other_sessions_ended(&client).await?;
     assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'"
-        )
-        .await?,
+        counts(&client).await?.in_flight,
         0,
         "no row is left leased by the relay that stopped"
     );
     assert_eq!(sink.count(), 0, "the sink was never called");
-    // A second relay, after every lease the first could have held has expired, finds no
-    // at-most-once row to give up on: none was ever sent.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A second relay finds no at-most-once row to give up on: none was ever sent, and no lease
+    // of the first is left to expire.
     let relay = RunningRelay::start(
         db.relay()?
             .sink("sms", sink.clone())
             .policy("sms", at_most_once)
             .build()?,
     );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        50,
-        Duration::from_secs(20),
-    )
-    .await?;
+    let reached = wait_until(&client, |c| c.delivered >= 50).await?;
     relay.stop().await?;
-    assert_eq!(delivered, 50);
+    assert_eq!(reached.delivered, 50);
     assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'unknown'"
-        )
-        .await?,
-        0,
-        "unknown only where a call was started"
+        reached.attempts, 50,
+        "one attempt a row, each delivered: unknown only where a call was started"
     );
     assert_eq!(sink.count(), 50);
     Ok(())
 }
 
-/// Sleeps on the first call of each row (past the lease), answers at once after; records how many
-/// calls of one row ran at the same time, and when each call began and ended (a call cut off by
-/// the relay ends when its future is dropped).
+/// Never answers the first call of each row, answers at once after; records how many calls of one
+/// row ran at the same time, and when each call began and ended (a call cut off by the relay ends
+/// when its future is dropped).
 #[derive(Clone, Default)]
 struct SlowFirstCall {
     running: Arc<Mutex<HashMap<String, usize>>>,
     most_at_once: Arc<AtomicUsize>,
     calls: Arc<Mutex<Vec<Call>>>,
-    first: Duration,
 }
 
 /// One call: the row's key, when it began, when it ended.
@@ -431,6 +391,16 @@ impl Drop for CallGuard {
         if let Ok(mut calls) = self.0.calls.lock() {
             calls[self.2].2 = Some(Instant::now());
         }
+    }
+}
+
+impl SlowFirstCall {
+    /// True when every call made so far has ended.
+    fn all_ended(&self) -> bool {
+        self.calls
+            .lock()
+            .map(|c| c.iter().all(|(_, _, end)| end.is_some()))
+            .unwrap_or(false)
     }
 }
 
@@ -458,22 +428,17 @@ impl Sink for SlowFirstCall {
             .unwrap_or(0);
         let _guard = CallGuard(self.clone(), key, index);
         if d.attempt == 1 {
-            tokio::time::sleep(self.first).await;
+            // Never answers: only the relay's limit on one call ends it.
+            std::future::pending::<()>().await;
         }
         Ok(Receipt::new("ok"))
     }
 }
 
-#[tokio::test]
-async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending(&mut client, "webhook", "slow").await?;
-    let sink = SlowFirstCall {
-        first: Duration::from_secs(3),
-        ..SlowFirstCall::default()
-    };
-    let relay = RunningRelay::start(
+/// A relay with a lease of 1 s (a call is cut off after 800 ms) that takes back expired leases
+/// every 50 ms, delivering `webhook` rows to `sink` with quick retries.
+fn cutting_off(db: &TestDb, sink: &SlowFirstCall) -> anyhow::Result<RunningRelay> {
+    Ok(RunningRelay::start(
         db.relay()?
             .config(
                 RelayConfig::default()
@@ -484,16 +449,19 @@ async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
             .sink("webhook", sink.clone())
             .policy("webhook", quick_retry(5))
             .build()?,
-    );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
-    // Past the end of the first call, had it not been cut off.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    ))
+}
+
+#[tokio::test]
+async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    pending(&mut client, "webhook", "slow").await?;
+    let sink = SlowFirstCall::default();
+    let relay = cutting_off(&db, &sink)?;
+    let delivered = wait_until(&client, |c| c.delivered >= 1).await?.delivered;
+    // Every call has ended (a first call not cut off would never end).
+    eventually("every call of the row has ended", || sink.all_ended()).await?;
     relay.stop().await?;
     assert_eq!(delivered, 1);
     assert_eq!(
@@ -538,30 +506,10 @@ async fn a_cut_off_head_ends_before_the_next_row_of_its_key_starts() -> TestResu
         .collect::<Result<Vec<_>, _>>()?;
     enqueue(&tx, &messages).await?;
     tx.commit().await?;
-    let sink = SlowFirstCall {
-        first: Duration::from_secs(4),
-        ..SlowFirstCall::default()
-    };
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(
-                RelayConfig::default()
-                    .with_lease(Duration::from_secs(1))
-                    .with_poll_interval(Duration::from_millis(20))
-                    .with_reclaim_interval(Duration::from_millis(50)),
-            )
-            .sink("webhook", sink.clone())
-            .policy("webhook", quick_retry(5))
-            .build()?,
-    );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        2,
-        Duration::from_secs(15),
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let sink = SlowFirstCall::default();
+    let relay = cutting_off(&db, &sink)?;
+    let delivered = wait_until(&client, |c| c.delivered >= 2).await?.delivered;
+    // A head call still running (not cut off) counts as ending now, after the next row began.
     relay.stop().await?;
     assert_eq!(delivered, 2);
     let calls = sink.calls.lock().map(|c| c.clone()).unwrap_or_default();
@@ -622,15 +570,11 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
     assert_eq!(sink.wait_for(2000, Duration::from_secs(60)).await, 2000);
     // The rows behind the dead head are out of the due range: a claim's index range scan
     // (`next_attempt_at <= now()`) no longer reaches them.
-    let still_due = count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE downstream_key LIKE 'behind-%' \
-         AND next_attempt_at <= now()",
-    )
-    .await?;
+    // (Every `events` row but the dead head is behind it.)
+    let still_due = due(&client, "events").await?;
     relay.stop().await?;
     // The relay's backends report their statistics as they exit.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    other_sessions_ended(&client).await?;
     client
         .batch_execute("SELECT pg_stat_clear_snapshot()")
         .await?;
@@ -641,13 +585,13 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
     // prune them, so the figure is printed, not asserted.
     assert_eq!(still_due, 0, "every row behind the dead head was parked");
     assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE downstream_key LIKE 'behind-%' \
-             AND status = 'pending'"
-        )
-        .await?,
-        20_000,
+        counts_for(&client, "events").await?,
+        Counts {
+            pending: 20_000,
+            failed: 1,
+            keys: 0,
+            ..Counts::default()
+        },
         "the rows behind the dead head still wait"
     );
     Ok(())
@@ -662,34 +606,19 @@ async fn the_default_policy_at_most_once_applies_to_every_destination() -> TestR
         semantics: Semantics::AtMostOnce,
         ..DestinationPolicy::default()
     };
-    let first_sink = HangAfter::new(RecordingSink::new());
-    let delivered = first_sink.delivered.clone();
-    let builder = db.relay()?;
     let policy = at_most_once.clone();
-    let first = CrashableRelay::start(move || {
-        Ok(builder
-            .config(RelayConfig::default().with_lease(Duration::from_millis(500)))
-            .sink("sms", first_sink)
-            .default_policy(policy)
-            .build()?)
-    })?;
-    tokio::time::timeout(Duration::from_secs(10), delivered.notified()).await?;
-    first.kill();
+    kill_after_a_call(&db, "sms", move |relay| relay.default_policy(policy)).await?;
     let second_sink = RecordingSink::new();
-    let second = RunningRelay::start(
+    let mut events = RelayEvents::new();
+    let second = events.start(
         db.relay()?
             .sink("sms", second_sink.clone())
-            .default_policy(at_most_once)
-            .build()?,
-    );
-    let unknown = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'unknown'",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+            .default_policy(at_most_once),
+    )?;
+    let unknown = wait_until(&client, |c| c.unknown >= 1).await?.unknown;
+    // Two claims end after the row became unknown: the second began after it. A delivery they
+    // started would be finished by the stop.
+    events.claims(2).await?;
     second.stop().await?;
     assert_eq!(unknown, 1);
     assert_eq!(second_sink.count(), 0, "never redelivered blindly");
@@ -709,8 +638,10 @@ async fn an_at_most_once_call_without_an_answer_is_unknown_and_not_repeated() ->
     let push = txoutbox_test_support::relay::ScriptedSink::new([Err(
         DeliveryError::indeterminate("timed out after sending"),
     )]);
+    let mut events = RelayEvents::new();
     let relay = RunningRelay::start(
         db.relay()?
+            .config(events.config(relay_config()))
             .sink("sms", sms.clone())
             .sink("push", push.clone())
             .policy(
@@ -723,25 +654,17 @@ async fn an_at_most_once_call_without_an_answer_is_unknown_and_not_repeated() ->
             .policy("push", quick_retry(5))
             .build()?,
     );
-    let unknown = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'unknown'",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reached = wait_until(&client, |c| c.unknown >= 1 && c.delivered >= 1).await?;
+    // A claim that began after both outcomes were written: had it taken a row again, the stop
+    // would let its call finish.
+    events.claims(2).await?;
     relay.stop().await?;
-    assert_eq!(unknown, 1);
+    assert_eq!(reached.unknown, 1);
     assert_eq!(sms.0.count(), 1, "an at-most-once call is made once");
-    assert_eq!(delivered, 1, "an at-least-once one is retried with its key");
+    assert_eq!(
+        reached.delivered, 1,
+        "an at-least-once one is retried with its key"
+    );
     assert_eq!(push.recorder.count(), 2);
     Ok(())
 }
@@ -795,82 +718,24 @@ fn a_sink_whose_timeout_does_not_fit_in_the_lease_is_refused() -> TestResult {
     Ok(())
 }
 
-/// Marks a charge succeeded; fails while `fail` is set, or waits for `gate` when given.
-struct MarkCharge {
-    fail: Arc<std::sync::atomic::AtomicBool>,
-    entered: Arc<tokio::sync::Notify>,
-    gate: Option<Arc<tokio::sync::Semaphore>>,
-}
-
-#[async_trait::async_trait]
-impl CompletionHook for MarkCharge {
-    async fn completed(
-        &self,
-        tx: &tokio_postgres::Transaction<'_>,
-        delivery: &Delivery,
-        completion: &Completion,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        self.entered.notify_one();
-        if let Some(gate) = &self.gate {
-            let _ = gate.acquire().await?;
-        }
-        if self.fail.load(Ordering::Relaxed) {
-            return Err("the charges table is locked".into());
-        }
-        if let Completion::Delivered(_) = completion {
-            tx.execute(
-                "UPDATE charges SET status = 'succeeded' WHERE key = $1",
-                &[&delivery.downstream_key],
-            )
-            .await?;
-        }
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_failing_hook_keeps_the_attempt_and_its_receipt_in_the_log() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    client
-        .batch_execute(
-            "CREATE TABLE charges (key text PRIMARY KEY, status text NOT NULL); \
-             INSERT INTO charges VALUES ('hooked', 'pending')",
-        )
-        .await?;
+    charges_table(&client, &["hooked"]).await?;
     pending(&mut client, "stripe", "hooked").await?;
-    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let entered = Arc::new(tokio::sync::Notify::new());
+    let hook = MarkCharge::failing();
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(
         db.relay()?
             .sink("stripe", sink.clone())
             .policy("stripe", quick_retry(5))
-            .hook(
-                "stripe",
-                MarkCharge {
-                    fail: fail.clone(),
-                    entered: entered.clone(),
-                    gate: None,
-                },
-            )
+            .hook("stripe", hook.clone())
             .build()?,
     );
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_attempts",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
-    fail.store(false, Ordering::Relaxed);
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
+    wait_until(&client, |c| c.attempts >= 1).await?;
+    hook.fail.store(false, Ordering::Relaxed);
+    let delivered = wait_until(&client, |c| c.delivered >= 1).await?.delivered;
     relay.stop().await?;
     assert_eq!(delivered, 1);
     let row = client
@@ -891,11 +756,7 @@ async fn a_failing_hook_keeps_the_attempt_and_its_receipt_in_the_log() -> TestRe
         .as_deref()
         .is_some_and(|e| e.contains("the completion hook failed")
             && e.contains("the charges table is locked")));
-    let status: String = client
-        .query_one("SELECT status FROM charges", &[])
-        .await?
-        .get(0);
-    assert_eq!(status, "succeeded");
+    assert_eq!(charge_status(&client, "hooked").await?, "succeeded");
     Ok(())
 }
 
@@ -903,57 +764,36 @@ async fn a_failing_hook_keeps_the_attempt_and_its_receipt_in_the_log() -> TestRe
 async fn a_slow_hook_does_not_hold_other_completions() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    client
-        .batch_execute(
-            "CREATE TABLE charges (key text PRIMARY KEY, status text NOT NULL); \
-             INSERT INTO charges VALUES ('slow-hook', 'pending')",
-        )
-        .await?;
+    charges_table(&client, &["slow-hook"]).await?;
     pending(&mut client, "stripe", "slow-hook").await?;
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let entered = Arc::new(tokio::sync::Notify::new());
+    let hook = MarkCharge::gated(gate.clone());
     let relay = RunningRelay::start(
         db.relay()?
             .sink("stripe", RecordingSink::new())
             .sink("email", RecordingSink::new())
-            .hook(
-                "stripe",
-                MarkCharge {
-                    fail: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-                    entered: entered.clone(),
-                    gate: Some(gate.clone()),
-                },
-            )
+            .hook("stripe", hook.clone())
             .build()?,
     );
-    tokio::time::timeout(Duration::from_secs(10), entered.notified()).await?;
+    tokio::time::timeout(Duration::from_secs(10), hook.entered.notified()).await?;
     pending_many(&mut client, "email", "meanwhile", 20).await?;
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered WHERE destination = 'email'",
-        20,
-        Duration::from_secs(10),
-    )
-    .await?;
+    // The stripe row cannot be delivered while its hook waits: what is delivered is email's.
+    wait_until(&client, |c| c.delivered >= 20).await?;
+    let delivered = counts_for(&client, "email").await?.delivered;
     gate.add_permits(1);
-    let charged = wait_for_count(
-        &client,
-        "SELECT count(*) FROM charges WHERE status = 'succeeded'",
-        1,
-        Duration::from_secs(10),
-    )
+    eventually_async("the charge is marked", || async {
+        Ok(charge_status(&client, "slow-hook").await? != "pending")
+    })
     .await?;
     relay.stop().await?;
     assert_eq!(delivered, 20, "completed while the hook was still running");
-    assert_eq!(charged, 1);
+    assert_eq!(charge_status(&client, "slow-hook").await?, "succeeded");
     Ok(())
 }
 
 #[tokio::test]
 async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "row", 3_000).await?;
+    let (db, client) = db_with_pending("email", "row", 3_000).await?;
     // Every new session of this role in this database: 1 ms, less than claiming 500 rows takes.
     client
         .batch_execute(&format!(
@@ -976,13 +816,9 @@ async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestRe
             .sink("email", sink.clone())
             .build()?,
     );
-    let delivered = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        3_000,
-        Duration::from_secs(30),
-    )
-    .await?;
+    let delivered = wait_until(&client, |c| c.delivered >= 3_000)
+        .await?
+        .delivered;
     relay.stop().await?;
     assert_eq!(
         delivered, 3_000,
@@ -995,13 +831,10 @@ async fn a_statement_timeout_set_on_the_role_does_not_stop_the_relay() -> TestRe
 #[tokio::test]
 async fn a_claim_meeting_rows_behind_failed_heads_reads_them_by_index_not_the_whole_hot_table(
 ) -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
     // 200 ordering keys whose head is dead-lettered, 20 000 due rows waiting behind them, due
     // before 2 000 free rows: every claim meets blocked rows first, as a relay does at start.
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+    let (_db, _client, sink, read) = drain_after(
+        "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
                  ordering_key, status, next_attempt_at) \
              SELECT gen_random_uuid(), 'email', '{}', 'head-' || i, 'key-' || i, 'failed', \
                  now() - interval '2 hours' FROM generate_series(1, 200) AS i; \
@@ -1013,9 +846,9 @@ async fn a_claim_meeting_rows_behind_failed_heads_reads_them_by_index_not_the_wh
              SELECT gen_random_uuid(), 'email', '{}', 'free-' || i \
              FROM generate_series(1, 2000) AS i; \
              ANALYZE txoutbox_messages;",
-        )
-        .await?;
-    let (sink, read) = drain_email_reading_the_hot_table(&db, &client, 2_000).await?;
+        2_000,
+    )
+    .await?;
     let scanned = read.seq_rows;
     assert!(
         sink.deliveries()
@@ -1063,12 +896,10 @@ async fn rows_behind_a_dead_head_are_parked_long_and_its_discard_frees_the_next_
             anyhow::Ok(n)
         }
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while (parked_over("dead", 0.0).await? < 3 || parked_over("busy", 0.0).await? < 3)
-        && std::time::Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_async("the rows behind both heads are parked", || async {
+        Ok(parked_over("dead", 0.0).await? >= 3 && parked_over("busy", 0.0).await? >= 3)
+    })
+    .await?;
     assert_eq!(
         parked_over("dead", 300.0).await?,
         3,
@@ -1102,25 +933,28 @@ async fn rows_behind_a_dead_head_are_parked_long_and_its_discard_frees_the_next_
 async fn a_pause_reaches_a_relay_that_claims_without_flow_control_branches() -> TestResult {
     // A relay that bounds nothing itself claims with the lean statement while no destination
     // has a flow-control state; a pause made meanwhile must still hold from its commit on.
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "before", 5).await?;
+    let (db, mut client) = db_with_pending("email", "before", 5).await?;
     let sink = RecordingSink::new();
-    let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
+    let mut events = RelayEvents::new();
+    let relay = events.start(db.relay()?.sink("email", sink.clone()))?;
     assert_eq!(sink.wait_for(5, Duration::from_secs(20)).await, 5);
     txoutbox::admin::pause_destination(&mut client, "email", "incident", Some("alice")).await?;
     pending_many(&mut client, "email", "paused", 5).await?;
-    // Several poll intervals: nothing of the paused destination is claimed.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Two claims end from now on, the second begun after the pause and the rows: neither takes
+    // a row of the paused destination.
+    events.clear();
+    let since = events.seen().len();
+    events.claims(2).await?;
+    let claimed: Vec<_> = events.seen()[since..]
+        .iter()
+        .filter(|e| matches!(e, RelayEvent::Claimed { .. }))
+        .collect();
+    assert!(claimed.is_empty(), "claimed while paused: {claimed:?}");
     assert_eq!(sink.count(), 5, "the paused destination is not called");
-    assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'pending' AND attempts = 0"
-        )
-        .await?,
-        5
-    );
+    assert_eq!(counts(&client).await?.pending, 5, "the paused rows wait");
+    for i in 0..5 {
+        assert_outcomes(&client, &format!("paused-{i}"), []).await?;
+    }
     txoutbox::admin::resume_destination(&mut client, "email", Some("bob")).await?;
     assert_eq!(sink.wait_for(10, Duration::from_secs(20)).await, 10);
     relay.stop().await?;
@@ -1173,9 +1007,7 @@ async fn the_relay_never_compiles_its_statements_with_jit() -> TestResult {
 
 #[tokio::test]
 async fn every_attempt_row_names_its_destination() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "ok", 3).await?;
+    let (db, mut client) = db_with_pending("email", "ok", 3).await?;
     pending_many(&mut client, "webhook", "bad", 2).await?;
     let relay = RunningRelay::start(
         db.relay()?
@@ -1187,13 +1019,7 @@ async fn every_attempt_row_names_its_destination() -> TestResult {
             .policy("webhook", quick_retry(2))
             .build()?,
     );
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-        2,
-        Duration::from_secs(15),
-    )
-    .await?;
+    wait_until(&client, |c| c.failed >= 2).await?;
     relay.stop().await?;
     let by_destination: Vec<(String, String, i64)> = client
         .query(
@@ -1219,19 +1045,16 @@ async fn every_attempt_row_names_its_destination() -> TestResult {
 
 #[tokio::test]
 async fn a_claim_reads_the_due_index_in_order_not_the_whole_hot_table() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
     // One destination, 20 000 due rows: the planner's statistics say every row has the same
     // destination, which once made it sort the whole table on every claim.
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
+    let (_db, _client, _, read) = drain_after(
+        "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
              SELECT gen_random_uuid(), 'email', '{}', 'row-' || i \
              FROM generate_series(1, 20000) AS i; \
              ANALYZE txoutbox_messages;",
-        )
-        .await?;
-    let (_, read) = drain_email_reading_the_hot_table(&db, &client, 20_000).await?;
+        20_000,
+    )
+    .await?;
     let scanned = read.seq_rows;
     // 200 claims that each sorted the hot table would read about 2 000 000 rows sequentially.
     assert!(
@@ -1243,21 +1066,18 @@ async fn a_claim_reads_the_due_index_in_order_not_the_whole_hot_table() -> TestR
 
 #[tokio::test]
 async fn a_backlog_never_analyzed_is_claimed_in_index_order_and_completed_by_key() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
     // 20 000 due rows in a table never analyzed (a new installation's first burst; autovacuum
     // held off): the planner's guess is a dozen pending rows, and a claim that takes it at its
     // word reads them all with a bitmap scan and sorts them, on every claim. The relay gathers
     // the statistics itself.
-    client
-        .batch_execute(
-            "ALTER TABLE txoutbox_messages SET (autovacuum_enabled = false); \
+    let (_db, client, _, read) = drain_after(
+        "ALTER TABLE txoutbox_messages SET (autovacuum_enabled = false); \
              INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
              SELECT gen_random_uuid(), 'email', '{}', 'row-' || i \
              FROM generate_series(1, 20000) AS i;",
-        )
-        .await?;
-    let (_, read) = drain_email_reading_the_hot_table(&db, &client, 20_000).await?;
+        20_000,
+    )
+    .await?;
     let analyzed = count(
         &client,
         "SELECT count(*) FROM pg_stats WHERE tablename = 'txoutbox_messages' \

@@ -10,8 +10,8 @@ use txoutbox::{Error, SchemaMismatch, SchemaVersion};
 use txoutbox_test_support::factory::pending;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
 use txoutbox_test_support::{
-    drop_schema, forget_last_migration, record_newer_migration, test_db, Cluster, ClusterOptions,
-    TestDb,
+    count, drop_schema, forget_last_migration, record_newer_migration, test_db, Cluster,
+    ClusterOptions, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
@@ -39,6 +39,19 @@ fn relay_on(db: &TestDb, sink: &RecordingSink) -> anyhow::Result<Relay> {
         .config(relay_config())
         .sink("email", sink.clone())
         .build()?)
+}
+
+/// Runs a relay over `db` that is never asked to stop, and returns what it returned by itself;
+/// fails when it is still running after 20 s (it ran on `what`).
+async fn run_until_it_returns(
+    db: &TestDb,
+    what: &str,
+) -> anyhow::Result<txoutbox::Result<txoutbox::relay::RelayReport>> {
+    let relay = relay_on(db, &RecordingSink::new())?;
+    let run = relay.run(std::future::pending::<()>());
+    tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .map_err(|_| anyhow::anyhow!("the relay ran on {what}"))
 }
 
 #[tokio::test]
@@ -131,10 +144,7 @@ async fn migrate_refuses_a_schema_a_newer_txoutbox_migrated_and_changes_nothing(
         ),
         "{refused:?}"
     );
-    let history: i64 = client
-        .query_one("SELECT count(*) FROM txoutbox_schema_history", &[])
-        .await?
-        .get(0);
+    let history = count(&client, "txoutbox_schema_history").await?;
     assert_eq!(
         history,
         txoutbox::admin::embedded_migrations().len() as i64 + 1,
@@ -148,15 +158,7 @@ async fn an_embedded_relay_refuses_to_start_on_a_database_never_migrated() -> Te
     let db = test_db().await?;
     let client = db.connect().await?;
     drop_schema(&client).await?;
-    let relay = relay_on(&db, &RecordingSink::new())?;
-    let ended = tokio::time::timeout(
-        Duration::from_secs(20),
-        relay.run(std::future::pending::<()>()),
-    )
-    .await;
-    let Ok(result) = ended else {
-        anyhow::bail!("the relay ran on a database never migrated");
-    };
+    let result = run_until_it_returns(&db, "a database never migrated").await?;
     assert!(
         matches!(
             result,
@@ -172,15 +174,7 @@ async fn an_embedded_relay_refuses_to_start_on_a_schema_a_newer_txoutbox_migrate
     let db = test_db().await?;
     let client = db.connect().await?;
     record_newer_migration(&client).await?;
-    let relay = relay_on(&db, &RecordingSink::new())?;
-    let ended = tokio::time::timeout(
-        Duration::from_secs(20),
-        relay.run(std::future::pending::<()>()),
-    )
-    .await;
-    let Ok(result) = ended else {
-        anyhow::bail!("the relay ran on a schema newer than this build");
-    };
+    let result = run_until_it_returns(&db, "a schema newer than this build").await?;
     assert!(
         matches!(result, Err(Error::Schema(SchemaMismatch::Ahead { .. }))),
         "{result:?}"

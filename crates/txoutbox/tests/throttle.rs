@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use txoutbox::relay::{DestinationPolicy, FlowControl, RetryPolicy, Semantics};
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
+use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::relay::RunningRelay;
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::{eventually, test_db, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -74,10 +75,8 @@ impl Downstream {
 
     /// Waits until `n` calls were delivered, or `limit` passes; returns how many were.
     async fn wait_delivered(&self, n: usize, limit: Duration) -> usize {
-        let start = Instant::now();
-        while self.delivered() < n && start.elapsed() < limit {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let enough = eventually("calls delivered", || self.delivered() >= n);
+        let _ = tokio::time::timeout(limit, enough).await;
         self.delivered()
     }
 }
@@ -146,6 +145,28 @@ fn policy(in_flight: usize) -> DestinationPolicy {
     }
 }
 
+/// Runs a relay delivering `email` rows to `downstream` under `policy` until `rows` calls were
+/// delivered (60 s at most), stops it, and returns the calls in the order they began.
+async fn drain(
+    db: &TestDb,
+    downstream: &Downstream,
+    policy: DestinationPolicy,
+    rows: usize,
+) -> anyhow::Result<Vec<Call>> {
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("email", downstream.clone())
+            .policy("email", policy)
+            .build()?,
+    );
+    let delivered = downstream
+        .wait_delivered(rows, Duration::from_secs(60))
+        .await;
+    relay.stop().await?;
+    anyhow::ensure!(delivered == rows, "{delivered} of {rows} rows delivered");
+    Ok(downstream.calls())
+}
+
 #[tokio::test]
 async fn one_rows_retry_after_delays_that_row_and_the_others_are_delivered_meanwhile() -> TestResult
 {
@@ -160,18 +181,7 @@ async fn one_rows_retry_after_delays_that_row_and_the_others_are_delivered_meanw
     let downstream = Downstream::new(Duration::ZERO, move |key, _| {
         (key == "busy-account-0" && !throttled_once.swap(true, Ordering::SeqCst)).then_some(WAIT)
     });
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", downstream.clone())
-            .policy("email", policy(1))
-            .build()?,
-    );
-    assert_eq!(
-        downstream.wait_delivered(11, Duration::from_secs(30)).await,
-        11
-    );
-    relay.stop().await?;
-    let calls = downstream.calls();
+    let calls = drain(&db, &downstream, policy(1), 11).await?;
     let throttled = calls
         .iter()
         .find(|c| c.throttled.is_some())
@@ -203,23 +213,10 @@ async fn one_rows_retry_after_delays_that_row_and_the_others_are_delivered_meanw
 async fn a_downstream_throttling_most_calls_pauses_the_destination_for_its_retry_after(
 ) -> TestResult {
     const WAIT: Duration = Duration::from_secs(3);
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "row", 30).await?;
+    let (db, _client) = db_with_pending("email", "row", 30).await?;
     // Every call 429s (Retry-After: 3) until six have, then every call is delivered.
     let downstream = Downstream::new(Duration::ZERO, |_, n| (n < 6).then_some(WAIT));
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", downstream.clone())
-            .policy("email", policy(1))
-            .build()?,
-    );
-    assert_eq!(
-        downstream.wait_delivered(30, Duration::from_secs(30)).await,
-        30
-    );
-    relay.stop().await?;
-    let calls = downstream.calls();
+    let calls = drain(&db, &downstream, policy(1), 30).await?;
     // A silence of the whole Retry-After (less a clock's slack) while rows were due: the
     // destination paused, and not before several answers had asked it to.
     let paused = pauses(&calls, WAIT - Duration::from_millis(50));
@@ -236,24 +233,11 @@ async fn a_downstream_throttling_most_calls_pauses_the_destination_for_its_retry
 #[tokio::test]
 async fn after_a_pause_the_calls_ramp_back_up_more_than_one_at_a_time() -> TestResult {
     const WAIT: Duration = Duration::from_secs(1);
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    pending_many(&mut client, "email", "row", 80).await?;
+    let (db, _client) = db_with_pending("email", "row", 80).await?;
     // Every call 429s (Retry-After: 1) until 16 have, then every call is delivered; each
     // call takes 100 ms, so the calls of one claim are in flight together.
     let downstream = Downstream::new(Duration::from_millis(100), |_, n| (n < 16).then_some(WAIT));
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("email", downstream.clone())
-            .policy("email", policy(8))
-            .build()?,
-    );
-    assert_eq!(
-        downstream.wait_delivered(80, Duration::from_secs(60)).await,
-        80
-    );
-    relay.stop().await?;
-    let calls = downstream.calls();
+    let calls = drain(&db, &downstream, policy(8), 80).await?;
     let paused = pauses(&calls, WAIT - Duration::from_millis(50));
     let first = *paused
         .first()

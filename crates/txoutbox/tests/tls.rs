@@ -11,7 +11,7 @@ use txoutbox::{
 };
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
 use txoutbox_test_support::tls::{self_signed_cert, TestCa, TlsServer};
-use txoutbox_test_support::{Cluster, ConnInfo, TestDb};
+use txoutbox_test_support::{eventually_async, Cluster, ConnInfo, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -43,6 +43,12 @@ async fn failure(pg: &PgConfig) -> String {
 
 fn assert_one_line(message: &str) {
     assert_eq!(message.lines().count(), 1, "{message}");
+}
+
+/// Fails unless `message` is one line that contains `part`.
+fn assert_one_line_saying(message: &str, part: &str) {
+    assert_one_line(message);
+    assert!(message.contains(part), "{message}");
 }
 
 /// The shared cluster (no TLS), as the superuser.
@@ -81,15 +87,15 @@ async fn verify_full_with_the_right_ca_and_host_name_carries_the_relay_over_tls(
                            count(*) FILTER (WHERE NOT s.ssl), count(*) \
                     FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
                     WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()";
-    let start = std::time::Instant::now();
-    let (listeners, plain, total) = loop {
+    let read = || async {
         let row = client.query_one(sessions, &[]).await?;
-        let counts: (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
-        if counts.0 > 0 || start.elapsed() > Duration::from_secs(10) {
-            break counts;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        anyhow::Ok::<(i64, i64, i64)>((row.get(0), row.get(1), row.get(2)))
     };
+    eventually_async("the relay's LISTEN session is up", || async {
+        Ok(read().await?.0 > 0)
+    })
+    .await?;
+    let (listeners, plain, total) = read().await?;
     relay.stop().await?;
     assert_eq!(listeners, 1, "the relay's LISTEN connection");
     assert!(total >= 2, "{total} sessions of the relay");
@@ -208,11 +214,7 @@ async fn a_self_signed_certificate_other_than_sslrootcerts_is_refused_in_one_lin
 async fn an_expired_self_signed_certificate_in_sslrootcert_is_refused_in_one_line() -> TestResult {
     let server = TlsServer::start_self_signed(self_signed_cert("localhost", true)?)?;
     let message = failure(&server.verified().config()?).await;
-    assert_one_line(&message);
-    assert!(
-        message.contains("TLS: the server's certificate has expired"),
-        "{message}"
-    );
+    assert_one_line_saying(&message, "TLS: the server's certificate has expired");
     Ok(())
 }
 
@@ -220,11 +222,7 @@ async fn an_expired_self_signed_certificate_in_sslrootcert_is_refused_in_one_lin
 async fn require_refuses_a_server_without_tls_in_one_line() -> TestResult {
     let info = plain_server()?.with_tls("sslmode", "require");
     let message = failure(&info.config()?).await;
-    assert_one_line(&message);
-    assert!(
-        message.contains("TLS: the server does not accept TLS connections"),
-        "{message}"
-    );
+    assert_one_line_saying(&message, "TLS: the server does not accept TLS connections");
     assert!(message.contains("require"), "{message}");
     Ok(())
 }
@@ -239,11 +237,7 @@ async fn verify_full_refuses_a_server_without_tls_in_one_line() -> TestResult {
         .with_tls("sslmode", "verify-full")
         .with_tls("sslrootcert", &ca_file.display().to_string());
     let message = failure(&info.config()?).await;
-    assert_one_line(&message);
-    assert!(
-        message.contains("TLS: the server does not accept TLS connections"),
-        "{message}"
-    );
+    assert_one_line_saying(&message, "TLS: the server does not accept TLS connections");
     Ok(())
 }
 
@@ -354,10 +348,6 @@ async fn sslcert_and_sslkey_present_a_client_certificate() -> TestResult {
     assert_eq!(subject.as_deref(), Some("/CN=postgres"));
 
     let message = failure(&server.verified().config()?).await;
-    assert_one_line(&message);
-    assert!(
-        message.contains("connection requires a valid client certificate"),
-        "{message}"
-    );
+    assert_one_line_saying(&message, "connection requires a valid client certificate");
     Ok(())
 }

@@ -9,7 +9,7 @@ use txoutbox::{
     begin, enqueue, idempotency::KeyError, relay::RelayWaker, Begin, Error, Fingerprint,
     IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
-use txoutbox_test_support::{count, test_db, Cluster, ClusterOptions};
+use txoutbox_test_support::{count, keys_expired, test_db, Cluster, ClusterOptions};
 
 type TestResult = anyhow::Result<()>;
 
@@ -346,7 +346,7 @@ async fn expired_key_is_pruned_and_then_new() -> TestResult {
     let k = key("k-expiry");
     charge(&mut client, &short, &k, &charge_fp(1)).await?;
     charge(&mut client, &long, &k, &charge_fp(1)).await?;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    keys_expired(&client, &short).await?;
     assert_eq!(txoutbox::admin::prune_expired_keys(&client, 1).await?, 1);
     let scopes: Vec<String> = client
         .query("SELECT scope FROM txoutbox_idempotency_keys", &[])
@@ -370,7 +370,7 @@ async fn expired_key_not_yet_pruned_is_new() -> TestResult {
     let short = Scope::new("short")?.with_window(Duration::from_millis(200))?;
     let k = key("k-expired");
     charge(&mut client, &short, &k, &charge_fp(1)).await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    keys_expired(&client, &short).await?;
     let again = charge(&mut client, &short, &k, &charge_fp(2)).await?;
     assert_eq!(again.status, 201, "an expired key is not a mismatch");
     assert_eq!(count(&client, "orders").await?, 2);
@@ -384,7 +384,7 @@ async fn pruning_runs_in_bounded_batches() -> TestResult {
     for i in 0..25 {
         charge(&mut client, &short, &key(&format!("k-{i}")), &charge_fp(1)).await?;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    keys_expired(&client, &short).await?;
     assert_eq!(txoutbox::admin::prune_expired_keys(&client, 10).await?, 25);
     assert_eq!(count(&client, "txoutbox_idempotency_keys").await?, 0);
     Ok(())
@@ -460,7 +460,7 @@ async fn a_key_reused_after_its_window_gets_new_downstream_keys() -> TestResult 
             &[],
         )
         .await?;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    keys_expired(&client, &short).await?;
     let (new_stripe, new_receipt) = charge_telling_keys(&mut client, &short, &k).await?;
     assert_ne!(new_stripe, old_stripe);
     assert_ne!(new_receipt, old_receipt);
@@ -480,7 +480,7 @@ async fn a_key_pruned_then_reused_gets_new_downstream_keys() -> TestResult {
     let short = Scope::new("charges")?.with_window(Duration::from_millis(300))?;
     let k = key("k-pruned");
     let (old_stripe, _) = charge_telling_keys(&mut client, &short, &k).await?;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    keys_expired(&client, &short).await?;
     assert_eq!(txoutbox::admin::prune_expired_keys(&client, 10).await?, 1);
     let (new_stripe, _) = charge_telling_keys(&mut client, &short, &k).await?;
     assert_ne!(

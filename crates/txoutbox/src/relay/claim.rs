@@ -53,7 +53,7 @@ pub(super) async fn claim(
     };
     let fanning = async {
         if fan_out {
-            fan_out::fan_out(&conn, &inner.poisoned).await
+            fan_out::fan_out(&conn, &inner.poisoned, &inner.config.events).await
         } else {
             Ok(false)
         }

@@ -81,6 +81,10 @@ pub(super) async fn completer(
                 learned.await;
                 write_hooked(&inner, &finished, &shutting_down).await;
                 held.forget(std::slice::from_ref(&finished));
+                inner
+                    .config
+                    .events
+                    .emit(super::RelayEvent::Completed { n: 1 });
                 drop(permit);
             });
         }
@@ -91,6 +95,10 @@ pub(super) async fn completer(
                 learned.await;
                 write_plain(&inner, &plain, &shutting_down).await;
                 held.forget(&plain);
+                inner
+                    .config
+                    .events
+                    .emit(super::RelayEvent::Completed { n: plain.len() });
                 drop(permit);
             });
         }

@@ -61,6 +61,7 @@ pub struct RelayConfig {
     pub(crate) prepared_statements: bool,
     pub(crate) sample_interval: Duration,
     pub(crate) heartbeat_interval: Duration,
+    pub(crate) events: super::events::TestEvents,
 }
 
 /// After the shutdown grace, how long the relay still tries to write outcomes and give leases
@@ -92,6 +93,7 @@ impl Default for RelayConfig {
             prepared_statements: true,
             sample_interval: Duration::from_secs(5),
             heartbeat_interval: Duration::from_secs(5),
+            events: super::events::TestEvents::default(),
         }
     }
 }
@@ -258,6 +260,18 @@ impl RelayConfig {
     /// Sets [`RelayConfig::heartbeat_interval`].
     pub fn with_heartbeat_interval(mut self, value: Duration) -> Self {
         self.heartbeat_interval = value;
+        self
+    }
+
+    /// For tests: the relay sends a [`RelayEvent`](super::RelayEvent) to `sender` as it claims,
+    /// completes, takes back leases, fans out and stops, so a test waits for what the relay did
+    /// rather than sleeping. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn with_test_events(
+        mut self,
+        sender: tokio::sync::broadcast::Sender<super::RelayEvent>,
+    ) -> Self {
+        self.events = super::events::TestEvents::new(sender);
         self
     }
 }

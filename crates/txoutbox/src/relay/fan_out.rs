@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use super::complete::refused;
+use super::events::{RelayEvent, TestEvents};
 use crate::error::{Error, Result};
 use crate::store::{self, TxExecutor};
 
@@ -36,7 +37,11 @@ impl Poisoned {
 /// Moves the effects of up to [`FAN_OUT_KEYS`] keys into the outbox; returns whether there may
 /// be more (it emptied as many keys as it may). A batch the database refuses for a data reason
 /// is fanned out key by key, and a key refused alone is set aside.
-pub(super) async fn fan_out(conn: &impl TxExecutor, poisoned: &Poisoned) -> Result<bool> {
+pub(super) async fn fan_out(
+    conn: &impl TxExecutor,
+    poisoned: &Poisoned,
+    events: &TestEvents,
+) -> Result<bool> {
     let skip = poisoned.list();
     let e = match store::keys::fan_out(conn, FAN_OUT_KEYS, &skip, None).await {
         Ok(done) => {
@@ -46,6 +51,9 @@ pub(super) async fn fan_out(conn: &impl TxExecutor, poisoned: &Poisoned) -> Resu
                     rows = done.rows,
                     "fanned out deferred effects"
                 );
+                events.emit(RelayEvent::FannedOut {
+                    n: done.keys as usize,
+                });
             }
             return Ok(done.keys >= FAN_OUT_KEYS as u64);
         }
@@ -58,6 +66,7 @@ pub(super) async fn fan_out(conn: &impl TxExecutor, poisoned: &Poisoned) -> Resu
     let more = awaiting.len() >= FAN_OUT_KEYS as usize;
     for (scope, key) in awaiting {
         match store::keys::fan_out(conn, 1, &skip, Some((&scope, &key))).await {
+            Ok(done) if done.keys > 0 => events.emit(RelayEvent::FannedOut { n: 1 }),
             Ok(_) => {}
             Err(e) => {
                 let e = Error::from(e);

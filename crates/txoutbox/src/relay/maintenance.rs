@@ -42,6 +42,10 @@ async fn reclaimer(inner: Arc<Inner>, stop: Arc<Notify>) {
             Ok(n) => {
                 metrics::counter!(crate::telemetry::LEASES_RECLAIMED).increment(n);
                 tracing::info!(rows = n, "took back rows whose lease expired");
+                inner
+                    .config
+                    .events
+                    .emit(super::RelayEvent::Reclaimed { n: n as usize });
                 inner.wake.notify_one();
             }
             Err(e) => tracing::debug!(error = %e, "lease reclaim failed; will try again"),

@@ -20,6 +20,7 @@ mod claim;
 mod complete;
 mod config;
 mod deliver;
+mod events;
 mod fan_out;
 mod flow;
 mod give_back;
@@ -47,6 +48,8 @@ pub use config::{
     Breaker, DestinationPolicy, FlowControl, RateLimit, RelayBuilder, RelayConfig, Semantics,
     WakeMode, MAX_RETRY_DELAY, SHUTDOWN_FLUSH,
 };
+#[doc(hidden)]
+pub use events::RelayEvent;
 pub use maintenance::reclaim_expired;
 
 use claim::{claim, release_unstarted};
@@ -361,6 +364,7 @@ impl Relay {
                 }
             };
             report.claimed += (rows.len() + undecodable.len()) as u64;
+            inner.config.events.claimed(rows.len() + undecodable.len());
             if let Some(at) = stopping {
                 for lease in rows
                     .into_iter()
@@ -430,6 +434,7 @@ impl Relay {
         // Shutdown: no more claims; let deliveries finish within the grace period (counted from
         // the shutdown signal), then give back the rest and flush, bounded by SHUTDOWN_FLUSH.
         tracing::info!(owner = %config.owner, in_flight = deliveries.len(), "relay stopping");
+        config.events.emit(events::RelayEvent::Stopping);
         let grace_end = stopping_at + config.shutdown_grace;
         let drained = tokio::time::timeout_at(grace_end, async {
             while deliveries.join_next().await.is_some() {}

@@ -1,0 +1,118 @@
+//! The relay's test events: what a running relay reports as it claims, completes, takes back
+//! leases, fans out deferred effects and stops, so that tests wait for what it did instead of
+//! sleeping.
+
+use std::time::Duration;
+
+use txoutbox::admin::MessageStatus;
+use txoutbox::relay::RelayEvent;
+use txoutbox::{begin, Begin, OutboxMessage, Scope, StoredResponse};
+use txoutbox_test_support::factory::{message, pending_many};
+use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
+use txoutbox_test_support::request::{charge_fingerprint, key};
+use txoutbox_test_support::{counts, is_claim, test_db, RelayEvents, TestDb};
+
+type TestResult = anyhow::Result<()>;
+
+/// A relay delivering `email` rows to a recording sink, its events sent to the first value.
+fn watched(db: &TestDb) -> anyhow::Result<(RelayEvents, RecordingSink, RunningRelay)> {
+    let events = RelayEvents::new();
+    let sink = RecordingSink::new();
+    let relay = events.start(db.relay()?.sink("email", sink.clone()))?;
+    Ok((events, sink, relay))
+}
+
+#[tokio::test]
+async fn a_relay_reports_its_claims_its_completions_an_idle_claim_and_its_stop() -> TestResult {
+    let db = test_db().await?;
+    pending_many(&db, "email", "k", 3).await?;
+    let (mut events, sink, relay) = watched(&db)?;
+    let claimed = events
+        .wait_for(|e| matches!(e, RelayEvent::Claimed { .. }))
+        .await?;
+    assert_eq!(claimed, RelayEvent::Claimed { n: 3 });
+    let mut completed = 0;
+    while completed < 3 {
+        if let RelayEvent::Completed { n } = events
+            .wait_for(|e| matches!(e, RelayEvent::Completed { .. }))
+            .await?
+        {
+            completed += n;
+        }
+    }
+    assert_eq!(completed, 3, "each claimed row's outcome is completed once");
+    // The outcomes are written when the completer reports them.
+    assert_eq!(counts(&db.connect().await?).await?.delivered, 3);
+    events.idle().await?;
+    relay.stop().await?;
+    events.wait_for(|e| *e == RelayEvent::Stopping).await?;
+    assert_eq!(sink.count(), 3);
+    let claims = events.seen().iter().filter(|e| is_claim(e)).count();
+    assert!(claims >= 2, "a claim with rows, then an idle one: {claims}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_relay_reports_the_expired_leases_it_takes_back() -> TestResult {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    message(&db)
+        .destination("email")
+        .key("expired")
+        .status(MessageStatus::InFlight)
+        .create()
+        .await?;
+    client
+        .execute(
+            "UPDATE txoutbox_messages SET lease_owner = 'gone', lease_token = 1, \
+             attempts = 1, attempt_started_at = now() - interval '1 minute', \
+             lease_expires_at = now() - interval '1 second'",
+            &[],
+        )
+        .await?;
+    let (mut events, sink, relay) = watched(&db)?;
+    assert_eq!(events.reclaimed().await?, 1);
+    events
+        .wait_for(|e| *e == RelayEvent::Claimed { n: 1 })
+        .await?;
+    relay.stop().await?;
+    assert_eq!(sink.keys(), ["expired"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_relay_reports_the_deferred_effects_it_fans_out() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let scope = Scope::new("charges")?.with_deferred_effects();
+    for name in ["k-1", "k-2"] {
+        let tx = client.transaction().await?;
+        let Begin::New(mut claim) = begin(&tx, &scope, &key(name), &charge_fingerprint(1)).await?
+        else {
+            anyhow::bail!("{name} is a new key");
+        };
+        claim.enqueue(
+            "receipt",
+            OutboxMessage::new("email", &serde_json::json!({"key": name}))?,
+        )?;
+        claim
+            .complete(
+                &tx,
+                &StoredResponse {
+                    status: 201,
+                    headers: vec![],
+                    body: vec![],
+                },
+            )
+            .await?;
+        tx.commit().await?;
+    }
+    let (mut events, sink, relay) = watched(&db)?;
+    let fanned = events
+        .wait_for(|e| matches!(e, RelayEvent::FannedOut { .. }))
+        .await?;
+    assert_eq!(fanned, RelayEvent::FannedOut { n: 2 });
+    assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
+    relay.stop().await?;
+    Ok(())
+}
