@@ -93,11 +93,7 @@ pub(super) async fn one_request(
     if mode == Mode::FullNotifyInTx {
         txoutbox::relay::notify_in_transaction(&tx).await?;
     }
-    let response = StoredResponse {
-        status: 201,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: format!(r#"{{"order":{id}}}"#).into_bytes(),
-    };
+    let response = order_response(id);
     if matches!(mode, Mode::FullCommit | Mode::FullOneRow) {
         claim.commit(tx, &response).await?;
         return Ok(());
@@ -108,6 +104,15 @@ pub(super) async fn one_request(
         waker.wake();
     }
     Ok(())
+}
+
+/// The response an order request stores: 201 with the order's id.
+pub(super) fn order_response(id: i64) -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: format!(r#"{{"order":{id}}}"#).into_bytes(),
+    }
 }
 
 /// The two effects of an order request, by effect name: its charge and its receipt.

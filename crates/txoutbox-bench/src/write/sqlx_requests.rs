@@ -4,9 +4,9 @@
 
 use anyhow::Result;
 use sqlx::Connection;
-use txoutbox::{Begin, Fingerprint, IdempotencyKey, Scope, StoredResponse};
+use txoutbox::{Begin, Fingerprint, IdempotencyKey, Scope};
 
-use super::requests::{effects, INSERT_ORDER};
+use super::requests::{effects, order_response, INSERT_ORDER};
 use super::Mode;
 
 /// One request of the sqlx `mode`, as client `client_no`'s `n`th.
@@ -43,11 +43,7 @@ pub(super) async fn one_request(
     for (effect, message) in effects(id, amount, &customer)? {
         claim.enqueue(effect, message)?;
     }
-    let response = StoredResponse {
-        status: 201,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: format!(r#"{{"order":{id}}}"#).into_bytes(),
-    };
+    let response = order_response(id);
     if matches!(mode, Mode::SqlxFullCommit | Mode::SqlxFullOneRow) {
         claim.commit(tx, &response).await?;
         return Ok(());
