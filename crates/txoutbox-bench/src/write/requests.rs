@@ -44,8 +44,7 @@ pub(super) async fn one_request(
     client_no: usize,
     n: u64,
 ) -> Result<()> {
-    let customer = format!("customer-{client_no}");
-    let amount = (n % 10_000) as i64;
+    let (customer, amount) = order(client_no, n);
     if matches!(mode, Mode::HandWrittenOneRow | Mode::HandWrittenTwoTrips) {
         let two_trips = mode == Mode::HandWrittenTwoTrips;
         return hand_written_one_row(client, scope, &customer, amount, two_trips).await;
@@ -104,6 +103,11 @@ pub(super) async fn one_request(
         waker.wake();
     }
     Ok(())
+}
+
+/// The customer and the amount of client `client_no`'s `n`th order.
+pub(super) fn order(client_no: usize, n: u64) -> (String, i64) {
+    (format!("customer-{client_no}"), (n % 10_000) as i64)
 }
 
 /// The response an order request stores: 201 with the order's id.

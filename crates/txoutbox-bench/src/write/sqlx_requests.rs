@@ -6,7 +6,7 @@ use anyhow::Result;
 use sqlx::Connection;
 use txoutbox::{Begin, Fingerprint, IdempotencyKey, Scope};
 
-use super::requests::{effects, order_response, INSERT_ORDER};
+use super::requests::{effects, order, order_response, INSERT_ORDER};
 use super::Mode;
 
 /// One request of the sqlx `mode`, as client `client_no`'s `n`th.
@@ -17,8 +17,7 @@ pub(super) async fn one_request(
     client_no: usize,
     n: u64,
 ) -> Result<()> {
-    let customer = format!("customer-{client_no}");
-    let amount = (n % 10_000) as i64;
+    let (customer, amount) = order(client_no, n);
     let mut tx = conn.begin().await?;
     if mode == Mode::SqlxBusiness {
         sqlx::query(INSERT_ORDER)
