@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::auth::Principal;
 use crate::pages::{discard_options, pause_reason, shown_flow, shown_message, shown_response};
-use crate::query::{page, pairs, storable, FilterFields};
+use crate::query::{page, pairs, storable, value, FilterFields};
 use crate::redact::{Redaction, Shown};
 use crate::{json, Failure, Shared};
 
@@ -391,10 +391,8 @@ pub(crate) async fn key(State(app): State<Shared>, RawQuery(query): RawQuery) ->
         async {
             let pairs = pairs(query.unwrap_or_default().as_bytes());
             let get = |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| v.clone())
+                value(&pairs, name)
+                    .map(str::to_owned)
                     .ok_or_else(|| Failure::BadRequest(format!("{name}= is required")))
             };
             let (scope, key) = (get("scope")?, get("key")?);

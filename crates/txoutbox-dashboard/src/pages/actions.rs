@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::{error_page, hidden_fields, layout, link, render};
 use crate::auth::{Base, Principal};
-use crate::query::{encode, pairs, segment, storable, FilterFields};
+use crate::query::{encode, pairs, segment, storable, value, FilterFields};
 use crate::{Failure, Shared};
 
 /// What the README says before a replay with a new key.
@@ -314,13 +314,6 @@ pub(crate) fn discard_options(
     })
 }
 
-fn form_value<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    pairs
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
-}
-
 fn selected_ids(pairs: &[(String, String)], verb: &str) -> Result<Vec<Uuid>, Failure> {
     let ids = pairs
         .iter()
@@ -338,7 +331,7 @@ fn selected_ids(pairs: &[(String, String)], verb: &str) -> Result<Vec<Uuid>, Fai
 }
 
 fn confirmed_count(pairs: &[(String, String)]) -> Result<Option<u64>, Failure> {
-    form_value(pairs, "confirm")
+    value(pairs, "confirm")
         .map(|v| {
             v.parse::<u64>()
                 .map_err(|_| Failure::BadRequest(format!("confirm {v:?} is not a count")))
@@ -355,7 +348,7 @@ pub(crate) async fn discard_one(
 ) -> Response {
     let result = async {
         let id = Uuid::parse_str(&id).map_err(|_| Failure::NotFound)?;
-        let options = discard_options(form_value(&pairs(&body), "reason"), &who)?;
+        let options = discard_options(value(&pairs(&body), "reason"), &who)?;
         app.discard(&ReplaySelection::Ids(vec![id]), &options)
             .await?;
         Ok(id)
@@ -373,7 +366,7 @@ pub(crate) async fn discard_selected(
     let result = async {
         let pairs = pairs(&body);
         let ids = selected_ids(&pairs, "discard")?;
-        let options = discard_options(form_value(&pairs, "reason"), &who)?;
+        let options = discard_options(value(&pairs, "reason"), &who)?;
         let report = app.discard(&ReplaySelection::Ids(ids), &options).await?;
         Ok(discard_report(&base, &who, &report))
     }
@@ -394,7 +387,7 @@ pub(crate) async fn discard_filter(
         let pairs = pairs(&body);
         let fields = FilterFields::from_pairs(&pairs);
         let selection = ReplaySelection::Filter(fields.filter(&app.redaction)?);
-        let reason = form_value(&pairs, "reason")
+        let reason = value(&pairs, "reason")
             .map(str::trim)
             .filter(|r| !r.is_empty());
         if let Some(count) = confirmed_count(&pairs)? {
@@ -480,7 +473,7 @@ pub(crate) async fn pause_destination(
 ) -> Response {
     let result = async {
         let pairs = pairs(&body);
-        let reason = pause_reason(form_value(&pairs, "reason"))?;
+        let reason = pause_reason(value(&pairs, "reason"))?;
         app.pause(&destination, reason, &who, flag(&pairs, "force"))
             .await
     }
