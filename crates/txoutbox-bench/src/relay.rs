@@ -124,18 +124,25 @@ async fn fill_behind_dead_heads(
 
 /// `rows` delivered rows in the history table, a day old.
 async fn fill_history(client: &tokio_postgres::Client, rows: i64) -> Result<()> {
+    let insert = "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, \
+                  downstream_key, attempts, created_at, delivered_at) \
+                  SELECT gen_random_uuid(), g, 'noop', '{\"n\": 1}', '{}', 'h-' || g, 1, \
+                  now() - interval '1 day', now() - interval '1 day' \
+                  FROM generate_series(1, $1::bigint) g";
+    insert_then_analyze(client, insert, "txoutbox_delivered", rows).await
+}
+
+/// Runs `insert` (rows 1 to `rows` of `generate_series` as `g`), then VACUUM ANALYZE `table`
+/// so the planner sees the rows it wrote.
+async fn insert_then_analyze(
+    client: &tokio_postgres::Client,
+    insert: &str,
+    table: &str,
+    rows: i64,
+) -> Result<()> {
+    client.execute(insert, &[&rows]).await?;
     client
-        .execute(
-            "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, \
-             downstream_key, attempts, created_at, delivered_at) \
-             SELECT gen_random_uuid(), g, 'noop', '{\"n\": 1}', '{}', 'h-' || g, 1, \
-             now() - interval '1 day', now() - interval '1 day' \
-             FROM generate_series(1, $1::bigint) g",
-            &[&rows],
-        )
-        .await?;
-    client
-        .batch_execute("VACUUM ANALYZE txoutbox_delivered")
+        .batch_execute(&format!("VACUUM ANALYZE {table}"))
         .await?;
     Ok(())
 }
@@ -163,18 +170,10 @@ fn memory() -> Option<(u64, u64)> {
 }
 
 async fn fill(client: &tokio_postgres::Client, rows: i64) -> Result<()> {
-    client
-        .execute(
-            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
-             SELECT gen_random_uuid(), 'noop', '{\"n\": 1}', 'k-' || g \
-             FROM generate_series(1, $1::bigint) g",
-            &[&rows],
-        )
-        .await?;
-    client
-        .batch_execute("VACUUM ANALYZE txoutbox_messages")
-        .await?;
-    Ok(())
+    let insert = "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
+                  SELECT gen_random_uuid(), 'noop', '{\"n\": 1}', 'k-' || g \
+                  FROM generate_series(1, $1::bigint) g";
+    insert_then_analyze(client, insert, "txoutbox_messages", rows).await
 }
 
 /// Drains the backlog with hand-written SQL on one connection; returns rows/s.

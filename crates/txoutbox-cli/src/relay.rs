@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use txoutbox::{
+    admin::destination_matches,
     relay::{
         DestinationPolicy, Relay, RelayBuilder, RelayConfig, RetryPolicy, Semantics, WakeMode,
     },
@@ -148,26 +149,6 @@ fn parse_in_flight(text: &str) -> Result<(String, usize), String> {
     }
 }
 
-/// Whether `name` matches `pattern`, where `*` stands for any text (none included).
-fn matches(pattern: &str, name: &str) -> bool {
-    let mut parts = pattern.split('*');
-    let first = parts.next().unwrap_or("");
-    let Some(mut rest) = name.strip_prefix(first) else {
-        return false;
-    };
-    let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else {
-        return rest.is_empty();
-    };
-    for part in middle {
-        match rest.find(part) {
-            Some(at) => rest = &rest[at + part.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
-}
-
 /// The flow control of `destination` from the flags: the first matching --rate-limit and
 /// --max-in-flight, and the breaker.
 fn flow_of(args: &RelayArgs, destination: &str) -> txoutbox::relay::FlowControl {
@@ -175,12 +156,12 @@ fn flow_of(args: &RelayArgs, destination: &str) -> txoutbox::relay::FlowControl 
         rate_limit: args
             .rate_limits
             .iter()
-            .find(|(p, _)| matches(p, destination))
+            .find(|(p, _)| destination_matches(p, destination))
             .map(|(_, r)| *r),
         max_in_flight: args
             .max_in_flight
             .iter()
-            .find(|(p, _)| matches(p, destination))
+            .find(|(p, _)| destination_matches(p, destination))
             .map(|(_, n)| *n),
         breaker: (args.breaker_failures > 0).then_some(txoutbox::relay::Breaker {
             failures: args.breaker_failures,
@@ -371,7 +352,7 @@ fn check_patterns(args: &RelayArgs, sinks: &[String]) -> Result<()> {
         )
     {
         anyhow::ensure!(
-            sinks.iter().any(|d| matches(pattern, d)),
+            sinks.iter().any(|d| destination_matches(pattern, d)),
             "{flag} {pattern}: no destination of this relay matches (its sinks: {})",
             sinks.join(", ")
         );
@@ -404,7 +385,11 @@ fn with_policies(mut builder: RelayBuilder, args: &RelayArgs, sinks: &[String]) 
         );
     }
     for destination in sinks {
-        let semantics = if args.at_most_once.iter().any(|p| matches(p, destination)) {
+        let semantics = if args
+            .at_most_once
+            .iter()
+            .any(|p| destination_matches(p, destination))
+        {
             Semantics::AtMostOnce
         } else {
             Semantics::AtLeastOnce

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::auth::Principal;
 use crate::pages::{discard_options, pause_reason, shown_flow, shown_message, shown_response};
-use crate::query::{page, pairs, storable, FilterFields};
+use crate::query::{page, pairs, storable, value, FilterFields};
 use crate::redact::{Redaction, Shown};
 use crate::{json, Failure, Shared};
 
@@ -228,14 +228,8 @@ pub(crate) async fn replay_one(
         async {
             let id = parse_id(&id)?;
             let body: ReplayBody = body(&bytes)?;
-            let mut client = app.client().await?;
-            Ok(txoutbox::admin::replay(
-                &mut client,
-                &ReplaySelection::Ids(vec![id]),
-                &options(&body, &who),
-                None,
-            )
-            .await?)
+            app.replay(&ReplaySelection::Ids(vec![id]), &options(&body, &who))
+                .await
         }
         .await,
     )
@@ -251,11 +245,7 @@ pub(crate) async fn replay(
         async {
             let body: ReplayBody = body(&bytes)?;
             let selection = selection(&body.ids, &body.filter, &app.redaction)?;
-            let mut client = app.client().await?;
-            Ok(
-                txoutbox::admin::replay(&mut client, &selection, &options(&body, &who), None)
-                    .await?,
-            )
+            app.replay(&selection, &options(&body, &who)).await
         }
         .await,
     )
@@ -286,11 +276,7 @@ pub(crate) async fn discard_one(
                 ));
             }
             let options = discard_body_options(&body, &who)?;
-            let mut client = app.client().await?;
-            Ok(
-                txoutbox::admin::discard(&mut client, &ReplaySelection::Ids(vec![id]), &options)
-                    .await?,
-            )
+            app.discard(&ReplaySelection::Ids(vec![id]), &options).await
         }
         .await,
     )
@@ -308,8 +294,7 @@ pub(crate) async fn discard(
             let body: DiscardBody = body(&bytes)?;
             let selection = selection(&body.ids, &body.filter, &app.redaction)?;
             let options = discard_body_options(&body, &who)?;
-            let mut client = app.client().await?;
-            Ok(txoutbox::admin::discard(&mut client, &selection, &options).await?)
+            app.discard(&selection, &options).await
         }
         .await,
     )
@@ -375,17 +360,7 @@ pub(crate) async fn pause_destination(
         async {
             let body: PauseBody = body(&bytes)?;
             let reason = pause_reason(body.reason.as_deref())?;
-            storable("destination", &destination)?;
-            let mut client = app.client().await?;
-            app.known_destination(&client, &destination, body.force)
-                .await?;
-            Ok(txoutbox::admin::pause_destination(
-                &mut client,
-                &destination,
-                reason,
-                Some(&who.name),
-            )
-            .await?)
+            app.pause(&destination, reason, &who, body.force).await
         }
         .await,
     )
@@ -402,14 +377,7 @@ pub(crate) async fn resume_destination(
     answer(
         async {
             let body: ResumeBody = body(&bytes)?;
-            storable("destination", &destination)?;
-            let mut client = app.client().await?;
-            app.known_destination(&client, &destination, body.force)
-                .await?;
-            Ok(
-                txoutbox::admin::resume_destination(&mut client, &destination, Some(&who.name))
-                    .await?,
-            )
+            app.resume(&destination, &who, body.force).await
         }
         .await,
     )
@@ -423,10 +391,8 @@ pub(crate) async fn key(State(app): State<Shared>, RawQuery(query): RawQuery) ->
         async {
             let pairs = pairs(query.unwrap_or_default().as_bytes());
             let get = |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| v.clone())
+                value(&pairs, name)
+                    .map(str::to_owned)
                     .ok_or_else(|| Failure::BadRequest(format!("{name}= is required")))
             };
             let (scope, key) = (get("scope")?, get("key")?);

@@ -43,6 +43,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use txoutbox::admin::{
+    DestinationFlow, DiscardOptions, DiscardReport, ReplayOptions, ReplayReport, ReplaySelection,
+};
+
+use auth::Principal;
 
 pub use auth::{Role, User, UserError};
 
@@ -264,9 +269,60 @@ impl Failure {
     }
 }
 
+/// The operator's actions, as the pages' forms and the API both run them: each takes a
+/// connection of its own once its input is checked.
 impl App {
     async fn client(&self) -> Result<deadpool_postgres::Object, Failure> {
         Ok(self.pool.get().await?)
+    }
+
+    async fn replay(
+        &self,
+        selection: &ReplaySelection,
+        options: &ReplayOptions,
+    ) -> Result<ReplayReport, Failure> {
+        let mut client = self.client().await?;
+        Ok(txoutbox::admin::replay(&mut client, selection, options, None).await?)
+    }
+
+    async fn discard(
+        &self,
+        selection: &ReplaySelection,
+        options: &DiscardOptions,
+    ) -> Result<DiscardReport, Failure> {
+        let mut client = self.client().await?;
+        Ok(txoutbox::admin::discard(&mut client, selection, options).await?)
+    }
+
+    /// Pauses `destination` for every relay, by `who`, with a reason already checked
+    /// ([`pages::pause_reason`]); one nothing names is refused unless `force`.
+    async fn pause(
+        &self,
+        destination: &str,
+        reason: &str,
+        who: &Principal,
+        force: bool,
+    ) -> Result<DestinationFlow, Failure> {
+        query::storable("destination", destination)?;
+        let mut client = self.client().await?;
+        self.known_destination(&client, destination, force).await?;
+        let by = Some(who.name.as_str());
+        Ok(txoutbox::admin::pause_destination(&mut client, destination, reason, by).await?)
+    }
+
+    /// Ends an operator's pause of `destination`, by `who`; one nothing names is refused
+    /// unless `force`.
+    async fn resume(
+        &self,
+        destination: &str,
+        who: &Principal,
+        force: bool,
+    ) -> Result<DestinationFlow, Failure> {
+        query::storable("destination", destination)?;
+        let mut client = self.client().await?;
+        self.known_destination(&client, destination, force).await?;
+        let by = Some(who.name.as_str());
+        Ok(txoutbox::admin::resume_destination(&mut client, destination, by).await?)
     }
 
     /// Refuses a destination nothing names (a likely typo) unless `force`: see

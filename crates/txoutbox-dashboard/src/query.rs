@@ -125,6 +125,14 @@ impl FilterFields {
 }
 
 /// Refuses text Postgres cannot take (a NUL byte), before it becomes a database error.
+/// The first value of field `name` in a form or query string's pairs.
+pub(crate) fn value<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
 pub(crate) fn storable(name: &str, value: &str) -> Result<(), Failure> {
     if value.contains('\0') {
         return Err(Failure::BadRequest(format!("{name} contains a NUL byte")));

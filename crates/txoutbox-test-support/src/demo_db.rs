@@ -2,6 +2,7 @@
 //! cluster of its own (`charge-service --demo`, `cargo run -p txoutbox --example handler`).
 
 use anyhow::Result;
+use txoutbox::pg::PgConfig;
 
 use crate::{Cluster, ClusterOptions};
 
@@ -33,6 +34,15 @@ impl DemoDatabase {
     /// The connection string (a URL or libpq's key=value form).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Its connection configuration (TLS included, what `Relay::builder` takes) and a
+    /// connection, driven by a task of its own.
+    pub async fn connect(&self) -> Result<(PgConfig, tokio_postgres::Client)> {
+        let pg = PgConfig::parse(&self.url)?;
+        let (client, connection) = pg.connect().await?;
+        tokio::spawn(txoutbox::pg::drive(connection));
+        Ok((pg, client))
     }
 
     /// The throwaway cluster's `postgres://` URL, to print (none when `DATABASE_URL` was given).

@@ -12,7 +12,6 @@
 //! run skipped everything the first wrote.
 
 use anyhow::ensure;
-use txoutbox::pg::PgConfig;
 use txoutbox::{Enqueued, OutboxMessage};
 use txoutbox_test_support::DemoDatabase;
 
@@ -42,9 +41,7 @@ async fn invoice_job(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let database = DemoDatabase::from_env()?;
-    let pg = PgConfig::parse(database.url())?;
-    let (mut client, connection) = pg.connect().await?;
-    tokio::spawn(txoutbox::pg::drive(connection));
+    let (_, mut client) = database.connect().await?;
     txoutbox::migrate(&mut client).await?;
 
     // A period of its own per run, so a rerun against the same database starts afresh.

@@ -14,7 +14,6 @@ use std::collections::HashSet;
 
 use anyhow::{bail, Context};
 use tokio::sync::mpsc;
-use txoutbox::pg::PgConfig;
 use txoutbox::relay::{Relay, Shutdown};
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 use txoutbox::OutboxMessage;
@@ -40,9 +39,7 @@ impl Sink for PrintSink {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let database = DemoDatabase::from_env()?;
-    let pg = PgConfig::parse(database.url())?;
-    let (mut client, connection) = pg.connect().await?;
-    tokio::spawn(txoutbox::pg::drive(connection));
+    let (pg, mut client) = database.connect().await?;
     txoutbox::migrate(&mut client).await?;
 
     // Three rows for the destination "console", committed by a job of ours.

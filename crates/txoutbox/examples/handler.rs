@@ -10,7 +10,6 @@
 //! does). It applies the migrations, and exits 0 when the retry was replayed.
 
 use anyhow::{bail, Context};
-use txoutbox::pg::PgConfig;
 use txoutbox::{Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
 use txoutbox_test_support::DemoDatabase;
 
@@ -64,9 +63,7 @@ async fn create_order(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let database = DemoDatabase::from_env()?;
-    let pg = PgConfig::parse(database.url())?;
-    let (mut client, connection) = pg.connect().await?;
-    tokio::spawn(txoutbox::pg::drive(connection));
+    let (_, mut client) = database.connect().await?;
     txoutbox::migrate(&mut client).await?;
     client
         .batch_execute("CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, item text)")

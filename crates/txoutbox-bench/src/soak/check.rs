@@ -262,6 +262,12 @@ impl<'a> Ctx<'a> {
             .or_else(|| state.delivered.get(&row).map(|d| d.id))
     }
 
+    /// The row's attempt log as the soak copied it.
+    fn attempts(&self, row: usize) -> &'a [Attempt] {
+        let state = self.input.state;
+        state.attempts.get(&row).map(Vec::as_slice).unwrap_or(&[])
+    }
+
     fn calls(&self, row: usize) -> &[&'a Call] {
         self.by_row.get(&row).map(Vec::as_slice).unwrap_or(&[])
     }

@@ -322,9 +322,23 @@ struct Request {
 }
 
 /// Reads one request (head and a `content-length` body); `None` on anything malformed.
+/// Appends what the peer sends next to `buf`, waiting 30 s at most: `None` once it has closed
+/// the connection, or on an error or a timeout.
+async fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
+    let mut chunk = [0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut chunk))
+        .await
+        .ok()?
+        .ok()?;
+    if n == 0 {
+        return None;
+    }
+    buf.extend_from_slice(&chunk[..n]);
+    Some(())
+}
+
 async fn read_request(stream: &mut TcpStream) -> Option<Request> {
     let mut buf = Vec::with_capacity(4096);
-    let mut chunk = [0u8; 4096];
     let head_end = loop {
         if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break at + 4;
@@ -332,14 +346,7 @@ async fn read_request(stream: &mut TcpStream) -> Option<Request> {
         if buf.len() > 64 << 10 {
             return None;
         }
-        let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut chunk))
-            .await
-            .ok()?
-            .ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
+        read_some(stream, &mut buf).await?;
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
     let header = |name: &str| {
@@ -356,14 +363,7 @@ async fn read_request(stream: &mut TcpStream) -> Option<Request> {
     }
     let mut body = buf[head_end..].to_vec();
     while body.len() < length {
-        let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut chunk))
-            .await
-            .ok()?
-            .ok()?;
-        if n == 0 {
-            return None;
-        }
-        body.extend_from_slice(&chunk[..n]);
+        read_some(stream, &mut body).await?;
     }
     body.truncate(length);
     Some(Request {

@@ -153,34 +153,14 @@ impl Fleet {
         if age < Duration::from_secs(1) {
             tokio::time::sleep(Duration::from_secs(1) - age).await;
         }
-        let Some(mut child) = slot.child.take() else {
+        let Some(child) = slot.child.take() else {
             return;
         };
-        let began = Instant::now();
-        if let Some(pid) = child.id() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()
-                .await;
+        let exit = terminate(child, limit, slot.owner.clone(), slot.log.clone()).await;
+        if exit.status.is_none() {
+            self.killed.insert(exit.owner.clone());
         }
-        // Give a relay that overruns its limit a little longer, to measure by how much.
-        let status = match tokio::time::timeout(limit * 2, child.wait()).await {
-            Ok(Ok(status)) => Some(status),
-            _ => {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                self.killed.insert(slot.owner.clone());
-                None
-            }
-        };
-        let log_tail = tail(&slot.log);
-        self.exits.push(Exit {
-            owner: slot.owner.clone(),
-            status,
-            took: began.elapsed(),
-            asked: true,
-            log_tail,
-        });
+        self.exits.push(exit);
     }
 
     /// Stops every relay with SIGTERM, all at once.
@@ -188,33 +168,13 @@ impl Fleet {
         let limit = self.spec.grace + Duration::from_secs(5);
         let mut waits = Vec::new();
         for slot in &mut self.slots {
-            if let Some(mut child) = slot.child.take() {
-                let owner = slot.owner.clone();
-                let log = slot.log.clone();
-                waits.push(async move {
-                    let began = Instant::now();
-                    if let Some(pid) = child.id() {
-                        let _ = Command::new("kill")
-                            .args(["-TERM", &pid.to_string()])
-                            .status()
-                            .await;
-                    }
-                    let status = match tokio::time::timeout(limit * 2, child.wait()).await {
-                        Ok(Ok(status)) => Some(status),
-                        _ => {
-                            let _ = child.start_kill();
-                            let _ = child.wait().await;
-                            None
-                        }
-                    };
-                    Exit {
-                        owner,
-                        status,
-                        took: began.elapsed(),
-                        asked: true,
-                        log_tail: tail(&log),
-                    }
-                });
+            if let Some(child) = slot.child.take() {
+                waits.push(terminate(
+                    child,
+                    limit,
+                    slot.owner.clone(),
+                    slot.log.clone(),
+                ));
             }
         }
         for exit in futures::future::join_all(waits).await {
@@ -284,6 +244,33 @@ impl Fleet {
 }
 
 /// The last lines of a log file.
+/// SIGTERMs a relay and waits for it, SIGKILLing it after twice `limit` (a relay that overruns
+/// its limit gets a little longer, to measure by how much): its exit, asked for.
+async fn terminate(mut child: Child, limit: Duration, owner: String, log: PathBuf) -> Exit {
+    let began = Instant::now();
+    if let Some(pid) = child.id() {
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await;
+    }
+    let status = match tokio::time::timeout(limit * 2, child.wait()).await {
+        Ok(Ok(status)) => Some(status),
+        _ => {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            None
+        }
+    };
+    Exit {
+        owner,
+        status,
+        took: began.elapsed(),
+        asked: true,
+        log_tail: tail(&log),
+    }
+}
+
 fn tail(path: &Path) -> String {
     let bytes = std::fs::read(path).unwrap_or_default();
     let text = String::from_utf8_lossy(&bytes);

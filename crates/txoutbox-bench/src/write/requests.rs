@@ -44,8 +44,7 @@ pub(super) async fn one_request(
     client_no: usize,
     n: u64,
 ) -> Result<()> {
-    let customer = format!("customer-{client_no}");
-    let amount = (n % 10_000) as i64;
+    let (customer, amount) = order(client_no, n);
     if matches!(mode, Mode::HandWrittenOneRow | Mode::HandWrittenTwoTrips) {
         let two_trips = mode == Mode::HandWrittenTwoTrips;
         return hand_written_one_row(client, scope, &customer, amount, two_trips).await;
@@ -93,11 +92,7 @@ pub(super) async fn one_request(
     if mode == Mode::FullNotifyInTx {
         txoutbox::relay::notify_in_transaction(&tx).await?;
     }
-    let response = StoredResponse {
-        status: 201,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: format!(r#"{{"order":{id}}}"#).into_bytes(),
-    };
+    let response = order_response(id);
     if matches!(mode, Mode::FullCommit | Mode::FullOneRow) {
         claim.commit(tx, &response).await?;
         return Ok(());
@@ -108,6 +103,20 @@ pub(super) async fn one_request(
         waker.wake();
     }
     Ok(())
+}
+
+/// The customer and the amount of client `client_no`'s `n`th order.
+pub(super) fn order(client_no: usize, n: u64) -> (String, i64) {
+    (format!("customer-{client_no}"), (n % 10_000) as i64)
+}
+
+/// The response an order request stores: 201 with the order's id.
+pub(super) fn order_response(id: i64) -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: format!(r#"{{"order":{id}}}"#).into_bytes(),
+    }
 }
 
 /// The two effects of an order request, by effect name: its charge and its receipt.

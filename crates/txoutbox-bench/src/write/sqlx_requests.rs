@@ -4,9 +4,9 @@
 
 use anyhow::Result;
 use sqlx::Connection;
-use txoutbox::{Begin, Fingerprint, IdempotencyKey, Scope, StoredResponse};
+use txoutbox::{Begin, Fingerprint, IdempotencyKey, Scope};
 
-use super::requests::{effects, INSERT_ORDER};
+use super::requests::{effects, order, order_response, INSERT_ORDER};
 use super::Mode;
 
 /// One request of the sqlx `mode`, as client `client_no`'s `n`th.
@@ -17,8 +17,7 @@ pub(super) async fn one_request(
     client_no: usize,
     n: u64,
 ) -> Result<()> {
-    let customer = format!("customer-{client_no}");
-    let amount = (n % 10_000) as i64;
+    let (customer, amount) = order(client_no, n);
     let mut tx = conn.begin().await?;
     if mode == Mode::SqlxBusiness {
         sqlx::query(INSERT_ORDER)
@@ -43,11 +42,7 @@ pub(super) async fn one_request(
     for (effect, message) in effects(id, amount, &customer)? {
         claim.enqueue(effect, message)?;
     }
-    let response = StoredResponse {
-        status: 201,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: format!(r#"{{"order":{id}}}"#).into_bytes(),
-    };
+    let response = order_response(id);
     if matches!(mode, Mode::SqlxFullCommit | Mode::SqlxFullOneRow) {
         claim.commit(tx, &response).await?;
         return Ok(());

@@ -2,10 +2,9 @@
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use txoutbox::admin::{DiscardOptions, DiscardReport, MessageStatus};
-use uuid::Uuid;
+use txoutbox::admin::{DiscardOptions, MessageStatus};
 
-use super::{confirmed, dash, report_head, selection, table, unconfirmed_max, FilterArgs};
+use super::{confirmed, dash, report_text, ActionArgs};
 
 pub(super) const DISCARD_HELP: &str = "\
 A discarded row is closed without delivery: it leaves the outbox for the discarded history, its
@@ -40,32 +39,15 @@ impl From<DiscardStatusArg> for MessageStatus {
 /// Options of `txoutbox discard`.
 #[derive(Debug, Args)]
 pub struct DiscardArgs {
-    /// Message ids; without ids, the filters select the rows.
-    #[arg(
-        value_name = "ID",
-        conflicts_with_all = ["status", "destination", "since", "until", "key", "ordering_key", "limit"]
-    )]
-    ids: Vec<Uuid>,
+    /// The rows: ids, or what the filters select.
+    #[command(flatten)]
+    rows: ActionArgs,
     /// Why the rows are closed without delivery (kept in their attempt log).
     #[arg(long, required = true)]
     reason: String,
     /// Which rows a discard by filter takes: failed (default) or unknown.
     #[arg(long, value_enum)]
     status: Option<DiscardStatusArg>,
-    #[command(flatten)]
-    filter: FilterArgs,
-    /// Discard at most this many rows of the filter's selection (oldest first).
-    #[arg(long)]
-    limit: Option<u64>,
-    /// Change nothing; print what would be discarded.
-    #[arg(long)]
-    dry_run: bool,
-    /// Confirm a discard of more than --max-without-confirm rows.
-    #[arg(long, short = 'y')]
-    yes: bool,
-    /// The most rows discarded without --yes.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    max_without_confirm: u64,
 }
 
 /// `txoutbox discard`: discards the selection (or says what it would) and lists the rows.
@@ -74,48 +56,30 @@ pub(super) async fn run(
     args: DiscardArgs,
     out: &mut String,
 ) -> Result<()> {
-    let selection = selection(
-        &args.ids,
-        &args.filter,
-        args.status.map(Into::into),
-        args.limit,
-    );
     let options = DiscardOptions {
-        dry_run: args.dry_run,
-        max_rows: unconfirmed_max(args.yes, args.dry_run, args.max_without_confirm),
+        dry_run: args.rows.dry_run,
+        max_rows: args.rows.max_rows(),
         ..DiscardOptions::new(args.reason)
     };
+    let selection = args.rows.selection(args.status.map(Into::into));
     let report = confirmed(
         txoutbox::admin::discard(client, &selection, &options).await,
         "discarded",
     )?;
-    discard_text(out, &report);
+    let rows: Vec<Vec<String>> = report
+        .discarded
+        .iter()
+        .map(|d| {
+            vec![
+                d.id.to_string(),
+                d.from.to_string(),
+                d.destination.clone(),
+                dash(d.ordering_key.as_deref()),
+            ]
+        })
+        .collect();
+    let header = ["ID", "FROM", "DESTINATION", "ORDERING KEY"];
+    let verb = ("discard", "discarded");
+    report_text(out, verb, report.dry_run, &header, &rows, &report.skipped);
     Ok(())
-}
-
-fn discard_text(out: &mut String, report: &DiscardReport) {
-    if report_head(
-        out,
-        report.discarded.len(),
-        report.dry_run,
-        "discard",
-        "discarded",
-    ) {
-        let rows: Vec<Vec<String>> = report
-            .discarded
-            .iter()
-            .map(|d| {
-                vec![
-                    d.id.to_string(),
-                    d.from.to_string(),
-                    d.destination.clone(),
-                    dash(d.ordering_key.as_deref()),
-                ]
-            })
-            .collect();
-        table(out, &["ID", "FROM", "DESTINATION", "ORDERING KEY"], &rows);
-    }
-    for skipped in &report.skipped {
-        out.push_str(&format!("skipped {}: {}\n", skipped.id, skipped.reason));
-    }
 }

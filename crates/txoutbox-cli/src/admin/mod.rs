@@ -234,22 +234,46 @@ fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
 
 /// What `replay` and `discard` act on: the ids given, else what the filter selects (at most
 /// `limit` rows).
-fn selection(
-    ids: &[uuid::Uuid],
-    filter: &FilterArgs,
-    status: Option<MessageStatus>,
+/// The rows a `replay` or a `discard` acts on (ids, or what the filters select), and how one of
+/// many rows is confirmed.
+#[derive(Debug, Args)]
+pub struct ActionArgs {
+    /// Message ids; without ids, the filters select the rows.
+    #[arg(
+        value_name = "ID",
+        conflicts_with_all = ["status", "destination", "since", "until", "key", "ordering_key", "limit"]
+    )]
+    ids: Vec<uuid::Uuid>,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Act on at most this many rows of the filter's selection (oldest first).
+    #[arg(long)]
     limit: Option<u64>,
-) -> txoutbox::admin::ReplaySelection {
-    if ids.is_empty() {
-        txoutbox::admin::ReplaySelection::Filter(filter.filter(status, limit))
-    } else {
-        txoutbox::admin::ReplaySelection::Ids(ids.to_vec())
-    }
+    /// Change nothing; print the rows it would change.
+    #[arg(long)]
+    dry_run: bool,
+    /// Confirm acting on more than --max-without-confirm rows.
+    #[arg(long, short = 'y')]
+    yes: bool,
+    /// The most rows changed without --yes.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    max_without_confirm: u64,
 }
 
-/// The most rows a command may act on unconfirmed: `max` unless `--yes` or `--dry-run`.
-fn unconfirmed_max(yes: bool, dry_run: bool, max: u64) -> Option<u64> {
-    (!yes && !dry_run).then_some(max)
+impl ActionArgs {
+    /// The ids, or the filter's rows in `status` (the command's default when `None`).
+    fn selection(&self, status: Option<MessageStatus>) -> txoutbox::admin::ReplaySelection {
+        if self.ids.is_empty() {
+            txoutbox::admin::ReplaySelection::Filter(self.filter.filter(status, self.limit))
+        } else {
+            txoutbox::admin::ReplaySelection::Ids(self.ids.clone())
+        }
+    }
+
+    /// The most rows the command may act on unconfirmed: none past `--yes` or `--dry-run`.
+    fn max_rows(&self) -> Option<u64> {
+        (!self.yes && !self.dry_run).then_some(self.max_without_confirm)
+    }
 }
 
 /// A command's result, with its refusal to act on more rows than allowed without `--yes` as the
@@ -264,23 +288,34 @@ fn confirmed<T>(result: Result<T, txoutbox::admin::AdminError>, verb: &str) -> R
     }
 }
 
-/// The first line of a replay's or a discard's report ("nothing to replay", "would replay 2
-/// messages", "replayed 1 message"); false when there was nothing to do.
-fn report_head(out: &mut String, n: usize, dry_run: bool, verb: &str, done: &str) -> bool {
+/// A replay's or a discard's report: its first line ("nothing to replay", "would replay 2
+/// messages", "replayed 1 message"), its rows under `header`, then the rows it skipped and why.
+fn report_text(
+    out: &mut String,
+    (verb, done): (&str, &str),
+    dry_run: bool,
+    header: &[&str],
+    rows: &[Vec<String>],
+    skipped: &[txoutbox::admin::SkippedMessage],
+) {
+    let n = rows.len();
     if n == 0 {
         out.push_str(&format!("nothing to {verb}\n"));
-        return false;
-    }
-    let verb = if dry_run {
-        format!("would {verb}")
     } else {
-        done.to_owned()
-    };
-    out.push_str(&format!(
-        "{verb} {n} message{}\n",
-        if n == 1 { "" } else { "s" }
-    ));
-    true
+        let verb = if dry_run {
+            format!("would {verb}")
+        } else {
+            done.to_owned()
+        };
+        out.push_str(&format!(
+            "{verb} {n} message{}\n",
+            if n == 1 { "" } else { "s" }
+        ));
+        table(out, header, rows);
+    }
+    for skipped in skipped {
+        out.push_str(&format!("skipped {}: {}\n", skipped.id, skipped.reason));
+    }
 }
 
 fn dash(value: Option<&str>) -> String {

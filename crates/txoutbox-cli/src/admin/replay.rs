@@ -2,10 +2,9 @@
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use txoutbox::admin::{MessageStatus, ReplayOptions, ReplayReport};
-use uuid::Uuid;
+use txoutbox::admin::{MessageStatus, ReplayOptions};
 
-use super::{confirmed, report_head, selection, table, unconfirmed_max, FilterArgs, Progress};
+use super::{confirmed, report_text, ActionArgs, Progress};
 
 pub(super) const REPLAY_HELP: &str = "\
 A replayed row goes back to pending, due now, with 0 attempts, and keeps its downstream key
@@ -46,35 +45,18 @@ impl From<ReplayStatusArg> for MessageStatus {
 /// Options of `txoutbox replay`.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// Message ids; without ids, the filters select the rows.
-    #[arg(
-        value_name = "ID",
-        conflicts_with_all = ["status", "destination", "since", "until", "key", "ordering_key", "limit"]
-    )]
-    ids: Vec<Uuid>,
+    /// The rows: ids, or what the filters select.
+    #[command(flatten)]
+    rows: ActionArgs,
     /// Which rows a replay by filter takes: failed (default), unknown, or delivered.
     #[arg(long, value_enum, requires_if("delivered", "include_delivered"))]
     status: Option<ReplayStatusArg>,
-    #[command(flatten)]
-    filter: FilterArgs,
-    /// Replay at most this many rows of the filter's selection (oldest first).
-    #[arg(long)]
-    limit: Option<u64>,
     /// Also replay delivered rows (their effect is sent again).
     #[arg(long)]
     include_delivered: bool,
     /// Give each row a fresh downstream key (for a downstream that cached the old key's answer).
     #[arg(long)]
     new_key: bool,
-    /// Change nothing; print what would be replayed.
-    #[arg(long)]
-    dry_run: bool,
-    /// Confirm a replay of more than --max-without-confirm rows.
-    #[arg(long, short = 'y')]
-    yes: bool,
-    /// The most rows replayed without --yes.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    max_without_confirm: u64,
 }
 
 /// `txoutbox replay`: replays the selection (or says what it would) and lists the rows.
@@ -83,19 +65,14 @@ pub(super) async fn run(
     args: ReplayArgs,
     out: &mut String,
 ) -> Result<()> {
-    let selection = selection(
-        &args.ids,
-        &args.filter,
-        args.status.map(Into::into),
-        args.limit,
-    );
     let options = ReplayOptions {
         include_delivered: args.include_delivered,
         new_key: args.new_key,
-        dry_run: args.dry_run,
-        max_rows: unconfirmed_max(args.yes, args.dry_run, args.max_without_confirm),
+        dry_run: args.rows.dry_run,
+        max_rows: args.rows.max_rows(),
         ..ReplayOptions::default()
     };
+    let selection = args.rows.selection(args.status.map(Into::into));
     let mut progress = Progress::new("replaying", options.batch_size as u64);
     let report = txoutbox::admin::replay(
         client,
@@ -106,36 +83,24 @@ pub(super) async fn run(
     .await;
     progress.finish();
     let report = confirmed(report, "replayed")?;
-    replay_text(out, &report);
+    let rows: Vec<Vec<String>> = report
+        .replayed
+        .iter()
+        .map(|r| {
+            let key = match &r.replaced_key {
+                Some(old) => format!("{old} -> {}", r.downstream_key),
+                None => r.downstream_key.clone(),
+            };
+            vec![
+                r.id.to_string(),
+                r.from.to_string(),
+                r.destination.clone(),
+                key,
+            ]
+        })
+        .collect();
+    let header = ["ID", "FROM", "DESTINATION", "DOWNSTREAM KEY"];
+    let verb = ("replay", "replayed");
+    report_text(out, verb, report.dry_run, &header, &rows, &report.skipped);
     Ok(())
-}
-
-fn replay_text(out: &mut String, report: &ReplayReport) {
-    if report_head(
-        out,
-        report.replayed.len(),
-        report.dry_run,
-        "replay",
-        "replayed",
-    ) {
-        let rows: Vec<Vec<String>> = report
-            .replayed
-            .iter()
-            .map(|r| {
-                vec![
-                    r.id.to_string(),
-                    r.from.to_string(),
-                    r.destination.clone(),
-                    match &r.replaced_key {
-                        Some(old) => format!("{old} -> {}", r.downstream_key),
-                        None => r.downstream_key.clone(),
-                    },
-                ]
-            })
-            .collect();
-        table(out, &["ID", "FROM", "DESTINATION", "DOWNSTREAM KEY"], &rows);
-    }
-    for skipped in &report.skipped {
-        out.push_str(&format!("skipped {}: {}\n", skipped.id, skipped.reason));
-    }
 }

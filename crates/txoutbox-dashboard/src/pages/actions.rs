@@ -8,13 +8,14 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
 use maud::{html, Markup};
 use txoutbox::admin::{
-    DestinationFlow, DiscardOptions, DiscardReport, ReplayOptions, ReplayReport, ReplaySelection,
+    DestinationFlow, DiscardOptions, DiscardReport, DiscardedMessage, MessageStatus, ReplayOptions,
+    ReplayReport, ReplaySelection, ReplayedMessage, SkippedMessage,
 };
 use uuid::Uuid;
 
 use super::{error_page, hidden_fields, layout, link, render};
 use crate::auth::{Base, Principal};
-use crate::query::{encode, pairs, segment, storable, FilterFields};
+use crate::query::{encode, pairs, segment, storable, value, FilterFields};
 use crate::{Failure, Shared};
 
 /// What the README says before a replay with a new key.
@@ -60,31 +61,165 @@ fn options(pairs: &[(String, String)], who: &Principal) -> ReplayOptions {
     }
 }
 
-fn report_page(base: &Base, who: &Principal, report: &ReplayReport) -> Markup {
+/// What the pages say of one of the two actions on messages, replay and discard.
+struct Action {
+    /// The title of the page after it.
+    title: &'static str,
+    /// Where a filter's confirmation posts.
+    path: &'static str,
+    /// The report's opening word, after the action and after a dry run of it.
+    done: &'static str,
+    would: &'static str,
+    /// The report's last column: what a replayed row goes out under, what a discarded one frees.
+    last_header: &'static str,
+    nothing_matches: &'static str,
+    empty_filter: &'static str,
+    confirm_title: &'static str,
+}
+
+const REPLAY: Action = Action {
+    title: "Replay",
+    path: "/replay/filter",
+    done: "Replayed ",
+    would: "Would replay ",
+    last_header: "Downstream key",
+    nothing_matches: "No replayable message matches this filter.",
+    empty_filter: "The filter is empty: this replays every failed message.",
+    confirm_title: "Confirm the replay",
+};
+
+const DISCARD: Action = Action {
+    title: "Discard",
+    path: "/discard/filter",
+    done: "Discarded ",
+    would: "Would discard ",
+    last_header: "Ordering key",
+    nothing_matches: "No discardable message (failed, or unknown when the filter names it) \
+                      matches this filter.",
+    empty_filter: "The filter is empty: this discards every failed message.",
+    confirm_title: "Confirm the discard",
+};
+
+/// A row of a replay's or a discard's report, as the pages show it.
+trait ReportRow {
+    fn id(&self) -> Uuid;
+    fn destination(&self) -> &str;
+    fn from(&self) -> MessageStatus;
+    /// The cell under [`Action::last_header`].
+    fn last_cell(&self) -> Markup;
+}
+
+impl ReportRow for ReplayedMessage {
+    fn id(&self) -> Uuid {
+        self.id
+    }
+    fn destination(&self) -> &str {
+        &self.destination
+    }
+    fn from(&self) -> MessageStatus {
+        self.from
+    }
+    fn last_cell(&self) -> Markup {
+        html! { code { (self.downstream_key) } @if let Some(old) = &self.replaced_key { " (was " code { (old) } ")" } }
+    }
+}
+
+impl ReportRow for DiscardedMessage {
+    fn id(&self) -> Uuid {
+        self.id
+    }
+    fn destination(&self) -> &str {
+        &self.destination
+    }
+    fn from(&self) -> MessageStatus {
+        self.from
+    }
+    fn last_cell(&self) -> Markup {
+        html! { @if let Some(k) = &self.ordering_key { code { (k) } } }
+    }
+}
+
+/// The page after a replay or a discard: what it did (or would do), row by row, and what it
+/// skipped and why.
+fn report_page<R: ReportRow>(
+    base: &Base,
+    who: &Principal,
+    action: &Action,
+    dry_run: bool,
+    rows: &[R],
+    skipped: &[SkippedMessage],
+) -> Markup {
     let b = &base.0;
     let body = html! {
         p role="status" {
-            @if report.dry_run { "Would replay " } @else { "Replayed " }
-            strong { (report.replayed.len()) } " message(s)"
-            @if !report.skipped.is_empty() { ", skipped " strong { (report.skipped.len()) } }
+            @if dry_run { (action.would) } @else { (action.done) }
+            strong { (rows.len()) } " message(s)"
+            @if !skipped.is_empty() { ", skipped " strong { (skipped.len()) } }
             "."
         }
-        @if !report.replayed.is_empty() {
-            table { thead { tr { th scope="col" { "Id" } th scope="col" { "Destination" } th scope="col" { "From" } th scope="col" { "Downstream key" } } }
-                tbody { @for r in &report.replayed { tr {
-                    td { a href={(b) "/messages/" (r.id)} { code { (r.id) } } }
-                    td { (r.destination) } td { (r.from.as_str()) }
-                    td { code { (r.downstream_key) } @if let Some(old) = &r.replaced_key { " (was " code { (old) } ")" } }
+        @if !rows.is_empty() {
+            table { thead { tr { th scope="col" { "Id" } th scope="col" { "Destination" } th scope="col" { "From" } th scope="col" { (action.last_header) } } }
+                tbody { @for r in rows { tr {
+                    td { a href={(b) "/messages/" (r.id())} { code { (r.id()) } } }
+                    td { (r.destination()) } td { (r.from().as_str()) }
+                    td { (r.last_cell()) }
                 } } }
             }
         }
-        @if !report.skipped.is_empty() {
+        @if !skipped.is_empty() {
             h2 { "Skipped" }
-            ul { @for s in &report.skipped { li { a href={(b) "/messages/" (s.id)} { code { (s.id) } } ": " (s.reason) } } }
+            ul { @for s in skipped { li { a href={(b) "/messages/" (s.id)} { code { (s.id) } } ": " (s.reason) } } }
         }
         p { a href={(b) "/messages"} { "Back to the messages" } }
     };
-    layout(base, who, "Replay", "/messages", body)
+    layout(base, who, action.title, "/messages", body)
+}
+
+/// The page a filter's dry run answers with: how many rows match (`matched` follows the
+/// count), the form that confirms the action on at most that many (with its own `controls`),
+/// and the first 20 rows.
+fn confirm_page<R: ReportRow>(
+    base: &Base,
+    who: &Principal,
+    action: &Action,
+    fields: &FilterFields,
+    rows: &[R],
+    matched: Markup,
+    controls: Markup,
+) -> Markup {
+    let n = rows.len();
+    let b = &base.0;
+    let body = html! {
+        @if n == 0 {
+            p role="status" { (action.nothing_matches) }
+        } @else {
+            p role="status" { strong { (n) } (matched) }
+            @if fields.is_empty() { p class="warning" { (action.empty_filter) } }
+            form method="post" action={(b) (action.path)} class="actions" {
+                (hidden_fields(fields))
+                input type="hidden" name="confirm" value=(n);
+                (controls)
+            }
+            ul class="preview" {
+                @for r in rows.iter().take(20) {
+                    li { a href={(b) "/messages/" (r.id())} { code { (r.id()) } } " " (r.destination()) " (" (r.from().as_str()) ")" }
+                }
+                @if n > 20 { li { "… and " (n - 20) " more" } }
+            }
+        }
+        p { a href={(b) "/messages?" (encode(fields.to_pairs()))} { "Back to the list" } }
+    };
+    layout(base, who, action.confirm_title, "/messages", body)
+}
+
+fn replay_report(base: &Base, who: &Principal, report: &ReplayReport) -> Markup {
+    let (rows, skipped) = (&report.replayed, &report.skipped);
+    report_page(base, who, &REPLAY, report.dry_run, rows, skipped)
+}
+
+fn discard_report(base: &Base, who: &Principal, report: &DiscardReport) -> Markup {
+    let (rows, skipped) = (&report.discarded, &report.skipped);
+    report_page(base, who, &DISCARD, report.dry_run, rows, skipped)
 }
 
 pub(crate) async fn replay_one(
@@ -96,15 +231,9 @@ pub(crate) async fn replay_one(
 ) -> Response {
     let result = async {
         let id = Uuid::parse_str(&id).map_err(|_| Failure::NotFound)?;
-        let pairs = pairs(&body);
-        let mut client = app.client().await?;
-        txoutbox::admin::replay(
-            &mut client,
-            &ReplaySelection::Ids(vec![id]),
-            &options(&pairs, &who),
-            None,
-        )
-        .await?;
+        let options = options(&pairs(&body), &who);
+        app.replay(&ReplaySelection::Ids(vec![id]), &options)
+            .await?;
         Ok(id)
     }
     .await;
@@ -120,15 +249,10 @@ pub(crate) async fn replay_selected(
     let result = async {
         let pairs = pairs(&body);
         let ids = selected_ids(&pairs, "replay")?;
-        let mut client = app.client().await?;
-        let report = txoutbox::admin::replay(
-            &mut client,
-            &ReplaySelection::Ids(ids),
-            &options(&pairs, &who),
-            None,
-        )
-        .await?;
-        Ok(report_page(&base, &who, &report))
+        let report = app
+            .replay(&ReplaySelection::Ids(ids), &options(&pairs, &who))
+            .await?;
+        Ok(replay_report(&base, &who, &report))
     }
     .await;
     render(&base, result)
@@ -145,44 +269,25 @@ pub(crate) async fn replay_filter(
     let result = async {
         let pairs = pairs(&body);
         let fields = FilterFields::from_pairs(&pairs);
-        let filter = fields.filter(&app.redaction)?;
+        let selection = ReplaySelection::Filter(fields.filter(&app.redaction)?);
         let mut opts = options(&pairs, &who);
-        let confirmed = confirmed_count(&pairs)?;
-        let mut client = app.client().await?;
-        let selection = ReplaySelection::Filter(filter);
-        if let Some(count) = confirmed {
+        if let Some(count) = confirmed_count(&pairs)? {
             opts.max_rows = Some(count);
-            let report = txoutbox::admin::replay(&mut client, &selection, &opts, None).await?;
-            return Ok(report_page(&base, &who, &report));
+            let report = app.replay(&selection, &opts).await?;
+            return Ok(replay_report(&base, &who, &report));
         }
         opts.dry_run = true;
-        let report = txoutbox::admin::replay(&mut client, &selection, &opts, None).await?;
+        let report = app.replay(&selection, &opts).await?;
         let n = report.replayed.len();
-        let b = &base.0;
-        let body = html! {
-            @if n == 0 {
-                p role="status" { "No replayable message matches this filter." }
-            } @else {
-                p role="status" { strong { (n) } " message(s) match and would be replayed" @if opts.new_key { " with new keys" } "." }
-                @if fields.is_empty() { p class="warning" { "The filter is empty: this replays every failed message." } }
-                form method="post" action={(b) "/replay/filter"} class="actions" {
-                    (hidden_fields(&fields))
-                    input type="hidden" name="confirm" value=(n);
-                    @if opts.include_delivered { input type="hidden" name="include_delivered" value="1"; }
-                    button type="submit" { "Replay " (n) " message(s)" }
-                    button type="submit" name="new_key" value="1" { "Replay " (n) " with new keys" }
-                    p class="warning" { (NEW_KEY_WARNING) }
-                }
-                ul class="preview" {
-                    @for r in report.replayed.iter().take(20) {
-                        li { a href={(b) "/messages/" (r.id)} { code { (r.id) } } " " (r.destination) " (" (r.from.as_str()) ")" }
-                    }
-                    @if n > 20 { li { "… and " (n - 20) " more" } }
-                }
-            }
-            p { a href={(b) "/messages?" (encode(fields.to_pairs()))} { "Back to the list" } }
+        let matched = html! { " message(s) match and would be replayed" @if opts.new_key { " with new keys" } "." };
+        let controls = html! {
+            @if opts.include_delivered { input type="hidden" name="include_delivered" value="1"; }
+            button type="submit" { "Replay " (n) " message(s)" }
+            button type="submit" name="new_key" value="1" { "Replay " (n) " with new keys" }
+            p class="warning" { (NEW_KEY_WARNING) }
         };
-        Ok(layout(&base, &who, "Confirm the replay", "/messages", body))
+        let rows = &report.replayed;
+        Ok(confirm_page(&base, &who, &REPLAY, &fields, rows, matched, controls))
     }
     .await;
     render(&base, result)
@@ -209,13 +314,6 @@ pub(crate) fn discard_options(
     })
 }
 
-fn form_value<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    pairs
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
-}
-
 fn selected_ids(pairs: &[(String, String)], verb: &str) -> Result<Vec<Uuid>, Failure> {
     let ids = pairs
         .iter()
@@ -233,39 +331,12 @@ fn selected_ids(pairs: &[(String, String)], verb: &str) -> Result<Vec<Uuid>, Fai
 }
 
 fn confirmed_count(pairs: &[(String, String)]) -> Result<Option<u64>, Failure> {
-    form_value(pairs, "confirm")
+    value(pairs, "confirm")
         .map(|v| {
             v.parse::<u64>()
                 .map_err(|_| Failure::BadRequest(format!("confirm {v:?} is not a count")))
         })
         .transpose()
-}
-
-fn discard_report_page(base: &Base, who: &Principal, report: &DiscardReport) -> Markup {
-    let b = &base.0;
-    let body = html! {
-        p role="status" {
-            @if report.dry_run { "Would discard " } @else { "Discarded " }
-            strong { (report.discarded.len()) } " message(s)"
-            @if !report.skipped.is_empty() { ", skipped " strong { (report.skipped.len()) } }
-            "."
-        }
-        @if !report.discarded.is_empty() {
-            table { thead { tr { th scope="col" { "Id" } th scope="col" { "Destination" } th scope="col" { "From" } th scope="col" { "Ordering key" } } }
-                tbody { @for d in &report.discarded { tr {
-                    td { a href={(b) "/messages/" (d.id)} { code { (d.id) } } }
-                    td { (d.destination) } td { (d.from.as_str()) }
-                    td { @if let Some(k) = &d.ordering_key { code { (k) } } }
-                } } }
-            }
-        }
-        @if !report.skipped.is_empty() {
-            h2 { "Skipped" }
-            ul { @for s in &report.skipped { li { a href={(b) "/messages/" (s.id)} { code { (s.id) } } ": " (s.reason) } } }
-        }
-        p { a href={(b) "/messages"} { "Back to the messages" } }
-    };
-    layout(base, who, "Discard", "/messages", body)
 }
 
 pub(crate) async fn discard_one(
@@ -277,10 +348,9 @@ pub(crate) async fn discard_one(
 ) -> Response {
     let result = async {
         let id = Uuid::parse_str(&id).map_err(|_| Failure::NotFound)?;
-        let pairs = pairs(&body);
-        let options = discard_options(form_value(&pairs, "reason"), &who)?;
-        let mut client = app.client().await?;
-        txoutbox::admin::discard(&mut client, &ReplaySelection::Ids(vec![id]), &options).await?;
+        let options = discard_options(value(&pairs(&body), "reason"), &who)?;
+        app.discard(&ReplaySelection::Ids(vec![id]), &options)
+            .await?;
         Ok(id)
     }
     .await;
@@ -296,11 +366,9 @@ pub(crate) async fn discard_selected(
     let result = async {
         let pairs = pairs(&body);
         let ids = selected_ids(&pairs, "discard")?;
-        let options = discard_options(form_value(&pairs, "reason"), &who)?;
-        let mut client = app.client().await?;
-        let report =
-            txoutbox::admin::discard(&mut client, &ReplaySelection::Ids(ids), &options).await?;
-        Ok(discard_report_page(&base, &who, &report))
+        let options = discard_options(value(&pairs, "reason"), &who)?;
+        let report = app.discard(&ReplaySelection::Ids(ids), &options).await?;
+        Ok(discard_report(&base, &who, &report))
     }
     .await;
     render(&base, result)
@@ -318,53 +386,33 @@ pub(crate) async fn discard_filter(
     let result = async {
         let pairs = pairs(&body);
         let fields = FilterFields::from_pairs(&pairs);
-        let filter = fields.filter(&app.redaction)?;
-        let reason = form_value(&pairs, "reason")
+        let selection = ReplaySelection::Filter(fields.filter(&app.redaction)?);
+        let reason = value(&pairs, "reason")
             .map(str::trim)
             .filter(|r| !r.is_empty());
-        let confirmed = confirmed_count(&pairs)?;
-        let selection = ReplaySelection::Filter(filter);
-        if let Some(count) = confirmed {
+        if let Some(count) = confirmed_count(&pairs)? {
             let options = DiscardOptions {
                 max_rows: Some(count),
                 ..discard_options(reason, &who)?
             };
-            let mut client = app.client().await?;
-            let report = txoutbox::admin::discard(&mut client, &selection, &options).await?;
-            return Ok(discard_report_page(&base, &who, &report));
+            let report = app.discard(&selection, &options).await?;
+            return Ok(discard_report(&base, &who, &report));
         }
         // A dry run stores nothing: the reason is asked for with the confirmation.
         let options = DiscardOptions {
             dry_run: true,
             ..discard_options(Some(reason.unwrap_or("dry run")), &who)?
         };
-        let mut client = app.client().await?;
-        let report = txoutbox::admin::discard(&mut client, &selection, &options).await?;
+        let report = app.discard(&selection, &options).await?;
         let n = report.discarded.len();
-        let b = &base.0;
-        let body = html! {
-            @if n == 0 {
-                p role="status" { "No discardable message (failed, or unknown when the filter names it) matches this filter." }
-            } @else {
-                p role="status" { strong { (n) } " message(s) match and would be discarded." }
-                @if fields.is_empty() { p class="warning" { "The filter is empty: this discards every failed message." } }
-                form method="post" action={(b) "/discard/filter"} class="actions" {
-                    (hidden_fields(&fields))
-                    input type="hidden" name="confirm" value=(n);
-                    label { "Reason " input name="reason" required value=(reason.unwrap_or_default()) placeholder="why they are closed without delivery"; }
-                    button type="submit" { "Discard " (n) " message(s)" }
-                    p class="warning" { (DISCARD_NOTE) }
-                }
-                ul class="preview" {
-                    @for d in report.discarded.iter().take(20) {
-                        li { a href={(b) "/messages/" (d.id)} { code { (d.id) } } " " (d.destination) " (" (d.from.as_str()) ")" }
-                    }
-                    @if n > 20 { li { "… and " (n - 20) " more" } }
-                }
-            }
-            p { a href={(b) "/messages?" (encode(fields.to_pairs()))} { "Back to the list" } }
+        let matched = html! { " message(s) match and would be discarded." };
+        let controls = html! {
+            label { "Reason " input name="reason" required value=(reason.unwrap_or_default()) placeholder="why they are closed without delivery"; }
+            button type="submit" { "Discard " (n) " message(s)" }
+            p class="warning" { (DISCARD_NOTE) }
         };
-        Ok(layout(&base, &who, "Confirm the discard", "/messages", body))
+        let rows = &report.discarded;
+        Ok(confirm_page(&base, &who, &DISCARD, &fields, rows, matched, controls))
     }
     .await;
     render(&base, result)
@@ -425,17 +473,12 @@ pub(crate) async fn pause_destination(
 ) -> Response {
     let result = async {
         let pairs = pairs(&body);
-        let reason = pause_reason(form_value(&pairs, "reason"))?;
-        storable("destination", &destination)?;
-        let mut client = app.client().await?;
-        app.known_destination(&client, &destination, flag(&pairs, "force"))
-            .await?;
-        txoutbox::admin::pause_destination(&mut client, &destination, reason, Some(&who.name))
-            .await?;
-        Ok(())
+        let reason = pause_reason(value(&pairs, "reason"))?;
+        app.pause(&destination, reason, &who, flag(&pairs, "force"))
+            .await
     }
     .await;
-    back_to(&base, result.map(|()| link(&base.0, "/")))
+    back_to(&base, result.map(|_| link(&base.0, "/")))
 }
 
 /// Ends an operator's pause of a destination (one nothing names is refused unless `force`);
@@ -447,14 +490,7 @@ pub(crate) async fn resume_destination(
     Path(destination): Path<String>,
     body: Bytes,
 ) -> Response {
-    let result = async {
-        storable("destination", &destination)?;
-        let mut client = app.client().await?;
-        app.known_destination(&client, &destination, flag(&pairs(&body), "force"))
-            .await?;
-        txoutbox::admin::resume_destination(&mut client, &destination, Some(&who.name)).await?;
-        Ok(())
-    }
-    .await;
-    back_to(&base, result.map(|()| link(&base.0, "/")))
+    let force = flag(&pairs(&body), "force");
+    let result = app.resume(&destination, &who, force).await;
+    back_to(&base, result.map(|_| link(&base.0, "/")))
 }

@@ -10,7 +10,7 @@ use txoutbox::admin::{IdempotencyRecord, StoredJson};
 use super::messages::message_rows;
 use super::{layout, render, time};
 use crate::auth::{Base, Principal};
-use crate::query::{pairs, storable};
+use crate::query::{pairs, storable, value};
 use crate::redact::{Redaction, Shown, REDACTED};
 use crate::Shared;
 
@@ -59,13 +59,7 @@ pub(crate) async fn keys(
 ) -> Response {
     let result = async {
         let pairs = pairs(query.unwrap_or_default().as_bytes());
-        let get = |name: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.trim().to_owned())
-                .unwrap_or_default()
-        };
+        let get = |name: &str| value(&pairs, name).unwrap_or_default().trim().to_owned();
         let (scope, key) = (get("scope"), get("key"));
         let b = &base.0;
         storable("scope", &scope)?;

@@ -40,7 +40,7 @@ pub(super) fn closest_first(typed: &str, mut names: Vec<String>) -> Vec<String> 
     names.dedup();
     let pattern = typed.contains('*');
     names.sort_by_cached_key(|name| {
-        if pattern && glob_matches(typed, name) {
+        if pattern && destination_matches(typed, name) {
             (false, 0)
         } else {
             (true, strsim::damerau_levenshtein(typed, name))
@@ -49,8 +49,17 @@ pub(super) fn closest_first(typed: &str, mut names: Vec<String>) -> Vec<String> 
     names
 }
 
-/// Whether `name` matches `pattern`, where `*` stands for any text (none included).
-fn glob_matches(pattern: &str, name: &str) -> bool {
+/// Whether destination `name` matches `pattern`, where `*` stands for any text (none
+/// included): `webhook:*` matches `webhook:orders` and `webhook:`, `email` only `email`. The
+/// relay command's per-destination flags and this typo check read patterns so.
+///
+/// ```
+/// use txoutbox::admin::destination_matches;
+/// assert!(destination_matches("webhook:*", "webhook:orders"));
+/// assert!(destination_matches("*:eu-*", "stripe:eu-west"));
+/// assert!(!destination_matches("email", "emails"));
+/// ```
+pub fn destination_matches(pattern: &str, name: &str) -> bool {
     let mut parts = pattern.split('*');
     let Some(mut rest) = parts.next().and_then(|first| name.strip_prefix(first)) else {
         return false;

@@ -28,7 +28,7 @@ pub use inspect::{
     show_message, AttemptRecord, FailureGroup, IdempotencyRecord, InboxLookup, InboxRecord,
     KeyLookup, MessageDetail, MessageSummary, MinuteActivity,
 };
-pub use known::require_known_destination;
+pub use known::{destination_matches, require_known_destination};
 pub use purge::{
     prune_expired_inbox, prune_expired_keys, purge, PurgeOptions, PurgeReport, Retention,
     DEFAULT_FAILED_RETENTION, DEFAULT_PRUNE_BATCH, DEFAULT_RETENTION,

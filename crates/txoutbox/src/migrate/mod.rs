@@ -55,10 +55,19 @@ async fn apply(client: &mut Client, target: refinery::Target) -> Result<Vec<i32>
     if let Err(mismatch @ SchemaMismatch::Ahead { .. }) = version.check() {
         return Err(mismatch.into());
     }
+    run_embedded(client, target).await
+}
+
+/// Runs refinery's runner of the embedded migrations up to `target` on `conn`, recording them
+/// in [`HISTORY_TABLE`]: the versions it applied. Either driver's migrate ends here.
+async fn run_embedded<C>(conn: &mut C, target: refinery::Target) -> Result<Vec<i32>>
+where
+    C: refinery::AsyncMigrate + Send,
+{
     let report = embedded::migrations::runner()
         .set_target(target)
         .set_migration_table_name(HISTORY_TABLE)
-        .run_async(client)
+        .run_async(conn)
         .await
         .map_err(|e| Error::Migration {
             message: e.to_string(),

@@ -9,8 +9,8 @@ use sqlx::{Connection, PgConnection, Row};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use super::{embedded, HISTORY_TABLE, MIGRATION_LOCK};
-use crate::error::{Error, Result};
+use super::{run_embedded, HISTORY_TABLE, MIGRATION_LOCK};
+use crate::error::Result;
 use crate::schema::{SchemaMismatch, SchemaVersion};
 
 /// Applies every migration not yet applied, over a sqlx connection (outside any transaction),
@@ -18,7 +18,7 @@ use crate::schema::{SchemaMismatch, SchemaVersion};
 /// (`txoutbox_schema_history`, so either function, and `txoutbox migrate`, sees what the other
 /// applied), the same advisory lock (two processes starting at once apply each migration
 /// once). Returns the versions this call applied; a database a newer txoutbox migrated is
-/// refused with [`Error::Schema`], changing nothing.
+/// refused with [`Error::Schema`](crate::Error::Schema), changing nothing.
 ///
 /// ```no_run
 /// # async fn start(pool: sqlx::PgPool) -> Result<(), txoutbox::Error> {
@@ -58,19 +58,7 @@ async fn apply(conn: &mut PgConnection) -> Result<Vec<i32>> {
     {
         return Err(mismatch.into());
     }
-    let report = embedded::migrations::runner()
-        .set_migration_table_name(HISTORY_TABLE)
-        .run_async(&mut Refinery(conn))
-        .await
-        .map_err(|e| Error::Migration {
-            message: e.to_string(),
-            source: Some(Box::new(e)),
-        })?;
-    Ok(report
-        .applied_migrations()
-        .iter()
-        .map(|m| m.version())
-        .collect())
+    run_embedded(&mut Refinery(conn), refinery::Target::Latest).await
 }
 
 /// A sqlx connection as refinery's async runner drives it.

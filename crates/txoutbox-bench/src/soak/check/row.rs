@@ -167,13 +167,7 @@ impl Ctx<'_> {
         if self.status(i) != "unknown" {
             return;
         }
-        let attempts = self
-            .input
-            .state
-            .attempts
-            .get(&i)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
+        let attempts = self.attempts(i);
         if !row.at_most_once() {
             let observed = format!(
                 "unknown, but the row's destination is at-least-once ({})",
@@ -202,13 +196,7 @@ impl Ctx<'_> {
     fn check_calls(&mut self, row: &RowPlan) {
         let i = row.index;
         let calls: Vec<&Call> = self.calls(i).to_vec();
-        let attempts = self
-            .input
-            .state
-            .attempts
-            .get(&i)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
+        let attempts = self.attempts(i);
         let logged = attempts.iter().filter(|a| a.relay != "operator").count();
         let replays = attempts.iter().filter(|a| a.outcome == "replayed").count();
         let applied = calls.iter().filter(|c| c.applied).count();
