@@ -376,6 +376,22 @@ async fn claim_costs(
             parked / bare
         );
         println!("    {command}");
+        // The same three drains as the time each took: rows of other keys held up by the rows
+        // waiting behind failed heads, on their first meeting and once they are parked.
+        let secs = |rate: f64| backlog as f64 / rate;
+        println!(
+            "dead heads: {backlog} rows of other keys drained in {:.2} s alone, {:.2} s with {} \
+             rows waiting behind {} failed heads ({:.2}x alone; the first drain parks them), \
+             {:.2} s again once parked ({:.2}x alone)",
+            secs(bare),
+            secs(behind),
+            args.behind_dead_heads,
+            args.dead_heads,
+            secs(behind) / secs(bare),
+            secs(parked),
+            secs(parked) / secs(bare)
+        );
+        println!("    {command}");
     }
     if args.history > 0 {
         reset(client).await?;

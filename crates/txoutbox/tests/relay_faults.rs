@@ -929,6 +929,166 @@ async fn rows_behind_a_dead_head_are_parked_long_and_its_discard_frees_the_next_
     Ok(())
 }
 
+/// A dead-lettered head of ordering key `stuck` (id `…d0`, key `head`) and `behind` due rows
+/// queued behind it (keys `behind-1`…), all due before anything enqueued after them.
+async fn dead_head_with_a_queue(client: &tokio_postgres::Client, behind: i64) -> TestResult {
+    client
+        .execute(
+            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+                 ordering_key, status, attempts, last_error, next_attempt_at) \
+             VALUES ('00000000-0000-7000-8000-0000000000d0', 'events', '{}', 'head', 'stuck', \
+                 'failed', 5, 'dead-lettered', now() - interval '2 hours')",
+            &[],
+        )
+        .await?;
+    client
+        .execute(
+            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+                 ordering_key, next_attempt_at) \
+             SELECT gen_random_uuid(), 'events', '{}', 'behind-' || i, 'stuck', \
+                 now() - interval '1 hour' FROM generate_series(1, $1::bigint) AS i",
+            &[&behind],
+        )
+        .await?;
+    Ok(())
+}
+
+/// How many of the rows behind key `stuck`'s head are parked, and by how many claims (each
+/// claim parks its rows until its own `now()` and a park, so one time is one claim).
+async fn parked_behind_stuck(client: &tokio_postgres::Client) -> anyhow::Result<(i64, i64)> {
+    let row = client
+        .query_one(
+            "SELECT count(*), count(DISTINCT next_attempt_at) FROM txoutbox_messages \
+             WHERE ordering_key = 'stuck' AND downstream_key <> 'head' \
+                 AND next_attempt_at > now() + interval '5 minutes'",
+            &[],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+#[tokio::test]
+async fn one_claim_parks_the_whole_queue_behind_a_dead_head_and_other_keys_flow_next() -> TestResult
+{
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    dead_head_with_a_queue(&client, 1_000).await?;
+    pending_many(&mut client, "email", "other", 30).await?;
+    let sink = RecordingSink::new();
+    let events = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(
+                RelayConfig::default()
+                    .with_batch_size(10)
+                    .with_concurrency(10),
+            )
+            .sink("email", sink.clone())
+            .sink("events", events.clone())
+            .build()?,
+    );
+    assert_eq!(sink.wait_for(30, Duration::from_secs(60)).await, 30);
+    relay.stop().await?;
+    let (parked, claims) = parked_behind_stuck(&client).await?;
+    assert_eq!(parked, 1_000, "every row behind the dead head is parked");
+    // A claim of 10 reads 40 due rows: parking them 40 at a time took 25 claims before the
+    // first row of another key was reached.
+    assert!(
+        claims <= 2,
+        "the queue behind the dead head was parked by {claims} claims"
+    );
+    assert_eq!(
+        events.count(),
+        0,
+        "no row behind the dead head is delivered"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_replayed_dead_head_releases_its_parked_queue_in_order() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    dead_head_with_a_queue(&client, 5).await?;
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(db.relay()?.sink("events", sink.clone()).build()?);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while parked_behind_stuck(&client).await?.0 < 5 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        parked_behind_stuck(&client).await?.0,
+        5,
+        "the queue is parked"
+    );
+    txoutbox::admin::replay(
+        &mut client,
+        &txoutbox::admin::ReplaySelection::Ids(vec![uuid::Uuid::from_u128(
+            0x0000_0000_0000_7000_8000_0000_0000_00d0,
+        )]),
+        &txoutbox::admin::ReplayOptions::default(),
+        None,
+    )
+    .await?;
+    assert_eq!(sink.wait_for(6, Duration::from_secs(30)).await, 6);
+    relay.stop().await?;
+    assert_eq!(
+        sink.keys(),
+        ["head", "behind-1", "behind-2", "behind-3", "behind-4", "behind-5"]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_relays_park_a_dead_heads_queue_and_keep_a_live_key_in_order() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    dead_head_with_a_queue(&client, 2_000).await?;
+    for i in 0..40 {
+        let tx = client.transaction().await?;
+        let message = OutboxMessage::new("events", &serde_json::json!({ "seq": i }))?
+            .with_downstream_key(format!("live-{i}"))
+            .with_ordering_key("live");
+        enqueue(&tx, &[message]).await?;
+        tx.commit().await?;
+    }
+    pending_many(&mut client, "events", "other", 40).await?;
+    let sink = RecordingSink::new();
+    let relays: Vec<RunningRelay> = (0..2)
+        .map(|_| {
+            Ok(RunningRelay::start(
+                db.relay()?
+                    .config(RelayConfig::default().with_batch_size(10))
+                    .sink("events", sink.clone())
+                    .build()?,
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    assert_eq!(sink.wait_for(80, Duration::from_secs(60)).await, 80);
+    for relay in relays {
+        relay.stop().await?;
+    }
+    let deliveries = sink.deliveries();
+    let live: Vec<i64> = deliveries
+        .iter()
+        .filter(|d| d.ordering_key.as_deref() == Some("live"))
+        .map(|d| d.payload["seq"].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(
+        live,
+        (0..40).collect::<Vec<_>>(),
+        "the live key in commit order"
+    );
+    assert!(
+        deliveries
+            .iter()
+            .all(|d| d.ordering_key.as_deref() != Some("stuck")),
+        "no row behind the dead head is delivered"
+    );
+    assert_eq!(parked_behind_stuck(&client).await?.0, 2_000);
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_pause_reaches_a_relay_that_claims_without_flow_control_branches() -> TestResult {
     // A relay that bounds nothing itself claims with the lean statement while no destination

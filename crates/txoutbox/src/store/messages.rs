@@ -117,7 +117,8 @@ pub(crate) struct Claimed {
     pub rows: Vec<ClaimedRow>,
     /// Rows parked behind the head of their ordering key.
     pub parked: i64,
-    /// Their ids, for [`unpark_freed`].
+    /// The first of them of each ordering key, for [`unpark_freed`] (every other row parked
+    /// has that one ahead of it).
     pub parked_ids: Vec<Uuid>,
     /// The bounded destinations' states as the claim saw (and spent) them, as JSON.
     pub gates: Option<String>,

@@ -2,11 +2,14 @@
 -- hold and the rows this relay still holds an attempt of ($4). A row with an ordering key is
 -- claimable only when no earlier row of its key is still in the hot table.
 --
--- The claim looks at no more than 4 × $1 due rows: those among them that wait behind an earlier
--- row of their ordering key are parked (their `next_attempt_at` moved $5 seconds on, $8 when the
--- key's head is dead, out of the due range; the completion of the row ahead brings the next one
--- back at once), so rows queued behind a blocked head are read once per park, not by every
--- claim. The claim costs the same however many rows wait behind blocked heads.
+-- The claim looks at no more than 4 × $1 due rows. When some of them wait behind an earlier row
+-- of their ordering key, the claim parks the key's whole due queue from there on, in one index
+-- range of `txoutbox_messages_ordering` (at most 10 000 rows a claim): their `next_attempt_at`
+-- moves $5 seconds on, $8 when the key's head is dead, out of the due range; the completion of
+-- the row ahead brings the next one back at once. So rows queued behind a blocked head are read
+-- once per park, not by every claim, and one claim clears the queue behind a dead head instead
+-- of one claim per 4 × $1 rows of it before the other keys' rows are reached. The claim costs
+-- the same however many rows wait behind blocked heads.
 --
 -- Flow control: destinations with a state in `txoutbox_destinations` (paused, throttled, a
 -- breaker not closed, a rate limit, failures counted) are locked for the statement and bounded:
@@ -26,23 +29,28 @@
 --
 -- The UPDATE commits at once: no lock is held while sinks run. `at_most_once` is cleared: it is
 -- set again, just before the call, only for an attempt that really starts (`messages/mark_started.sql`).
--- Always returns one row at least: `parked` (rows parked) and `gates` (the bounded destinations'
--- states, as JSON) with NULLs when nothing was claimed.
+-- Always returns one row at least: `parked` (rows parked), `parked_ids` (the first row parked of
+-- each key: the only one `messages/unpark_freed.sql` can find free, every other has it ahead)
+-- and `gates` (the bounded destinations' states, as JSON) with NULLs when nothing was claimed.
 -- `free` compares `destination || ''`, not the column: the planner estimates the column's
 -- `<> ALL(unknown array)` from its statistics, and with few destinations it expects almost no
 -- row to pass, so it sorts the whole hot table instead of reading the due index in order
 -- (O(backlog) per claim). The expression has no statistics, gets the default estimate, and the
--- claim reads only the first due entries of the index. `claimed` and `parked` take their rows by
--- `id = ANY(ARRAY(…))`, and `blocked` looks up the row ahead by a LATERAL with LIMIT 1: index
--- lookups in every plan. The planner cannot know how many rows the bounded destinations' branch
--- yields and guesses millions; joined to those guesses, the claim hashed the whole hot table
--- (twice, once per join) on every claim that met rows behind a failed head (150 ms at 220 000
--- rows, 26 ms after), and the generic plan of the prepared statement did so on every claim.
+-- claim reads only the first due entries of the index. `claimed` takes its rows by
+-- `id = ANY(ARRAY(…))`, `blocked` looks up the row ahead by a LATERAL with LIMIT 1, and `queued`
+-- reads each blocked key's range of `txoutbox_messages_ordering`: index lookups in every plan.
+-- `parked` takes the queued rows by `ctid = ANY(ARRAY(…))`, a TID scan in every plan (by id, the
+-- primary key was searched once per id: 200 ms for 100 000 rows). The planner cannot know how
+-- many rows the bounded destinations' branch yields and guesses millions; joined to those
+-- guesses, the claim hashed the whole hot table (twice, once per join) on every claim that met
+-- rows behind a failed head (150 ms at 220 000 rows, 26 ms after), and the generic plan of the
+-- prepared statement did so on every claim.
 --
 -- The end of the statement (from `blocked`) is the same in `messages/claim.sql` and
 -- `messages/claim_unbounded.sql`: from the `candidates` (due rows, locked), the rows waiting
--- behind an earlier row of their ordering key are parked and up to $1 of the others claimed under
--- a new lease. Change them together.
+-- behind an earlier row of their ordering key are found (`blocked`), their keys' due queues from
+-- the first of them on are locked (`queued`, skipping rows locked elsewhere) and parked, and up
+-- to $1 of the other candidates claimed under a new lease. Change them together.
 --
 -- Parameters:
 -- $1 limit: int8
@@ -121,14 +129,27 @@ bounded AS (
     WHERE b.n > 0 AND b.probe),
 candidates AS (SELECT * FROM free UNION ALL SELECT * FROM bounded),
 blocked AS (
-    SELECT c.id, head.dead FROM candidates c CROSS JOIN LATERAL (
+    SELECT c.id, c.ordering_key, c.seq, head.dead FROM candidates c CROSS JOIN LATERAL (
         SELECT p.status IN ('failed', 'unknown') AS dead FROM txoutbox_messages p
         WHERE p.ordering_key = c.ordering_key AND p.seq < c.seq ORDER BY p.seq LIMIT 1) head
     WHERE c.ordering_key IS NOT NULL),
+blocked_keys AS (
+    SELECT b.ordering_key, min(b.seq) AS seq, bool_or(b.dead) AS dead FROM blocked b
+    GROUP BY b.ordering_key),
+queued AS (
+    SELECT q.ctid FROM blocked_keys k CROSS JOIN LATERAL (
+        SELECT m.ctid FROM txoutbox_messages m
+        WHERE m.ordering_key = k.ordering_key AND m.seq >= k.seq AND m.status = 'pending'
+            AND m.next_attempt_at <= now()
+        ORDER BY m.seq
+        FOR UPDATE SKIP LOCKED) q
+    LIMIT 10000),
 parked AS (
     UPDATE txoutbox_messages m SET next_attempt_at = now() + make_interval(secs =>
-        CASE WHEN m.id = ANY(ARRAY(SELECT id FROM blocked WHERE dead)) THEN $8 ELSE $5 END)
-    WHERE m.id = ANY(ARRAY(SELECT id FROM blocked)) RETURNING m.id),
+        CASE WHEN m.ordering_key = ANY(ARRAY(SELECT ordering_key FROM blocked_keys WHERE dead))
+            THEN $8 ELSE $5 END)
+    WHERE m.ctid = ANY(ARRAY(SELECT ctid FROM queued))
+    RETURNING m.id, m.ordering_key, m.seq),
 due AS (
     SELECT c.id FROM candidates c WHERE NOT EXISTS (SELECT 1 FROM blocked b WHERE b.id = c.id)
     ORDER BY c.next_attempt_at LIMIT $1),
@@ -158,5 +179,7 @@ gates AS (
         'open_for', g.open_for, 'failures', g.failures))::text AS gates
     FROM gate g LEFT JOIN taken t ON t.destination = g.destination)
 SELECT p.parked, CASE WHEN row_number() OVER () = 1 THEN p.parked_ids END AS parked_ids,
-    gs.gates, c.* FROM (SELECT count(*) AS parked, array_agg(id) AS parked_ids FROM parked) p
+    gs.gates, c.* FROM (SELECT (SELECT count(*) FROM parked) AS parked, ARRAY(
+        SELECT DISTINCT ON (f.ordering_key) f.id FROM parked f
+        ORDER BY f.ordering_key, f.seq) AS parked_ids) p
     CROSS JOIN gates gs LEFT JOIN claimed c ON true

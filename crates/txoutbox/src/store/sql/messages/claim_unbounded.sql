@@ -9,8 +9,9 @@
 --
 -- The end of the statement (from `blocked`) is the same in `messages/claim.sql` and
 -- `messages/claim_unbounded.sql`: from the `candidates` (due rows, locked), the rows waiting
--- behind an earlier row of their ordering key are parked and up to $1 of the others claimed under
--- a new lease. Change them together.
+-- behind an earlier row of their ordering key are found (`blocked`), their keys' due queues from
+-- the first of them on are locked (`queued`, skipping rows locked elsewhere) and parked, and up
+-- to $1 of the other candidates claimed under a new lease. Change them together.
 --
 -- Parameters:
 -- $1 limit: int8
@@ -33,14 +34,27 @@ candidates AS (
     LIMIT $1 * 4
     FOR UPDATE SKIP LOCKED),
 blocked AS (
-    SELECT c.id, head.dead FROM candidates c CROSS JOIN LATERAL (
+    SELECT c.id, c.ordering_key, c.seq, head.dead FROM candidates c CROSS JOIN LATERAL (
         SELECT p.status IN ('failed', 'unknown') AS dead FROM txoutbox_messages p
         WHERE p.ordering_key = c.ordering_key AND p.seq < c.seq ORDER BY p.seq LIMIT 1) head
     WHERE c.ordering_key IS NOT NULL),
+blocked_keys AS (
+    SELECT b.ordering_key, min(b.seq) AS seq, bool_or(b.dead) AS dead FROM blocked b
+    GROUP BY b.ordering_key),
+queued AS (
+    SELECT q.ctid FROM blocked_keys k CROSS JOIN LATERAL (
+        SELECT m.ctid FROM txoutbox_messages m
+        WHERE m.ordering_key = k.ordering_key AND m.seq >= k.seq AND m.status = 'pending'
+            AND m.next_attempt_at <= now()
+        ORDER BY m.seq
+        FOR UPDATE SKIP LOCKED) q
+    LIMIT 10000),
 parked AS (
     UPDATE txoutbox_messages m SET next_attempt_at = now() + make_interval(secs =>
-        CASE WHEN m.id = ANY(ARRAY(SELECT id FROM blocked WHERE dead)) THEN $8 ELSE $5 END)
-    WHERE m.id = ANY(ARRAY(SELECT id FROM blocked)) RETURNING m.id),
+        CASE WHEN m.ordering_key = ANY(ARRAY(SELECT ordering_key FROM blocked_keys WHERE dead))
+            THEN $8 ELSE $5 END)
+    WHERE m.ctid = ANY(ARRAY(SELECT ctid FROM queued))
+    RETURNING m.id, m.ordering_key, m.seq),
 due AS (
     SELECT c.id FROM candidates c WHERE NOT EXISTS (SELECT 1 FROM blocked b WHERE b.id = c.id)
     ORDER BY c.next_attempt_at LIMIT $1),
@@ -56,5 +70,7 @@ claimed AS (
 SELECT g.flow, p.parked,
     CASE WHEN row_number() OVER () = 1 THEN p.parked_ids END AS parked_ids,
     NULL::text AS gates, c.* FROM guard g
-    CROSS JOIN (SELECT count(*) AS parked, array_agg(id) AS parked_ids FROM parked) p
+    CROSS JOIN (SELECT (SELECT count(*) FROM parked) AS parked, ARRAY(
+        SELECT DISTINCT ON (f.ordering_key) f.id FROM parked f
+        ORDER BY f.ordering_key, f.seq) AS parked_ids) p
     LEFT JOIN claimed c ON true
