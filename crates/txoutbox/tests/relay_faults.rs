@@ -1012,10 +1012,10 @@ async fn a_replayed_dead_head_releases_its_parked_queue_in_order() -> TestResult
     dead_head_with_a_queue(&client, 5).await?;
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink("events", sink.clone()).build()?);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while parked_behind_stuck(&client).await?.0 < 5 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_async("the queue behind the dead head is parked", || async {
+        Ok(parked_behind_stuck(&client).await?.0 >= 5)
+    })
+    .await?;
     assert_eq!(
         parked_behind_stuck(&client).await?.0,
         5,
