@@ -49,3 +49,6 @@ pub use database::{
 };
 pub use demo_db::DemoDatabase;
 pub use port::{free_addr, free_port};
+
+mod rows;
+pub use rows::{attempts_of, eventually, logged, row_status, wait_for_row, wait_until_for};

@@ -1,0 +1,114 @@
+//! One row by its id, and the attempt log by outcome: where a row is ([`row_status`]), waiting
+//! for it to get somewhere ([`wait_for_row`]), how many log entries an outcome has
+//! ([`logged`]) and how many one row has ([`attempts_of`]); [`wait_until_for`] waits on the
+//! [`Counts`] of one destination. Tests assert on these, not on SQL text.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use tokio_postgres::Client;
+use txoutbox::admin::{AttemptOutcome, MessageStatus};
+use uuid::Uuid;
+
+use crate::{counts_for, Counts, WAIT_LIMIT};
+
+/// Where the row `id` is now: its hot status, `delivered` or `discarded`; `None` when no table
+/// holds it (purged, or never written).
+pub async fn row_status(client: &Client, id: Uuid) -> Result<Option<MessageStatus>> {
+    let row = client
+        .query_opt(
+            "SELECT status FROM txoutbox_messages WHERE id = $1 \
+             UNION ALL SELECT 'delivered' FROM txoutbox_delivered WHERE id = $1 \
+             UNION ALL SELECT 'discarded' FROM txoutbox_discarded WHERE id = $1 \
+             LIMIT 1",
+            &[&id],
+        )
+        .await?;
+    row.map(|r| {
+        let text: String = r.get(0);
+        text.parse::<MessageStatus>()
+            .map_err(|e| anyhow::anyhow!("status {text:?} of {id}: {e}"))
+    })
+    .transpose()
+}
+
+/// Reads [`row_status`] every 20 ms until the row `id` is `want`; fails naming where it is when
+/// [`WAIT_LIMIT`] passes first.
+pub async fn wait_for_row(client: &Client, id: Uuid, want: MessageStatus) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let now = row_status(client, id).await?;
+        if now == Some(want) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            start.elapsed() < WAIT_LIMIT,
+            "the row {id} is {now:?}, not {want} after {WAIT_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Entries of the attempt log with `outcome`, every row and destination together.
+pub async fn logged(client: &Client, outcome: AttemptOutcome) -> Result<i64> {
+    Ok(client
+        .query_one(
+            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = $1",
+            &[&outcome.as_str()],
+        )
+        .await?
+        .get(0))
+}
+
+/// Entries of the attempt log of the row `id` (attempts and operators' actions).
+pub async fn attempts_of(client: &Client, id: Uuid) -> Result<i64> {
+    Ok(client
+        .query_one(
+            "SELECT count(*) FROM txoutbox_attempts WHERE message_id = $1",
+            &[&id],
+        )
+        .await?
+        .get(0))
+}
+
+/// [`wait_until`](crate::wait_until) on the [`Counts`] of one destination's rows.
+pub async fn wait_until_for(
+    client: &Client,
+    destination: &str,
+    done: impl Fn(&Counts) -> bool,
+) -> Result<Counts> {
+    let start = Instant::now();
+    loop {
+        let now = counts_for(client, destination).await?;
+        if done(&now) {
+            return Ok(now);
+        }
+        anyhow::ensure!(
+            start.elapsed() < WAIT_LIMIT,
+            "the awaited counts of {destination} were not reached in {WAIT_LIMIT:?}; \
+             the last counts: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Polls `probe` every 20 ms until it answers `Some`, and returns that; fails naming `what` when
+/// [`WAIT_LIMIT`] passes first. For a signal that is not a count: a receiver's records, a
+/// program's output, a server that answers.
+pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(found) = probe().await? {
+            return Ok(found);
+        }
+        anyhow::ensure!(
+            start.elapsed() < WAIT_LIMIT,
+            "{what}: not seen in {WAIT_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
