@@ -52,3 +52,4 @@ pub use port::{free_addr, free_port};
 
 mod rows;
 pub use rows::{attempts_of, eventually, logged, row_status, wait_for_row, wait_until_for};
+pub mod process;
