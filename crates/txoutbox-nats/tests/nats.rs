@@ -8,13 +8,17 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use tokio::sync::Notify;
 use tokio_postgres::Client;
+use txoutbox::admin::AttemptOutcome;
 use txoutbox::{
     relay::{DestinationPolicy, RelayConfig, RetryPolicy},
     sink::{Delivery, Sink},
 };
 use txoutbox_nats::{NatsMessage, NatsSink, PublishReceipt, NATS_MSG_ID};
+use txoutbox_test_support::process::wait_for_listener;
 use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
-use txoutbox_test_support::{free_port, test_db, wait_for_count};
+use txoutbox_test_support::{
+    delivered_attempts, eventually, free_port, logged, test_db, wait_until,
+};
 
 type TestResult = anyhow::Result<()>;
 
@@ -112,8 +116,10 @@ async fn normal_delivery_publishes_with_the_key_as_msg_id_and_stores_the_ack() -
     .await?;
 
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink.clone()).build()?);
-    let delivered = "SELECT count(*) FROM txoutbox_delivered";
-    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
+    assert_eq!(
+        wait_until(&client, |c| c.delivered >= 1).await?.delivered,
+        1
+    );
     relay.stop().await?;
 
     let ack = receipt(&client, "evt-1").await?;
@@ -176,8 +182,8 @@ async fn a_redelivery_after_a_crash_past_the_ack_is_dropped_as_a_duplicate() -> 
             )
             .build()?,
     );
-    let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE attempts = 2";
-    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
+    wait_until(&client, |c| c.delivered >= 1).await?;
+    assert_eq!(delivered_attempts(&client).await?, [2]);
     second.stop().await?;
 
     assert_eq!(
@@ -205,8 +211,7 @@ async fn a_subject_no_stream_captures_is_dead_lettered() -> TestResult {
     .await?;
 
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
-    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
-    assert_eq!(wait_for_count(&client, failed, 1, LIMIT).await?, 1);
+    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
 
     let row = client
@@ -238,8 +243,7 @@ async fn a_raw_payload_of_the_wrong_shape_is_dead_lettered_naming_the_builder() 
     tx.commit().await?;
 
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
-    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
-    assert_eq!(wait_for_count(&client, failed, 1, LIMIT).await?, 1);
+    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
 
     let error: String = client
@@ -306,15 +310,7 @@ impl PrivateServer {
             .kill_on_drop(true)
             .spawn()?;
         self.child = Some(child);
-        let start = Instant::now();
-        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .is_err()
-        {
-            anyhow::ensure!(start.elapsed() < LIMIT, "nats-server did not start");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(())
+        wait_for_listener(([127, 0, 0, 1], self.port).into()).await
     }
 
     /// Sends the server `signal` (`STOP`: it keeps its connections and answers nothing; `CONT`).
@@ -412,14 +408,15 @@ async fn a_publish_while_the_server_is_down_is_retried_and_delivered_once_it_is_
             .policy(DESTINATION, fast)
             .build()?,
     );
-    let retried = "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'retry'";
-    assert!(
-        wait_for_count(&client, retried, 2, LIMIT).await? >= 2,
-        "retried while down"
-    );
+    eventually("retried while down", || async {
+        Ok((logged(&client, AttemptOutcome::Retry).await? >= 2).then_some(()))
+    })
+    .await?;
     server.start().await?;
-    let delivered = "SELECT count(*) FROM txoutbox_delivered";
-    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
+    assert_eq!(
+        wait_until(&client, |c| c.delivered >= 1).await?.delivered,
+        1
+    );
     relay.stop().await?;
 
     let error: String = client

@@ -51,5 +51,8 @@ pub use demo_db::DemoDatabase;
 pub use port::{free_addr, free_port};
 
 mod rows;
-pub use rows::{attempts_of, eventually, logged, row_status, wait_for_row, wait_until_for};
+pub use rows::{
+    attempts_of, delivered_attempts, eventually, logged, row_status, wait_for_key, wait_for_row,
+    wait_until_for,
+};
 pub mod process;

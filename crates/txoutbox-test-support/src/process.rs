@@ -77,3 +77,17 @@ pub async fn wait_for_get(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Waits until something accepts connections on `addr` (a server just started); fails when
+/// [`WAIT_LIMIT`] passes first.
+pub async fn wait_for_listener(addr: SocketAddr) -> Result<()> {
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        anyhow::ensure!(
+            start.elapsed() < WAIT_LIMIT,
+            "nothing listens on {addr} after {WAIT_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}

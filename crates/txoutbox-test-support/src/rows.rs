@@ -112,3 +112,36 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The `attempts` of every row in the delivered history, ascending: how many calls each
+/// delivered row took.
+pub async fn delivered_attempts(client: &Client) -> Result<Vec<i32>> {
+    let rows = client
+        .query(
+            "SELECT attempts FROM txoutbox_delivered ORDER BY attempts",
+            &[],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Waits until the row with `downstream_key` is `want` (by [`status`](crate::status)); fails
+/// naming where it is when [`WAIT_LIMIT`] passes first.
+pub async fn wait_for_key(
+    client: &Client,
+    downstream_key: &str,
+    want: MessageStatus,
+) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let now = crate::status(client, downstream_key).await?;
+        if now == Some(want) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            start.elapsed() < WAIT_LIMIT,
+            "the row {downstream_key} is {now:?}, not {want} after {WAIT_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
