@@ -1,7 +1,6 @@
 //! `txoutbox_axum::health::routes` merged into a service's own router, over real HTTP: the
 //! endpoints an embedding service gets without the CLI's metrics server.
 
-
 use axum::routing::get;
 use axum::Router;
 use txoutbox::relay::Shutdown;

@@ -1,5 +1,6 @@
 //! The extractor against a real Postgres, over real HTTP on 127.0.0.1.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -8,10 +9,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use tokio::sync::Notify;
 use tokio_postgres::IsolationLevel;
 use txoutbox::Scope;
 use txoutbox_axum::{problem_type, Idempotent, Problem, Started};
-use txoutbox_test_support::{test_db, TestDb};
+use txoutbox_test_support::{counts, test_db, TestDb};
 
 #[derive(Clone)]
 struct App {
@@ -20,6 +22,25 @@ struct App {
     /// The handlers' transactions' isolation level (Postgres's default, READ COMMITTED, when
     /// `None`).
     isolation: Option<IsolationLevel>,
+    /// Where a slow request waits, holding its key, until the test releases it.
+    gate: Arc<Gate>,
+}
+
+/// A slow request says it holds its key (`entered`) and finishes once `release`d.
+#[derive(Default)]
+struct Gate {
+    entered: Notify,
+    release: Notify,
+}
+
+impl Gate {
+    /// Sends `second` once the slow request holds its key, then lets the slow one finish.
+    async fn while_held<T>(&self, second: impl std::future::Future<Output = T>) -> T {
+        self.entered.notified().await;
+        let answer = second.await;
+        self.release.notify_one();
+        answer
+    }
 }
 
 async fn create_order(State(app): State<App>, request: Idempotent) -> Result<Response, Problem> {
@@ -55,7 +76,8 @@ async fn create_order(State(app): State<App>, request: Idempotent) -> Result<Res
         txoutbox::OutboxMessage::new("email", &json!({"order": id}))?,
     )?;
     if body["slow"].as_bool() == Some(true) {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        app.gate.entered.notify_one();
+        app.gate.release.notified().await;
     }
     if body["fail"].as_bool() == Some(true) {
         return request
@@ -109,24 +131,29 @@ struct Server {
     http: reqwest::Client,
     _db: Option<TestDb>,
     pool: deadpool_postgres::Pool,
+    gate: Arc<Gate>,
 }
 
 async fn serve(pool: deadpool_postgres::Pool, db: Option<TestDb>) -> anyhow::Result<Server> {
+    let gate = Arc::new(Gate::default());
     let app = App {
         pool: pool.clone(),
         scope: Scope::new("orders")?.with_lock_timeout(Duration::from_millis(200))?,
         isolation: None,
+        gate: gate.clone(),
     };
     let serializable = App {
         pool: pool.clone(),
         scope: Scope::new("orders")?.with_lock_timeout(Duration::from_secs(5))?,
         isolation: Some(IsolationLevel::Serializable),
+        gate: gate.clone(),
     };
     // A service whose clients send short keys of their own (ticket numbers) lowers the minimum.
     let tickets = App {
         pool: pool.clone(),
         scope: Scope::new("tickets")?.with_min_key_len(4)?,
         isolation: None,
+        gate: gate.clone(),
     };
     let router = Router::new()
         .route("/orders", post(create_order).get(count))
@@ -156,6 +183,7 @@ async fn serve(pool: deadpool_postgres::Pool, db: Option<TestDb>) -> anyhow::Res
         http,
         _db: db,
         pool,
+        gate,
     })
 }
 
@@ -186,11 +214,7 @@ impl Server {
     }
 
     async fn outbox_rows(&self) -> anyhow::Result<i64> {
-        let conn = self.pool.get().await?;
-        Ok(conn
-            .query_one("SELECT count(*) FROM txoutbox_messages", &[])
-            .await?
-            .get(0))
+        Ok(counts(&*self.pool.get().await?).await?.hot())
     }
 }
 
@@ -456,10 +480,10 @@ async fn by_default_a_problems_type_is_about_blank_titled_with_its_status_phrase
     s.post(Some(&used), &json!({"quantity": 1})).await?;
     let busy = key();
     let slow = json!({"quantity": 1, "slow": true});
-    let (_, in_flight) = tokio::join!(s.post(Some(&busy), &slow), async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        s.post(Some(&busy), &slow).await
-    });
+    let (_, in_flight) = tokio::join!(
+        s.post(Some(&busy), &slow),
+        s.gate.while_held(s.post(Some(&busy), &slow))
+    );
     let too_large = s
         .http
         .post(format!("{}/orders", s.base))
@@ -592,10 +616,10 @@ async fn same_key_while_first_is_running_is_409_with_retry_after() -> anyhow::Re
     let s = server().await?;
     let key = key();
     let body = json!({"quantity": 1, "slow": true});
-    let (first, second) = tokio::join!(s.post(Some(&key), &body), async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        s.post(Some(&key), &body).await
-    });
+    let (first, second) = tokio::join!(
+        s.post(Some(&key), &body),
+        s.gate.while_held(s.post(Some(&key), &body))
+    );
     assert_eq!(first?.status(), 201);
     let second = second?;
     assert_eq!(second.status(), 409);
