@@ -232,6 +232,20 @@ async fn problem(response: reqwest::Response) -> anyhow::Result<Value> {
     Ok(body)
 }
 
+/// Fails unless `response` is a problem of `status` and `kind` whose detail says `says`.
+async fn expect_problem(
+    response: reqwest::Response,
+    status: u16,
+    kind: &str,
+    says: &str,
+) -> anyhow::Result<()> {
+    assert_eq!(response.status(), status);
+    let body = problem(response).await?;
+    assert_eq!(body["type"], problem_type(kind));
+    assert!(detail(&body).contains(says), "{body}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn retry_with_same_key_replays_status_headers_and_body() -> anyhow::Result<()> {
     let s = server().await?;
@@ -303,10 +317,7 @@ async fn malformed_key_is_400_problem() -> anyhow::Result<()> {
     let response = s
         .post(Some(&"x".repeat(300)), &json!({"quantity": 1}))
         .await?;
-    assert_eq!(response.status(), 400);
-    let body = problem(response).await?;
-    assert_eq!(body["type"], problem_type("problem-malformed-key"));
-    assert!(detail(&body).contains("at most 255"), "{body}");
+    expect_problem(response, 400, "problem-malformed-key", "at most 255").await?;
     Ok(())
 }
 
@@ -352,10 +363,13 @@ async fn an_escaped_sf_string_is_unescaped_into_one_key() -> anyhow::Result<()> 
     let refused = s
         .post(Some(r#""order\n42-2026-12-03""#), &json!({"quantity": 1}))
         .await?;
-    assert_eq!(refused.status(), 400);
-    let body = problem(refused).await?;
-    assert_eq!(body["type"], problem_type("problem-malformed-key"));
-    assert!(detail(&body).contains("not a valid sf-string"), "{body}");
+    expect_problem(
+        refused,
+        400,
+        "problem-malformed-key",
+        "not a valid sf-string",
+    )
+    .await?;
     assert_eq!(s.orders().await?, 1);
     Ok(())
 }
@@ -373,19 +387,13 @@ async fn two_idempotency_key_fields_are_a_400_problem() -> anyhow::Result<()> {
             .json(&json!({"quantity": 1}))
             .send()
             .await?;
-        assert_eq!(response.status(), 400);
-        let body = problem(response).await?;
-        assert_eq!(body["type"], problem_type("problem-multiple-keys"));
-        assert!(detail(&body).contains("exactly one"), "{body}");
+        expect_problem(response, 400, "problem-multiple-keys", "exactly one").await?;
     }
     // One field holding a list is two keys as well.
     let list = s
         .post(Some(&format!("\"{a}\", \"{b}\"")), &json!({"quantity": 1}))
         .await?;
-    assert_eq!(list.status(), 400);
-    let body = problem(list).await?;
-    assert_eq!(body["type"], problem_type("problem-multiple-keys"));
-    assert!(detail(&body).contains("exactly one"), "{body}");
+    expect_problem(list, 400, "problem-multiple-keys", "exactly one").await?;
     assert_eq!(s.orders().await?, 0);
     Ok(())
 }
@@ -396,10 +404,7 @@ async fn a_key_shorter_than_16_characters_is_a_400_problem() -> anyhow::Result<(
     let response = s
         .post(Some("\"order-42\""), &json!({"quantity": 1}))
         .await?;
-    assert_eq!(response.status(), 400);
-    let body = problem(response).await?;
-    assert_eq!(body["type"], problem_type("problem-key-too-short"));
-    assert!(detail(&body).contains("at least 16"), "{body}");
+    expect_problem(response, 400, "problem-key-too-short", "at least 16").await?;
     assert_eq!(s.orders().await?, 0);
     // Sixteen characters are enough.
     let sixteen = s

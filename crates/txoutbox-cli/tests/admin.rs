@@ -765,13 +765,26 @@ async fn store_key(client: &mut Client, scope: &str, key: &str, window: Duration
     Ok(())
 }
 
-/// Time passing: the key `key` expired a minute ago.
-async fn expire_key(client: &Client, key: &str) -> TestResult {
+/// Stores a completed key in the scope `charges`, then lets time pass: it expired a minute ago.
+async fn store_expired_key(client: &mut Client, key: &str) -> TestResult {
+    store_key(client, "charges", key, Duration::from_secs(3600)).await?;
     client
         .execute(
             "UPDATE txoutbox_idempotency_keys SET expires_at = now() - interval '1 minute' \
              WHERE key = $1",
             &[&key],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Time passing: the delivered row `id` was delivered `days` ago.
+async fn delivered_days_ago(client: &Client, id: Uuid, days: i32) -> TestResult {
+    client
+        .execute(
+            "UPDATE txoutbox_delivered SET delivered_at = now() - make_interval(days => $2) \
+             WHERE id = $1",
+            &[&id, &days],
         )
         .await?;
     Ok(())
@@ -787,20 +800,8 @@ async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult 
     let failed = pending(&mut client, "doomed", "doomed-1").await?;
     dead_letter(&db, &client, "doomed", 1).await?;
     // Time passing: the old row was delivered eight days ago.
-    client
-        .execute(
-            "UPDATE txoutbox_delivered SET delivered_at = now() - interval '8 days' WHERE id = $1",
-            &[&old],
-        )
-        .await?;
-    store_key(
-        &mut client,
-        "charges",
-        "expired-key",
-        Duration::from_secs(3600),
-    )
-    .await?;
-    expire_key(&client, "expired-key").await?;
+    delivered_days_ago(&client, old, 8).await?;
+    store_expired_key(&mut client, "expired-key").await?;
     store_key(
         &mut client,
         "charges",
@@ -850,20 +851,8 @@ async fn purge_retention_and_skip_keys_are_honoured() -> TestResult {
     let mut client = db.connect().await?;
     let id = pending(&mut client, "email", "two-days").await?;
     deliver(&db, &client, "email").await?;
-    client
-        .execute(
-            "UPDATE txoutbox_delivered SET delivered_at = now() - interval '2 days'",
-            &[],
-        )
-        .await?;
-    store_key(
-        &mut client,
-        "charges",
-        "expired-key",
-        Duration::from_secs(3600),
-    )
-    .await?;
-    expire_key(&client, "expired-key").await?;
+    delivered_days_ago(&client, id, 2).await?;
+    store_expired_key(&mut client, "expired-key").await?;
 
     ok(&db, &["purge"]).await?;
     assert_eq!(
@@ -886,20 +875,8 @@ async fn purge_dry_run_counts_and_deletes_nothing() -> TestResult {
     let mut client = db.connect().await?;
     let id = pending(&mut client, "email", "old").await?;
     deliver(&db, &client, "email").await?;
-    client
-        .execute(
-            "UPDATE txoutbox_delivered SET delivered_at = now() - interval '8 days'",
-            &[],
-        )
-        .await?;
-    store_key(
-        &mut client,
-        "charges",
-        "expired-key",
-        Duration::from_secs(3600),
-    )
-    .await?;
-    expire_key(&client, "expired-key").await?;
+    delivered_days_ago(&client, id, 8).await?;
+    store_expired_key(&mut client, "expired-key").await?;
 
     let out = ok(&db, &["purge", "--dry-run"]).await?;
     assert!(out.starts_with("would delete 1 delivered rows"), "{out}");
@@ -931,12 +908,7 @@ async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() ->
     let mut client = db.connect().await?;
     let delivered = pending(&mut client, "email", "d-10").await?;
     deliver(&db, &client, "email").await?;
-    client
-        .execute(
-            "UPDATE txoutbox_delivered SET delivered_at = now() - interval '10 days'",
-            &[],
-        )
-        .await?;
+    delivered_days_ago(&client, delivered, 10).await?;
     let old_failed = pending(&mut client, "pay", "f-100").await?;
     let young_failed = pending(&mut client, "pay", "f-10").await?;
     let old_discarded = pending(&mut client, "pay", "x-100").await?;

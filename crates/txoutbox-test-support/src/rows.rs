@@ -32,21 +32,13 @@ pub async fn row_status(client: &Client, id: Uuid) -> Result<Option<MessageStatu
     .transpose()
 }
 
-/// Reads [`row_status`] every 20 ms until the row `id` is `want`; fails naming where it is when
-/// [`WAIT_LIMIT`] passes first.
+/// Reads [`row_status`] every 20 ms until the row `id` is `want`; fails when [`WAIT_LIMIT`]
+/// passes first.
 pub async fn wait_for_row(client: &Client, id: Uuid, want: MessageStatus) -> Result<()> {
-    let start = Instant::now();
-    loop {
-        let now = row_status(client, id).await?;
-        if now == Some(want) {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            start.elapsed() < WAIT_LIMIT,
-            "the row {id} is {now:?}, not {want} after {WAIT_LIMIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(&format!("the row {id} {want}"), || async {
+        Ok((row_status(client, id).await? == Some(want)).then_some(()))
+    })
+    .await
 }
 
 /// Entries of the attempt log with `outcome`, every row and destination together.
@@ -126,22 +118,14 @@ pub async fn delivered_attempts(client: &Client) -> Result<Vec<i32>> {
 }
 
 /// Waits until the row with `downstream_key` is `want` (by [`status`](crate::status)); fails
-/// naming where it is when [`WAIT_LIMIT`] passes first.
+/// when [`WAIT_LIMIT`] passes first.
 pub async fn wait_for_key(
     client: &Client,
     downstream_key: &str,
     want: MessageStatus,
 ) -> Result<()> {
-    let start = Instant::now();
-    loop {
-        let now = crate::status(client, downstream_key).await?;
-        if now == Some(want) {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            start.elapsed() < WAIT_LIMIT,
-            "the row {downstream_key} is {now:?}, not {want} after {WAIT_LIMIT:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(&format!("the row {downstream_key} {want}"), || async {
+        Ok((crate::status(client, downstream_key).await? == Some(want)).then_some(()))
+    })
+    .await
 }
