@@ -6,12 +6,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{attempts, delivered_receipt, delivery, enqueue, fast_retries, receipt, LIMIT};
+use common::{attempts, delivered_receipt, delivery, enqueue, receipt, LIMIT};
 use tokio::sync::Notify;
 use txoutbox::admin::{AttemptOutcome, MessageStatus};
 use txoutbox::{relay::RelayConfig, sink::Sink};
 use txoutbox_email::{Email, EmailError, EmailSink, SmtpConfig, DESTINATION};
-use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
+use txoutbox_test_support::relay::{quick_retry, short_lease, HangAfter, RunningRelay};
 use txoutbox_test_support::smtp::{SmtpServer, SmtpServerOptions};
 use txoutbox_test_support::{eventually, outcomes, status, test_db, wait_for_key};
 
@@ -171,7 +171,7 @@ async fn a_451_reply_is_retried_until_the_server_accepts() -> TestResult {
     let relay = RunningRelay::start(
         db.relay()?
             .sink(DESTINATION, EmailSink::smtp(&server.url())?)
-            .policy(DESTINATION, fast_retries(5))
+            .policy(DESTINATION, quick_retry(5))
             .build()?,
     );
     delivered_receipt(&client, "busy-1").await?;
@@ -204,7 +204,7 @@ async fn a_550_reply_dead_letters_the_row_at_once() -> TestResult {
     let relay = RunningRelay::start(
         db.relay()?
             .sink(DESTINATION, EmailSink::smtp(&server.url())?)
-            .policy(DESTINATION, fast_retries(5))
+            .policy(DESTINATION, quick_retry(5))
             .build()?,
     );
     let failed = wait_for_key(&client, "bounce-1", MessageStatus::Failed).await;
@@ -239,7 +239,7 @@ async fn a_server_that_is_down_is_retried_until_it_is_up() -> TestResult {
     let relay = RunningRelay::start(
         db.relay()?
             .sink(DESTINATION, EmailSink::smtp(&server.url())?)
-            .policy(DESTINATION, fast_retries(1000))
+            .policy(DESTINATION, quick_retry(1000))
             .build()?,
     );
     eventually(
@@ -276,7 +276,7 @@ async fn a_pooled_connection_to_a_restarted_server_is_replaced() -> TestResult {
     let relay = RunningRelay::start(
         db.relay()?
             .sink(DESTINATION, EmailSink::smtp(&server.url())?)
-            .policy(DESTINATION, fast_retries(20))
+            .policy(DESTINATION, quick_retry(20))
             .build()?,
     );
     enqueue(&mut client, &receipt(), "before").await?;

@@ -7,30 +7,15 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_postgres::Client;
 use txoutbox::admin::MessageStatus;
-use txoutbox::{
-    relay::{DestinationPolicy, RelayConfig, RetryPolicy},
-    sink::Sink,
-    OutboxMessage,
-};
+use txoutbox::{relay::RelayConfig, sink::Sink, OutboxMessage};
 use txoutbox_stripe::{NewPaymentIntent, NewRefund, StripeRequest, StripeSink, DESTINATION};
 use txoutbox_test_support::fake_stripe::FakeStripe;
-use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
+use txoutbox_test_support::relay::{quick_retry, short_lease, HangAfter, RunningRelay};
 use txoutbox_test_support::{eventually, status, test_db, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn policy(max_attempts: u32) -> DestinationPolicy {
-    DestinationPolicy {
-        retry: RetryPolicy {
-            base: Duration::from_millis(50),
-            cap: Duration::from_millis(200),
-            max_attempts,
-        },
-        ..DestinationPolicy::default()
-    }
-}
 
 fn sink(fake: &FakeStripe) -> anyhow::Result<StripeSink> {
     Ok(StripeSink::new(fake.secret_key())?.with_api_base(fake.base_url())?)
@@ -40,7 +25,7 @@ fn relay_with(db: &TestDb, sink: impl Sink, max_attempts: u32) -> anyhow::Result
     Ok(RunningRelay::start(
         db.relay()?
             .sink(DESTINATION, sink)
-            .policy(DESTINATION, policy(max_attempts))
+            .policy(DESTINATION, quick_retry(max_attempts))
             .build()?,
     ))
 }
@@ -146,7 +131,7 @@ async fn relay_crash_after_stripe_created_the_intent_yields_exactly_one_intent()
                 DESTINATION,
                 HangAfter::with_signal(sink(&fake)?, answered.clone()),
             )
-            .policy(DESTINATION, policy(5))
+            .policy(DESTINATION, quick_retry(5))
             .build()?,
     );
     tokio::time::timeout(WAIT, answered.notified()).await?;
@@ -166,7 +151,7 @@ async fn relay_crash_after_stripe_created_the_intent_yields_exactly_one_intent()
                 DESTINATION,
                 sink(&fake)?.with_timeout(Duration::from_millis(500)),
             )
-            .policy(DESTINATION, policy(5))
+            .policy(DESTINATION, quick_retry(5))
             .build()?,
     );
     let (receipt, attempts) = delivered(&client, "order-7-charge").await?;
@@ -295,7 +280,7 @@ async fn stripe_429_is_retried_after_its_retry_after_then_delivered() -> TestRes
     )
     .await?;
     // Retry-After is honoured up to the policy's cap: give this one room for Stripe's second.
-    let mut retry_after_policy = policy(5);
+    let mut retry_after_policy = quick_retry(5);
     retry_after_policy.retry.cap = Duration::from_secs(5);
     let relay = RunningRelay::start(
         db.relay()?

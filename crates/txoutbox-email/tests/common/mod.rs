@@ -7,10 +7,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 use txoutbox::admin::MessageStatus;
-use txoutbox::{
-    relay::{DestinationPolicy, RetryPolicy},
-    sink::Delivery,
-};
+use txoutbox::sink::Delivery;
 use txoutbox_email::{Email, DESTINATION};
 use txoutbox_test_support::wait_for_key;
 
@@ -49,18 +46,6 @@ pub async fn enqueue(client: &mut Client, email: &Email, key: &str) -> anyhow::R
     .await?;
     tx.commit().await?;
     Ok(())
-}
-
-/// Retries after 50–200 ms, at most `max_attempts` attempts.
-pub fn fast_retries(max_attempts: u32) -> DestinationPolicy {
-    DestinationPolicy {
-        retry: RetryPolicy {
-            base: Duration::from_millis(50),
-            cap: Duration::from_millis(200),
-            max_attempts,
-        },
-        ..DestinationPolicy::default()
-    }
 }
 
 /// Waits until the row with downstream key `key` was delivered; returns its receipt.
