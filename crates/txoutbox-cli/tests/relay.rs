@@ -13,6 +13,16 @@ fn txoutbox() -> Command {
     Command::new(env!("CARGO_BIN_EXE_txoutbox"))
 }
 
+/// A receipt email to enqueue, under the downstream key `key`.
+fn receipt(key: &str) -> anyhow::Result<OutboxMessage> {
+    Ok(
+        txoutbox_email::Email::new("shop@example.com", "buyer@example.com", "Receipt")
+            .text("Thank you.")
+            .into_outbox_message()?
+            .with_downstream_key(key),
+    )
+}
+
 #[tokio::test]
 async fn the_relay_process_delivers_and_exits_0_on_sigterm_leaving_nothing_leased(
 ) -> anyhow::Result<()> {
@@ -100,10 +110,7 @@ async fn the_relay_process_registers_the_built_in_sinks_from_its_configuration(
         .stdout(Stdio::null())
         .spawn()?;
     let tx = client.transaction().await?;
-    let email = txoutbox_email::Email::new("shop@example.com", "buyer@example.com", "Receipt")
-        .text("Thank you.")
-        .into_outbox_message()?
-        .with_downstream_key("receipt-1");
+    let email = receipt("receipt-1")?;
     let intent = txoutbox_stripe::NewPaymentIntent::new(1500, "eur")
         .with_customer("cus_1")
         .with_payment_method("pm_card_visa")
@@ -152,10 +159,7 @@ async fn the_relay_process_greets_the_smtp_server_with_its_helo_name() -> anyhow
         .stdout(Stdio::null())
         .spawn()?;
     let tx = client.transaction().await?;
-    let email = txoutbox_email::Email::new("shop@example.com", "buyer@example.com", "Receipt")
-        .text("Thank you.")
-        .into_outbox_message()?
-        .with_downstream_key("receipt-ehlo");
+    let email = receipt("receipt-ehlo")?;
     enqueue(&tx, &[email]).await?;
     tx.commit().await?;
     let mails = server.wait_for_messages(1, Duration::from_secs(20)).await;

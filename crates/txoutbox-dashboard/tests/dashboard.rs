@@ -16,13 +16,16 @@ use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
 use txoutbox_test_support::{row_status, test_db, wait_for_row, TestDb};
 use uuid::Uuid;
 
+mod support;
+use support::Served;
+
 type TestResult = anyhow::Result<()>;
 
 /// The dashboard served on loopback, nested under `/outbox`.
 struct Dashboard {
     base: String,
     http: reqwest::Client,
-    _server: tokio::task::JoinHandle<()>,
+    _served: Served,
 }
 
 impl Dashboard {
@@ -30,20 +33,14 @@ impl Dashboard {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let app =
-            axum::Router::new().nest("/outbox", txoutbox_dashboard::router(db.pool(4)?, config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let served = Served::start(db, config).await?;
         Ok(Self {
-            base: format!("http://{addr}/outbox"),
+            base: format!("http://{}/outbox", served.addr),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .redirect(reqwest::redirect::Policy::none())
                 .build()?,
-            _server: server,
+            _served: served,
         })
     }
 
