@@ -3,6 +3,8 @@
 //! transaction with its inbox record, acked after the commit. Every test uses a stream of its
 //! own and deletes it when it ends.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -130,22 +132,7 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        // Drop cannot await: delete on a runtime of its own, on a thread of its own.
-        let name = self.stream.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async {
-                if let Ok(client) = async_nats::connect(nats_url()).await {
-                    let _ = jetstream::new(client).delete_stream(&name).await;
-                }
-            });
-        })
-        .join();
+        common::delete_stream_now(nats_url(), self.stream.clone());
     }
 }
 

@@ -2,6 +2,8 @@
 //! a real Postgres and the real relay. Every test uses a stream and subject of its own and
 //! deletes the stream when it ends.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,22 +59,7 @@ impl TestStream {
 
 impl Drop for TestStream {
     fn drop(&mut self) {
-        // Drop cannot await: delete on a runtime of its own, on a thread of its own.
-        let (url, name) = (self.url.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async {
-                if let Ok(client) = async_nats::connect(url.as_str()).await {
-                    let _ = jetstream::new(client).delete_stream(&name).await;
-                }
-            });
-        })
-        .join();
+        common::delete_stream_now(self.url.clone(), self.name.clone());
     }
 }
 
