@@ -20,7 +20,7 @@ use txoutbox::{
 use txoutbox_test_support::factory::{message, pending};
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay, ScriptedSink};
 use txoutbox_test_support::{
-    attempts_of, counts, eventually, logged, row_status, test_db, wait_for_row, wait_until,
+    attempts_of, counts, eventually, log_of, logged, row_status, test_db, wait_for_row, wait_until,
     wait_until_for, TestDb,
 };
 use uuid::Uuid;
@@ -1273,19 +1273,15 @@ async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing(
     .await?;
     assert_eq!(counts(&client).await?.failed, 0);
     assert_eq!(counts(&client).await?.discarded, 11);
-    let logged: Vec<(String, Option<String>)> = client
-        .query(
-            "SELECT relay, error FROM txoutbox_attempts WHERE outcome = 'discarded'",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    assert_eq!(
-        logged,
-        vec![("operator".to_owned(), Some("test data".to_owned())); 11]
-    );
+    let discards = log_of(&client, AttemptOutcome::Discarded).await?;
+    assert_eq!(discards.len(), 11);
+    for entry in discards {
+        assert_eq!(
+            (entry.relay.as_str(), entry.error.as_deref(), entry.attempt),
+            ("operator", Some("test data"), 0),
+            "{entry:?}"
+        );
+    }
     Ok(())
 }
 

@@ -52,7 +52,7 @@ pub use port::{free_addr, free_port};
 
 mod rows;
 pub use rows::{
-    attempts_of, delivered_attempts, eventually, logged, row_status, wait_for_key, wait_for_row,
-    wait_until_for,
+    attempts_of, delivered_attempts, eventually, log_of, logged, row_status, wait_for_key,
+    wait_for_row, wait_until_for, LogEntry,
 };
 pub mod process;

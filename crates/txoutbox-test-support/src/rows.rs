@@ -129,3 +129,36 @@ pub async fn wait_for_key(
     })
     .await
 }
+
+/// One entry of the attempt log, as [`log_of`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// The row's downstream key at the attempt or action.
+    pub downstream_key: String,
+    /// The row's attempt counter (0 for an operator's action).
+    pub attempt: i32,
+    /// The relay that made the attempt, or `operator`.
+    pub relay: String,
+    /// The error, or an operator's reason.
+    pub error: Option<String>,
+}
+
+/// Every attempt-log entry with `outcome`, oldest first.
+pub async fn log_of(client: &Client, outcome: AttemptOutcome) -> Result<Vec<LogEntry>> {
+    let rows = client
+        .query(
+            "SELECT downstream_key, attempt, relay, error FROM txoutbox_attempts \
+             WHERE outcome = $1 ORDER BY finished_at, downstream_key",
+            &[&outcome.as_str()],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| LogEntry {
+            downstream_key: r.get(0),
+            attempt: r.get(1),
+            relay: r.get(2),
+            error: r.get(3),
+        })
+        .collect())
+}
