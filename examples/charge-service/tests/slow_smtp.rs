@@ -12,8 +12,8 @@ use txoutbox_test_support::{eventually, logged, test_db};
 
 mod common;
 
-/// An SMTP server that takes `delay` to accept a message's DATA (then accepts it).
-async fn slow_smtp(delay: Duration) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
+/// An SMTP server that never answers a message's DATA (slower than any lease).
+async fn silent_smtp() -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("smtp://{}", listener.local_addr()?);
     let task = tokio::spawn(async move {
@@ -28,9 +28,8 @@ async fn slow_smtp(delay: Duration) -> anyhow::Result<(String, tokio::task::Join
                         if line != "." {
                             continue;
                         }
-                        in_data = false;
-                        tokio::time::sleep(delay).await;
-                        b"250 accepted, eventually\r\n"
+                        // The connection stays open; the answer never comes.
+                        std::future::pending().await
                     } else {
                         match line.get(..4).map(str::to_ascii_uppercase).as_deref() {
                             Some("EHLO") | Some("HELO") => b"250 slow.test\r\n",
@@ -60,7 +59,7 @@ async fn a_receipt_call_never_outlives_the_relays_lease() -> anyhow::Result<()> 
     let db = test_db().await?;
     let stripe = FakeStripe::start().await?;
     // Slower than the lease (10 s), as the SMTP server that got five copies of one receipt.
-    let (smtp_url, _smtp) = slow_smtp(Duration::from_secs(12)).await?;
+    let (smtp_url, _smtp) = silent_smtp().await?;
     let env = vec![
         ("DATABASE_URL".to_owned(), db.url()),
         (
