@@ -1,13 +1,11 @@
 //! `txoutbox_axum::health::routes` merged into a service's own router, over real HTTP: the
 //! endpoints an embedding service gets without the CLI's metrics server.
 
-use std::time::Duration;
-
 use axum::routing::get;
 use axum::Router;
 use txoutbox::relay::Shutdown;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::{eventually_some, test_db};
 
 async fn serve(router: Router) -> anyhow::Result<(String, Shutdown)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -52,14 +50,11 @@ async fn an_embedding_service_serves_the_relays_health_beside_its_own_routes() -
     assert!(body.contains("LISTEN connection is down"), "{body}");
 
     let running = RunningRelay::start(relay);
-    let mut ready = (0, String::new());
-    for _ in 0..100 {
-        ready = get_text(&format!("{base}/readyz")).await?;
-        if ready.0 == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let ready = eventually_some("/readyz answering 200", || async {
+        let ready = get_text(&format!("{base}/readyz")).await?;
+        Ok((ready.0 == 200).then_some(ready))
+    })
+    .await?;
     assert_eq!(ready, (200, "ready\n".into()));
     running.stop().await?;
     shutdown.trigger();

@@ -1,5 +1,6 @@
 //! The extractor against a real Postgres, over real HTTP on 127.0.0.1.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -8,10 +9,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use tokio::sync::Notify;
 use tokio_postgres::IsolationLevel;
 use txoutbox::Scope;
 use txoutbox_axum::{problem_type, Idempotent, Problem, Started};
-use txoutbox_test_support::{test_db, TestDb};
+use txoutbox_test_support::{counts, test_db, TestDb};
 
 #[derive(Clone)]
 struct App {
@@ -20,6 +22,25 @@ struct App {
     /// The handlers' transactions' isolation level (Postgres's default, READ COMMITTED, when
     /// `None`).
     isolation: Option<IsolationLevel>,
+    /// Where a slow request waits, holding its key, until the test releases it.
+    gate: Arc<Gate>,
+}
+
+/// A slow request says it holds its key (`entered`) and finishes once `release`d.
+#[derive(Default)]
+struct Gate {
+    entered: Notify,
+    release: Notify,
+}
+
+impl Gate {
+    /// Sends `second` once the slow request holds its key, then lets the slow one finish.
+    async fn while_held<T>(&self, second: impl std::future::Future<Output = T>) -> T {
+        self.entered.notified().await;
+        let answer = second.await;
+        self.release.notify_one();
+        answer
+    }
 }
 
 async fn create_order(State(app): State<App>, request: Idempotent) -> Result<Response, Problem> {
@@ -55,7 +76,8 @@ async fn create_order(State(app): State<App>, request: Idempotent) -> Result<Res
         txoutbox::OutboxMessage::new("email", &json!({"order": id}))?,
     )?;
     if body["slow"].as_bool() == Some(true) {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        app.gate.entered.notify_one();
+        app.gate.release.notified().await;
     }
     if body["fail"].as_bool() == Some(true) {
         return request
@@ -109,24 +131,29 @@ struct Server {
     http: reqwest::Client,
     _db: Option<TestDb>,
     pool: deadpool_postgres::Pool,
+    gate: Arc<Gate>,
 }
 
 async fn serve(pool: deadpool_postgres::Pool, db: Option<TestDb>) -> anyhow::Result<Server> {
+    let gate = Arc::new(Gate::default());
     let app = App {
         pool: pool.clone(),
         scope: Scope::new("orders")?.with_lock_timeout(Duration::from_millis(200))?,
         isolation: None,
+        gate: gate.clone(),
     };
     let serializable = App {
         pool: pool.clone(),
         scope: Scope::new("orders")?.with_lock_timeout(Duration::from_secs(5))?,
         isolation: Some(IsolationLevel::Serializable),
+        gate: gate.clone(),
     };
     // A service whose clients send short keys of their own (ticket numbers) lowers the minimum.
     let tickets = App {
         pool: pool.clone(),
         scope: Scope::new("tickets")?.with_min_key_len(4)?,
         isolation: None,
+        gate: gate.clone(),
     };
     let router = Router::new()
         .route("/orders", post(create_order).get(count))
@@ -156,6 +183,7 @@ async fn serve(pool: deadpool_postgres::Pool, db: Option<TestDb>) -> anyhow::Res
         http,
         _db: db,
         pool,
+        gate,
     })
 }
 
@@ -186,11 +214,7 @@ impl Server {
     }
 
     async fn outbox_rows(&self) -> anyhow::Result<i64> {
-        let conn = self.pool.get().await?;
-        Ok(conn
-            .query_one("SELECT count(*) FROM txoutbox_messages", &[])
-            .await?
-            .get(0))
+        Ok(counts(&*self.pool.get().await?).await?.hot())
     }
 }
 
@@ -206,6 +230,20 @@ async fn problem(response: reqwest::Response) -> anyhow::Result<Value> {
     let body: Value = response.json().await?;
     assert!(body["type"].is_string() && body["title"].is_string() && body["detail"].is_string());
     Ok(body)
+}
+
+/// Fails unless `response` is a problem of `status` and `kind` whose detail says `says`.
+async fn expect_problem(
+    response: reqwest::Response,
+    status: u16,
+    kind: &str,
+    says: &str,
+) -> anyhow::Result<()> {
+    assert_eq!(response.status(), status);
+    let body = problem(response).await?;
+    assert_eq!(body["type"], problem_type(kind));
+    assert!(detail(&body).contains(says), "{body}");
+    Ok(())
 }
 
 #[tokio::test]
@@ -279,10 +317,7 @@ async fn malformed_key_is_400_problem() -> anyhow::Result<()> {
     let response = s
         .post(Some(&"x".repeat(300)), &json!({"quantity": 1}))
         .await?;
-    assert_eq!(response.status(), 400);
-    let body = problem(response).await?;
-    assert_eq!(body["type"], problem_type("problem-malformed-key"));
-    assert!(detail(&body).contains("at most 255"), "{body}");
+    expect_problem(response, 400, "problem-malformed-key", "at most 255").await?;
     Ok(())
 }
 
@@ -328,10 +363,13 @@ async fn an_escaped_sf_string_is_unescaped_into_one_key() -> anyhow::Result<()> 
     let refused = s
         .post(Some(r#""order\n42-2026-12-03""#), &json!({"quantity": 1}))
         .await?;
-    assert_eq!(refused.status(), 400);
-    let body = problem(refused).await?;
-    assert_eq!(body["type"], problem_type("problem-malformed-key"));
-    assert!(detail(&body).contains("not a valid sf-string"), "{body}");
+    expect_problem(
+        refused,
+        400,
+        "problem-malformed-key",
+        "not a valid sf-string",
+    )
+    .await?;
     assert_eq!(s.orders().await?, 1);
     Ok(())
 }
@@ -349,19 +387,13 @@ async fn two_idempotency_key_fields_are_a_400_problem() -> anyhow::Result<()> {
             .json(&json!({"quantity": 1}))
             .send()
             .await?;
-        assert_eq!(response.status(), 400);
-        let body = problem(response).await?;
-        assert_eq!(body["type"], problem_type("problem-multiple-keys"));
-        assert!(detail(&body).contains("exactly one"), "{body}");
+        expect_problem(response, 400, "problem-multiple-keys", "exactly one").await?;
     }
     // One field holding a list is two keys as well.
     let list = s
         .post(Some(&format!("\"{a}\", \"{b}\"")), &json!({"quantity": 1}))
         .await?;
-    assert_eq!(list.status(), 400);
-    let body = problem(list).await?;
-    assert_eq!(body["type"], problem_type("problem-multiple-keys"));
-    assert!(detail(&body).contains("exactly one"), "{body}");
+    expect_problem(list, 400, "problem-multiple-keys", "exactly one").await?;
     assert_eq!(s.orders().await?, 0);
     Ok(())
 }
@@ -372,10 +404,7 @@ async fn a_key_shorter_than_16_characters_is_a_400_problem() -> anyhow::Result<(
     let response = s
         .post(Some("\"order-42\""), &json!({"quantity": 1}))
         .await?;
-    assert_eq!(response.status(), 400);
-    let body = problem(response).await?;
-    assert_eq!(body["type"], problem_type("problem-key-too-short"));
-    assert!(detail(&body).contains("at least 16"), "{body}");
+    expect_problem(response, 400, "problem-key-too-short", "at least 16").await?;
     assert_eq!(s.orders().await?, 0);
     // Sixteen characters are enough.
     let sixteen = s
@@ -456,10 +485,10 @@ async fn by_default_a_problems_type_is_about_blank_titled_with_its_status_phrase
     s.post(Some(&used), &json!({"quantity": 1})).await?;
     let busy = key();
     let slow = json!({"quantity": 1, "slow": true});
-    let (_, in_flight) = tokio::join!(s.post(Some(&busy), &slow), async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        s.post(Some(&busy), &slow).await
-    });
+    let (_, in_flight) = tokio::join!(
+        s.post(Some(&busy), &slow),
+        s.gate.while_held(s.post(Some(&busy), &slow))
+    );
     let too_large = s
         .http
         .post(format!("{}/orders", s.base))
@@ -592,10 +621,10 @@ async fn same_key_while_first_is_running_is_409_with_retry_after() -> anyhow::Re
     let s = server().await?;
     let key = key();
     let body = json!({"quantity": 1, "slow": true});
-    let (first, second) = tokio::join!(s.post(Some(&key), &body), async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        s.post(Some(&key), &body).await
-    });
+    let (first, second) = tokio::join!(
+        s.post(Some(&key), &body),
+        s.gate.while_held(s.post(Some(&key), &body))
+    );
     assert_eq!(first?.status(), 201);
     let second = second?;
     assert_eq!(second.status(), 409);

@@ -16,13 +16,12 @@ use txoutbox::standard_webhooks::{sign, unix_seconds, WebhookSecret};
 use txoutbox::OutboxMessage;
 use txoutbox_axum::{Problem, Received, SignedWebhook, WebhookReceiver};
 use txoutbox_test_support::relay::RunningRelay;
-use txoutbox_test_support::{count, test_db, wait_for_count, TestDb};
+use txoutbox_test_support::{count, test_db, wait_until, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
 const OLD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const NEW_SECRET: &str = "whsec_bmV3IHNlY3JldCBvZiB0aGUgc2hpcHBpbmcgc2VydmljZQ==";
-const LIMIT: Duration = Duration::from_secs(20);
 
 #[derive(Clone)]
 struct App {
@@ -317,8 +316,10 @@ async fn the_relays_webhook_redelivered_after_a_kill_after_commit_is_one_shipmen
             .sink("webhook:shipping", sink)
             .build()?,
     );
-    let delivered = "SELECT count(*) FROM txoutbox_delivered";
-    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
+    assert_eq!(
+        wait_until(&client, |c| c.delivered >= 1).await?.delivered,
+        1
+    );
     relay.stop().await?;
     let attempts: i32 = client
         .query_one("SELECT attempts FROM txoutbox_delivered", &[])

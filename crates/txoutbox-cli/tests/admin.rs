@@ -9,13 +9,20 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio_postgres::Client;
+use txoutbox::admin::{
+    AttemptOutcome,
+    MessageStatus::{Delivered, Discarded, Failed, Pending, Unknown},
+};
 use txoutbox::{
     relay::{DestinationPolicy, RelayConfig, RetryPolicy, Semantics},
     sink::{Delivery, DeliveryError, Receipt, Sink},
 };
 use txoutbox_test_support::factory::{message, pending};
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay, ScriptedSink};
-use txoutbox_test_support::{count, test_db, wait_for_exact_count, TestDb};
+use txoutbox_test_support::{
+    attempts_of, counts, eventually_some, log_of, logged, row_status, test_db, wait_for_row,
+    wait_until, wait_until_for, TestDb,
+};
 use uuid::Uuid;
 
 mod support;
@@ -59,28 +66,11 @@ async fn listed(db: &TestDb, args: &[&str]) -> anyhow::Result<Vec<String>> {
     Ok(ids_of(&json_lines(&ok(db, &all).await?)?))
 }
 
-async fn status_of(client: &Client, id: Uuid) -> anyhow::Result<String> {
-    let row = client
-        .query_opt(
-            "SELECT status FROM txoutbox_messages WHERE id = $1 \
-             UNION ALL SELECT 'delivered' FROM txoutbox_delivered WHERE id = $1",
-            &[&id],
-        )
-        .await?;
-    Ok(row.map(|r| r.get(0)).unwrap_or_else(|| "gone".into()))
-}
-
 /// Delivers every pending row of `destination` with a real relay.
 async fn deliver(db: &TestDb, client: &Client, destination: &str) -> anyhow::Result<RecordingSink> {
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink(destination, sink.clone()).build()?);
-    wait_for_exact_count(
-        client,
-        &format!("SELECT count(*) FROM txoutbox_messages WHERE destination = '{destination}'"),
-        0,
-        Duration::from_secs(20),
-    )
-    .await?;
+    wait_until_for(client, destination, |c| c.hot() == 0).await?;
     relay.stop().await?;
     Ok(sink)
 }
@@ -92,16 +82,7 @@ async fn dead_letter(db: &TestDb, client: &Client, destination: &str, n: usize) 
         (0..n).map(|_| Err(DeliveryError::permanent("422 rejected by the downstream"))),
     );
     let relay = RunningRelay::start(db.relay()?.sink(destination, sink).build()?);
-    wait_for_exact_count(
-        client,
-        &format!(
-            "SELECT count(*) FROM txoutbox_messages \
-             WHERE destination = '{destination}' AND status = 'failed'"
-        ),
-        n as i64,
-        Duration::from_secs(20),
-    )
-    .await?;
+    wait_until_for(client, destination, |c| c.failed == n as i64).await?;
     relay.stop().await?;
     Ok(())
 }
@@ -143,24 +124,10 @@ async fn make_unknown(db: &TestDb, client: &Client, destination: &str, n: i64) -
             )
             .build()?,
     );
-    wait_for_exact_count(
-        client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
-        n,
-        Duration::from_secs(20),
-    )
-    .await?;
+    wait_until(client, |c| c.in_flight == n).await?;
     relay.stop().await?;
-    wait_for_exact_count(
-        client,
-        &format!(
-            "SELECT count(*) FROM txoutbox_messages \
-             WHERE destination = '{destination}' AND status = 'unknown'"
-        ),
-        n,
-        Duration::from_secs(20),
-    )
-    .await
+    wait_until_for(client, destination, |c| c.unknown == n).await?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -400,13 +367,7 @@ async fn show_prints_payload_key_and_the_attempt_history_in_order() -> TestResul
             .policy("flaky", fast)
             .build()?,
     );
-    wait_for_exact_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-        1,
-        Duration::from_secs(20),
-    )
-    .await?;
+    wait_until(&client, |c| c.failed == 1).await?;
     relay.stop().await?;
 
     let detail: Value =
@@ -553,21 +514,17 @@ async fn replay_of_a_delivered_row_needs_include_delivered_and_moves_it_back() -
     let (code, err) = one_line_error(&refused);
     assert_eq!(code, Some(1));
     assert!(err.contains("--include-delivered"), "{err}");
-    assert_eq!(status_of(&client, id).await?, "delivered");
+    assert_eq!(row_status(&client, id).await?, Some(Delivered));
 
     ok(&db, &["replay", "--include-delivered", &id.to_string()]).await?;
-    assert_eq!(status_of(&client, id).await?, "pending");
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_delivered").await?,
-        0,
-        "moved, not copied"
-    );
+    assert_eq!(row_status(&client, id).await?, Some(Pending));
+    assert_eq!(counts(&client).await?.delivered, 0, "moved, not copied");
     let sink = deliver(&db, &client, "email").await?;
     let deliveries = sink.deliveries();
     assert_eq!(deliveries.len(), 1);
     assert_eq!(deliveries[0].downstream_key, "mail-1");
     assert_eq!(deliveries[0].ordering_key.as_deref(), Some("user-1"));
-    assert_eq!(status_of(&client, id).await?, "delivered");
+    assert_eq!(row_status(&client, id).await?, Some(Delivered));
     Ok(())
 }
 
@@ -587,7 +544,7 @@ async fn replay_of_a_delivered_row_whose_effect_was_enqueued_again_needs_a_new_k
         err.contains(&again.to_string()),
         "names the other row: {err}"
     );
-    assert_eq!(status_of(&client, first).await?, "delivered");
+    assert_eq!(row_status(&client, first).await?, Some(Delivered));
 
     ok(
         &db,
@@ -599,7 +556,7 @@ async fn replay_of_a_delivered_row_whose_effect_was_enqueued_again_needs_a_new_k
         ],
     )
     .await?;
-    assert_eq!(status_of(&client, first).await?, "pending");
+    assert_eq!(row_status(&client, first).await?, Some(Pending));
     let sink = deliver(&db, &client, "email").await?;
     let mut keys: Vec<String> = sink.keys();
     keys.sort();
@@ -621,13 +578,7 @@ async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
             .sink("email", sink.clone())
             .build()?,
     );
-    wait_for_exact_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
-        1,
-        Duration::from_secs(20),
-    )
-    .await?;
+    wait_until(&client, |c| c.in_flight == 1).await?;
     let token: i64 = client
         .query_one(
             "SELECT lease_token FROM txoutbox_messages WHERE id = $1",
@@ -653,14 +604,7 @@ async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
         .await?;
     assert_eq!(row.get::<_, String>(0), "in_flight");
     assert_eq!(row.get::<_, i64>(1), token, "the lease is untouched");
-    assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'replayed'"
-        )
-        .await?,
-        0
-    );
+    assert_eq!(logged(&client, AttemptOutcome::Replayed).await?, 0);
     relay.stop().await?;
     assert_eq!(sink.calls.load(Ordering::SeqCst), 1);
     Ok(())
@@ -681,7 +625,7 @@ async fn replay_dry_run_prints_what_would_be_replayed_and_changes_nothing() -> T
         assert!(out.starts_with("would replay 1 message\n"), "{out}");
         assert!(out.contains(&id.to_string()), "{out}");
     }
-    assert_eq!(status_of(&client, id).await?, "failed");
+    assert_eq!(row_status(&client, id).await?, Some(Failed));
     let key: String = client
         .query_one(
             "SELECT downstream_key FROM txoutbox_messages WHERE id = $1",
@@ -690,14 +634,7 @@ async fn replay_dry_run_prints_what_would_be_replayed_and_changes_nothing() -> T
         .await?
         .get(0);
     assert_eq!(key, "charge-1");
-    assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'replayed'"
-        )
-        .await?,
-        0
-    );
+    assert_eq!(logged(&client, AttemptOutcome::Replayed).await?, 0);
     Ok(())
 }
 
@@ -713,23 +650,19 @@ async fn replay_by_filter_takes_failed_rows_and_unknown_ones_only_when_asked() -
 
     let out = ok(&db, &["replay"]).await?;
     assert!(out.starts_with("replayed 1 message\n"), "{out}");
-    assert_eq!(status_of(&client, failed).await?, "pending");
+    assert_eq!(row_status(&client, failed).await?, Some(Pending));
     assert_eq!(
-        status_of(&client, unknown).await?,
-        "unknown",
+        row_status(&client, unknown).await?,
+        Some(Unknown),
         "not asked for"
     );
 
     let out = ok(&db, &["replay", "--status", "unknown"]).await?;
     assert!(out.starts_with("replayed 1 message\n"), "{out}");
     assert!(out.contains(&unknown.to_string()), "{out}");
-    assert_eq!(status_of(&client, unknown).await?, "pending");
+    assert_eq!(row_status(&client, unknown).await?, Some(Pending));
     assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'replayed'"
-        )
-        .await?,
+        logged(&client, AttemptOutcome::Replayed).await?,
         2,
         "the untouched pending row {pending} is not replayed"
     );
@@ -752,9 +685,9 @@ async fn replay_by_filter_takes_only_the_matching_failed_rows() -> TestResult {
         )
         .await?;
     ok(&db, &["replay", "--destination", "stripe", "--since", "1d"]).await?;
-    assert_eq!(status_of(&client, new).await?, "pending");
-    assert_eq!(status_of(&client, old).await?, "failed");
-    assert_eq!(status_of(&client, other).await?, "failed");
+    assert_eq!(row_status(&client, new).await?, Some(Pending));
+    assert_eq!(row_status(&client, old).await?, Some(Failed));
+    assert_eq!(row_status(&client, other).await?, Some(Failed));
     Ok(())
 }
 
@@ -776,25 +709,14 @@ async fn replay_of_more_than_ten_rows_needs_yes() -> TestResult {
     assert_eq!(code, Some(1));
     assert!(err.contains("12") && err.contains("--yes"), "{err}");
     assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'"
-        )
-        .await?,
+        counts(&client).await?.failed,
         12,
         "nothing replayed without confirmation"
     );
 
     let out = ok(&db, &["replay", "--destination", "doomed", "--yes"]).await?;
     assert!(out.starts_with("replayed 12 messages\n"), "{out}");
-    assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_messages WHERE status = 'pending'"
-        )
-        .await?,
-        12
-    );
+    assert_eq!(counts(&client).await?.pending, 12);
     Ok(())
 }
 
@@ -809,7 +731,11 @@ async fn replay_of_an_unknown_id_exits_1_and_changes_nothing() -> TestResult {
     let (code, err) = one_line_error(&out);
     assert_eq!(code, Some(1));
     assert!(err.contains(&missing.to_string()), "{err}");
-    assert_eq!(status_of(&client, id).await?, "failed", "all or nothing");
+    assert_eq!(
+        row_status(&client, id).await?,
+        Some(Failed),
+        "all or nothing"
+    );
     Ok(())
 }
 
@@ -839,6 +765,31 @@ async fn store_key(client: &mut Client, scope: &str, key: &str, window: Duration
     Ok(())
 }
 
+/// Stores a completed key in the scope `charges`, then lets time pass: it expired a minute ago.
+async fn store_expired_key(client: &mut Client, key: &str) -> TestResult {
+    store_key(client, "charges", key, Duration::from_secs(3600)).await?;
+    client
+        .execute(
+            "UPDATE txoutbox_idempotency_keys SET expires_at = now() - interval '1 minute' \
+             WHERE key = $1",
+            &[&key],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Time passing: the delivered row `id` was delivered `days` ago.
+async fn delivered_days_ago(client: &Client, id: Uuid, days: i32) -> TestResult {
+    client
+        .execute(
+            "UPDATE txoutbox_delivered SET delivered_at = now() - make_interval(days => $2) \
+             WHERE id = $1",
+            &[&id, &days],
+        )
+        .await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult {
     let db = test_db().await?;
@@ -849,19 +800,8 @@ async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult 
     let failed = pending(&mut client, "doomed", "doomed-1").await?;
     dead_letter(&db, &client, "doomed", 1).await?;
     // Time passing: the old row was delivered eight days ago.
-    client
-        .execute(
-            "UPDATE txoutbox_delivered SET delivered_at = now() - interval '8 days' WHERE id = $1",
-            &[&old],
-        )
-        .await?;
-    store_key(
-        &mut client,
-        "charges",
-        "expired-key",
-        Duration::from_millis(1),
-    )
-    .await?;
+    delivered_days_ago(&client, old, 8).await?;
+    store_expired_key(&mut client, "expired-key").await?;
     store_key(
         &mut client,
         "charges",
@@ -869,7 +809,6 @@ async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult 
         Duration::from_secs(3600),
     )
     .await?;
-    tokio::time::sleep(Duration::from_millis(20)).await;
 
     let out = txoutbox(&db, &["purge"]).await?;
     assert!(
@@ -882,26 +821,20 @@ async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult 
     assert!(stdout.contains("1 expired idempotency keys"), "{stdout}");
     assert!(out.stderr.is_empty(), "no progress bar into a pipe");
 
-    assert_eq!(status_of(&client, old).await?, "gone");
-    assert_eq!(status_of(&client, recent).await?, "delivered");
-    assert_eq!(status_of(&client, failed).await?, "failed", "hot rows stay");
-    let attempts = |id: Uuid| {
-        let client = &client;
-        async move {
-            Ok::<i64, anyhow::Error>(
-                client
-                    .query_one(
-                        "SELECT count(*) FROM txoutbox_attempts WHERE message_id = $1",
-                        &[&id],
-                    )
-                    .await?
-                    .get(0),
-            )
-        }
-    };
-    assert_eq!(attempts(old).await?, 0, "its attempt log goes with it");
-    assert_eq!(attempts(recent).await?, 1);
-    assert_eq!(attempts(failed).await?, 1);
+    assert_eq!(row_status(&client, old).await?, None);
+    assert_eq!(row_status(&client, recent).await?, Some(Delivered));
+    assert_eq!(
+        row_status(&client, failed).await?,
+        Some(Failed),
+        "hot rows stay"
+    );
+    assert_eq!(
+        attempts_of(&client, old).await?,
+        0,
+        "its attempt log goes with it"
+    );
+    assert_eq!(attempts_of(&client, recent).await?, 1);
+    assert_eq!(attempts_of(&client, failed).await?, 1);
     let keys: Vec<String> = client
         .query("SELECT key FROM txoutbox_idempotency_keys", &[])
         .await?
@@ -918,25 +851,13 @@ async fn purge_retention_and_skip_keys_are_honoured() -> TestResult {
     let mut client = db.connect().await?;
     let id = pending(&mut client, "email", "two-days").await?;
     deliver(&db, &client, "email").await?;
-    client
-        .execute(
-            "UPDATE txoutbox_delivered SET delivered_at = now() - interval '2 days'",
-            &[],
-        )
-        .await?;
-    store_key(
-        &mut client,
-        "charges",
-        "expired-key",
-        Duration::from_millis(1),
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    delivered_days_ago(&client, id, 2).await?;
+    store_expired_key(&mut client, "expired-key").await?;
 
     ok(&db, &["purge"]).await?;
     assert_eq!(
-        status_of(&client, id).await?,
-        "delivered",
+        row_status(&client, id).await?,
+        Some(Delivered),
         "younger than 7 days"
     );
     ok(
@@ -944,7 +865,7 @@ async fn purge_retention_and_skip_keys_are_honoured() -> TestResult {
         &["purge", "--retention", "1d", "--skip-keys", "--batch", "1"],
     )
     .await?;
-    assert_eq!(status_of(&client, id).await?, "gone");
+    assert_eq!(row_status(&client, id).await?, None);
     Ok(())
 }
 
@@ -954,30 +875,15 @@ async fn purge_dry_run_counts_and_deletes_nothing() -> TestResult {
     let mut client = db.connect().await?;
     let id = pending(&mut client, "email", "old").await?;
     deliver(&db, &client, "email").await?;
-    client
-        .execute(
-            "UPDATE txoutbox_delivered SET delivered_at = now() - interval '8 days'",
-            &[],
-        )
-        .await?;
-    store_key(
-        &mut client,
-        "charges",
-        "expired-key",
-        Duration::from_millis(1),
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    delivered_days_ago(&client, id, 8).await?;
+    store_expired_key(&mut client, "expired-key").await?;
 
     let out = ok(&db, &["purge", "--dry-run"]).await?;
     assert!(out.starts_with("would delete 1 delivered rows"), "{out}");
     assert!(out.contains("1 attempt-log rows"), "{out}");
     assert!(out.contains("1 expired idempotency keys"), "{out}");
-    assert_eq!(status_of(&client, id).await?, "delivered");
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_idempotency_keys").await?,
-        1
-    );
+    assert_eq!(row_status(&client, id).await?, Some(Delivered));
+    assert_eq!(counts(&client).await?.keys, 1);
     Ok(())
 }
 
@@ -996,38 +902,13 @@ async fn age_row(client: &Client, id: Uuid, days: i32) -> TestResult {
     Ok(())
 }
 
-async fn discarded_rows(client: &Client, ids: &[Uuid]) -> anyhow::Result<i64> {
-    Ok(client
-        .query_one(
-            "SELECT count(*) FROM txoutbox_discarded WHERE id = ANY($1)",
-            &[&ids],
-        )
-        .await?
-        .get(0))
-}
-
-async fn attempt_rows(client: &Client, id: Uuid) -> anyhow::Result<i64> {
-    Ok(client
-        .query_one(
-            "SELECT count(*) FROM txoutbox_attempts WHERE message_id = $1",
-            &[&id],
-        )
-        .await?
-        .get(0))
-}
-
 #[tokio::test]
 async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
     let delivered = pending(&mut client, "email", "d-10").await?;
     deliver(&db, &client, "email").await?;
-    client
-        .execute(
-            "UPDATE txoutbox_delivered SET delivered_at = now() - interval '10 days'",
-            &[],
-        )
-        .await?;
+    delivered_days_ago(&client, delivered, 10).await?;
     let old_failed = pending(&mut client, "pay", "f-100").await?;
     let young_failed = pending(&mut client, "pay", "f-10").await?;
     let old_discarded = pending(&mut client, "pay", "x-100").await?;
@@ -1047,29 +928,29 @@ async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() ->
             && dry.contains("1 failed, 0 unknown and 1 discarded rows"),
         "{dry}"
     );
-    assert_eq!(status_of(&client, old_failed).await?, "failed");
+    assert_eq!(row_status(&client, old_failed).await?, Some(Failed));
     let out = ok(&db, &["purge"]).await?;
     assert!(
         out.contains("1 failed, 0 unknown and 1 discarded rows"),
         "{out}"
     );
-    assert_eq!(status_of(&client, delivered).await?, "gone");
-    assert_eq!(status_of(&client, old_failed).await?, "gone");
+    assert_eq!(row_status(&client, delivered).await?, None);
+    assert_eq!(row_status(&client, old_failed).await?, None);
     assert_eq!(
-        attempt_rows(&client, old_failed).await?,
+        attempts_of(&client, old_failed).await?,
         0,
         "its log goes with it"
     );
-    assert_eq!(status_of(&client, young_failed).await?, "failed");
-    assert_eq!(attempt_rows(&client, young_failed).await?, 1);
-    assert_eq!(discarded_rows(&client, &[old_discarded]).await?, 0);
-    assert_eq!(attempt_rows(&client, old_discarded).await?, 0);
-    assert_eq!(discarded_rows(&client, &[young_discarded]).await?, 1);
-    assert_eq!(attempt_rows(&client, young_discarded).await?, 2);
+    assert_eq!(row_status(&client, young_failed).await?, Some(Failed));
+    assert_eq!(attempts_of(&client, young_failed).await?, 1);
+    assert_eq!(row_status(&client, old_discarded).await?, None);
+    assert_eq!(attempts_of(&client, old_discarded).await?, 0);
+    assert_eq!(row_status(&client, young_discarded).await?, Some(Discarded));
+    assert_eq!(attempts_of(&client, young_discarded).await?, 2);
 
     // One duration is the delivered rows' retention, as before: failed rows keep their 90 days.
     ok(&db, &["purge", "--retention", "1d"]).await?;
-    assert_eq!(status_of(&client, young_failed).await?, "failed");
+    assert_eq!(row_status(&client, young_failed).await?, Some(Failed));
     ok(
         &db,
         &[
@@ -1079,8 +960,8 @@ async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() ->
         ],
     )
     .await?;
-    assert_eq!(status_of(&client, young_failed).await?, "gone");
-    assert_eq!(discarded_rows(&client, &[young_discarded]).await?, 0);
+    assert_eq!(row_status(&client, young_failed).await?, None);
+    assert_eq!(row_status(&client, young_discarded).await?, None);
 
     let out = txoutbox(&db, &["purge", "--retention", "pending=1d"]).await?;
     assert_eq!(out.status.code(), Some(2), "pending rows have no retention");
@@ -1105,27 +986,13 @@ async fn purging_a_failed_head_lets_the_row_behind_it_be_claimed_at_once() -> Te
         .await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
     let relay = RunningRelay::start(db.relay()?.sink("pay", sink).build()?);
-    wait_for_exact_count(
-        &client,
-        &format!(
-            "SELECT count(*) FROM txoutbox_messages WHERE id = '{head}' AND status = 'failed'"
-        ),
-        1,
-        Duration::from_secs(20),
-    )
-    .await?;
+    wait_for_row(&client, head, Failed).await?;
     wait_parked(&client, next).await?;
     age_row(&client, head, 100).await?;
 
     let started = std::time::Instant::now();
     ok(&db, &["purge"]).await?;
-    wait_for_exact_count(
-        &client,
-        &format!("SELECT count(*) FROM txoutbox_delivered WHERE id = '{next}'"),
-        1,
-        Duration::from_secs(20),
-    )
-    .await?;
+    wait_for_row(&client, next, Delivered).await?;
     let waited = started.elapsed();
     relay.stop().await?;
     assert!(waited < Duration::from_secs(3), "waited {waited:?}");
@@ -1223,15 +1090,16 @@ async fn stats_counts_the_requests_whose_effects_wait_for_the_fan_out() -> TestR
 
 /// Waits until `id` was parked by a claim (it waits behind the head of its ordering key).
 async fn wait_parked(client: &Client, id: Uuid) -> TestResult {
-    wait_for_exact_count(
-        client,
-        &format!(
-            "SELECT count(*) FROM txoutbox_messages WHERE id = '{id}' AND status = 'pending' \
-             AND next_attempt_at > now() + interval '10 seconds'"
-        ),
-        1,
-        Duration::from_secs(20),
-    )
+    eventually_some("the row parked behind its ordering key's head", || async {
+        let parked = client
+            .query_opt(
+                "SELECT 1 FROM txoutbox_messages WHERE id = $1 AND status = 'pending' \
+                 AND next_attempt_at > now() + interval '10 seconds'",
+                &[&id],
+            )
+            .await?;
+        Ok(parked.map(|_| ()))
+    })
     .await
 }
 
@@ -1254,15 +1122,7 @@ async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_be
         .await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
     let relay = RunningRelay::start(db.relay()?.sink("pay", sink.clone()).build()?);
-    wait_for_exact_count(
-        &client,
-        &format!(
-            "SELECT count(*) FROM txoutbox_messages WHERE id = '{head}' AND status = 'failed'"
-        ),
-        1,
-        Duration::from_secs(20),
-    )
-    .await?;
+    wait_for_row(&client, head, Failed).await?;
     wait_parked(&client, next).await?;
 
     let started = std::time::Instant::now();
@@ -1272,13 +1132,7 @@ async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_be
     )
     .await?;
     assert!(out.starts_with("discarded 1 message"), "{out}");
-    wait_for_exact_count(
-        &client,
-        &format!("SELECT count(*) FROM txoutbox_delivered WHERE id = '{next}'"),
-        1,
-        Duration::from_secs(20),
-    )
-    .await?;
+    wait_for_row(&client, next, Delivered).await?;
     let waited = started.elapsed();
     relay.stop().await?;
     assert!(
@@ -1296,7 +1150,7 @@ async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_be
         ["k-head", "k-next"],
         "the head is not delivered again"
     );
-    assert_eq!(status_of(&client, head).await?, "gone");
+    assert_eq!(row_status(&client, head).await?, Some(Discarded));
     Ok(())
 }
 
@@ -1365,7 +1219,7 @@ async fn discard_refuses_pending_rows_and_needs_a_reason_changing_nothing() -> T
     let (code, err) = one_line_error(&out);
     assert_eq!(code, Some(1));
     assert!(err.contains("reason"), "{err}");
-    assert_eq!(status_of(&client, pending).await?, "pending");
+    assert_eq!(row_status(&client, pending).await?, Some(Pending));
     Ok(())
 }
 
@@ -1381,7 +1235,6 @@ async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing(
             .await?;
     }
     dead_letter(&db, &client, "pay", 11).await?;
-    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
 
     let out = txoutbox(
         &db,
@@ -1404,7 +1257,7 @@ async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing(
     )
     .await?;
     assert!(dry.starts_with("would discard 11 messages"), "{dry}");
-    assert_eq!(count(&client, failed).await?, 11);
+    assert_eq!(counts(&client).await?.failed, 11);
 
     ok(
         &db,
@@ -1418,20 +1271,17 @@ async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing(
         ],
     )
     .await?;
-    assert_eq!(count(&client, failed).await?, 0);
-    assert_eq!(
-        count(&client, "SELECT count(*) FROM txoutbox_discarded").await?,
-        11
-    );
-    assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'discarded' \
-             AND relay = 'operator' AND error = 'test data'"
-        )
-        .await?,
-        11
-    );
+    assert_eq!(counts(&client).await?.failed, 0);
+    assert_eq!(counts(&client).await?.discarded, 11);
+    let discards = log_of(&client, AttemptOutcome::Discarded).await?;
+    assert_eq!(discards.len(), 11);
+    for entry in discards {
+        assert_eq!(
+            (entry.relay.as_str(), entry.error.as_deref(), entry.attempt),
+            ("operator", Some("test data"), 0),
+            "{entry:?}"
+        );
+    }
     Ok(())
 }
 

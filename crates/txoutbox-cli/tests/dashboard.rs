@@ -4,6 +4,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 
+use txoutbox_test_support::process::terminate;
 use txoutbox_test_support::{test_db, TestDb};
 
 /// The running command; killed when dropped.
@@ -277,11 +278,7 @@ async fn the_relays_page_lists_running_relays_and_marks_a_killed_one_stale() -> 
     assert!(silent >= 0.6, "marked stale after {silent} s of silence");
 
     // A clean exit deletes the relay's row; the killed one's stays, stale.
-    let status = Command::new("kill")
-        .args(["-TERM", &kept.id().to_string()])
-        .status()?;
-    assert!(status.success());
-    assert_eq!(kept.wait()?.code(), Some(0));
+    assert_eq!(terminate(&mut kept)?, Some(0));
     let page = relays_page_until(&served.addr, |page| !page.contains("relay-kept"))?;
     assert!(page.contains("No relay alive"), "{page}");
     assert!(relay_row(&page, "relay-killed").starts_with(r#" class="stale""#));

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::webhook::{Call, WebhookReceiver};
-use txoutbox_test_support::{test_db, wait_for_count, TestDb};
+use txoutbox_test_support::{counts, counts_for, eventually_some, test_db, TestDb};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
@@ -114,11 +114,11 @@ async fn two_relays_share_one_rate_limit() -> anyhow::Result<()> {
         "400 rows at 20/s took {span:?}"
     );
     let client = db.connect().await?;
-    let failed: i64 = client
-        .query_one("SELECT count(*) FROM txoutbox_messages", &[])
-        .await?
-        .get(0);
-    assert_eq!(failed, 0, "nothing left behind, nothing dead-lettered");
+    assert_eq!(
+        counts(&client).await?.hot(),
+        0,
+        "nothing left behind, nothing dead-lettered"
+    );
     Ok(())
 }
 
@@ -142,23 +142,15 @@ async fn a_downstream_throttling_every_call_pauses_the_whole_destination() -> an
         &["--max-in-flight", "webhook:x=4"],
     )?;
     // While paused, the pause shows in `txoutbox stats`.
-    let client = db.connect().await?;
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_destinations WHERE throttled_until > now()",
-        1,
-        Duration::from_secs(10),
-    )
+    eventually_some("the downstream's throttle in `txoutbox stats`", || async {
+        let stats = txoutbox()
+            .arg("stats")
+            .env("DATABASE_URL", db.url())
+            .output()?;
+        let shown = String::from_utf8_lossy(&stats.stdout);
+        Ok((shown.contains("FLOW CONTROL") && shown.contains("Retry-After")).then_some(()))
+    })
     .await?;
-    let stats = txoutbox()
-        .arg("stats")
-        .env("DATABASE_URL", db.url())
-        .output()?;
-    let shown = String::from_utf8_lossy(&stats.stdout);
-    assert!(
-        shown.contains("FLOW CONTROL") && shown.contains("Retry-After"),
-        "{shown}"
-    );
     let delivered = receiver
         .wait_delivered("webhook:x", 100, Duration::from_secs(30))
         .await;
@@ -373,8 +365,20 @@ async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyho
             .await,
         20
     );
-    // A few poll intervals more: nothing reaches the paused destination.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // A row enqueued after all of them is delivered too: the relays claimed again since, and
+    // still nothing reaches the paused destination.
+    message(&db)
+        .destination("webhook:y")
+        .key("webhook:y-later")
+        .payload(serde_json::json!({ "event_type": "test.event", "data": {} }))
+        .create()
+        .await?;
+    assert_eq!(
+        receiver
+            .wait_delivered("webhook:y", 21, Duration::from_secs(15))
+            .await,
+        21
+    );
     assert_eq!(
         receiver.calls("webhook:x").len(),
         0,
@@ -390,16 +394,19 @@ async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyho
         "{shown}"
     );
     let client = db.connect().await?;
-    let pending: i64 = client
-        .query_one(
-            "SELECT count(*) FROM txoutbox_messages WHERE destination = 'webhook:x' \
-             AND status = 'pending' AND attempts = 0 AND lease_owner IS NULL",
+    assert_eq!(counts_for(&client, "webhook:x").await?.pending, 20);
+    let waiting: Vec<(i32, Option<String>)> = client
+        .query(
+            "SELECT attempts, lease_owner FROM txoutbox_messages WHERE destination = 'webhook:x'",
             &[],
         )
         .await?
-        .get(0);
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
     assert_eq!(
-        pending, 20,
+        waiting,
+        vec![(0, None); 20],
         "paused rows wait unleased and spend no attempt"
     );
 

@@ -4,30 +4,27 @@
 //! lists it, `replay` and `discard` act on it.
 
 use std::process::Command;
-use std::time::Duration;
 
 use serde_json::Value;
+use txoutbox::admin::{AttemptOutcome, MessageStatus};
 use txoutbox_test_support::factory::message;
+use txoutbox_test_support::process::terminate;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
-use txoutbox_test_support::{count, test_db, wait_for_exact_count, TestDb};
+use txoutbox_test_support::{
+    assert_outcomes, counts, eventually_some, outcomes, status, test_db, wait_until, TestDb,
+};
 
 mod support;
 use support::ok;
 
 type TestResult = anyhow::Result<()>;
 
-/// The hostile row's status, once it is the one given.
-async fn wait_for_status(db: &TestDb, status: &str) -> anyhow::Result<()> {
+/// Waits until the hostile row is `want`.
+async fn wait_for_status(db: &TestDb, want: MessageStatus) -> anyhow::Result<()> {
     let client = db.connect().await?;
-    wait_for_exact_count(
-        &client,
-        &format!(
-            "SELECT count(*) FROM txoutbox_messages \
-             WHERE downstream_key = 'hostile' AND status = '{status}'"
-        ),
-        1,
-        Duration::from_secs(20),
-    )
+    eventually_some(&format!("the hostile row {want}"), || async {
+        Ok((status(&client, "hostile").await? == Some(want)).then_some(()))
+    })
     .await
 }
 
@@ -48,7 +45,7 @@ async fn an_undecodable_row_is_shown_listed_replayed_and_discarded_with_the_cli(
             .sink("test", RecordingSink::new())
             .build()?,
     );
-    wait_for_status(&db, "failed").await?;
+    wait_for_status(&db, MessageStatus::Failed).await?;
 
     let shown = ok(&db, &["show", &id]).await?;
     assert!(
@@ -74,44 +71,32 @@ async fn an_undecodable_row_is_shown_listed_replayed_and_discarded_with_the_cli(
 
     ok(&db, &["replay", &id]).await?;
     // Replayed, it is claimed and dead-lettered again, on its own.
-    wait_for_exact_count(
-        &db.connect().await?,
-        "SELECT count(*) FROM txoutbox_attempts \
-         WHERE downstream_key = 'hostile' AND outcome = 'failed'",
-        2,
-        Duration::from_secs(20),
+    let client = db.connect().await?;
+    eventually_some("the replayed row dead-lettered again", || async {
+        let log = outcomes(&client, "hostile").await?;
+        Ok((log.iter().filter(|o| **o == AttemptOutcome::Failed).count() == 2).then_some(()))
+    })
+    .await?;
+    assert_outcomes(
+        &client,
+        "hostile",
+        [
+            AttemptOutcome::Failed,
+            AttemptOutcome::Replayed,
+            AttemptOutcome::Failed,
+        ],
     )
     .await?;
-    wait_for_status(&db, "failed").await?;
+    wait_for_status(&db, MessageStatus::Failed).await?;
 
     ok(&db, &["discard", &id, "--reason", "written by hand"]).await?;
     relay.stop().await?;
-    let client = db.connect().await?;
-    assert_eq!(count(&client, "txoutbox_discarded").await?, 1);
-    assert_eq!(count(&client, "txoutbox_delivered").await?, 3);
+    let after = counts(&client).await?;
+    assert_eq!((after.discarded, after.delivered), (1, 3));
     let shown = ok(&db, &["show", &id]).await?;
     assert!(shown.contains("discarded"), "{shown}");
     assert!(shown.contains("not decodable"), "{shown}");
     Ok(())
-}
-
-/// Sends SIGTERM to `relay` and waits (at most 20 s) for its exit code.
-fn terminate(relay: &mut std::process::Child) -> anyhow::Result<Option<i32>> {
-    let status = Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status()?;
-    anyhow::ensure!(status.success(), "kill -TERM failed");
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(exit) = relay.try_wait()? {
-            return Ok(exit.code());
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = relay.kill();
-            anyhow::bail!("the relay did not stop on SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[tokio::test]
@@ -139,20 +124,14 @@ async fn the_relay_process_delivers_the_batch_mates_of_a_row_inserted_with_psql(
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()?;
-    let delivered = txoutbox_test_support::wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        30,
-        Duration::from_secs(20),
-    )
-    .await;
-    let failed = wait_for_status(&db, "failed").await;
+    let delivered = wait_until(&client, |c| c.delivered >= 30).await;
+    let failed = wait_for_status(&db, MessageStatus::Failed).await;
     let exit = terminate(&mut relay)?;
     let mut log = String::new();
     if let Some(mut stderr) = relay.stderr.take() {
         std::io::Read::read_to_string(&mut stderr, &mut log)?;
     }
-    assert_eq!(delivered?, 30, "{log}");
+    assert_eq!(delivered?.delivered, 30, "{log}");
     failed?;
     assert_eq!(exit, Some(0), "{log}");
     assert!(!log.contains("unavailable"), "{log}");

@@ -4,34 +4,17 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 use txoutbox::{enqueue, OutboxMessage};
-use txoutbox_test_support::{test_db, wait_for_count, TestDb};
+use txoutbox_test_support::process::terminate;
+use txoutbox_test_support::{test_db, wait_until, TestDb};
 
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 fn txoutbox() -> Command {
     Command::new(env!("CARGO_BIN_EXE_txoutbox"))
-}
-
-/// Sends SIGTERM to `relay` and waits (at most 20 s) for it to exit, its log flushed.
-fn terminate(relay: &mut Child) -> anyhow::Result<()> {
-    let status = Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status()?;
-    anyhow::ensure!(status.success(), "kill -TERM failed");
-    let start = Instant::now();
-    while relay.try_wait()?.is_none() {
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = relay.kill();
-            anyhow::bail!("the relay did not stop on SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
 }
 
 /// Runs a relay (configured by `configure`) with its stderr in `log` until it has dead-lettered
@@ -61,15 +44,9 @@ async fn relay_dead_letters_one_row(
         .with_traceparent(TRACEPARENT)?;
     enqueue(&tx, &[message]).await?;
     tx.commit().await?;
-    let failed = wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-        1,
-        Duration::from_secs(20),
-    )
-    .await?;
+    let failed = wait_until(&client, |c| c.failed >= 1).await;
     terminate(&mut relay)?;
-    anyhow::ensure!(failed == 1, "the row was not dead-lettered");
+    anyhow::ensure!(failed?.failed == 1, "the row was not dead-lettered");
     Ok(())
 }
 

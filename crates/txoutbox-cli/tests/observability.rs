@@ -3,13 +3,13 @@
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use txoutbox::{enqueue, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
+use txoutbox_test_support::process::{http_get, terminate, wait_for_get};
 use txoutbox_test_support::prometheus::sample;
 use txoutbox_test_support::webhook::WebhookReceiver;
-use txoutbox_test_support::{free_addr, test_db, Cluster, ClusterOptions, TestDb};
+use txoutbox_test_support::{eventually_some, free_addr, test_db, Cluster, ClusterOptions, TestDb};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -60,74 +60,23 @@ impl RelayProcess {
             .spawn()?;
         let relay = RelayProcess { child, metrics };
         relay
-            .wait_for("/healthz", Duration::from_secs(20), |status, _| {
-                status == 200
-            })
+            .wait_for("/healthz", |status, _| status == 200)
             .await?;
         Ok(relay)
     }
 
-    /// Polls `path` until `done(status, body)` holds; returns the last answer.
+    /// Polls `path` until `done(status, body)` holds; returns that answer.
     async fn wait_for(
         &self,
         path: &str,
-        limit: Duration,
         done: impl Fn(u16, &str) -> bool,
     ) -> anyhow::Result<(u16, String)> {
-        let start = Instant::now();
-        let mut last = None;
-        while start.elapsed() < limit {
-            if let Ok((status, body)) = get(self.metrics, path).await {
-                if done(status, &body) {
-                    return Ok((status, body));
-                }
-                last = Some((status, body));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        anyhow::bail!("GET {path} never satisfied the condition; last answer: {last:?}")
+        wait_for_get(self.metrics, path, done).await
     }
 
     fn terminate(mut self) -> anyhow::Result<Option<i32>> {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()?;
-        anyhow::ensure!(status.success(), "kill -TERM failed");
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(20) {
-            if let Some(exit) = self.child.try_wait()? {
-                return Ok(exit.code());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        anyhow::bail!("the relay did not stop on SIGTERM")
+        terminate(&mut self.child)
     }
-}
-
-/// A plain HTTP/1.1 GET: status and body.
-async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        stream
-            .write_all(
-                format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
-                    .as_bytes(),
-            )
-            .await?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await?;
-        anyhow::Ok(String::from_utf8_lossy(&response).into_owned())
-    };
-    let response = tokio::time::timeout(Duration::from_secs(10), exchange).await??;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| anyhow::anyhow!("no header end in {response:?}"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no status in {head:?}"))?;
-    Ok((status, body.to_owned()))
 }
 
 fn webhook_args(receiver: SocketAddr, destinations: &[&str]) -> Vec<String> {
@@ -173,7 +122,7 @@ async fn metrics_count_deliveries_retries_and_dead_letters_by_destination() -> a
     )
     .await?;
     let (_, scrape) = relay
-        .wait_for("/metrics", Duration::from_secs(30), |_, body| {
+        .wait_for("/metrics", |_, body| {
             sample(
                 body,
                 r#"txoutbox_messages_delivered_total{destination="flaky"}"#,
@@ -242,7 +191,7 @@ async fn every_relay_series_exists_at_zero_before_any_delivery() -> anyhow::Resu
     let (receiver, addr) = WebhookReceiver::failing_first(&[]).await?;
     let relay = RelayProcess::start(&db.url(), &webhook_args(addr, &["hooks", "mail"])).await?;
     let (_, scrape) = relay
-        .wait_for("/metrics", Duration::from_secs(30), |_, body| {
+        .wait_for("/metrics", |_, body| {
             sample(body, "txoutbox_leases_reclaimed_total").is_some()
         })
         .await?;
@@ -310,7 +259,7 @@ async fn the_backlog_gauges_show_rows_waiting_for_a_stuck_destination() -> anyho
     )
     .await?;
     relay
-        .wait_for("/metrics", Duration::from_secs(30), |_, body| {
+        .wait_for("/metrics", |_, body| {
             sample(body, "txoutbox_pending_messages") == Some(2.0)
                 && sample(
                     body,
@@ -329,29 +278,17 @@ async fn readyz_is_503_while_postgres_is_down_and_200_when_it_is_back() -> anyho
     let db = TestDb::create_on(&cluster.admin()).await?;
     let relay =
         RelayProcess::start(&db.url(), &["--stdout".to_owned(), "audit".to_owned()]).await?;
-    relay
-        .wait_for("/readyz", Duration::from_secs(20), |status, _| {
-            status == 200
-        })
-        .await?;
+    relay.wait_for("/readyz", |status, _| status == 200).await?;
     cluster.stop()?;
-    let (_, reason) = relay
-        .wait_for("/readyz", Duration::from_secs(30), |status, _| {
-            status == 503
-        })
-        .await?;
+    let (_, reason) = relay.wait_for("/readyz", |status, _| status == 503).await?;
     assert!(reason.starts_with("not ready"), "{reason:?}");
-    let (status, _) = get(relay.metrics, "/healthz").await?;
+    let (status, _) = http_get(relay.metrics, "/healthz").await?;
     assert_eq!(
         status, 200,
         "the process is up even when the database is not"
     );
     cluster.start()?;
-    relay
-        .wait_for("/readyz", Duration::from_secs(30), |status, _| {
-            status == 200
-        })
-        .await?;
+    relay.wait_for("/readyz", |status, _| status == 200).await?;
     assert_eq!(relay.terminate()?, Some(0));
     Ok(())
 }
@@ -398,10 +335,10 @@ async fn a_traceparent_given_at_enqueue_reaches_the_webhook_receiver() -> anyhow
         .await?;
     tx.commit().await?;
 
-    let start = Instant::now();
-    while receiver.seen().len() < 2 && start.elapsed() < Duration::from_secs(20) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_some("both calls at the receiver", || async {
+        Ok((receiver.seen().len() >= 2).then_some(()))
+    })
+    .await?;
     let mut seen = receiver.seen();
     seen.sort();
     let forwarded: Vec<(String, Option<txoutbox::telemetry::Traceparent>)> = seen
@@ -482,7 +419,7 @@ async fn a_relay_whose_clock_is_an_hour_ahead_records_times_on_the_database_cloc
     .await?;
     enqueue_all(&db, vec![message("audit", "skewed-1")?]).await?;
     let (_, scrape) = relay
-        .wait_for("/metrics", Duration::from_secs(30), |_, body| {
+        .wait_for("/metrics", |_, body| {
             sample(
                 body,
                 r#"txoutbox_messages_delivered_total{destination="audit"}"#,
@@ -810,7 +747,6 @@ async fn delivery_attempts_are_exported_as_spans_of_the_enqueued_trace() -> anyh
         vec![message("flaky", "o-1")?.with_traceparent(TRACEPARENT)?],
     )
     .await?;
-    let start = Instant::now();
     let delivery_spans = || -> Vec<collector::ExportedSpan> {
         collector
             .spans()
@@ -818,11 +754,10 @@ async fn delivery_attempts_are_exported_as_spans_of_the_enqueued_trace() -> anyh
             .filter(|s| s.name == "delivery")
             .collect()
     };
-    while (receiver.seen().len() < 2 || delivery_spans().len() < 2)
-        && start.elapsed() < Duration::from_secs(30)
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_some("both calls and both delivery spans", || async {
+        Ok((receiver.seen().len() >= 2 && delivery_spans().len() >= 2).then_some(()))
+    })
+    .await?;
     let mut spans = delivery_spans();
     spans.sort_by_key(|s| s.attribute("attempt").map(str::to_owned));
     assert_eq!(spans.len(), 2, "{:?}", collector.spans());
@@ -946,7 +881,7 @@ async fn the_relays_alive_gauge_counts_every_relay_whose_heartbeat_is_fresh() ->
     args.extend(["--heartbeat".to_owned(), "200ms".to_owned()]);
     let relay = RelayProcess::start(&db.url(), &args).await?;
     relay
-        .wait_for("/metrics", Duration::from_secs(30), |_, body| {
+        .wait_for("/metrics", |_, body| {
             sample(body, "txoutbox_relays_alive") == Some(1.0)
         })
         .await?;
@@ -959,7 +894,7 @@ async fn the_relays_alive_gauge_counts_every_relay_whose_heartbeat_is_fresh() ->
         )
         .await?;
     relay
-        .wait_for("/metrics", Duration::from_secs(30), |_, body| {
+        .wait_for("/metrics", |_, body| {
             sample(body, "txoutbox_relays_alive") == Some(2.0)
         })
         .await?;

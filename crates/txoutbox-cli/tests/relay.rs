@@ -2,33 +2,25 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use txoutbox::{enqueue, OutboxMessage};
+use txoutbox_test_support::process::terminate;
 use txoutbox_test_support::smtp::SmtpServer;
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::{counts, test_db, wait_until};
 
 fn txoutbox() -> Command {
     Command::new(env!("CARGO_BIN_EXE_txoutbox"))
 }
 
-/// Sends SIGTERM to `relay` and waits (at most 20 s) for its exit code.
-fn terminate(relay: &mut std::process::Child) -> anyhow::Result<Option<i32>> {
-    let status = Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status()?;
-    anyhow::ensure!(status.success(), "kill -TERM failed");
-    let start = Instant::now();
-    loop {
-        if let Some(exit) = relay.try_wait()? {
-            return Ok(exit.code());
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = relay.kill();
-            anyhow::bail!("the relay did not stop on SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// A receipt email to enqueue, under the downstream key `key`.
+fn receipt(key: &str) -> anyhow::Result<OutboxMessage> {
+    Ok(
+        txoutbox_email::Email::new("shop@example.com", "buyer@example.com", "Receipt")
+            .text("Thank you.")
+            .into_outbox_message()?
+            .with_downstream_key(key),
+    )
 }
 
 #[tokio::test]
@@ -72,19 +64,9 @@ async fn the_relay_process_delivers_and_exits_0_on_sigterm_leaving_nothing_lease
     got.sort();
     assert_eq!(got, ["audit-0", "audit-1", "audit-2"]);
     assert_eq!(terminate(&mut relay)?, Some(0));
-    let leased: i64 = client
-        .query_one(
-            "SELECT count(*) FROM txoutbox_messages WHERE lease_owner IS NOT NULL",
-            &[],
-        )
-        .await?
-        .get(0);
-    assert_eq!(leased, 0);
-    let delivered: i64 = client
-        .query_one("SELECT count(*) FROM txoutbox_delivered", &[])
-        .await?
-        .get(0);
-    assert_eq!(delivered, 3);
+    let after = counts(&client).await?;
+    assert_eq!(after.hot(), 0, "nothing left leased, nothing left behind");
+    assert_eq!(after.delivered, 3);
     Ok(())
 }
 
@@ -128,10 +110,7 @@ async fn the_relay_process_registers_the_built_in_sinks_from_its_configuration(
         .stdout(Stdio::null())
         .spawn()?;
     let tx = client.transaction().await?;
-    let email = txoutbox_email::Email::new("shop@example.com", "buyer@example.com", "Receipt")
-        .text("Thank you.")
-        .into_outbox_message()?
-        .with_downstream_key("receipt-1");
+    let email = receipt("receipt-1")?;
     let intent = txoutbox_stripe::NewPaymentIntent::new(1500, "eur")
         .with_customer("cus_1")
         .with_payment_method("pm_card_visa")
@@ -139,18 +118,10 @@ async fn the_relay_process_registers_the_built_in_sinks_from_its_configuration(
         .with_downstream_key("charge-1");
     enqueue(&tx, &[email, intent]).await?;
     tx.commit().await?;
-    let start = Instant::now();
-    let mut delivered = 0i64;
-    while delivered < 2 && start.elapsed() < Duration::from_secs(20) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        delivered = client
-            .query_one("SELECT count(*) FROM txoutbox_delivered", &[])
-            .await?
-            .get(0);
-    }
+    let delivered = wait_until(&client, |c| c.delivered >= 2).await;
     let exit = terminate(&mut relay)?;
     assert_eq!(
-        delivered, 2,
+        delivered?.delivered, 2,
         "the email and the payment intent were delivered"
     );
     assert_eq!(exit, Some(0));
@@ -188,10 +159,7 @@ async fn the_relay_process_greets_the_smtp_server_with_its_helo_name() -> anyhow
         .stdout(Stdio::null())
         .spawn()?;
     let tx = client.transaction().await?;
-    let email = txoutbox_email::Email::new("shop@example.com", "buyer@example.com", "Receipt")
-        .text("Thank you.")
-        .into_outbox_message()?
-        .with_downstream_key("receipt-ehlo");
+    let email = receipt("receipt-ehlo")?;
     enqueue(&tx, &[email]).await?;
     tx.commit().await?;
     let mails = server.wait_for_messages(1, Duration::from_secs(20)).await;

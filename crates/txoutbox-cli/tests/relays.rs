@@ -3,6 +3,7 @@
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use txoutbox_test_support::process::terminate;
 use txoutbox_test_support::{test_db, TestDb};
 
 fn txoutbox() -> Command {
@@ -99,11 +100,7 @@ async fn relays_lists_each_relay_with_its_state_sinks_and_bounds() -> anyhow::Re
     assert_eq!(owners, [("relay-one", false), ("relay-gone", true)]);
 
     // A clean exit deletes the relay's row.
-    let status = Command::new("kill")
-        .args(["-TERM", &relay.id().to_string()])
-        .status()?;
-    assert!(status.success());
-    assert_eq!(relay.wait()?.code(), Some(0));
+    assert_eq!(terminate(&mut relay)?, Some(0));
     let text = relays_until(&db, |text| !text.contains("relay-one"))?;
     assert!(text.ends_with("\nno relay alive, 1 stale\n"), "{text}");
     Ok(())

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use txoutbox_test_support::process::{http_get, wait_for_get};
 use txoutbox_test_support::{
     drop_schema, forget_last_migration, free_addr, record_newer_migration, test_db, TestDb,
 };
@@ -102,48 +102,6 @@ fn relay(db: &TestDb, metrics: SocketAddr) -> anyhow::Result<Running> {
     ))
 }
 
-/// A plain HTTP/1.1 GET: status and body.
-async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await?;
-        anyhow::Ok(String::from_utf8_lossy(&response).into_owned())
-    };
-    let response = tokio::time::timeout(Duration::from_secs(10), exchange).await??;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| anyhow::anyhow!("no header end in {response:?}"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no status in {head:?}"))?;
-    Ok((status, body.to_owned()))
-}
-
-/// Polls `GET path` until `done(status, body)` holds; returns that answer.
-async fn wait_for(
-    addr: SocketAddr,
-    path: &str,
-    done: impl Fn(u16, &str) -> bool,
-) -> anyhow::Result<(u16, String)> {
-    let start = Instant::now();
-    let mut last = None;
-    while start.elapsed() < Duration::from_secs(30) {
-        if let Ok((status, body)) = get(addr, path).await {
-            if done(status, &body) {
-                return Ok((status, body));
-            }
-            last = Some((status, body));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("GET {path} never satisfied the condition; last answer: {last:?}")
-}
-
 /// Runs `txoutbox ARGS` on `db` to its end (off the async workers).
 async fn output(db: &TestDb, args: &[&str]) -> anyhow::Result<Output> {
     let mut command = txoutbox(db);
@@ -180,9 +138,9 @@ async fn readyz_turns_503_with_the_line_when_the_schema_falls_behind() -> TestRe
     let db = test_db().await?;
     let metrics = free_addr()?;
     let _relay = relay(&db, metrics)?;
-    wait_for(metrics, "/readyz", |status, _| status == 200).await?;
+    wait_for_get(metrics, "/readyz", |status, _| status == 200).await?;
     let current = forget_last_migration(&db.connect().await?).await?;
-    let (_, reason) = wait_for(metrics, "/readyz", |status, _| status == 503).await?;
+    let (_, reason) = wait_for_get(metrics, "/readyz", |status, _| status == 503).await?;
     assert_eq!(reason, format!("not ready: {}\n", behind(current)));
     Ok(())
 }
@@ -194,9 +152,9 @@ async fn readyz_is_503_while_a_newer_txoutbox_migrated_the_schema_and_200_once_i
     let client = db.connect().await?;
     let metrics = free_addr()?;
     let _relay = relay(&db, metrics)?;
-    wait_for(metrics, "/readyz", |status, _| status == 200).await?;
+    wait_for_get(metrics, "/readyz", |status, _| status == 200).await?;
     let newer = record_newer_migration(&client).await?;
-    let (_, reason) = wait_for(metrics, "/readyz", |status, _| status == 503).await?;
+    let (_, reason) = wait_for_get(metrics, "/readyz", |status, _| status == 503).await?;
     assert_eq!(reason, format!("not ready: {}\n", ahead(newer)));
     client
         .execute(
@@ -204,7 +162,7 @@ async fn readyz_is_503_while_a_newer_txoutbox_migrated_the_schema_and_200_once_i
             &[&newer],
         )
         .await?;
-    wait_for(metrics, "/readyz", |status, _| status == 200).await?;
+    wait_for_get(metrics, "/readyz", |status, _| status == 200).await?;
     Ok(())
 }
 
@@ -256,16 +214,16 @@ async fn the_dashboard_answers_503_with_the_line_until_migrate_runs_then_serves(
         .strip_prefix("dashboard on http://")
         .ok_or_else(|| anyhow::anyhow!("no address printed: {line:?}"))?
         .parse()?;
-    let (status, page) = get(addr, "/").await?;
+    let (status, page) = http_get(addr, "/").await?;
     assert_eq!(status, 503, "{page}");
     assert!(page.contains(&behind(0)), "{page}");
-    let (status, body) = get(addr, "/api/stats").await?;
+    let (status, body) = http_get(addr, "/api/stats").await?;
     assert_eq!(status, 503, "{body}");
     let answer: serde_json::Value = serde_json::from_str(&body)?;
     assert_eq!(answer["error"], behind(0));
     let migrated = output(&db, &["migrate"]).await?;
     assert!(migrated.status.success(), "{migrated:?}");
-    let (_, body) = wait_for(addr, "/api/stats", |status, _| status == 200).await?;
+    let (_, body) = wait_for_get(addr, "/api/stats", |status, _| status == 200).await?;
     assert!(body.contains("\"total\""), "{body}");
     let err = dashboard.stderr()?;
     assert!(err.contains(&format!("warning: {}", behind(0))), "{err}");

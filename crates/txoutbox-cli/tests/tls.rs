@@ -3,12 +3,12 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_postgres::Client;
 use txoutbox::{enqueue, OutboxMessage};
 use txoutbox_test_support::tls::{TestCa, TlsServer};
-use txoutbox_test_support::{Cluster, TestDb};
+use txoutbox_test_support::{eventually_some, Cluster, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -57,16 +57,13 @@ async fn sessions(client: &Client, application_name: &str) -> anyhow::Result<(i6
     Ok((row.get(0), row.get(1)))
 }
 
-/// Waits until `application_name` has a session, or 20 s pass.
+/// Waits until `application_name` has a session; the sessions and the encrypted ones then.
 async fn wait_for_sessions(client: &Client, application_name: &str) -> anyhow::Result<(i64, i64)> {
-    let start = Instant::now();
-    loop {
+    eventually_some(&format!("a session of {application_name}"), || async {
         let seen = sessions(client, application_name).await?;
-        if seen.0 > 0 || start.elapsed() > Duration::from_secs(20) {
-            return Ok(seen);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Ok((seen.0 > 0).then_some(seen))
+    })
+    .await
 }
 
 /// A child killed (and reaped) when dropped.

@@ -7,7 +7,7 @@
 //! not in the page, a running relay is listed alive on the Relays page, an `unknown` row has its
 //! own group on the Failures page.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use txoutbox::admin::MessageStatus;
@@ -15,8 +15,8 @@ use txoutbox::sink::DeliveryError;
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
-use txoutbox_test_support::webdriver::{Driver, Session};
-use txoutbox_test_support::{test_db, wait_for_exact_count};
+use txoutbox_test_support::webdriver::Driver;
+use txoutbox_test_support::{eventually_some, test_db, wait_until};
 use uuid::Uuid;
 
 fn http() -> anyhow::Result<reqwest::Client> {
@@ -26,25 +26,6 @@ fn http() -> anyhow::Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()?)
-}
-
-/// Waits (up to 20 s, without navigating) until `css` shows `wanted`.
-async fn wait_for_text(session: &Session<'_>, css: &str, wanted: &str) -> anyhow::Result<()> {
-    let started = Instant::now();
-    loop {
-        // A live refresh may swap the section between finding it and reading it (a stale
-        // element): that is read again on the next round, like a text not there yet.
-        let seen = match session.text(css).await {
-            Ok(text) if text.contains(wanted) => return Ok(()),
-            Ok(text) => format!("{text:?}"),
-            Err(e) => e.to_string(),
-        };
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(20),
-            "{css} still shows {seen}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -61,13 +42,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
             .await?;
     }
     let relay = RunningRelay::start(db.relay()?.sink("email", RecordingSink::new()).build()?);
-    wait_for_exact_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        6,
-        Duration::from_secs(20),
-    )
-    .await?;
+    wait_until(&client, |c| c.delivered == 6).await?;
     relay.stop().await?;
     let mut charges = Vec::new();
     for amount in [1200, 4500, 990, 300] {
@@ -85,13 +60,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         )))
     }));
     let relay = RunningRelay::start(db.relay()?.sink("stripe", declining).build()?);
-    wait_for_exact_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'",
-        4,
-        Duration::from_secs(20),
-    )
-    .await?;
+    wait_until(&client, |c| c.failed == 4).await?;
     relay.stop().await?;
     message(&mut client)
         .destination("webhook:orders")
@@ -147,7 +116,11 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     alice
         .click(&format!("details.pause:has({pause}) summary"))
         .await?;
-    tokio::time::sleep(Duration::from_millis(6000)).await;
+    alice.count_live_ticks().await?;
+    eventually_some("a live-refresh tick with the form open", || async {
+        Ok((alice.live_ticks().await? >= 1).then_some(()))
+    })
+    .await?;
     let open = alice
         .script(&format!(
             "return document.querySelector(\"{pause}\").closest('details').open;"
@@ -161,7 +134,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         ))
         .await?;
     alice.click(&format!("{pause} button")).await?;
-    wait_for_text(&alice, "#backlog", "paused by alice").await?;
+    alice.wait_for_text("#backlog", "paused by alice").await?;
     assert!(alice
         .text("#backlog")
         .await?
@@ -170,13 +143,13 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     alice
         .click("form[action$='/destinations/webhook:orders/resume'] button")
         .await?;
-    wait_for_exact_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_destinations \
-         WHERE destination = 'webhook:orders' AND paused_at IS NULL",
-        1,
-        Duration::from_secs(20),
-    )
+    eventually_some("webhook:orders resumed", || async {
+        let flows = txoutbox::admin::destination_flows(&client).await?;
+        let resumed = flows
+            .iter()
+            .any(|f| f.destination == "webhook:orders" && f.paused_at.is_none());
+        Ok(resumed.then_some(()))
+    })
     .await?;
     alice.open(&format!("{plain}/messages")).await?;
     assert!(alice
@@ -222,7 +195,9 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         )
         .await?;
     alice.open(&format!("{plain}/relays")).await?;
-    wait_for_text(&alice, "#relays", "1 relay alive, 1 stale").await?;
+    alice
+        .wait_for_text("#relays", "1 relay alive, 1 stale")
+        .await?;
     let relays = alice.text("table.relays").await?;
     assert!(
         relays.contains(relay_owner.as_str())
@@ -242,7 +217,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .payload(json!({}))
         .create()
         .await?;
-    wait_for_text(&alice, "#results", &late.to_string()).await?;
+    alice.wait_for_text("#results", &late.to_string()).await?;
 
     // A redacted field is not in the page.
     alice.open(&format!("{plain}/messages/{email_row}")).await?;
@@ -259,7 +234,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     alice.screenshot("dashboard-message.png").await?;
     alice.click("form.actions button:not([name])").await?;
     assert_eq!(sink.wait_for(1, Duration::from_secs(20)).await, 1);
-    wait_for_text(&alice, "#summary", "delivered").await?;
+    alice.wait_for_text("#summary", "delivered").await?;
     assert!(alice.text("#attempts").await?.contains("by operator alice"));
 
     // A page left open follows the row: replayed by a script meanwhile, it shows the delivery
@@ -274,7 +249,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .await?;
     assert!(replayed.status().is_success());
     assert_eq!(sink.wait_for(2, Duration::from_secs(20)).await, 2);
-    wait_for_text(&alice, "#summary", "delivered").await?;
+    alice.wait_for_text("#summary", "delivered").await?;
     relay.stop().await?;
 
     // Discard a failed row from its page: without a reason the browser keeps the form; with one
@@ -282,8 +257,18 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     let dropped = charges[3];
     alice.open(&format!("{plain}/messages/{dropped}")).await?;
     alice.click("details.discard summary").await?;
+    alice
+        .script("window.__samePage = true; return null;")
+        .await?;
     alice.click("details.discard button").await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The browser refuses the form (its reason is required): the click navigated nowhere.
+    let kept = alice
+        .script(
+            "return document.querySelector('details.discard input[name=reason]').validity \
+             .valueMissing && window.__samePage === true;",
+        )
+        .await?;
+    assert_eq!(kept, json!(true), "the form without a reason was sent");
     assert!(alice.text("#summary").await?.contains("failed"));
     alice
         .script(
@@ -292,7 +277,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         )
         .await?;
     alice.click("details.discard button").await?;
-    wait_for_text(&alice, "#summary", "discarded").await?;
+    alice.wait_for_text("#summary", "discarded").await?;
     assert!(alice
         .text("#attempts")
         .await?
@@ -306,8 +291,11 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     );
     alice.open(&forged).await?;
     alice.click("#go").await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let refused = alice.source().await?;
+    let refused = eventually_some("the forged form's answer", || async {
+        let page = alice.source().await?;
+        Ok(page.contains("cross-site request refused").then_some(page))
+    })
+    .await?;
     assert!(refused.contains("cross-site request refused"), "{refused}");
 
     // Every relay gone (the last one stopped, the other stale) while a row waits: the overview
@@ -318,7 +306,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .create()
         .await?;
     alice.open(&format!("{plain}?window=7d")).await?;
-    wait_for_text(&alice, "#backlog", "No relay is alive").await?;
+    alice.wait_for_text("#backlog", "No relay is alive").await?;
     assert!(alice.text("#activity").await?.contains("The last 7 d"));
     alice.screenshot("dashboard-no-relay-7d.png").await?;
     alice.close().await;

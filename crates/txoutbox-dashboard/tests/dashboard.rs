@@ -6,14 +6,18 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
+use txoutbox::admin::MessageStatus;
 use txoutbox::{
     sink::DeliveryError, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
-use txoutbox_test_support::{test_db, TestDb};
+use txoutbox_test_support::{row_status, test_db, wait_for_row, TestDb};
 use uuid::Uuid;
+
+mod support;
+use support::Served;
 
 type TestResult = anyhow::Result<()>;
 
@@ -21,7 +25,7 @@ type TestResult = anyhow::Result<()>;
 struct Dashboard {
     base: String,
     http: reqwest::Client,
-    _server: tokio::task::JoinHandle<()>,
+    _served: Served,
 }
 
 impl Dashboard {
@@ -29,20 +33,14 @@ impl Dashboard {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let app =
-            axum::Router::new().nest("/outbox", txoutbox_dashboard::router(db.pool(4)?, config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let served = Served::start(db, config).await?;
         Ok(Self {
-            base: format!("http://{addr}/outbox"),
+            base: format!("http://{}/outbox", served.addr),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .redirect(reqwest::redirect::Policy::none())
                 .build()?,
-            _server: server,
+            _served: served,
         })
     }
 
@@ -226,15 +224,8 @@ async fn settle(client: &Client, id: Uuid, status: &str, error: &str) -> TestRes
 }
 
 async fn status_of(client: &Client, id: Uuid) -> anyhow::Result<String> {
-    let row = client
-        .query_opt(
-            "SELECT status FROM txoutbox_messages WHERE id = $1 \
-             UNION ALL SELECT 'delivered' FROM txoutbox_delivered WHERE id = $1 \
-             UNION ALL SELECT 'discarded' FROM txoutbox_discarded WHERE id = $1",
-            &[&id],
-        )
-        .await?;
-    Ok(row.map(|r| r.get(0)).unwrap_or_else(|| "gone".into()))
+    let status = row_status(client, id).await?;
+    Ok(status.map_or_else(|| "gone".to_owned(), |s| s.to_string()))
 }
 
 fn ids_in(rows: &Value) -> Vec<String> {
@@ -966,14 +957,7 @@ async fn replay_through_the_api_with_a_relay_running_is_delivered_and_logged_wit
     // A real relay dead-letters it.
     let declining = ScriptedSink::new([Err(DeliveryError::permanent("402 card declined"))]);
     let relay = RunningRelay::start(db.relay()?.sink("stripe", declining).build()?);
-    let start = std::time::Instant::now();
-    while status_of(&client, id).await? != "failed" {
-        anyhow::ensure!(
-            start.elapsed() < Duration::from_secs(10),
-            "not dead-lettered"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_row(&client, id, MessageStatus::Failed).await?;
     relay.stop().await?;
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink("stripe", sink.clone()).build()?);
@@ -986,11 +970,7 @@ async fn replay_through_the_api_with_a_relay_running_is_delivered_and_logged_wit
     let report: Value = res.json().await?;
     assert_eq!(report["replayed"][0]["downstream_key"], "s-1");
     assert_eq!(sink.wait_for(1, Duration::from_secs(10)).await, 1);
-    let start = std::time::Instant::now();
-    while status_of(&client, id).await? != "delivered" {
-        anyhow::ensure!(start.elapsed() < Duration::from_secs(10), "not delivered");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_row(&client, id, MessageStatus::Delivered).await?;
     relay.stop().await?;
     assert_eq!(sink.deliveries()[0].downstream_key, "s-1", "the same key");
     let detail = dash

@@ -6,15 +6,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{
-    attempts, delivered_receipt, delivery, enqueue, eventually, fast_retries, receipt, LIMIT,
-};
+use common::{attempts, delivered_receipt, delivery, enqueue, receipt, LIMIT};
 use tokio::sync::Notify;
+use txoutbox::admin::{AttemptOutcome, MessageStatus};
 use txoutbox::{relay::RelayConfig, sink::Sink};
 use txoutbox_email::{Email, EmailError, EmailSink, SmtpConfig, DESTINATION};
-use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
+use txoutbox_test_support::relay::{quick_retry, short_lease, HangAfter, RunningRelay};
 use txoutbox_test_support::smtp::{SmtpServer, SmtpServerOptions};
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::{eventually_some, outcomes, status, test_db, wait_for_key};
 
 type TestResult = anyhow::Result<()>;
 
@@ -130,14 +129,11 @@ async fn a_relay_crash_after_the_server_accepted_redelivers_with_the_same_messag
         1,
         "the server took the first copy"
     );
-    let pending: i64 = client
-        .query_one(
-            "SELECT count(*) FROM txoutbox_messages WHERE downstream_key = $1",
-            &[&key],
-        )
-        .await?
-        .get(0);
-    assert_eq!(pending, 1, "the row is not completed");
+    let left = status(&client, &key).await?;
+    assert!(
+        matches!(left, Some(MessageStatus::Pending | MessageStatus::InFlight)),
+        "the row is not completed: {left:?}"
+    );
 
     let survivor = RunningRelay::start(
         db.relay()?
@@ -175,7 +171,7 @@ async fn a_451_reply_is_retried_until_the_server_accepts() -> TestResult {
     let relay = RunningRelay::start(
         db.relay()?
             .sink(DESTINATION, EmailSink::smtp(&server.url())?)
-            .policy(DESTINATION, fast_retries(5))
+            .policy(DESTINATION, quick_retry(5))
             .build()?,
     );
     delivered_receipt(&client, "busy-1").await?;
@@ -208,18 +204,12 @@ async fn a_550_reply_dead_letters_the_row_at_once() -> TestResult {
     let relay = RunningRelay::start(
         db.relay()?
             .sink(DESTINATION, EmailSink::smtp(&server.url())?)
-            .policy(DESTINATION, fast_retries(5))
+            .policy(DESTINATION, quick_retry(5))
             .build()?,
     );
-    let failed = eventually(
-        &client,
-        "SELECT EXISTS (SELECT 1 FROM txoutbox_messages WHERE downstream_key = $1 \
-         AND status = 'failed')",
-        &["bounce-1"],
-    )
-    .await?;
+    let failed = wait_for_key(&client, "bounce-1", MessageStatus::Failed).await;
     relay.stop().await?;
-    assert!(failed, "the row is dead-lettered");
+    failed?;
 
     let row = client
         .query_one(
@@ -249,17 +239,18 @@ async fn a_server_that_is_down_is_retried_until_it_is_up() -> TestResult {
     let relay = RunningRelay::start(
         db.relay()?
             .sink(DESTINATION, EmailSink::smtp(&server.url())?)
-            .policy(DESTINATION, fast_retries(1000))
+            .policy(DESTINATION, quick_retry(1000))
             .build()?,
     );
-    let retried = eventually(
-        &client,
-        "SELECT count(*) >= 3 FROM txoutbox_attempts WHERE downstream_key = $1 \
-         AND outcome = 'retry'",
-        &["outage-1"],
+    eventually_some(
+        "the relay keeps retrying while the server is down",
+        || async {
+            let log = outcomes(&client, "outage-1").await?;
+            let retries = log.iter().filter(|o| **o == AttemptOutcome::Retry).count();
+            Ok((retries >= 3).then_some(()))
+        },
     )
     .await?;
-    assert!(retried, "the relay keeps retrying while the server is down");
     let log = attempts(&client, "outage-1").await?;
     let error = log[0].2.as_deref().unwrap_or_default();
     assert!(
@@ -285,7 +276,7 @@ async fn a_pooled_connection_to_a_restarted_server_is_replaced() -> TestResult {
     let relay = RunningRelay::start(
         db.relay()?
             .sink(DESTINATION, EmailSink::smtp(&server.url())?)
-            .policy(DESTINATION, fast_retries(20))
+            .policy(DESTINATION, quick_retry(20))
             .build()?,
     );
     enqueue(&mut client, &receipt(), "before").await?;

@@ -3,9 +3,11 @@
 //! transaction with its inbox record, acked after the commit. Every test uses a stream of its
 //! own and deletes it when it ends.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull};
 use async_nats::HeaderMap;
@@ -14,7 +16,7 @@ use txoutbox::inbox::{Consumer, InboxClaim};
 use txoutbox::relay::Shutdown;
 use txoutbox::OutboxMessage;
 use txoutbox_nats::{ConsumerReport, HandlerError, JetStreamConsumer, MessageHandler};
-use txoutbox_test_support::{count, test_db, wait_for_count, TestDb};
+use txoutbox_test_support::{count, eventually_some, test_db, wait_for_count, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -116,45 +118,21 @@ impl Fixture {
 
     /// Waits until the durable consumer has nothing pending and nothing unacked.
     async fn wait_drained(&self) -> TestResult {
-        let start = Instant::now();
-        loop {
+        eventually_some("the durable consumer drained", || async {
             let mut consumer: jetstream::consumer::PullConsumer = self
                 .js
                 .get_consumer_from_stream("shipping", &self.stream)
                 .await?;
             let info = consumer.info().await?;
-            if info.num_pending == 0 && info.num_ack_pending == 0 {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                start.elapsed() < LIMIT,
-                "still {} pending, {} unacked",
-                info.num_pending,
-                info.num_ack_pending
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            Ok((info.num_pending == 0 && info.num_ack_pending == 0).then_some(()))
+        })
+        .await
     }
 }
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        // Drop cannot await: delete on a runtime of its own, on a thread of its own.
-        let name = self.stream.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async {
-                if let Ok(client) = async_nats::connect(nats_url()).await {
-                    let _ = jetstream::new(client).delete_stream(&name).await;
-                }
-            });
-        })
-        .join();
+        common::delete_stream_now(nats_url(), self.stream.clone());
     }
 }
 
@@ -265,8 +243,17 @@ async fn a_permanently_failing_message_is_recorded_and_terminated_not_redelivere
     let shutdown = Shutdown::new();
     let running = tokio::spawn(fixture.runner(ship.clone())?.run(shutdown.wait()));
     let client = fixture.db.connect().await?;
-    let failed = "SELECT count(*) FROM txoutbox_inbox WHERE outcome = 'failed'";
-    assert_eq!(wait_for_count(&client, failed, 1, LIMIT).await?, 1);
+    let failed = eventually_some("a failed inbox record", || async {
+        let rows = client
+            .query(
+                "SELECT message_id FROM txoutbox_inbox WHERE outcome = 'failed'",
+                &[],
+            )
+            .await?;
+        Ok((!rows.is_empty()).then_some(rows.len()))
+    })
+    .await?;
+    assert_eq!(failed, 1);
     fixture.wait_drained().await?;
     shutdown.trigger();
     let report = running.await??;

@@ -2,19 +2,25 @@
 //! a real Postgres and the real relay. Every test uses a stream and subject of its own and
 //! deletes the stream when it ends.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use tokio::sync::Notify;
 use tokio_postgres::Client;
+use txoutbox::admin::AttemptOutcome;
 use txoutbox::{
     relay::{DestinationPolicy, RelayConfig, RetryPolicy},
     sink::{Delivery, Sink},
 };
 use txoutbox_nats::{NatsMessage, NatsSink, PublishReceipt, NATS_MSG_ID};
+use txoutbox_test_support::process::wait_for_listener;
 use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
-use txoutbox_test_support::{free_port, test_db, wait_for_count};
+use txoutbox_test_support::{
+    delivered_attempts, eventually_some, free_port, logged, test_db, wait_until,
+};
 
 type TestResult = anyhow::Result<()>;
 
@@ -53,22 +59,7 @@ impl TestStream {
 
 impl Drop for TestStream {
     fn drop(&mut self) {
-        // Drop cannot await: delete on a runtime of its own, on a thread of its own.
-        let (url, name) = (self.url.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async {
-                if let Ok(client) = async_nats::connect(url.as_str()).await {
-                    let _ = jetstream::new(client).delete_stream(&name).await;
-                }
-            });
-        })
-        .join();
+        common::delete_stream_now(self.url.clone(), self.name.clone());
     }
 }
 
@@ -112,8 +103,10 @@ async fn normal_delivery_publishes_with_the_key_as_msg_id_and_stores_the_ack() -
     .await?;
 
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink.clone()).build()?);
-    let delivered = "SELECT count(*) FROM txoutbox_delivered";
-    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
+    assert_eq!(
+        wait_until(&client, |c| c.delivered >= 1).await?.delivered,
+        1
+    );
     relay.stop().await?;
 
     let ack = receipt(&client, "evt-1").await?;
@@ -176,8 +169,8 @@ async fn a_redelivery_after_a_crash_past_the_ack_is_dropped_as_a_duplicate() -> 
             )
             .build()?,
     );
-    let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE attempts = 2";
-    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
+    wait_until(&client, |c| c.delivered >= 1).await?;
+    assert_eq!(delivered_attempts(&client).await?, [2]);
     second.stop().await?;
 
     assert_eq!(
@@ -205,8 +198,7 @@ async fn a_subject_no_stream_captures_is_dead_lettered() -> TestResult {
     .await?;
 
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
-    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
-    assert_eq!(wait_for_count(&client, failed, 1, LIMIT).await?, 1);
+    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
 
     let row = client
@@ -238,8 +230,7 @@ async fn a_raw_payload_of_the_wrong_shape_is_dead_lettered_naming_the_builder() 
     tx.commit().await?;
 
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
-    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
-    assert_eq!(wait_for_count(&client, failed, 1, LIMIT).await?, 1);
+    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
 
     let error: String = client
@@ -306,15 +297,7 @@ impl PrivateServer {
             .kill_on_drop(true)
             .spawn()?;
         self.child = Some(child);
-        let start = Instant::now();
-        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .is_err()
-        {
-            anyhow::ensure!(start.elapsed() < LIMIT, "nats-server did not start");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(())
+        wait_for_listener(([127, 0, 0, 1], self.port).into()).await
     }
 
     /// Sends the server `signal` (`STOP`: it keeps its connections and answers nothing; `CONT`).
@@ -412,14 +395,15 @@ async fn a_publish_while_the_server_is_down_is_retried_and_delivered_once_it_is_
             .policy(DESTINATION, fast)
             .build()?,
     );
-    let retried = "SELECT count(*) FROM txoutbox_attempts WHERE outcome = 'retry'";
-    assert!(
-        wait_for_count(&client, retried, 2, LIMIT).await? >= 2,
-        "retried while down"
-    );
+    eventually_some("retried while down", || async {
+        Ok((logged(&client, AttemptOutcome::Retry).await? >= 2).then_some(()))
+    })
+    .await?;
     server.start().await?;
-    let delivered = "SELECT count(*) FROM txoutbox_delivered";
-    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
+    assert_eq!(
+        wait_until(&client, |c| c.delivered >= 1).await?.delivered,
+        1
+    );
     relay.stop().await?;
 
     let error: String = client

@@ -70,3 +70,10 @@ pub mod hooks;
 /// A relay killed after its sink was called, before the outcome was written.
 pub mod crash;
 pub use crash::{drain_across_a_restart, kill_after_a_call};
+
+mod rows;
+pub use rows::{
+    attempts_of, delivered_attempts, eventually_some, log_of, logged, row_status, wait_for_key,
+    wait_for_row, wait_until_for, LogEntry,
+};
+pub mod process;

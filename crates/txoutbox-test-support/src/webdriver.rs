@@ -234,3 +234,44 @@ impl Session<'_> {
             .await;
     }
 }
+
+impl Session<'_> {
+    /// Waits, without navigating, until the first element `css` selects shows `wanted`, and
+    /// returns the text it shows; fails naming what it showed last when
+    /// [`WAIT_LIMIT`](crate::WAIT_LIMIT) passes first. An element a live refresh swapped out
+    /// between finding and reading it (a stale element) is read again on the next round.
+    pub async fn wait_for_text(&self, css: &str, wanted: &str) -> Result<String> {
+        let started = std::time::Instant::now();
+        loop {
+            let seen = match self.text(css).await {
+                Ok(text) if text.contains(wanted) => return Ok(text),
+                Ok(text) => format!("{text:?}"),
+                Err(e) => e.to_string(),
+            };
+            anyhow::ensure!(
+                started.elapsed() < crate::WAIT_LIMIT,
+                "{css} still shows {seen}, not {wanted:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Counts, in the page, the live-refresh ticks that found the page busy or refreshed it
+    /// (each asks whether a form is open in a live section); read with [`Self::live_ticks`].
+    pub async fn count_live_ticks(&self) -> Result<()> {
+        self.script(
+            "window.__liveTicks = 0; var q = document.querySelector.bind(document); \
+             document.querySelector = function (s) { \
+               if (s === '[data-live] details[open]') window.__liveTicks += 1; return q(s); }; \
+             return null;",
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The live-refresh ticks counted since [`Self::count_live_ticks`].
+    pub async fn live_ticks(&self) -> Result<u64> {
+        let ticks = self.script("return window.__liveTicks || 0;").await?;
+        Ok(ticks.as_u64().unwrap_or(0))
+    }
+}

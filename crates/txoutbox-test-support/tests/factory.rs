@@ -5,7 +5,7 @@ use std::time::Duration;
 use txoutbox::admin::MessageStatus;
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::webhook::WebhookReceiver;
-use txoutbox_test_support::{count, test_db};
+use txoutbox_test_support::{counts, test_db};
 
 type TestResult = anyhow::Result<()>;
 
@@ -56,24 +56,17 @@ async fn many_messages_are_pending_under_numbered_keys() -> TestResult {
         .create_many(1200)
         .await?;
     assert_eq!(ids.len(), 1200);
-    assert_eq!(count(&client, "txoutbox_messages").await?, 1200);
-    let rows: Vec<(String, String, String)> = client
+    assert_eq!(counts(&client).await?.pending, 1200);
+    let rows = client
         .query(
             "SELECT status, downstream_key, payload->>'n' FROM txoutbox_messages",
             &[],
         )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
+        .await?;
     assert_eq!(rows.len(), 1200);
-    for (status, key, n) in &rows {
-        assert_eq!(status, "pending");
-        assert_eq!(
-            *key,
-            format!("bulk-{n}"),
-            "each key numbered as its payload"
-        );
+    for row in rows {
+        let (status, key, n): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+        assert_eq!((status.as_str(), key), ("pending", format!("bulk-{n}")));
     }
     Ok(())
 }

@@ -11,10 +11,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Notify;
 use tokio_postgres::Client;
+use txoutbox::admin::MessageStatus::Delivered;
 use txoutbox::sink::Sink;
 use txoutbox_test_support::raw_http::{closed_port, response, Behaviour, RawHttpServer};
 use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
-use txoutbox_test_support::{test_db, wait_for_count};
+use txoutbox_test_support::{
+    counts, delivered_attempts, eventually_some, test_db, wait_for_key, wait_until,
+};
 use txoutbox_webhook::{verify, Webhook, WebhookConfig, WebhookSecret, WebhookSink};
 
 type TestResult = anyhow::Result<()>;
@@ -37,7 +40,8 @@ struct Reply {
     status: u16,
     headers: Vec<(&'static str, &'static str)>,
     body: &'static str,
-    delay: Duration,
+    /// Never answers (a receiver slower than any timeout).
+    hangs: bool,
 }
 
 impl Reply {
@@ -46,7 +50,7 @@ impl Reply {
             status,
             headers: vec![],
             body: "",
-            delay: Duration::ZERO,
+            hangs: false,
         }
     }
 
@@ -60,8 +64,8 @@ impl Reply {
         self
     }
 
-    fn after(mut self, delay: Duration) -> Self {
-        self.delay = delay;
+    fn never(mut self) -> Self {
+        self.hangs = true;
         self
     }
 }
@@ -105,12 +109,13 @@ impl Receiver {
             .unwrap_or_default()
     }
 
-    async fn wait_for(&self, n: usize) -> Vec<Seen> {
-        let start = Instant::now();
-        while self.seen().len() < n && start.elapsed() < LIMIT {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        self.seen()
+    /// Every request so far, once there are at least `n`.
+    async fn wait_for(&self, n: usize) -> anyhow::Result<Vec<Seen>> {
+        eventually_some(&format!("{n} requests at the receiver"), || async {
+            let seen = self.seen();
+            Ok((seen.len() >= n).then_some(seen))
+        })
+        .await
     }
 }
 
@@ -135,7 +140,9 @@ async fn receive(
     }
     let reply = state.script.lock().ok().and_then(|mut s| s.pop_front());
     let reply = reply.unwrap_or_else(|| Reply::status(200).header("x-request-id", "req-1"));
-    tokio::time::sleep(reply.delay).await;
+    if reply.hangs {
+        std::future::pending::<()>().await;
+    }
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, reply.body).into_response();
     for (name, value) in reply.headers {
@@ -191,7 +198,7 @@ async fn delivered_webhook_is_signed_verifiably_and_carries_the_downstream_key()
 
     let sink = WebhookSink::new(&receiver.url, secret())?;
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
-    let seen = receiver.wait_for(1).await;
+    let seen = receiver.wait_for(1).await?;
     assert_eq!(seen.len(), 1);
     let request = &seen[0];
     assert_eq!(verify(&secret(), &request.headers, &request.body), Ok(()));
@@ -209,8 +216,8 @@ async fn delivered_webhook_is_signed_verifiably_and_carries_the_downstream_key()
     let other = WebhookSecret::from_bytes(b"not the endpoint's secret".to_vec())?;
     assert!(verify(&other, &request.headers, &request.body).is_err());
 
-    let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE downstream_key = 'evt-1'";
-    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
+    wait_for_key(&client, "evt-1", Delivered).await?;
+    assert_eq!(counts(&client).await?.delivered, 1);
     relay.stop().await?;
     let receipt: String = client
         .query_one("SELECT receipt FROM txoutbox_delivered", &[])
@@ -231,9 +238,9 @@ async fn a_503_with_retry_after_is_retried_after_that_delay_then_delivered() -> 
 
     let sink = WebhookSink::new(&receiver.url, secret())?;
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
-    let seen = receiver.wait_for(2).await;
-    let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE attempts = 2";
-    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
+    let seen = receiver.wait_for(2).await?;
+    wait_until(&client, |c| c.delivered >= 1).await?;
+    assert_eq!(delivered_attempts(&client).await?, [2]);
     relay.stop().await?;
 
     assert_eq!(seen.len(), 2);
@@ -284,9 +291,9 @@ async fn a_redelivery_after_a_relay_crash_keeps_the_same_webhook_id() -> TestRes
             .sink(DESTINATION, short_timeout(&receiver.url)?)
             .build()?,
     );
-    let seen = receiver.wait_for(2).await;
-    let done = "SELECT count(*) FROM txoutbox_delivered WHERE downstream_key = 'evt-3'";
-    assert_eq!(wait_for_count(&client, done, 1, LIMIT).await?, 1);
+    let seen = receiver.wait_for(2).await?;
+    wait_for_key(&client, "evt-3", Delivered).await?;
+    assert_eq!(counts(&client).await?.delivered, 1);
     second.stop().await?;
 
     assert_eq!(seen.len(), 2, "the crashed attempt and the redelivery");
@@ -306,8 +313,7 @@ async fn a_400_is_dead_lettered_with_its_status_and_body() -> TestResult {
 
     let sink = WebhookSink::new(&receiver.url, secret())?;
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
-    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
-    assert_eq!(wait_for_count(&client, failed, 1, LIMIT).await?, 1);
+    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
 
     assert_eq!(
@@ -345,8 +351,7 @@ async fn a_raw_payload_of_the_wrong_shape_is_dead_lettered_naming_the_builder() 
 
     let sink = WebhookSink::new(&receiver.url, secret())?;
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
-    let failed = "SELECT count(*) FROM txoutbox_messages WHERE status = 'failed'";
-    assert_eq!(wait_for_count(&client, failed, 1, LIMIT).await?, 1);
+    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
 
     assert!(receiver.seen().is_empty(), "nothing was sent");
@@ -366,7 +371,7 @@ async fn a_raw_payload_of_the_wrong_shape_is_dead_lettered_naming_the_builder() 
 async fn a_receiver_slower_than_the_timeout_is_retried() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let receiver = Receiver::start([Reply::status(200).after(Duration::from_secs(2))]).await?;
+    let receiver = Receiver::start([Reply::status(200).never()]).await?;
     enqueue_event(&mut client, "evt-5", None).await?;
 
     let config = WebhookConfig {
@@ -375,8 +380,8 @@ async fn a_receiver_slower_than_the_timeout_is_retried() -> TestResult {
     };
     let sink = WebhookSink::with_config(&receiver.url, secret(), config)?;
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
-    let delivered = "SELECT count(*) FROM txoutbox_delivered WHERE attempts = 2";
-    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
+    wait_until(&client, |c| c.delivered >= 1).await?;
+    assert_eq!(delivered_attempts(&client).await?, [2]);
     relay.stop().await?;
 
     let error: String = client

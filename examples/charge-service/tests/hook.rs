@@ -1,7 +1,7 @@
 //! The completion hook finds its charge by a reference a replay cannot change, and a completion
 //! that matches no charge is an error, not a silent success.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use charge_service::{ChargeHook, ServiceProcess};
 use serde_json::Value;
@@ -9,6 +9,7 @@ use txoutbox::{
     admin::{ReplayOptions, ReplaySelection},
     sink::{Completion, CompletionHook, Delivery, Receipt},
 };
+use txoutbox_test_support::eventually_some;
 
 mod common;
 
@@ -18,8 +19,7 @@ async fn wait_for_status(
     charge_id: uuid::Uuid,
     wanted: &str,
 ) -> anyhow::Result<(String, Option<String>)> {
-    let started = Instant::now();
-    loop {
+    eventually_some(&format!("the charge {wanted}"), || async {
         let row = pool
             .get()
             .await?
@@ -29,11 +29,9 @@ async fn wait_for_status(
             )
             .await?;
         let status: String = row.get(0);
-        if status == wanted || started.elapsed() > Duration::from_secs(30) {
-            return Ok((status, row.get(1)));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Ok((status == wanted).then(|| (status, row.get(1))))
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

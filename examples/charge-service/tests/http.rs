@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use serde_json::{json, Value};
-use txoutbox_test_support::{Cluster, ClusterOptions};
+use txoutbox_test_support::{counts, Cluster, ClusterOptions};
 
 mod common;
 
@@ -71,7 +71,7 @@ async fn two_hundred_clients_retrying_make_one_charge_each() -> anyhow::Result<(
         200
     );
     assert_eq!(
-        common::count(&server.pool, "SELECT count(*) FROM txoutbox_messages").await?,
+        counts(&*server.pool.get().await?).await?.hot(),
         400,
         "one PaymentIntent row and one email row per charge"
     );

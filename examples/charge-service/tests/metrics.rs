@@ -1,9 +1,10 @@
 //! `GET /metrics` of the service binary: the write path's counters and the in-process relay's,
 //! after one charge, its retry and the relay's deliveries.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use charge_service::{reqwest_client, ServiceProcess};
+use txoutbox_test_support::eventually_some;
 use txoutbox_test_support::prometheus::sample;
 
 mod common;
@@ -29,8 +30,7 @@ async fn metrics_show_a_charge_its_replay_and_its_deliveries() -> anyhow::Result
             &format!(r#"txoutbox_messages_delivered_total{{destination="{destination}"}}"#),
         )
     };
-    let started = Instant::now();
-    let scrape = loop {
+    let scrape = eventually_some("both deliveries in /metrics", || async {
         let response = http.get(&metrics_url).send().await?;
         anyhow::ensure!(
             response.status() == 200,
@@ -38,13 +38,11 @@ async fn metrics_show_a_charge_its_replay_and_its_deliveries() -> anyhow::Result
             response.status()
         );
         let scrape = response.text().await?;
-        if (delivered(&scrape, "stripe") == Some(1.0) && delivered(&scrape, "email") == Some(1.0))
-            || started.elapsed() > Duration::from_secs(30)
-        {
-            break scrape;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        let both =
+            delivered(&scrape, "stripe") == Some(1.0) && delivered(&scrape, "email") == Some(1.0);
+        Ok(both.then_some(scrape))
+    })
+    .await?;
     for destination in ["stripe", "email"] {
         assert_eq!(delivered(&scrape, destination), Some(1.0), "{scrape}");
         assert_eq!(

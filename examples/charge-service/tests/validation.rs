@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{json, Value};
+use txoutbox_test_support::counts;
 
 mod common;
 
@@ -85,11 +86,7 @@ async fn invalid_charges_are_400_problem_documents_and_write_nothing() -> anyhow
         0
     );
     assert_eq!(
-        common::count(
-            &server.pool,
-            "SELECT count(*) FROM txoutbox_idempotency_keys"
-        )
-        .await?,
+        counts(&*server.pool.get().await?).await?.keys,
         0,
         "a refused request leaves no key: the corrected retry runs"
     );

@@ -1,17 +1,13 @@
 //! The rest of the story: a relay delivers an order's receipt to a real SMTP server and its
 //! webhook to a real HTTP receiver, once each, with the downstream keys stored on the rows.
 
-use std::time::Duration;
-
 use txoutbox::standard_webhooks::WebhookSecret;
 use txoutbox_test_support::relay::RunningRelay;
 use txoutbox_test_support::smtp::SmtpServer;
-use txoutbox_test_support::wait_for_exact_count;
+use txoutbox_test_support::wait_until;
 use txoutbox_test_support::webhook::WebhookReceiver;
 
 mod common;
-
-const LIMIT: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_relay_delivers_an_orders_email_and_webhook_once_under_their_keys() -> anyhow::Result<()>
@@ -37,8 +33,7 @@ async fn a_relay_delivers_an_orders_email_and_webhook_once_under_their_keys() ->
             )
             .build()?,
     );
-    let delivered = "SELECT count(*) FROM txoutbox_delivered";
-    wait_for_exact_count(&s.client, delivered, 2, LIMIT).await?;
+    wait_until(&s.client, |c| c.delivered == 2).await?;
     relay.stop().await?;
 
     let key_of = |destination: &'static str| {

@@ -4,14 +4,15 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 use shipping_service::{serve, CrashPoint, Settings};
 use txoutbox::sink::{Delivery, Sink};
 use txoutbox::standard_webhooks::{sign, unix_seconds, WebhookSecret};
+use txoutbox_test_support::process::wait_for_listener;
 use txoutbox_test_support::relay::RunningRelay;
-use txoutbox_test_support::{count, test_db, wait_for_count, TestDb};
+use txoutbox_test_support::{count, counts_for, free_addr, test_db, wait_until, TestDb};
 use txoutbox_webhook::{Webhook, WebhookSink};
 
 type TestResult = anyhow::Result<()>;
@@ -33,20 +34,6 @@ impl Drop for Service {
     }
 }
 
-fn free_addr() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
-/// Waits until something listens on `addr`.
-async fn listening(addr: SocketAddr) -> TestResult {
-    let start = Instant::now();
-    while tokio::net::TcpStream::connect(addr).await.is_err() {
-        anyhow::ensure!(start.elapsed() < LIMIT, "nothing listens on {addr}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
-}
-
 /// Serves the shipping service (no relay: the tests count the email rows it enqueues).
 async fn start(secrets: &[&str]) -> anyhow::Result<Service> {
     let db = test_db().await?;
@@ -60,7 +47,7 @@ async fn start(secrets: &[&str]) -> anyhow::Result<Service> {
     };
     let stop = txoutbox::relay::Shutdown::new();
     tokio::spawn(serve(settings, stop.wait()));
-    listening(addr).await?;
+    wait_for_listener(addr).await?;
     Ok(Service {
         url: format!("http://{addr}/webhooks"),
         db,
@@ -75,17 +62,10 @@ fn secret(whsec: &str) -> anyhow::Result<WebhookSecret> {
 /// (shipments, email rows enqueued or delivered, inbox records) in the service's database.
 async fn written(db: &TestDb) -> anyhow::Result<(i64, i64, i64)> {
     let client = db.connect().await?;
-    let emails: i64 = client
-        .query_one(
-            "SELECT (SELECT count(*) FROM txoutbox_messages WHERE destination = 'email') \
-                  + (SELECT count(*) FROM txoutbox_delivered WHERE destination = 'email')",
-            &[],
-        )
-        .await?
-        .get(0);
+    let emails = counts_for(&client, "email").await?;
     Ok((
         count(&client, "shipments").await?,
-        emails,
+        emails.hot() + emails.delivered,
         count(&client, "txoutbox_inbox").await?,
     ))
 }
@@ -302,7 +282,7 @@ async fn killed_after_commit_the_redelivery_with_the_same_id_is_a_duplicate() ->
     let addr = free_addr()?;
     let url = format!("http://{addr}/webhooks");
     let mut crashing = child(&db, addr, Some(CrashPoint::AfterCommit))?;
-    listening(addr).await?;
+    wait_for_listener(addr).await?;
     let sender = test_db().await?;
     let mut client = sender.connect().await?;
     let message = Webhook::new(
@@ -336,8 +316,10 @@ async fn killed_after_commit_the_redelivery_with_the_same_id_is_a_duplicate() ->
     assert!(!status.success(), "the service died at its crash point");
     assert_eq!(written(&db).await?.0, 1, "the first attempt committed");
     let _restarted = child(&db, addr, None)?;
-    let delivered = "SELECT count(*) FROM txoutbox_delivered";
-    assert_eq!(wait_for_count(&client, delivered, 1, LIMIT).await?, 1);
+    assert_eq!(
+        wait_until(&client, |c| c.delivered >= 1).await?.delivered,
+        1
+    );
     relay.stop().await?;
     let attempts: i32 = client
         .query_one("SELECT attempts FROM txoutbox_delivered", &[])

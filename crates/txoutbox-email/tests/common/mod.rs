@@ -3,14 +3,13 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_postgres::Client;
-use txoutbox::{
-    relay::{DestinationPolicy, RetryPolicy},
-    sink::Delivery,
-};
+use txoutbox::admin::MessageStatus;
+use txoutbox::sink::Delivery;
 use txoutbox_email::{Email, DESTINATION};
+use txoutbox_test_support::wait_for_key;
 
 /// Long enough for a loaded CI machine, short enough to fail fast.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -49,43 +48,9 @@ pub async fn enqueue(client: &mut Client, email: &Email, key: &str) -> anyhow::R
     Ok(())
 }
 
-/// Retries after 50–200 ms, at most `max_attempts` attempts.
-pub fn fast_retries(max_attempts: u32) -> DestinationPolicy {
-    DestinationPolicy {
-        retry: RetryPolicy {
-            base: Duration::from_millis(50),
-            cap: Duration::from_millis(200),
-            max_attempts,
-        },
-        ..DestinationPolicy::default()
-    }
-}
-
-/// Polls `sql` (one boolean) until it is true or [`LIMIT`] passes; returns the last answer.
-pub async fn eventually(client: &Client, sql: &str, params: &[&str]) -> anyhow::Result<bool> {
-    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
-        .iter()
-        .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
-        .collect();
-    let start = Instant::now();
-    loop {
-        let done: bool = client.query_one(sql, &params).await?.get(0);
-        if done || start.elapsed() > LIMIT {
-            return Ok(done);
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
 /// Waits until the row with downstream key `key` was delivered; returns its receipt.
 pub async fn delivered_receipt(client: &Client, key: &str) -> anyhow::Result<Option<String>> {
-    let done = eventually(
-        client,
-        "SELECT EXISTS (SELECT 1 FROM txoutbox_delivered WHERE downstream_key = $1)",
-        &[key],
-    )
-    .await?;
-    anyhow::ensure!(done, "the row {key} was not delivered within {LIMIT:?}");
+    wait_for_key(client, key, MessageStatus::Delivered).await?;
     Ok(client
         .query_one(
             "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = $1",

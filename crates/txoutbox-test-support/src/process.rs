@@ -1,0 +1,93 @@
+//! Programs under test as processes: stopping one the way an operator or a supervisor does
+//! ([`terminate`]: SIGTERM, then its exit code), and reading its HTTP endpoints ([`http_get`],
+//! [`wait_for_get`]: a plain HTTP/1.1 GET, polled until its answer says what the test waits for).
+
+use std::net::SocketAddr;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::WAIT_LIMIT;
+
+/// Sends SIGTERM to `child` and waits (at most 20 s) for its exit code; kills it and fails when
+/// it does not stop.
+pub fn terminate(child: &mut Child) -> Result<Option<i32>> {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()?;
+    anyhow::ensure!(status.success(), "kill -TERM failed");
+    let start = Instant::now();
+    loop {
+        if let Some(exit) = child.try_wait()? {
+            return Ok(exit.code());
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("the process did not stop on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A plain HTTP/1.1 `GET path` to `addr` (10 s at most): the status and the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        anyhow::Ok(String::from_utf8_lossy(&response).into_owned())
+    };
+    let response = tokio::time::timeout(Duration::from_secs(10), exchange).await??;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("no header end in {response:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no status in {head:?}"))?;
+    Ok((status, body.to_owned()))
+}
+
+/// Polls [`http_get`] every 50 ms until `done(status, body)` holds (a refused connection counts
+/// as not yet), and returns that answer; fails naming the last answer when [`WAIT_LIMIT`]
+/// passes first.
+pub async fn wait_for_get(
+    addr: SocketAddr,
+    path: &str,
+    done: impl Fn(u16, &str) -> bool,
+) -> Result<(u16, String)> {
+    let start = Instant::now();
+    let mut last = None;
+    loop {
+        match http_get(addr, path).await {
+            Ok((status, body)) if done(status, &body) => return Ok((status, body)),
+            Ok(answer) => last = Some(answer),
+            Err(_) => {}
+        }
+        anyhow::ensure!(
+            start.elapsed() < WAIT_LIMIT,
+            "GET {path} never satisfied the condition; last answer: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until something accepts connections on `addr` (a server just started); fails when
+/// [`WAIT_LIMIT`] passes first.
+pub async fn wait_for_listener(addr: SocketAddr) -> Result<()> {
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        anyhow::ensure!(
+            start.elapsed() < WAIT_LIMIT,
+            "nothing listens on {addr} after {WAIT_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}

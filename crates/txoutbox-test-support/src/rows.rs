@@ -1,0 +1,164 @@
+//! One row by its id, and the attempt log by outcome: where a row is ([`row_status`]), waiting
+//! for it to get somewhere ([`wait_for_row`]), how many log entries an outcome has
+//! ([`logged`]) and how many one row has ([`attempts_of`]); [`wait_until_for`] waits on the
+//! [`Counts`] of one destination. Tests assert on these, not on SQL text.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use tokio_postgres::Client;
+use txoutbox::admin::{AttemptOutcome, MessageStatus};
+use uuid::Uuid;
+
+use crate::{counts_for, Counts, WAIT_LIMIT};
+
+/// Where the row `id` is now: its hot status, `delivered` or `discarded`; `None` when no table
+/// holds it (purged, or never written).
+pub async fn row_status(client: &Client, id: Uuid) -> Result<Option<MessageStatus>> {
+    let row = client
+        .query_opt(
+            "SELECT status FROM txoutbox_messages WHERE id = $1 \
+             UNION ALL SELECT 'delivered' FROM txoutbox_delivered WHERE id = $1 \
+             UNION ALL SELECT 'discarded' FROM txoutbox_discarded WHERE id = $1 \
+             LIMIT 1",
+            &[&id],
+        )
+        .await?;
+    row.map(|r| {
+        let text: String = r.get(0);
+        text.parse::<MessageStatus>()
+            .map_err(|e| anyhow::anyhow!("status {text:?} of {id}: {e}"))
+    })
+    .transpose()
+}
+
+/// Reads [`row_status`] every 20 ms until the row `id` is `want`; fails when [`WAIT_LIMIT`]
+/// passes first.
+pub async fn wait_for_row(client: &Client, id: Uuid, want: MessageStatus) -> Result<()> {
+    eventually_some(&format!("the row {id} {want}"), || async {
+        Ok((row_status(client, id).await? == Some(want)).then_some(()))
+    })
+    .await
+}
+
+/// Entries of the attempt log with `outcome`, every row and destination together.
+pub async fn logged(client: &Client, outcome: AttemptOutcome) -> Result<i64> {
+    Ok(client
+        .query_one(
+            "SELECT count(*) FROM txoutbox_attempts WHERE outcome = $1",
+            &[&outcome.as_str()],
+        )
+        .await?
+        .get(0))
+}
+
+/// Entries of the attempt log of the row `id` (attempts and operators' actions).
+pub async fn attempts_of(client: &Client, id: Uuid) -> Result<i64> {
+    Ok(client
+        .query_one(
+            "SELECT count(*) FROM txoutbox_attempts WHERE message_id = $1",
+            &[&id],
+        )
+        .await?
+        .get(0))
+}
+
+/// [`wait_until`](crate::wait_until) on the [`Counts`] of one destination's rows.
+pub async fn wait_until_for(
+    client: &Client,
+    destination: &str,
+    done: impl Fn(&Counts) -> bool,
+) -> Result<Counts> {
+    let start = Instant::now();
+    loop {
+        let now = counts_for(client, destination).await?;
+        if done(&now) {
+            return Ok(now);
+        }
+        anyhow::ensure!(
+            start.elapsed() < WAIT_LIMIT,
+            "the awaited counts of {destination} were not reached in {WAIT_LIMIT:?}; \
+             the last counts: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Polls `probe` every 20 ms until it answers `Some`, and returns that; fails naming `what` when
+/// [`WAIT_LIMIT`] passes first. For a signal that is not a count: a receiver's records, a
+/// program's output, a server that answers.
+pub async fn eventually_some<T, F, Fut>(what: &str, mut probe: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(found) = probe().await? {
+            return Ok(found);
+        }
+        anyhow::ensure!(
+            start.elapsed() < WAIT_LIMIT,
+            "{what}: not seen in {WAIT_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The `attempts` of every row in the delivered history, ascending: how many calls each
+/// delivered row took.
+pub async fn delivered_attempts(client: &Client) -> Result<Vec<i32>> {
+    let rows = client
+        .query(
+            "SELECT attempts FROM txoutbox_delivered ORDER BY attempts",
+            &[],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Waits until the row with `downstream_key` is `want` (by [`status`](crate::status)); fails
+/// when [`WAIT_LIMIT`] passes first.
+pub async fn wait_for_key(
+    client: &Client,
+    downstream_key: &str,
+    want: MessageStatus,
+) -> Result<()> {
+    eventually_some(&format!("the row {downstream_key} {want}"), || async {
+        Ok((crate::status(client, downstream_key).await? == Some(want)).then_some(()))
+    })
+    .await
+}
+
+/// One entry of the attempt log, as [`log_of`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// The row's downstream key at the attempt or action.
+    pub downstream_key: String,
+    /// The row's attempt counter (0 for an operator's action).
+    pub attempt: i32,
+    /// The relay that made the attempt, or `operator`.
+    pub relay: String,
+    /// The error, or an operator's reason.
+    pub error: Option<String>,
+}
+
+/// Every attempt-log entry with `outcome`, oldest first.
+pub async fn log_of(client: &Client, outcome: AttemptOutcome) -> Result<Vec<LogEntry>> {
+    let rows = client
+        .query(
+            "SELECT downstream_key, attempt, relay, error FROM txoutbox_attempts \
+             WHERE outcome = $1 ORDER BY finished_at, downstream_key",
+            &[&outcome.as_str()],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| LogEntry {
+            downstream_key: r.get(0),
+            attempt: r.get(1),
+            relay: r.get(2),
+            error: r.get(3),
+        })
+        .collect())
+}
