@@ -1,5 +1,5 @@
-//! The claim loop: while delivery slots are free it claims due rows (fanning out deferred effects
-//! first when due) and hands them to [`Dispatch`]; with no backlog left it waits for a wake-up or
+//! The claim loop: while the local queue has room ([`Dispatch::room`]) it claims due rows
+//! (fanning out deferred effects first when due) and hands them to [`Dispatch`]; with no backlog left it waits for a wake-up or
 //! the poll interval. It returns when the shutdown signal comes, with the moment it came.
 
 use std::future::Future;
@@ -56,16 +56,19 @@ impl<'a> ClaimLoop<'a> {
         mut shutdown: Pin<&mut F>,
     ) -> Instant {
         loop {
-            let free = self.dispatch.free();
-            if free == 0 {
-                let slots = self.dispatch.slots.clone();
+            let room = self.dispatch.room();
+            if room == 0 {
+                // The queue is deep enough: claim again when a queued row takes a slot, or a
+                // running call frees one.
+                let (slots, took) = (self.dispatch.slots.clone(), self.dispatch.took.clone());
                 tokio::select! {
                     biased;
                     _ = shutdown.as_mut() => return Instant::now(),
+                    _ = took.notified() => continue,
                     permit = slots.acquire() => { drop(permit); continue; }
                 }
             }
-            let wait = match self.turn(free, shutdown.as_mut()).await {
+            let wait = match self.turn(room, shutdown.as_mut()).await {
                 Turn::Again => continue,
                 Turn::Stop(at) => return at,
                 Turn::Wait(next_change) => next_change,
@@ -82,9 +85,8 @@ impl<'a> ClaimLoop<'a> {
         }
     }
 
-    /// One claim of up to `free` rows (and the batch size), dispatched.
-    async fn turn<F: Future<Output = ()>>(&mut self, free: usize, shutdown: Pin<&mut F>) -> Turn {
-        let want = free.min(self.dispatch.inner.config.batch_size.max(1));
+    /// One claim of up to `want` rows, dispatched.
+    async fn turn<F: Future<Output = ()>>(&mut self, want: usize, shutdown: Pin<&mut F>) -> Turn {
         let (claimed, stopping) = match self.claim(want, shutdown).await {
             Ok(claimed) => claimed,
             Err(turn) => return turn,

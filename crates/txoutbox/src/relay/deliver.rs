@@ -87,7 +87,8 @@ enum Call {
         std::result::Result<Receipt, DeliveryError>,
         Option<std::time::Instant>,
     ),
-    /// No call: an at-most-once row whose start could not be recorded under its lease.
+    /// No call: a row that waited for a slot for half its call limit, or an at-most-once row
+    /// whose start could not be recorded under its lease.
     NotMade,
 }
 
@@ -112,6 +113,10 @@ async fn call(inner: &Inner, lease: &Lease, held: &Held, span: &tracing::Span) -
         ));
         return Call::Made(Err(error), None);
     };
+    let Some(limit) = call_budget(inner.config.call_limit(), lease.claimed_at.elapsed()) else {
+        tracing::info!(parent: span, "the row waited for a delivery slot too long; giving it back uncalled");
+        return Call::NotMade;
+    };
     if inner.at_most_once(&delivery.destination) {
         match mark_started(inner, lease).await {
             Ok(true) => {}
@@ -127,7 +132,6 @@ async fn call(inner: &Inner, lease: &Lease, held: &Held, span: &tracing::Span) -
     }
     held.set(delivery.id, lease.token, Stage::Calling);
     let started = std::time::Instant::now();
-    let limit = inner.config.call_limit();
     let call = AssertUnwindSafe(sink.deliver(delivery)).catch_unwind();
     let call = tracing::Instrument::instrument(call, span.clone());
     let result = match tokio::time::timeout(limit, call).await {
@@ -142,6 +146,13 @@ async fn call(inner: &Inner, lease: &Lease, held: &Held, span: &tracing::Span) -
         ))),
     };
     Call::Made(result, Some(started))
+}
+
+/// How long a call may run for a row that waited `waited` since its claim (in the local queue,
+/// or paced): the call limit less the wait, so that the call ends within the lease. `None` once
+/// the row waited for half the limit: it goes back uncalled, claimable at once.
+fn call_budget(limit: Duration, waited: Duration) -> Option<Duration> {
+    (waited * 2 <= limit).then(|| limit - waited)
 }
 
 /// Turns the attempt's result into its outcome: delivered, a retry after the policy's delay,
@@ -279,5 +290,21 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "(no message)".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_ends_within_the_lease_whatever_the_row_waited() {
+        let limit = Duration::from_secs(28);
+        assert_eq!(call_budget(limit, Duration::ZERO), Some(limit));
+        assert_eq!(
+            call_budget(limit, Duration::from_secs(10)),
+            Some(Duration::from_secs(18))
+        );
+        assert_eq!(call_budget(limit, Duration::from_secs(15)), None);
     }
 }

@@ -36,6 +36,7 @@ pub(super) async fn finalize(
     stopping_at: Instant,
     report: &mut RelayReport,
 ) {
+    dispatch.stop();
     let Dispatch {
         inner,
         mut deliveries,
