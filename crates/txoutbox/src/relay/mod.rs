@@ -276,7 +276,9 @@ impl Relay {
         crate::telemetry::register_destinations(inner.sinks.keys());
         let stop = Arc::new(Notify::new());
         let background = maintenance::spawn(&inner, &stop);
-        let (done, results) = mpsc::channel::<Finished>(inner.config.concurrency.max(1) * 2);
+        // Room for two completion batches: the completer takes a whole batch at once.
+        let queue = (inner.config.concurrency.max(1) * 2).max(inner.config.completion_batch * 2);
+        let (done, results) = mpsc::channel::<Finished>(queue);
         let shutting_down = Arc::new(AtomicBool::new(false));
         let held = Held::default();
         let heartbeat = presence::Heartbeat::start(inner.clone(), held.clone());
