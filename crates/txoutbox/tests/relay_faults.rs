@@ -1,6 +1,7 @@
 //! The relay under hostile inputs and badly timed faults: poisoned outcomes, a Retry-After of
 //! ten trillion seconds, a completion the database refuses, a shutdown while completions cannot be
-//! written or while a claim is running, a sink slower than its lease, rows behind a dead ordering
+//! written, while a claim is running or while rows wait in the local queue, a sink slower than
+//! its lease, rows behind a dead ordering
 //! head, at-most-once by default policy, failing and slow completion hooks, a role whose
 //! statement_timeout is shorter than a claim.
 
