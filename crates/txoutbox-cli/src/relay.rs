@@ -23,8 +23,8 @@ use txoutbox_axum::health::MetricsServer;
     txoutbox relay --nats-url nats://127.0.0.1:4222 --at-most-once sms\n  \
     txoutbox relay --poll-only --poll-interval 200ms --concurrency 128 --stdout audit")]
 pub struct RelayArgs {
-    /// Rows claimed per claim statement.
-    #[arg(long, env = "TXOUTBOX_BATCH_SIZE", default_value_t = 100)]
+    /// Rows claimed per claim statement at most (claims are sized by the pace of the sink calls).
+    #[arg(long, env = "TXOUTBOX_BATCH_SIZE", default_value_t = 500)]
     batch_size: usize,
     /// Deliveries in flight at once.
     #[arg(long, env = "TXOUTBOX_CONCURRENCY", default_value_t = 64)]

@@ -1,6 +1,7 @@
 //! The relay under hostile inputs and badly timed faults: poisoned outcomes, a Retry-After of
 //! ten trillion seconds, a completion the database refuses, a shutdown while completions cannot be
-//! written or while a claim is running, a sink slower than its lease, rows behind a dead ordering
+//! written, while a claim is running or while rows wait in the local queue, a sink slower than
+//! its lease, rows behind a dead ordering
 //! head, at-most-once by default policy, failing and slow completion hooks, a role whose
 //! statement_timeout is shorter than a claim.
 
@@ -1302,5 +1303,92 @@ async fn a_relay_whose_role_cannot_analyze_the_table_still_delivers_everything()
     client
         .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
         .await?;
+    Ok(())
+}
+
+/// Answers its first call at once and holds every later one until `release`.
+#[derive(Clone)]
+struct HeldAfterFirst {
+    calls: Arc<AtomicUsize>,
+    release: Arc<tokio::sync::Semaphore>,
+}
+
+#[async_trait::async_trait]
+impl Sink for HeldAfterFirst {
+    async fn deliver(&self, _: &Delivery) -> Result<Receipt, DeliveryError> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) > 0 {
+            let _ = self.release.acquire().await.map(|p| p.forget());
+        }
+        Ok(Receipt::none())
+    }
+}
+
+#[tokio::test]
+async fn rows_waiting_for_a_slot_are_given_back_uncalled_at_shutdown() -> TestResult {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    let sink = HeldAfterFirst {
+        calls: Arc::default(),
+        release: Arc::new(tokio::sync::Semaphore::new(0)),
+    };
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(
+                RelayConfig::default()
+                    .with_concurrency(1)
+                    .with_batch_size(20)
+                    .with_poll_interval(Duration::from_millis(50)),
+            )
+            .sink("sms", sink.clone())
+            .build()?,
+    );
+    // A first call answered at once: the relay knows its sinks are fast, so its next claim takes
+    // more rows than its one slot, and the rest wait in its queue.
+    pending(&mut client, "sms", "first").await?;
+    wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_delivered",
+        1,
+        Duration::from_secs(10),
+    )
+    .await?;
+    pending_many(&mut client, "sms", "queued", 20).await?;
+    wait_for_count(
+        &client,
+        "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
+        20,
+        Duration::from_secs(10),
+    )
+    .await?;
+    assert_eq!(
+        sink.calls.load(Ordering::SeqCst),
+        2,
+        "one call runs, 19 rows wait"
+    );
+    // The running call ends during the shutdown's grace period: the slot it frees is not used.
+    let release = sink.release.clone();
+    let released = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        release.add_permits(100);
+    });
+    relay.stop().await?;
+    released.await?;
+    assert_eq!(
+        sink.calls.load(Ordering::SeqCst),
+        2,
+        "no queued row was called"
+    );
+    assert_eq!(count(&client, "txoutbox_delivered").await?, 2);
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM txoutbox_messages \
+             WHERE status = 'pending' AND attempts = 0 AND lease_token IS NULL"
+        )
+        .await?,
+        19,
+        "the queued rows are pending again, their attempt not counted"
+    );
+    assert_eq!(count(&client, "txoutbox_attempt_log").await?, 0);
     Ok(())
 }

@@ -39,7 +39,7 @@ pub enum WakeMode {
 ///     .with_poll_interval(Duration::from_millis(250))
 ///     .with_wake(WakeMode::PollOnly);
 /// assert_eq!(config.lease(), Duration::from_secs(60));
-/// assert_eq!(config.batch_size(), 100); // the default
+/// assert_eq!(config.batch_size(), 500); // the default
 /// ```
 ///
 /// Nothing is checked when a knob is set: [`RelayBuilder::build`] refuses a configuration that
@@ -81,7 +81,7 @@ impl Default for RelayConfig {
                 std::process::id(),
                 &Uuid::new_v4().simple().to_string()[..6]
             ),
-            batch_size: 100,
+            batch_size: 500,
             concurrency: 64,
             lease: Duration::from_secs(30),
             poll_interval: Duration::from_secs(1),
@@ -115,7 +115,8 @@ impl RelayConfig {
         &self.owner
     }
 
-    /// Rows claimed per claim statement (default 100).
+    /// Rows claimed per claim statement at most (default 500; claims are sized by the pace of
+    /// the sink calls, see the `relay` docs).
     pub fn batch_size(&self) -> usize {
         self.batch_size
     }

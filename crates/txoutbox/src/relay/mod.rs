@@ -2,7 +2,10 @@
 //! the outcome, fenced by the lease token. Many relays (threads, processes, machines) may run at
 //! once against one database; row locks coordinate them.
 //!
-//! Layout, by phase: this module runs the claim loop and the shutdown; `config` holds the knobs
+//! Layout, by phase: [`Relay::run`] starts the services and runs three phases, each with a
+//! context of its own: `claim_loop` (claims while delivery slots are free, waits for a wake-up
+//! or the poll interval when no backlog is left), `dispatch` (a delivery task per claimed row),
+//! and `finalize` (the shutdown drain). `config` holds the knobs
 //! and the builder that refuses what cannot work; `claim` takes due rows under a lease (and gives
 //! back unstarted ones at shutdown), and `held` tracks them until their outcome is written;
 //! `deliver` runs one attempt, bounded by the lease; `complete` writes outcomes in batches (a row
@@ -17,11 +20,14 @@
 
 mod backoff;
 mod claim;
+mod claim_loop;
 mod complete;
 mod config;
 mod deliver;
+mod dispatch;
 mod events;
 mod fan_out;
+mod finalize;
 mod flow;
 mod give_back;
 mod held;
@@ -37,9 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{mpsc, Notify, Semaphore};
-use tokio::task::JoinSet;
-use tokio::time::Instant;
+use tokio::sync::{mpsc, Notify};
 
 pub use crate::shutdown::Shutdown;
 pub use crate::wake::{notify_in_transaction, RelayWaker, HINT_SPACING, WAKE_CHANNEL};
@@ -52,8 +56,7 @@ pub use config::{
 pub use events::RelayEvent;
 pub use maintenance::reclaim_expired;
 
-use claim::{claim, release_unstarted};
-use give_back::{dead_letter_undecodable, given_back, storable};
+use give_back::storable;
 use held::{Held, Stage};
 
 use crate::sink::{Completion, CompletionHook, Delivery, Sink};
@@ -269,224 +272,38 @@ impl Relay {
     /// newer txoutbox.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<RelayReport> {
         let inner = self.inner.clone();
-        let config = &inner.config;
         tokio::pin!(shutdown);
         if !startup::schema_matches(&inner, shutdown.as_mut()).await? {
             return Ok(RelayReport::default());
         }
         crate::telemetry::register_destinations(inner.sinks.keys());
         let stop = Arc::new(Notify::new());
-        let mut background = maintenance::spawn(&inner, &stop);
-        let (done, results) = mpsc::channel::<Finished>(config.concurrency.max(1) * 2);
+        let background = maintenance::spawn(&inner, &stop);
+        // Room for two completion batches: the completer takes a whole batch at once.
+        let queue = (inner.config.concurrency.max(1) * 2).max(inner.config.completion_batch * 2);
+        let (done, results) = mpsc::channel::<Finished>(queue);
         let shutting_down = Arc::new(AtomicBool::new(false));
         let held = Held::default();
         let heartbeat = presence::Heartbeat::start(inner.clone(), held.clone());
-        let mut completer = tokio::spawn(complete::completer(
+        let completer = tokio::spawn(complete::completer(
             inner.clone(),
             results,
             shutting_down.clone(),
             held.clone(),
         ));
-
-        let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
-        let mut deliveries = JoinSet::new();
-        let mut report = RelayReport::default();
-        let mut failures = 0u32;
-        let mut registered = false;
-        // Fan out before the next claim: at start, after a wake-up (the write path's hint, a
-        // poll), after a fan-out that left keys to fan out, and at least every FAN_OUT_INTERVAL
-        // while a backlog keeps the loop claiming back to back.
-        let mut fan_out_due = true;
-        let mut last_fan_out = Instant::now();
-        let stopping_at = loop {
-            while deliveries.try_join_next().is_some() {}
-            let free = slots.available_permits();
-            if free == 0 {
-                tokio::select! {
-                    biased;
-                    _ = &mut shutdown => break Instant::now(),
-                    permit = slots.acquire() => { drop(permit); continue; }
-                }
-            }
-            let want = free.min(config.batch_size.max(1));
-            if !registered {
-                match flow::register(&inner).await {
-                    Ok(()) => registered = true,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not record the destinations' rate limits; will try again")
-                    }
-                }
-            }
-            let bounds = inner.flow.bounds(&inner, want, &held.per_destination());
-            let fan_out = fan_out_due || last_fan_out.elapsed() >= FAN_OUT_INTERVAL;
-            if fan_out {
-                last_fan_out = Instant::now();
-            }
-            let claim = claim(&inner, want, held.ids(), &bounds, fan_out);
-            tokio::pin!(claim);
-            let (claimed, stopping) = tokio::select! {
-                biased;
-                _ = &mut shutdown => {
-                    // The claim's UPDATE commits on the server whether or not we wait: take its
-                    // rows (to give them back) rather than leave them leased by a relay that left.
-                    let at = Instant::now();
-                    match tokio::time::timeout(CLAIM_WAIT, &mut claim).await {
-                        Ok(claimed) => (claimed, Some(at)),
-                        Err(_) => break at,
-                    }
-                }
-                claimed = &mut claim => (claimed, None),
-            };
-            let claim::Claimed {
-                leases: rows,
-                undecodable,
-                again,
-                fan_out_more,
-                next_change,
-            } = match claimed {
-                Ok(claimed) => {
-                    failures = 0;
-                    claimed
-                }
-                Err(e) => {
-                    if let Some(at) = stopping {
-                        break at;
-                    }
-                    failures += 1;
-                    tracing::warn!(error = %e, "claim failed; retrying");
-                    let pause = Duration::from_millis(50 * 2u64.pow(failures.min(6)))
-                        .min(config.poll_interval.max(Duration::from_millis(100)));
-                    tokio::select! {
-                        biased;
-                        _ = &mut shutdown => break Instant::now(),
-                        _ = tokio::time::sleep(pause) => continue,
-                    }
-                }
-            };
-            report.claimed += (rows.len() + undecodable.len()) as u64;
-            inner.config.events.claimed(rows.len() + undecodable.len());
-            if let Some(at) = stopping {
-                for lease in rows
-                    .into_iter()
-                    .chain(undecodable.into_iter().map(|(l, _)| l))
-                {
-                    held.insert(lease);
-                }
-                break at;
-            }
-            fan_out_due = fan_out_more;
-            let full = rows.len() + undecodable.len() == want || again;
-            for (lease, error) in undecodable {
-                dead_letter_undecodable(&held, &done, lease, error).await;
-            }
-            for lease in rows {
-                if held.contains(lease.delivery.id) {
-                    // Cannot happen (the claim skips held rows); never run two attempts of one row.
-                    let _ = done
-                        .send(given_back(&inner, lease, Outcome::Unstarted))
-                        .await;
-                    continue;
-                }
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    // Cannot happen (only this loop takes slots); give the row back rather than lose it.
-                    let _ = done
-                        .send(given_back(&inner, lease, Outcome::Unstarted))
-                        .await;
-                    continue;
-                };
-                held.insert(lease.clone());
-                let not_before = inner
-                    .flow
-                    .slot(&lease.delivery.destination, config.lease / 4);
-                let (inner, done, held) = (inner.clone(), done.clone(), held.clone());
-                deliveries.spawn(async move {
-                    let (id, token) = (lease.delivery.id, lease.token);
-                    if let Some(at) = not_before {
-                        // Paced: a rate-limited destination's calls go out spaced at its rate.
-                        tokio::time::sleep_until(at).await;
-                    }
-                    let finished = deliver::deliver(&inner, lease, &held).await;
-                    // Queue the outcome and mark it queued with no await in between: a task
-                    // aborted at shutdown has either queued its outcome or left the row to be
-                    // given back, never both.
-                    if let Ok(slot) = done.reserve().await {
-                        slot.send(finished);
-                        held.set(id, token, Stage::Finished);
-                    }
-                    drop(permit);
-                });
-            }
-            if full {
-                continue; // a backlog: claim again at once
-            }
-            // A destination held back (tokens spent, a breaker's cool-down) may have rows again
-            // before the next poll: wait no longer than that.
-            let wait = next_change.map_or(config.poll_interval, |d| d.min(config.poll_interval));
-            tokio::select! {
-                biased;
-                _ = &mut shutdown => break Instant::now(),
-                _ = inner.wake.notified() => {}
-                _ = tokio::time::sleep(wait) => {}
-            }
-            fan_out_due = true;
+        let services = finalize::Services {
+            stop,
+            background,
+            shutting_down,
+            heartbeat,
+            completer,
         };
-
-        // Shutdown: no more claims; let deliveries finish within the grace period (counted from
-        // the shutdown signal), then give back the rest and flush, bounded by SHUTDOWN_FLUSH.
-        tracing::info!(owner = %config.owner, in_flight = deliveries.len(), "relay stopping");
-        config.events.emit(events::RelayEvent::Stopping);
-        let grace_end = stopping_at + config.shutdown_grace;
-        let drained = tokio::time::timeout_at(grace_end, async {
-            while deliveries.join_next().await.is_some() {}
-        })
-        .await;
-        if drained.is_err() {
-            deliveries.abort_all();
-            while deliveries.join_next().await.is_some() {}
-        }
-        shutting_down.store(true, Ordering::Relaxed);
-        let flush_end = Instant::now().max(grace_end) + SHUTDOWN_FLUSH;
-        for (lease, stage) in held.unfinished() {
-            let outcome = match stage {
-                Stage::Claimed => Outcome::Unstarted,
-                _ => {
-                    report.released += 1;
-                    Outcome::Released
-                }
-            };
-            let finished = given_back(&inner, lease, outcome);
-            if tokio::time::timeout_at(flush_end, done.send(finished))
-                .await
-                .is_err()
-            {
-                break;
-            }
-        }
-        drop(done);
-        if tokio::time::timeout_at(flush_end, &mut completer)
-            .await
-            .is_err()
-        {
-            tracing::error!("outcomes not written within the shutdown flush; their leases will expire and the rows be delivered again");
-            completer.abort();
-        }
-        // Whatever this relay still holds without having called its sink goes back now.
-        let sweep_end = flush_end.max(Instant::now() + Duration::from_millis(500));
-        match tokio::time::timeout_at(sweep_end, release_unstarted(&inner, held.called())).await {
-            Ok(Ok(0)) => {}
-            Ok(Ok(n)) => tracing::info!(rows = n, "gave back rows claimed as the relay stopped"),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "could not give back unstarted rows; their leases will expire")
-            }
-            Err(_) => {
-                tracing::warn!("giving back unstarted rows timed out; their leases will expire")
-            }
-        }
-        stop.notify_waiters();
-        background.abort_all();
-        while background.join_next().await.is_some() {}
-        heartbeat.stop().await;
-        tracing::info!(owner = %config.owner, claimed = report.claimed, released = report.released, "relay stopped");
+        let mut dispatch = dispatch::Dispatch::new(inner, held, done);
+        let mut report = RelayReport::default();
+        let stopping_at = claim_loop::ClaimLoop::new(&mut dispatch, &mut report)
+            .run(shutdown.as_mut())
+            .await;
+        finalize::finalize(dispatch, services, stopping_at, &mut report).await;
         Ok(report)
     }
 }
