@@ -195,19 +195,28 @@ pub async fn assert_outcomes(
 /// Where the row with `downstream_key` is now: its hot status, `delivered` or `discarded`; `None`
 /// when no table holds it.
 pub async fn status(client: &Client, downstream_key: &str) -> Result<Option<MessageStatus>> {
-    let row = client
-        .query_opt(
-            "SELECT status FROM txoutbox_messages WHERE downstream_key = $1 \
-             UNION ALL SELECT 'delivered' FROM txoutbox_delivered WHERE downstream_key = $1 \
-             UNION ALL SELECT 'discarded' FROM txoutbox_discarded WHERE downstream_key = $1 \
-             LIMIT 1",
-            &[&downstream_key],
-        )
-        .await?;
+    status_by(client, "downstream_key", &downstream_key, downstream_key).await
+}
+
+/// The status of the row whose `column` (`id` or `downstream_key`) is `value`, in whichever table
+/// holds it; `name` names the row in an error.
+pub(crate) async fn status_by(
+    client: &Client,
+    column: &str,
+    value: &(dyn tokio_postgres::types::ToSql + Sync),
+    name: &str,
+) -> Result<Option<MessageStatus>> {
+    let sql = format!(
+        "SELECT status FROM txoutbox_messages WHERE {column} = $1 \
+         UNION ALL SELECT 'delivered' FROM txoutbox_delivered WHERE {column} = $1 \
+         UNION ALL SELECT 'discarded' FROM txoutbox_discarded WHERE {column} = $1 \
+         LIMIT 1"
+    );
+    let row = client.query_opt(&sql, &[value]).await?;
     row.map(|r| {
         let text: String = r.get(0);
         text.parse::<MessageStatus>()
-            .map_err(|e| anyhow::anyhow!("status {text:?} of {downstream_key}: {e}"))
+            .map_err(|e| anyhow::anyhow!("status {text:?} of {name}: {e}"))
     })
     .transpose()
 }

@@ -15,21 +15,7 @@ use crate::{counts_for, Counts, WAIT_LIMIT};
 /// Where the row `id` is now: its hot status, `delivered` or `discarded`; `None` when no table
 /// holds it (purged, or never written).
 pub async fn row_status(client: &Client, id: Uuid) -> Result<Option<MessageStatus>> {
-    let row = client
-        .query_opt(
-            "SELECT status FROM txoutbox_messages WHERE id = $1 \
-             UNION ALL SELECT 'delivered' FROM txoutbox_delivered WHERE id = $1 \
-             UNION ALL SELECT 'discarded' FROM txoutbox_discarded WHERE id = $1 \
-             LIMIT 1",
-            &[&id],
-        )
-        .await?;
-    row.map(|r| {
-        let text: String = r.get(0);
-        text.parse::<MessageStatus>()
-            .map_err(|e| anyhow::anyhow!("status {text:?} of {id}: {e}"))
-    })
-    .transpose()
+    crate::counts::status_by(client, "id", &id, &id.to_string()).await
 }
 
 /// Reads [`row_status`] every 20 ms until the row `id` is `want`; fails when [`WAIT_LIMIT`]
