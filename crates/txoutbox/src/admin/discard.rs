@@ -22,7 +22,8 @@ use tokio_postgres::{Client, Transaction};
 use uuid::Uuid;
 
 use super::filter::FilterParams;
-use super::replay::{check_max, not_found, Candidate};
+use super::refusals::{check_max, not_found};
+use super::replay::Candidate;
 use super::{AdminError, ReplaySelection, SkippedMessage, DEFAULT_REPLAY_BATCH};
 use crate::state::MessageStatus;
 use crate::store::admin as store;

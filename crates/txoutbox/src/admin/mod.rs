@@ -9,6 +9,7 @@ mod flow;
 mod inspect;
 mod known;
 mod purge;
+mod refusals;
 mod relays;
 mod replay;
 mod stats;

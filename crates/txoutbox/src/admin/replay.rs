@@ -24,12 +24,13 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::Utc;
 use serde::Serialize;
-use tokio_postgres::{Client, GenericClient, Transaction};
+use tokio_postgres::{Client, Transaction};
 use uuid::Uuid;
 
 pub use crate::downstream_key::replay_downstream_key;
 
 use super::filter::FilterParams;
+use super::refusals::{check_max, not_found, DISCARDED_REASON};
 use super::{tell, AdminError, MessageFilter, ReplaySelection, DEFAULT_REPLAY_BATCH};
 use crate::outbox::lock_ordering_keys;
 use crate::state::MessageStatus;
@@ -148,7 +149,7 @@ pub async fn replay(
         ReplaySelection::Ids(ids) => {
             let mut seen = HashSet::new();
             let ids: Vec<Uuid> = ids.iter().copied().filter(|id| seen.insert(*id)).collect();
-            check_bound(ids.len() as u64, options)?;
+            check_max(ids.len() as u64, options.max_rows)?;
             let mut allowed = vec![MessageStatus::Failed, MessageStatus::Unknown];
             if options.include_delivered {
                 allowed.push(MessageStatus::Delivered);
@@ -163,7 +164,7 @@ pub async fn replay(
             let allowed = replayed_statuses(filter, options)?;
             let ids = store::replay::select(client, &allowed, &FilterParams::new(filter)?).await?;
             let total = ids.len() as u64;
-            check_bound(total, options)?;
+            check_max(total, options.max_rows)?;
             let mut done = 0;
             for chunk in ids.chunks(options.batch_size.max(1)) {
                 let tx = client.transaction().await?;
@@ -207,40 +208,6 @@ pub(super) fn replayed_statuses(
         statuses.push(MessageStatus::Delivered);
     }
     Ok(statuses)
-}
-
-/// Why a discarded row is neither replayed nor discarded again.
-pub(super) const DISCARDED_REASON: &str =
-    "an operator discarded it (see its history for the reason); \
-     enqueue the effect again to send it";
-
-/// The error for an id that is in no table a replay or discard reads: [`AdminError::NotFound`],
-/// or [`AdminError::NotReplayable`] when the row was discarded.
-pub(super) async fn not_found(
-    client: &impl GenericClient,
-    id: Uuid,
-) -> Result<AdminError, AdminError> {
-    let discarded = store::replay::is_discarded(client, id).await?;
-    Ok(if discarded {
-        AdminError::NotReplayable {
-            id,
-            status: MessageStatus::Discarded,
-            reason: DISCARDED_REASON.to_owned(),
-        }
-    } else {
-        AdminError::NotFound(id)
-    })
-}
-
-fn check_bound(count: u64, options: &ReplayOptions) -> Result<(), AdminError> {
-    check_max(count, options.max_rows)
-}
-
-pub(super) fn check_max(count: u64, max_rows: Option<u64>) -> Result<(), AdminError> {
-    match max_rows {
-        Some(max) if count > max => Err(AdminError::TooMany { count, max }),
-        _ => Ok(()),
-    }
 }
 
 /// What one replay transaction did.
