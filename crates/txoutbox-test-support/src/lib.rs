@@ -60,7 +60,7 @@ pub use txoutbox::relay::RelayEvent;
 /// Waits for a condition a test names, and typed reads the counts do not cover.
 pub mod wait;
 pub use wait::{
-    due, eventually, eventually_async, keys_expired, keys_with_effects, leased_by,
+    due, eventually, eventually_async, eventually_some, keys_expired, keys_with_effects, leased_by,
     other_sessions_ended,
 };
 
@@ -73,7 +73,7 @@ pub use crash::{drain_across_a_restart, kill_after_a_call};
 
 mod rows;
 pub use rows::{
-    attempts_of, delivered_attempts, eventually_some, log_of, logged, row_status, wait_for_key,
-    wait_for_row, wait_until_for, LogEntry,
+    attempts_of, delivered_attempts, log_of, logged, row_status, wait_for_key, wait_for_row,
+    wait_until_for, LogEntry,
 };
 pub mod process;

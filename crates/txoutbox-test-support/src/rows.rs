@@ -10,6 +10,7 @@ use tokio_postgres::Client;
 use txoutbox::admin::{AttemptOutcome, MessageStatus};
 use uuid::Uuid;
 
+use crate::wait::eventually_some;
 use crate::{counts_for, Counts, WAIT_LIMIT};
 
 /// Where the row `id` is now: its hot status, `delivered` or `discarded`; `None` when no table
@@ -65,27 +66,6 @@ pub async fn wait_until_for(
             start.elapsed() < WAIT_LIMIT,
             "the awaited counts of {destination} were not reached in {WAIT_LIMIT:?}; \
              the last counts: {now:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Polls `probe` every 20 ms until it answers `Some`, and returns that; fails naming `what` when
-/// [`WAIT_LIMIT`] passes first. For a signal that is not a count: a receiver's records, a
-/// program's output, a server that answers.
-pub async fn eventually_some<T, F, Fut>(what: &str, mut probe: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(found) = probe().await? {
-            return Ok(found);
-        }
-        anyhow::ensure!(
-            start.elapsed() < WAIT_LIMIT,
-            "{what}: not seen in {WAIT_LIMIT:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

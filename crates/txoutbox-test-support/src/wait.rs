@@ -23,10 +23,25 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<bool>>,
 {
+    eventually_some(what, || {
+        let checked = check();
+        async move { Ok(checked.await?.then_some(())) }
+    })
+    .await
+}
+
+/// Polls `probe` every 10 ms until it answers `Some`, and returns that; fails naming `what` when
+/// [`WAIT_LIMIT`] passes first. For a signal that is not a count: a receiver's records, a
+/// program's output, a server that answers.
+pub async fn eventually_some<T, F, Fut>(what: &str, mut probe: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
     let start = Instant::now();
     loop {
-        if check().await? {
-            return Ok(());
+        if let Some(found) = probe().await? {
+            return Ok(found);
         }
         anyhow::ensure!(
             start.elapsed() < WAIT_LIMIT,
