@@ -153,7 +153,7 @@ impl GraphileWorker {
 }
 
 /// The uptime's load averages, printed beside each figure (the machine is shared).
-fn load() -> String {
+pub(crate) fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "n/a".to_owned())

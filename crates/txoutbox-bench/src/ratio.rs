@@ -16,6 +16,11 @@ impl Ratio {
                 .map(|b| value / b),
         )
     }
+
+    /// The ratio, when there is one.
+    pub fn value(self) -> Option<f64> {
+        self.0
+    }
 }
 
 /// Two decimals, or `n/a`; a width and alignment apply (`{:>8}`).

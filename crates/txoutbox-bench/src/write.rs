@@ -2,8 +2,8 @@
 //! hand-written SQL a team would write without a framework to store the same information, and of
 //! the full idempotent path, at several client counts, plus WAL bytes per request.
 //!
-//! Layout: this file runs the modes and prints the table and the `ratio:` lines; `requests`
-//! sends one request of each mode.
+//! Layout: this file runs the modes and prints the table; `ratios` the `ratio:` lines;
+//! `requests` sends one request of each mode.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,8 +15,11 @@ use txoutbox_test_support::TestDb;
 
 use crate::ratio::Ratio;
 
+mod ratios;
 mod requests;
 mod sqlx_requests;
+
+use ratios::{median_round, print_ratios, Ratios};
 
 /// Options of `txoutbox-bench write`.
 #[derive(Debug, clap::Args)]
@@ -38,6 +41,11 @@ pub struct Args {
     /// hand-written ones).
     #[arg(long, value_delimiter = ',')]
     modes: Vec<Mode>,
+    /// Rounds at each client count: every mode asked for, in order, this many times, so that the
+    /// modes alternate and a neighbour's load falls on each of them alike. Each round prints its
+    /// rows; the `ratio:` lines are the median round's.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -73,6 +81,10 @@ enum Mode {
     /// One row per request: FullCommit in a scope with deferred effects (the key row carries
     /// the response and the effects; the relay fans them out).
     FullOneRow,
+    /// FullOneRow with the business insert sent after `begin` answers, as the examples and the
+    /// axum extractor write a handler: a round trip more than FullOneRow, which sends the insert
+    /// before it knows the key is new.
+    FullOneRowAfterBegin,
     /// The business row as the key record (`BusinessKey`): BEGIN; the business insert with its
     /// `UNIQUE` key and fingerprint columns, `ON CONFLICT DO NOTHING`; the 2 outbox rows; COMMIT.
     /// No key row and no stored response: a retry is answered from the business row.
@@ -98,6 +110,7 @@ impl Mode {
             Mode::FullPipelined => "full path, insert pipelined",
             Mode::FullCommit => "... + Claim::commit",
             Mode::FullOneRow => "... + deferred effects (1 row)",
+            Mode::FullOneRowAfterBegin => "... insert after begin (1 row)",
             Mode::HandWrittenOneRow => "hand-written SQL, one row",
             Mode::HandWrittenTwoTrips => "... BEGIN pipelined too",
             Mode::BusinessKey => "business row as key record",
@@ -128,7 +141,7 @@ impl Mode {
 }
 
 /// The modes, in the order they run at each client count (the baselines first).
-const MODES: [Mode; 15] = [
+const MODES: [Mode; 16] = [
     Mode::Business,
     Mode::HandWritten,
     Mode::HandWrittenOneRow,
@@ -139,6 +152,7 @@ const MODES: [Mode; 15] = [
     Mode::FullPipelined,
     Mode::FullCommit,
     Mode::FullOneRow,
+    Mode::FullOneRowAfterBegin,
     Mode::BusinessKey,
     Mode::SqlxBusiness,
     Mode::SqlxFull,
@@ -159,6 +173,9 @@ fn command(args: &Args, clients: usize) -> String {
     );
     if clients != 8 {
         command.push_str(&format!(" --ratio-at {clients}"));
+    }
+    if args.rounds != 1 {
+        command.push_str(&format!(" --rounds {}", args.rounds));
     }
     for index in &args.drop_index {
         command.push_str(&format!(" --drop-index {index}"));
@@ -232,12 +249,19 @@ pub async fn run(db: &TestDb, args: &Args) -> Result<()> {
         waker,
     };
     println!(
-        "{:>7}  {:<30} {:>10} {:>8} {:>8} {:>12}",
-        "clients", "mode", "tx/s", "ratio", "vs hand", "WAL B/req"
+        "{:>7}  {:<30} {:>10} {:>8} {:>8} {:>12} {:>6}",
+        "clients", "mode", "tx/s", "ratio", "vs hand", "WAL B/req", "load"
     );
     let mut ratios = Ratios::default();
     for &clients in &args.clients {
-        let row = measure_clients(args, &pools, &setup, clients).await?;
+        let mut rounds = Vec::new();
+        for round in 1..=args.rounds {
+            if args.rounds > 1 {
+                println!("         round {round} of {}", args.rounds);
+            }
+            rounds.push(measure_clients(args, &pools, &setup, clients).await?);
+        }
+        let row = median_round(args, clients, rounds);
         if clients == args.ratio_at {
             ratios = row;
         }
@@ -343,74 +367,18 @@ async fn measure_clients(
                 ))
             }
             Mode::Full => ratios.rows = Some(r),
+            Mode::FullOneRowAfterBegin => ratios.after_begin = Some(r),
             _ => {}
         }
+        let load = crate::peer::load();
         println!(
-            "{clients:>7}  {:<30} {tps:>10.0} {r:>8} {vs_hand:>8} {wal:>12.0}",
-            mode.name()
+            "{clients:>7}  {:<30} {tps:>10.0} {r:>8} {vs_hand:>8} {wal:>12.0} {:>6}",
+            mode.name(),
+            load.split_whitespace().next().unwrap_or("")
         );
     }
+    ratios.load = crate::peer::load();
     Ok(ratios)
-}
-
-/// The `ratio:` lines of the `--ratio-at` client count (`n/a` for a baseline not measured).
-fn print_ratios(args: &Args, ratio: &Ratios) {
-    let reproduce = command(args, args.ratio_at);
-    match ratio.one_row {
-        Some((business, hand, same_trips)) => {
-            println!(
-                "ratio: {business} (full path with one row per request: deferred effects, \
-                 Claim::commit / business insert only, {} clients)  {reproduce}",
-                args.ratio_at
-            );
-            println!(
-                "ratio to hand-written SQL: {hand} (the same / the cheapest hand-written SQL \
-                 storing the same information, {} clients)  {reproduce}",
-                args.ratio_at
-            );
-            println!(
-                "ratio to hand-written SQL with the same round trips: {same_trips} (the same / \
-                 hand-written SQL, one row, {} clients)  {reproduce}",
-                args.ratio_at
-            );
-        }
-        None => println!(
-            "ratio: n/a (no full-one-row run at {} clients)",
-            args.ratio_at
-        ),
-    }
-    if !ratio.sqlx.is_empty() {
-        let pairs: Vec<String> = ratio
-            .sqlx
-            .iter()
-            .map(|(mode, r)| format!("{} {r}", mode.name().trim_start_matches("sqlx: ")))
-            .collect();
-        println!(
-            "ratio sqlx / tokio-postgres: {} (the same work on each driver, {} clients)  \
-             {reproduce}",
-            pairs.join(", "),
-            args.ratio_at
-        );
-    }
-    if let Some(rows) = ratio.rows {
-        println!(
-            "ratio with the effects as rows at commit: {rows} (full path, begin and complete \
-             one after the other / business insert only, {} clients)  {reproduce}",
-            args.ratio_at
-        );
-    }
-}
-
-/// The ratios the run ends with.
-#[derive(Default)]
-struct Ratios {
-    /// [`Mode::FullOneRow`] against the business insert, the cheapest hand-written SQL and the
-    /// hand-written SQL with the same round trips.
-    one_row: Option<(Ratio, Ratio, Ratio)>,
-    /// [`Mode::Full`] against the business insert.
-    rows: Option<Ratio>,
-    /// Each sqlx mode against the same work on tokio-postgres (deadpool).
-    sqlx: Vec<(Mode, Ratio)>,
 }
 
 /// A client's connection: deadpool's, or sqlx's for the sqlx modes.
@@ -446,7 +414,7 @@ async fn measure(
                 Client::Deadpool(pool.get().await?)
             };
             let scope = match mode {
-                Mode::FullOneRow | Mode::SqlxFullOneRow => {
+                Mode::FullOneRow | Mode::FullOneRowAfterBegin | Mode::SqlxFullOneRow => {
                     Scope::new("bench")?.with_deferred_effects()
                 }
                 _ => Scope::new("bench")?,

@@ -1,5 +1,6 @@
 //! `txoutbox-bench write` run as a user runs it, on the test server: a ratio whose baseline the
-//! run did not measure (`--modes` left it out) is printed `n/a`, never `inf`.
+//! run did not measure (`--modes` left it out) is printed `n/a`, never `inf`; rounds alternate the
+//! modes and report the median round.
 
 use std::process::Command;
 
@@ -92,5 +93,77 @@ async fn the_sqlx_lines_are_measured_beside_the_tokio_postgres_ones() -> anyhow:
         .ok_or_else(|| anyhow::anyhow!("no sqlx ratio line: {printed}"))?;
     assert!(ratio.contains("business insert only "), "{ratio}");
     assert!(!ratio.contains("n/a"), "{ratio}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn rounds_alternate_the_modes_and_the_ratio_is_the_median_rounds() -> anyhow::Result<()> {
+    let db = test_db().await?;
+    let out = Command::new(env!("CARGO_BIN_EXE_txoutbox-bench"))
+        .args([
+            "write",
+            "--clients",
+            "1",
+            "--seconds",
+            "1",
+            "--ratio-at",
+            "1",
+            "--rounds",
+            "3",
+        ])
+        .args(["--modes", "business,full-one-row,full-one-row-after-begin"])
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Each round measures every mode, in order: business, one row, one row after begin (the
+    // table's rows open with the client count).
+    let order: Vec<&str> = printed
+        .lines()
+        .filter(|l| l.trim_start().starts_with("1  "))
+        .filter_map(|l| {
+            [
+                "business insert only",
+                "deferred effects (1 row)",
+                "insert after begin (1 row)",
+            ]
+            .into_iter()
+            .find(|mode| l.contains(mode))
+        })
+        .collect();
+    let round = [
+        "business insert only",
+        "deferred effects (1 row)",
+        "insert after begin (1 row)",
+    ];
+    assert_eq!(order, round.repeat(3), "{printed}");
+    let by_round = printed
+        .lines()
+        .find(|l| l.starts_with("ratio by round: "))
+        .ok_or_else(|| anyhow::anyhow!("no ratio by round: {printed}"))?;
+    assert_eq!(by_round.matches("(load ").count(), 3, "{by_round}");
+    let median: &str = by_round
+        .split("median ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or("");
+    let ratio = printed
+        .lines()
+        .find(|l| l.starts_with("ratio: "))
+        .ok_or_else(|| anyhow::anyhow!("no ratio line: {printed}"))?;
+    assert!(
+        ratio.starts_with(&format!("ratio: {median} ")),
+        "the ratio line is the median round's ({median}): {ratio}"
+    );
+    assert!(ratio.contains("--rounds 3"), "{ratio}");
+    let after_begin = printed
+        .lines()
+        .find(|l| l.starts_with("ratio with the insert after begin: "))
+        .ok_or_else(|| anyhow::anyhow!("no after-begin ratio: {printed}"))?;
+    assert!(!after_begin.contains("n/a"), "{after_begin}");
     Ok(())
 }

@@ -93,7 +93,10 @@ pub(super) async fn one_request(
         txoutbox::relay::notify_in_transaction(&tx).await?;
     }
     let response = order_response(id);
-    if matches!(mode, Mode::FullCommit | Mode::FullOneRow) {
+    if matches!(
+        mode,
+        Mode::FullCommit | Mode::FullOneRow | Mode::FullOneRowAfterBegin
+    ) {
         claim.commit(tx, &response).await?;
         return Ok(());
     }
