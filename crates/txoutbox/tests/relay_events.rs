@@ -117,13 +117,14 @@ async fn a_relay_reports_the_deferred_effects_it_fans_out() -> TestResult {
     Ok(())
 }
 
-/// The relay's claims (and the fan-outs sent ahead of them) waiting on a table lock.
+/// The relay's claims waiting on a table lock (`messages/claim_unbounded.sql` or
+/// `messages/claim.sql`, known by their start: `pg_stat_activity` cuts long statements short).
 async fn claims_waiting(client: &tokio_postgres::Client) -> anyhow::Result<i64> {
     Ok(client
         .query_one(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
              AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' \
-             AND (query LIKE '%txoutbox_lease_token_seq%' OR query LIKE '%jsonb_to_recordset%')",
+             AND (query LIKE 'WITH guard AS%' OR query LIKE 'WITH flow AS%')",
             &[],
         )
         .await?
@@ -165,5 +166,23 @@ async fn a_wake_up_while_a_claim_is_out_sends_another_claim_at_once() -> TestRes
     locker.batch_execute("ROLLBACK").await?;
     events.idle().await?;
     running.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_claim_does_not_wait_for_the_fan_out_beside_it() -> TestResult {
+    let db = test_db().await?;
+    let (mut events, sink, relay) = watched(&db)?;
+    events.idle().await?;
+    // Hold every fan-out on the server: it locks key rows for update, which this lock forbids.
+    let locker = db.connect().await?;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE txoutbox_idempotency_keys IN EXCLUSIVE MODE")
+        .await?;
+    pending_many(&db, "email", "k", 2).await?;
+    // The next poll fans out (held) and claims (not held): the rows are delivered.
+    assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
+    locker.batch_execute("ROLLBACK").await?;
+    relay.stop().await?;
     Ok(())
 }

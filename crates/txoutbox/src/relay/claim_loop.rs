@@ -1,7 +1,12 @@
-//! The claim loop: while the local queue has room ([`Dispatch::room`]) it claims due rows
-//! (fanning out deferred effects first when due) and hands them to [`Dispatch`]; with no backlog
-//! left it waits for a wake-up or the poll interval. It returns when the shutdown signal comes,
-//! with the moment it came.
+//! The claim loop: while the local queue has room ([`Dispatch::room`]) it claims due rows and
+//! hands them to [`Dispatch`]; with no backlog left it waits for a wake-up or the poll interval.
+//! It returns when the shutdown signal comes, with the moment it came.
+//!
+//! Deferred effects are fanned out beside the claims, one fan-out at a time on a connection of
+//! its own, so that no claim waits for one: after a wake-up, and at least every
+//! FAN_OUT_INTERVAL while a backlog keeps the loop claiming back to back. A fan-out that wrote
+//! rows wakes the loop (a claim sent before its commit cannot see them); one that left keys to
+//! fan out, or that a wake-up came during, is followed by another.
 //!
 //! Through a backlog one claim is out at a time, each sent as the one before is back. An idle
 //! relay that bounds no destination itself answers a wake-up at once, even while a claim is out
@@ -19,9 +24,10 @@ use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::claim::{claim, Claimed};
+use super::claim::{claim, fan_out_beside, Claimed};
 use super::dispatch::Dispatch;
 use super::{flow, RelayReport, CLAIM_WAIT, FAN_OUT_INTERVAL};
 use crate::error::Result;
@@ -40,11 +46,12 @@ pub(super) struct ClaimLoop<'a> {
     failures: u32,
     /// The destinations' rate limits are recorded.
     registered: bool,
-    /// Fan out before the next claim: at start, after a wake-up (the write path's hint, a poll),
-    /// after a fan-out that left keys to fan out, and at least every FAN_OUT_INTERVAL while a
-    /// backlog keeps the loop claiming back to back.
+    /// Fan out with the next claim (or once the fan-out out is back): at start, after a wake-up
+    /// (the write path's hint, a poll), after a fan-out that left keys to fan out.
     fan_out_due: bool,
     last_fan_out: Instant,
+    /// The fan-out out, if any; it answers whether keys are left to fan out.
+    fanning: Option<JoinHandle<bool>>,
     /// The claims out, not back yet.
     in_flight: FuturesUnordered<Sent>,
     /// The rows the claims out may take, together.
@@ -69,6 +76,7 @@ impl<'a> ClaimLoop<'a> {
             registered: false,
             fan_out_due: true,
             last_fan_out: Instant::now(),
+            fanning: None,
             in_flight: FuturesUnordered::new(),
             wanted: 0,
             backlog: true,
@@ -128,6 +136,7 @@ impl<'a> ClaimLoop<'a> {
                         return self.stop(at).await;
                     }
                 }
+                more = fanned(&mut self.fanning) => self.fanned(more),
                 _ = wake.notified(), if overlap => {
                     self.fan_out_due = true;
                     let want = self.dispatch.room().saturating_sub(self.wanted);
@@ -146,14 +155,38 @@ impl<'a> ClaimLoop<'a> {
         let wait = self
             .next_change
             .map_or(config.poll_interval, |d| d.min(config.poll_interval));
-        tokio::select! {
-            biased;
-            _ = shutdown.as_mut() => return Some(Instant::now()),
-            _ = self.dispatch.inner.wake.notified() => {}
-            _ = tokio::time::sleep(wait) => {}
+        let until = Instant::now() + wait;
+        let wake = self.dispatch.inner.wake.clone();
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.as_mut() => return Some(Instant::now()),
+                // Rows it wrote wake the loop up; keys left, or a wake-up during it, go on.
+                more = fanned(&mut self.fanning) => { self.fanned(more); continue; }
+                _ = wake.notified() => {}
+                _ = tokio::time::sleep_until(until) => {}
+            }
+            self.fan_out_due = true;
+            return None;
         }
-        self.fan_out_due = true;
-        None
+    }
+
+    /// Starts a fan-out unless one is out (then the one due waits for it to come back).
+    fn fan_out(&mut self) {
+        if self.fanning.is_none() {
+            self.fan_out_due = false;
+            self.last_fan_out = Instant::now();
+            self.fanning = Some(tokio::spawn(fan_out_beside(self.dispatch.inner.clone())));
+        }
+    }
+
+    /// The fan-out out came back: another follows when it left keys to fan out, or when one
+    /// became due while it ran.
+    fn fanned(&mut self, more: bool) {
+        self.fanning = None;
+        if more || self.fan_out_due {
+            self.fan_out();
+        }
     }
 
     /// Sends a claim of up to `want` rows. An `overlap` (a claim beside others out) is not sent
@@ -173,18 +206,16 @@ impl<'a> ClaimLoop<'a> {
         if overlap && !bounds.destinations.is_empty() {
             return false;
         }
+        let ids = held.ids();
         self.bounded = !bounds.destinations.is_empty();
-        let fan_out = self.fan_out_due || self.last_fan_out.elapsed() >= FAN_OUT_INTERVAL;
-        if fan_out {
-            self.last_fan_out = Instant::now();
+        if self.fan_out_due || self.last_fan_out.elapsed() >= FAN_OUT_INTERVAL {
+            self.fan_out();
         }
-        self.fan_out_due = false;
         self.again = false;
         self.next_change = None;
         self.wanted += want;
-        let ids = held.ids();
         self.in_flight.push(Box::pin(async move {
-            (want, claim(&inner, want, ids, &bounds, fan_out).await)
+            (want, claim(&inner, want, ids, &bounds).await)
         }));
         true
     }
@@ -218,12 +249,10 @@ impl<'a> ClaimLoop<'a> {
             leases: rows,
             undecodable,
             again,
-            fan_out_more,
             next_change,
         } = claimed;
         let n = rows.len() + undecodable.len();
         self.count(n);
-        self.fan_out_due |= fan_out_more;
         self.dispatch.rows(rows, undecodable).await;
         if n == want || again {
             // A backlog: claim again at once, one claim at a time.
@@ -266,6 +295,20 @@ impl<'a> ClaimLoop<'a> {
                 held.insert(lease);
             }
         }
+        if let Some(mut fanning) = self.fanning.take() {
+            // Its statement commits or not on the server; nothing waits on its answer.
+            if tokio::time::timeout_at(until, &mut fanning).await.is_err() {
+                fanning.abort();
+            }
+        }
         at
+    }
+}
+
+/// Waits for the fan-out out; never resolves when there is none.
+async fn fanned(fanning: &mut Option<JoinHandle<bool>>) -> bool {
+    match fanning {
+        Some(fanning) => fanning.await.unwrap_or(false),
+        None => std::future::pending().await,
     }
 }
