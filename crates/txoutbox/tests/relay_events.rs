@@ -10,7 +10,7 @@ use txoutbox::{begin, Begin, OutboxMessage, Scope, StoredResponse};
 use txoutbox_test_support::factory::{message, pending_many};
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
 use txoutbox_test_support::request::{charge_fingerprint, key};
-use txoutbox_test_support::{counts, is_claim, test_db, RelayEvents, TestDb};
+use txoutbox_test_support::{counts, eventually_async, is_claim, test_db, RelayEvents, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -113,6 +113,76 @@ async fn a_relay_reports_the_deferred_effects_it_fans_out() -> TestResult {
         .await?;
     assert_eq!(fanned, RelayEvent::FannedOut { n: 2 });
     assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
+    relay.stop().await?;
+    Ok(())
+}
+
+/// The relay's claims waiting on a table lock (`messages/claim_unbounded.sql` or
+/// `messages/claim.sql`, known by their start: `pg_stat_activity` cuts long statements short).
+async fn claims_waiting(client: &tokio_postgres::Client) -> anyhow::Result<i64> {
+    Ok(client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' \
+             AND (query LIKE 'WITH guard AS%' OR query LIKE 'WITH flow AS%')",
+            &[],
+        )
+        .await?
+        .get(0))
+}
+
+#[tokio::test]
+async fn a_wake_up_while_a_claim_is_out_sends_another_claim_at_once() -> TestResult {
+    let db = test_db().await?;
+    let mut events = RelayEvents::new();
+    // No poll while the test runs: only the wake-ups send claims.
+    let config =
+        txoutbox_test_support::relay::relay_config().with_poll_interval(Duration::from_secs(60));
+    let relay = db
+        .relay()?
+        .config(events.config(config))
+        .sink("email", RecordingSink::new())
+        .build()?;
+    let waker = relay.clone();
+    let running = RunningRelay::start(relay);
+    events.idle().await?;
+    // Hold the claims on the server: a claim's UPDATE waits for this lock.
+    let locker = db.connect().await?;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE txoutbox_messages IN SHARE MODE")
+        .await?;
+    let watcher = db.connect().await?;
+    waker.wake();
+    eventually_async("the first claim waits on the lock", || async {
+        Ok(claims_waiting(&watcher).await? == 1)
+    })
+    .await?;
+    // Rows committed now are not in the waiting claim's snapshot: a wake-up sends another.
+    waker.wake();
+    eventually_async("a second claim is out beside the first", || async {
+        Ok(claims_waiting(&watcher).await? == 2)
+    })
+    .await?;
+    locker.batch_execute("ROLLBACK").await?;
+    events.idle().await?;
+    running.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_claim_does_not_wait_for_the_fan_out_beside_it() -> TestResult {
+    let db = test_db().await?;
+    let (mut events, sink, relay) = watched(&db)?;
+    events.idle().await?;
+    // Hold every fan-out on the server: it locks key rows for update, which this lock forbids.
+    let locker = db.connect().await?;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE txoutbox_idempotency_keys IN EXCLUSIVE MODE")
+        .await?;
+    pending_many(&db, "email", "k", 2).await?;
+    // The next poll fans out (held) and claims (not held): the rows are delivered.
+    assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
+    locker.batch_execute("ROLLBACK").await?;
     relay.stop().await?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -19,24 +20,18 @@ pub(super) struct Claimed {
     /// reason: dead-lettered at once, without a sink call.
     pub undecodable: Vec<(Lease, String)>,
     /// Claim again at once: the claim parked rows waiting behind an ordering-key head (there
-    /// may be due rows past them), or the fan-out before it left keys to fan out.
+    /// may be due rows past them).
     pub again: bool,
-    /// The fan-out before the claim left keys to fan out.
-    pub fan_out_more: bool,
     /// How long until a destination the claim held back may have rows again.
     pub next_change: Option<Duration>,
 }
 
-/// Claims up to `want` due rows, none of those in `held`, within the flow-control bounds. With
-/// `fan_out`, the fan-out of deferred effects runs first, on the same connection in the same
-/// round trip, so the claim (a statement of its own, with a snapshot taken after the fan-out
-/// committed) can take the rows it wrote.
+/// Claims up to `want` due rows, none of those in `held`, within the flow-control bounds.
 pub(super) async fn claim(
     inner: &Inner,
     want: usize,
     held: Vec<Uuid>,
     bounds: &flow::Bounds,
-    fan_out: bool,
 ) -> Result<Claimed> {
     let client = inner.pool.get().await?;
     let conn = Pooled::new(&client, inner.config.prepared_statements);
@@ -51,20 +46,7 @@ pub(super) async fn claim(
         // last claim saw no destination with a flow-control state.
         unbounded: bounds.destinations.is_empty() && !inner.flow_seen.load(Ordering::Relaxed),
     };
-    let fanning = async {
-        if fan_out {
-            fan_out::fan_out(&conn, &inner.poisoned, &inner.config.events).await
-        } else {
-            Ok(false)
-        }
-    };
-    let (more, claimed) = store::in_order(fanning, store::messages::claim_due(&conn, &due)).await;
-    let more = more.unwrap_or_else(|e| {
-        // The effects wait on their key rows for the next claim; the claim itself stands.
-        tracing::warn!(error = %e, "fan-out of deferred effects failed; will try again");
-        false
-    });
-    let mut claimed = claimed?;
+    let mut claimed = store::messages::claim_due(&conn, &due).await?;
     if claimed.flow {
         // A destination has a state now: claim within the bounds.
         due.unbounded = false;
@@ -102,10 +84,35 @@ pub(super) async fn claim(
     Ok(Claimed {
         leases,
         undecodable,
-        again: claimed.parked > 0 || more,
-        fan_out_more: more,
+        again: claimed.parked > 0,
         next_change,
     })
+}
+
+/// Fans out deferred effects on a connection of its own, beside the claims, so that no claim
+/// waits for it. When it wrote rows it wakes the claim loop: a claim sent before its commit
+/// cannot see them. (Its commit does not wait for the WAL flush; the claim that takes its rows
+/// starts after it committed, and that claim's flush makes the fan-out durable too.) Returns
+/// whether keys are left to fan out.
+pub(super) async fn fan_out_beside(inner: Arc<Inner>) -> bool {
+    let fanned = async {
+        let client = inner.pool.get().await?;
+        let conn = Pooled::new(&client, inner.config.prepared_statements);
+        fan_out::fan_out(&conn, &inner.poisoned, &inner.config.events).await
+    };
+    match fanned.await {
+        Ok(done) => {
+            if done.wrote {
+                inner.wake.notify_one();
+            }
+            done.more
+        }
+        Err(e) => {
+            // The effects wait on their key rows for the next fan-out.
+            tracing::warn!(error = %e, "fan-out of deferred effects failed; will try again");
+            false
+        }
+    }
 }
 
 /// Decodes a claimed row's stored JSON, one row at a time: a row whose payload or headers this

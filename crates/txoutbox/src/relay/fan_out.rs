@@ -34,14 +34,22 @@ impl Poisoned {
     }
 }
 
-/// Moves the effects of up to [`FAN_OUT_KEYS`] keys into the outbox; returns whether there may
-/// be more (it emptied as many keys as it may). A batch the database refuses for a data reason
-/// is fanned out key by key, and a key refused alone is set aside.
+/// What a fan-out did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct FannedOut {
+    /// It emptied keys: rows are due that no claim sent before its commit can see.
+    pub wrote: bool,
+    /// There may be more (it emptied as many keys as it may).
+    pub more: bool,
+}
+
+/// Moves the effects of up to [`FAN_OUT_KEYS`] keys into the outbox. A batch the database
+/// refuses for a data reason is fanned out key by key, and a key refused alone is set aside.
 pub(super) async fn fan_out(
     conn: &impl TxExecutor,
     poisoned: &Poisoned,
     events: &TestEvents,
-) -> Result<bool> {
+) -> Result<FannedOut> {
     let skip = poisoned.list();
     let e = match store::keys::fan_out(conn, FAN_OUT_KEYS, &skip, None).await {
         Ok(done) => {
@@ -55,7 +63,10 @@ pub(super) async fn fan_out(
                     n: done.keys as usize,
                 });
             }
-            return Ok(done.keys >= FAN_OUT_KEYS as u64);
+            return Ok(FannedOut {
+                wrote: done.keys > 0,
+                more: done.keys >= FAN_OUT_KEYS as u64,
+            });
         }
         Err(e) => Error::from(e),
     };
@@ -63,10 +74,16 @@ pub(super) async fn fan_out(
         return Err(e);
     }
     let awaiting = store::keys::awaiting_fan_out(conn, FAN_OUT_KEYS, &skip).await?;
-    let more = awaiting.len() >= FAN_OUT_KEYS as usize;
+    let mut out = FannedOut {
+        wrote: false,
+        more: awaiting.len() >= FAN_OUT_KEYS as usize,
+    };
     for (scope, key) in awaiting {
         match store::keys::fan_out(conn, 1, &skip, Some((&scope, &key))).await {
-            Ok(done) if done.keys > 0 => events.emit(RelayEvent::FannedOut { n: 1 }),
+            Ok(done) if done.keys > 0 => {
+                out.wrote = true;
+                events.emit(RelayEvent::FannedOut { n: 1 });
+            }
             Ok(_) => {}
             Err(e) => {
                 let e = Error::from(e);
@@ -82,5 +99,5 @@ pub(super) async fn fan_out(
             }
         }
     }
-    Ok(more)
+    Ok(out)
 }
