@@ -286,3 +286,6 @@ pub(crate) async fn sample_backlog(conn: &impl TxExecutor) -> Result<Option<Back
         oldest_secs: row.try_get(1)?,
     }))
 }
+
+#[cfg(test)]
+mod tests;

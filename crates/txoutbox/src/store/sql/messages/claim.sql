@@ -2,14 +2,18 @@
 -- hold and the rows this relay still holds an attempt of ($4). A row with an ordering key is
 -- claimable only when no earlier row of its key is still in the hot table.
 --
--- The claim looks at no more than 4 × $1 due rows. When some of them wait behind an earlier row
--- of their ordering key, the claim parks the key's whole due queue from there on, in one index
--- range of `txoutbox_messages_ordering` (at most 10 000 rows a claim): their `next_attempt_at`
--- moves $5 seconds on, $8 when the key's head is dead, out of the due range; the completion of
--- the row ahead brings the next one back at once. So rows queued behind a blocked head are read
--- once per park, not by every claim, and one claim clears the queue behind a dead head instead
--- of one claim per 4 × $1 rows of it before the other keys' rows are reached. The claim costs
--- the same however many rows wait behind blocked heads.
+-- The claim locks the first $1 due rows (those of other relays skipped) and no more: every row
+-- it locks and does not take costs a lock record, and the next claim locks it again. When some
+-- of them wait behind an earlier row of their ordering key, the claim takes the others and
+-- parks the key's whole due queue from there on, in one index range of
+-- `txoutbox_messages_ordering` (at most 10 000 rows a claim): their `next_attempt_at` moves $5
+-- seconds on, $8 when the key's head is dead, out of the due range; the completion of the row
+-- ahead brings the next one back at once. The relay claims again at once after a claim that
+-- parked rows, so the rows it could not take are replaced by the next claim's rather than
+-- looked for by over-reading every claim. So rows queued behind a blocked head are read once
+-- per park, not by every claim, and one claim clears the queue behind a dead head instead of
+-- one claim per $1 rows of it before the other keys' rows are reached. The claim costs the same
+-- however many rows wait behind blocked heads.
 --
 -- Flow control: destinations with a state in `txoutbox_destinations` (paused, throttled, a
 -- breaker not closed, a rate limit, failures counted) are locked for the statement and bounded:
@@ -95,7 +99,7 @@ free AS (
     WHERE m.status = 'pending' AND m.next_attempt_at <= now() AND m.id <> ALL($4::uuid[])
         AND (m.destination || '') <> ALL(ARRAY(SELECT destination FROM bound))
     ORDER BY m.next_attempt_at
-    LIMIT $1 * 4
+    LIMIT $1
     FOR UPDATE SKIP LOCKED),
 bounded AS (
     SELECT r.* FROM bound b CROSS JOIN LATERAL (

@@ -31,7 +31,7 @@ candidates AS (
     WHERE m.status = 'pending' AND m.next_attempt_at <= now() AND m.id <> ALL($4::uuid[])
         AND NOT (SELECT flow FROM guard)
     ORDER BY m.next_attempt_at
-    LIMIT $1 * 4
+    LIMIT $1
     FOR UPDATE SKIP LOCKED),
 blocked AS (
     SELECT c.id, c.ordering_key, c.seq, head.dead FROM candidates c CROSS JOIN LATERAL (
