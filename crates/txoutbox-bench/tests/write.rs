@@ -10,25 +10,7 @@ use txoutbox_test_support::test_db;
 async fn a_ratio_whose_baseline_was_not_measured_is_printed_n_a() -> anyhow::Result<()> {
     let db = test_db().await?;
     // The bench makes a database of its own on this server.
-    let out = Command::new(env!("CARGO_BIN_EXE_txoutbox-bench"))
-        .args([
-            "write",
-            "--clients",
-            "1",
-            "--seconds",
-            "1",
-            "--ratio-at",
-            "1",
-        ])
-        .args(["--modes", "full-one-row"])
-        .env("DATABASE_URL", db.url())
-        .output()?;
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{printed}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let printed = write(&db, &["--modes", "full-one-row"]).await?;
     let row = printed
         .lines()
         .find(|l| l.contains("deferred effects (1 row)"))
@@ -51,28 +33,14 @@ async fn a_ratio_whose_baseline_was_not_measured_is_printed_n_a() -> anyhow::Res
 #[tokio::test]
 async fn the_sqlx_lines_are_measured_beside_the_tokio_postgres_ones() -> anyhow::Result<()> {
     let db = test_db().await?;
-    let out = Command::new(env!("CARGO_BIN_EXE_txoutbox-bench"))
-        .args([
-            "write",
-            "--clients",
-            "1",
-            "--seconds",
-            "1",
-            "--ratio-at",
-            "1",
-        ])
-        .args([
+    let printed = write(
+        &db,
+        &[
             "--modes",
             "business,full-one-row,sqlx-business,sqlx-full-one-row",
-        ])
-        .env("DATABASE_URL", db.url())
-        .output()?;
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{printed}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        ],
+    )
+    .await?;
     for mode in ["sqlx: business insert only", "sqlx: ... + deferred effects"] {
         let row = printed
             .lines()
@@ -99,27 +67,16 @@ async fn the_sqlx_lines_are_measured_beside_the_tokio_postgres_ones() -> anyhow:
 #[tokio::test]
 async fn rounds_alternate_the_modes_and_the_ratio_is_the_median_rounds() -> anyhow::Result<()> {
     let db = test_db().await?;
-    let out = Command::new(env!("CARGO_BIN_EXE_txoutbox-bench"))
-        .args([
-            "write",
-            "--clients",
-            "1",
-            "--seconds",
-            "1",
-            "--ratio-at",
-            "1",
+    let printed = write(
+        &db,
+        &[
             "--rounds",
             "3",
-        ])
-        .args(["--modes", "business,full-one-row,full-one-row-after-begin"])
-        .env("DATABASE_URL", db.url())
-        .output()?;
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{printed}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+            "--modes",
+            "business,full-one-row,full-one-row-after-begin",
+        ],
+    )
+    .await?;
     // Each round measures every mode, in order: business, one row, one row after begin (the
     // table's rows open with the client count).
     let order: Vec<&str> = printed
@@ -166,4 +123,29 @@ async fn rounds_alternate_the_modes_and_the_ratio_is_the_median_rounds() -> anyh
         .ok_or_else(|| anyhow::anyhow!("no after-begin ratio: {printed}"))?;
     assert!(!after_begin.contains("n/a"), "{after_begin}");
     Ok(())
+}
+
+/// Runs `txoutbox-bench write` for one client, one second, ratios at 1 client, with `args`
+/// after, on a database of its own on the test server; fails unless it succeeds. Its output.
+async fn write(db: &txoutbox_test_support::TestDb, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_txoutbox-bench"))
+        .args([
+            "write",
+            "--clients",
+            "1",
+            "--seconds",
+            "1",
+            "--ratio-at",
+            "1",
+        ])
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    anyhow::ensure!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(printed)
 }
