@@ -1335,13 +1335,16 @@ async fn rows_waiting_for_a_slot_are_given_back_uncalled_at_shutdown() -> TestRe
         calls: Arc::default(),
         release: Arc::new(tokio::sync::Semaphore::new(0)),
     };
+    let mut events = RelayEvents::new();
     let relay = RunningRelay::start(
         db.relay()?
             .config(
-                RelayConfig::default()
-                    .with_concurrency(1)
-                    .with_batch_size(20)
-                    .with_poll_interval(Duration::from_millis(50)),
+                events.config(
+                    RelayConfig::default()
+                        .with_concurrency(1)
+                        .with_batch_size(20)
+                        .with_poll_interval(Duration::from_millis(50)),
+                ),
             )
             .sink("sms", sink.clone())
             .build()?,
@@ -1349,21 +1352,9 @@ async fn rows_waiting_for_a_slot_are_given_back_uncalled_at_shutdown() -> TestRe
     // A first call answered at once: the relay knows its sinks are fast, so its next claim takes
     // more rows than its one slot, and the rest wait in its queue.
     pending(&mut client, "sms", "first").await?;
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_delivered",
-        1,
-        Duration::from_secs(10),
-    )
-    .await?;
+    wait_until(&client, |c| c.delivered >= 1).await?;
     pending_many(&mut client, "sms", "queued", 20).await?;
-    wait_for_count(
-        &client,
-        "SELECT count(*) FROM txoutbox_messages WHERE status = 'in_flight'",
-        20,
-        Duration::from_secs(10),
-    )
-    .await?;
+    wait_until(&client, |c| c.in_flight >= 20).await?;
     assert_eq!(
         sink.calls.load(Ordering::SeqCst),
         2,
@@ -1372,11 +1363,12 @@ async fn rows_waiting_for_a_slot_are_given_back_uncalled_at_shutdown() -> TestRe
     // The running call ends during the shutdown's grace period: the slot it frees is not used.
     let release = sink.release.clone();
     let released = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        events.wait_for(|e| *e == RelayEvent::Stopping).await?;
         release.add_permits(100);
+        anyhow::Ok(())
     });
     relay.stop().await?;
-    released.await?;
+    released.await??;
     assert_eq!(
         sink.calls.load(Ordering::SeqCst),
         2,
