@@ -303,9 +303,7 @@ impl App {
         who: &Principal,
         force: bool,
     ) -> Result<DestinationFlow, Failure> {
-        query::storable("destination", destination)?;
-        let mut client = self.client().await?;
-        self.known_destination(&client, destination, force).await?;
+        let mut client = self.destination_client(destination, force).await?;
         let by = Some(who.name.as_str());
         Ok(txoutbox::admin::pause_destination(&mut client, destination, reason, by).await?)
     }
@@ -318,30 +316,30 @@ impl App {
         who: &Principal,
         force: bool,
     ) -> Result<DestinationFlow, Failure> {
-        query::storable("destination", destination)?;
-        let mut client = self.client().await?;
-        self.known_destination(&client, destination, force).await?;
+        let mut client = self.destination_client(destination, force).await?;
         let by = Some(who.name.as_str());
         Ok(txoutbox::admin::resume_destination(&mut client, destination, by).await?)
     }
 
-    /// Refuses a destination nothing names (a likely typo) unless `force`: see
+    /// A connection for an action on `destination`, once its name is checked storable; one
+    /// nothing names (a likely typo) is refused unless `force`: see
     /// [`txoutbox::admin::require_known_destination`], with the configured destinations.
-    async fn known_destination(
+    async fn destination_client(
         &self,
-        client: &tokio_postgres::Client,
         destination: &str,
         force: bool,
-    ) -> Result<(), Failure> {
+    ) -> Result<deadpool_postgres::Object, Failure> {
+        query::storable("destination", destination)?;
+        let client = self.client().await?;
         if !force {
             txoutbox::admin::require_known_destination(
-                client,
+                &**client,
                 destination,
                 &self.config.destinations,
             )
             .await?;
         }
-        Ok(())
+        Ok(client)
     }
 }
 
