@@ -4,17 +4,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
-use txoutbox::relay::{Breaker, DestinationPolicy, FlowControl, RetryPolicy, Semantics};
+use txoutbox::relay::{
+    Breaker, DestinationPolicy, FlowControl, RelayBuilder, RetryPolicy, Semantics,
+};
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::pending_many;
-use txoutbox_test_support::relay::RunningRelay;
+use txoutbox_test_support::relay::{relay_config, RunningRelay};
 use txoutbox_test_support::{eventually, eventually_async, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
 /// A downstream that fails every call of a row whose key starts with `bad` (a 503 without
-/// `Retry-After`: retryable, counted by the breaker) and takes every other; it records when each
+/// `Retry-After`: retryable, counted by the breaker), refuses every row whose key starts with
+/// `poison` (a 422: permanent, the row's own fault) and takes every other; it records when each
 /// call started.
 #[derive(Clone, Default)]
 struct PartlyBroken {
@@ -47,6 +50,8 @@ impl Sink for PartlyBroken {
         }
         if delivery.downstream_key.starts_with("bad") {
             Err(DeliveryError::retryable("503 Service Unavailable"))
+        } else if delivery.downstream_key.starts_with("poison") {
+            Err(DeliveryError::permanent("422 Unprocessable Entity"))
         } else {
             Ok(Receipt::new("200"))
         }
@@ -86,10 +91,17 @@ async fn wait_open(client: &tokio_postgres::Client) -> anyhow::Result<()> {
 
 /// Four failing rows of `x` and a relay whose calls to `x` open its breaker, once it is open.
 async fn open_breaker() -> anyhow::Result<(TestDb, Client, PartlyBroken, RunningRelay)> {
+    open_breaker_with(|relay| relay).await
+}
+
+/// [`open_breaker`] with the relay's builder adjusted by `configure`.
+async fn open_breaker_with(
+    configure: impl FnOnce(RelayBuilder) -> RelayBuilder,
+) -> anyhow::Result<(TestDb, Client, PartlyBroken, RunningRelay)> {
     let (db, client) = db_with_pending("x", "bad", 4).await?;
     let downstream = PartlyBroken::default();
     let relay = RunningRelay::start(
-        db.relay()?
+        configure(db.relay()?)
             .sink("x", downstream.clone())
             .policy("x", one_second_breaker())
             .build()?,
@@ -148,6 +160,33 @@ async fn a_locked_row_never_tried_does_not_stop_the_probe() -> TestResult {
     assert!(
         probed.is_some(),
         "no probe while a row never tried was locked elsewhere: {:?}",
+        downstream.calls()
+    );
+    Ok(())
+}
+
+/// A probe that draws a row the downstream refuses (a permanent failure: the row's fault, not
+/// the downstream's) ends without a verdict: the next probe goes at once, not when the refused
+/// probe's lease (a minute here) would have run out, and the healthy row behind it closes the
+/// breaker.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_probe_that_draws_a_refused_row_lets_the_next_probe_go_at_once() -> TestResult {
+    let (_db, mut client, downstream, relay) =
+        open_breaker_with(|relay| relay.config(relay_config().with_lease(Duration::from_secs(60))))
+            .await?;
+    pending_many(&mut client, "x", "poison", 1).await?;
+    pending_many(&mut client, "x", "good", 1).await?;
+    let refused = downstream
+        .first_call("poison-0", Duration::from_secs(30))
+        .await;
+    let probed = downstream
+        .first_call("good-0", Duration::from_secs(30))
+        .await;
+    relay.stop().await?;
+    assert!(refused.is_some(), "the refused row was the first probe");
+    assert!(
+        probed.is_some(),
+        "the healthy row waited for the refused probe's lease: {:?}",
         downstream.calls()
     );
     Ok(())

@@ -48,6 +48,11 @@ pub(super) enum Signal {
     Delivered,
     /// A retryable failure, or a call that reached no verdict.
     Failed,
+    /// A permanent failure: the row was refused (by the downstream or by its sink before any
+    /// call), which says nothing of the downstream's health. It neither counts nor closes; a
+    /// probe that ends so frees the probe, so the next one goes at the next claim instead of
+    /// waiting out the probe's lease.
+    Inconclusive,
     /// This answer tipped the window: `throttled` of this relay's last `answers` were throttled,
     /// and the downstream asked to wait `wait` (the longest it asked, bounded by the retry cap).
     Throttle {
@@ -386,7 +391,8 @@ pub(super) fn signals(inner: &Inner, batch: &[Finished]) -> Vec<(String, DateTim
         .filter_map(|f| {
             let signal = f.signal?;
             let destination = &f.lease.delivery.destination;
-            (signal != Signal::Delivered || inner.flow.is_suspect(destination))
+            let quiet = matches!(signal, Signal::Delivered | Signal::Inconclusive);
+            (!quiet || inner.flow.is_suspect(destination))
                 .then(|| (destination.clone(), f.finished, signal))
         })
         .collect();

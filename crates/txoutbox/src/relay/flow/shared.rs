@@ -46,6 +46,11 @@ impl Shared {
                         ..self
                     };
                 }
+                Signal::Inconclusive => {
+                    if self.breaker == "half_open" {
+                        self.probe_until = None;
+                    }
+                }
                 Signal::Throttle {
                     wait,
                     throttled,

@@ -59,6 +59,41 @@ fn a_delivery_resets_the_count_and_closes() {
 }
 
 #[test]
+fn a_refused_row_frees_a_probe_and_says_nothing_else() {
+    let policy = Breaker::default();
+    let half = Shared {
+        breaker: "half_open",
+        failures: 10,
+        opens: 1,
+        open_reason: Some("10 consecutive failures; next probe in 5s".into()),
+        probe_until: Some(at(30)),
+        ..closed()
+    };
+    let after = half
+        .clone()
+        .apply(&[Signal::Inconclusive], Some(&policy), at(1));
+    assert_eq!(
+        after,
+        Shared {
+            probe_until: None,
+            ..half
+        },
+        "the probe is free at once; the breaker neither closes nor counts"
+    );
+    let counting = Shared {
+        failures: 4,
+        ..closed()
+    };
+    assert_eq!(
+        counting
+            .clone()
+            .apply(&[Signal::Inconclusive], Some(&policy), at(1)),
+        counting,
+        "a refused row neither resets nor adds to a closed breaker's count"
+    );
+}
+
+#[test]
 fn a_failed_probe_opens_again_for_twice_as_long_up_to_the_cap() {
     let policy = Breaker {
         failures: 3,
