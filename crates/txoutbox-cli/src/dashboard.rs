@@ -56,11 +56,8 @@ fn parse_user(spec: &str) -> Result<User, String> {
 /// Serves the dashboard until SIGINT or SIGTERM.
 pub async fn run(url: &str, args: DashboardArgs) -> Result<()> {
     let pg = txoutbox::pg::PgConfig::parse(url).context("DATABASE_URL")?;
-    let manager = pg.manager(deadpool_postgres::ManagerConfig {
-        recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-    });
-    let pool = deadpool_postgres::Pool::builder(manager)
-        .max_size(usize::from(args.pool_size))
+    let pool = pg
+        .pool_builder(usize::from(args.pool_size))
         .build()
         .context("cannot build the connection pool")?;
     let (addr, notice) = txoutbox_dashboard::listen_addr(args.addr, !args.users.is_empty());

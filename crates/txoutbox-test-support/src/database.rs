@@ -151,12 +151,7 @@ impl ConnInfo {
 
     /// A connection pool over this database.
     pub fn pool(&self, size: usize) -> Result<deadpool_postgres::Pool> {
-        let manager = self.config()?.manager(deadpool_postgres::ManagerConfig {
-            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-        });
-        Ok(deadpool_postgres::Pool::builder(manager)
-            .max_size(size)
-            .build()?)
+        Ok(self.config()?.pool_builder(size).build()?)
     }
 }
 

@@ -151,15 +151,9 @@ pub async fn migrate(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<()> {
 
 /// The HTTP pool: bounded waits, so an unreachable Postgres is a quick 503 rather than a hang.
 pub fn pool(pg: &txoutbox::pg::PgConfig, size: usize) -> anyhow::Result<deadpool_postgres::Pool> {
-    let manager = pg.manager(deadpool_postgres::ManagerConfig {
-        recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-    });
-    Ok(deadpool_postgres::Pool::builder(manager)
-        .max_size(size)
-        .runtime(deadpool_postgres::Runtime::Tokio1)
+    Ok(pg
+        .pool_builder(size)
         .create_timeout(Some(Duration::from_secs(2)))
-        .wait_timeout(Some(Duration::from_secs(5)))
-        .recycle_timeout(Some(Duration::from_secs(2)))
         .build()?)
 }
 

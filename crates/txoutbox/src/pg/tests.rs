@@ -336,3 +336,41 @@ fn a_wildcard_common_name_matches_as_a_san_name_does() {
     assert!(wildcard.match_host(&host("db.example.com")));
     assert!(!wildcard.match_host(&host("a.db.example.com")));
 }
+
+/// A pool from `pool_builder` gives up on a server that takes the connection and never answers,
+/// at its create timeout, instead of holding the caller until the operating system does.
+#[tokio::test]
+async fn a_pool_gives_up_on_a_server_that_never_answers() -> Result<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| Error::Config(e.to_string()))?
+        .port();
+    let silent = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    let pg = parse(&format!(
+        "postgres://root@127.0.0.1:{port}/x?sslmode=disable"
+    ))?;
+    let pool = pg
+        .pool_builder(1)
+        .build()
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let got = tokio::time::timeout(POOL_CREATE_TIMEOUT * 4, pool.get()).await;
+    silent.abort();
+    assert!(
+        matches!(
+            got,
+            Ok(Err(deadpool_postgres::PoolError::Timeout(
+                deadpool_postgres::TimeoutType::Create
+            )))
+        ),
+        "expected the pool's create timeout, got {got:?}"
+    );
+    Ok(())
+}

@@ -112,14 +112,9 @@ impl RelayBuilder {
             )
             .trim(),
         );
-        let manager = pg.manager(deadpool_postgres::ManagerConfig {
-            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
-        });
-        let pool = deadpool_postgres::Pool::builder(manager)
-            .max_size(self.config.pool_size.max(2))
+        let pool = pg
+            .pool_builder(self.config.pool_size.max(2))
             .wait_timeout(Some(Duration::from_secs(10)))
-            .create_timeout(Some(Duration::from_secs(5)))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| Error::Config(format!("relay pool: {e}")))?;
         Ok(Relay {
