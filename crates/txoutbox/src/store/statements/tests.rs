@@ -87,6 +87,21 @@ fn included(sql: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Asserts the files on disk and the registry's entries (`count` of them) are the same names.
+fn same_files(what: &str, on_disk: &BTreeSet<String>, listed: &BTreeSet<String>, count: usize) {
+    let unlisted: Vec<_> = on_disk.difference(listed).collect();
+    let missing: Vec<_> = listed.difference(on_disk).collect();
+    assert!(
+        unlisted.is_empty(),
+        "{what} under store/sql/ not in store::statements: {unlisted:?}"
+    );
+    assert!(
+        missing.is_empty(),
+        "{what} in the registry without a file: {missing:?}"
+    );
+    assert_eq!(listed.len(), count, "{what}: one listed twice");
+}
+
 #[test]
 fn every_sql_file_is_in_the_registry_and_every_entry_has_its_file() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/sql");
@@ -95,29 +110,9 @@ fn every_sql_file_is_in_the_registry_and_every_entry_has_its_file() {
         .iter()
         .map(|(name, _, _)| format!("{name}.sql"))
         .collect();
-    let unlisted: Vec<_> = on_disk.difference(&listed).collect();
-    let missing: Vec<_> = listed.difference(&on_disk).collect();
-    assert!(
-        unlisted.is_empty(),
-        "files under store/sql/ not in store::statements::STATEMENTS: {unlisted:?}"
-    );
-    assert!(
-        missing.is_empty(),
-        "registry entries without a file: {missing:?}"
-    );
-    assert_eq!(listed.len(), STATEMENTS.len(), "a statement listed twice");
+    same_files("statements", &on_disk, &listed, STATEMENTS.len());
     let parts: BTreeSet<String> = PARTS.iter().map(|(name, _)| (*name).to_owned()).collect();
-    let unlisted: Vec<_> = parts_on_disk.difference(&parts).collect();
-    let missing: Vec<_> = parts.difference(&parts_on_disk).collect();
-    assert!(
-        unlisted.is_empty(),
-        "parts not in the registry's `parts`: {unlisted:?}"
-    );
-    assert!(
-        missing.is_empty(),
-        "parts listed without a file: {missing:?}"
-    );
-    assert_eq!(parts.len(), PARTS.len(), "a part listed twice");
+    same_files("parts", &parts_on_disk, &parts, PARTS.len());
 }
 
 #[test]
