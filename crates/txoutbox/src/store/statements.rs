@@ -135,9 +135,9 @@ pub(crate) const fn sent(text: &'static [u8]) -> &'static str {
 }
 
 /// Declares the parts the statements include (their paths under `store/sql/`, without `.sql`),
-/// then, for each table folder, a module of constants (one per statement: its file's
-/// [`statement`], each `\i <part>` line replaced by the part) and the registry of them all,
-/// named `<folder>/<file>` after their files.
+/// then, for each table folder, a module of constants (one per statement: its file's text after
+/// the header, each `\i <part>` line replaced by the part, [`expand`]) and the registry of them
+/// all, named `<folder>/<file>` after their files.
 macro_rules! statements {
     (
         parts { $($part:literal,)* }
