@@ -288,54 +288,51 @@ impl<'a> Parser<'a> {
         Some(code)
     }
 
-    fn array(&mut self, depth: usize) -> Option<Json<'a>> {
+    /// The items of an array or the members of an object: `open`, then `item`s (each between
+    /// white space) separated by commas, then `close`; `None` past [`MAX_DEPTH`] or at anything
+    /// else.
+    fn sequence<T>(
+        &mut self,
+        depth: usize,
+        open: u8,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Option<T>,
+    ) -> Option<Vec<T>> {
         if depth > MAX_DEPTH {
             return None;
         }
-        self.eat(b'[')?;
+        self.eat(open)?;
         let mut items = Vec::new();
         self.skip_whitespace();
-        if self.peek() == Some(b']') {
+        if self.peek() == Some(close) {
             self.at += 1;
-            return Some(Json::Array(items));
+            return Some(items);
         }
         loop {
             self.skip_whitespace();
-            items.push(self.value(depth)?);
+            items.push(item(self)?);
             self.skip_whitespace();
             match self.next()? {
                 b',' => continue,
-                b']' => return Some(Json::Array(items)),
+                c if c == close => return Some(items),
                 _ => return None,
             }
         }
     }
 
+    fn array(&mut self, depth: usize) -> Option<Json<'a>> {
+        let items = self.sequence(depth, b'[', b']', |p| p.value(depth))?;
+        Some(Json::Array(items))
+    }
+
     fn object(&mut self, depth: usize) -> Option<Json<'a>> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        self.eat(b'{')?;
-        let mut members = Vec::new();
-        self.skip_whitespace();
-        if self.peek() == Some(b'}') {
-            self.at += 1;
-            return Some(Json::Object(members));
-        }
-        loop {
-            self.skip_whitespace();
-            let key = self.string()?;
-            self.skip_whitespace();
-            self.eat(b':')?;
-            self.skip_whitespace();
-            members.push((key, self.value(depth)?));
-            self.skip_whitespace();
-            match self.next()? {
-                b',' => continue,
-                b'}' => break,
-                _ => return None,
-            }
-        }
+        let mut members = self.sequence(depth, b'{', b'}', |p| {
+            let key = p.string()?;
+            p.skip_whitespace();
+            p.eat(b':')?;
+            p.skip_whitespace();
+            Some((key, p.value(depth)?))
+        })?;
         members.sort_by(|a, b| a.0.cmp(&b.0));
         // A duplicate key: the body is not canonicalized (see the module docs).
         if members.windows(2).any(|pair| pair[0].0 == pair[1].0) {

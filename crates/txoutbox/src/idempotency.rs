@@ -27,7 +27,7 @@ mod scope;
 
 use std::collections::HashSet;
 
-pub(crate) use claim::{attach_traceparent, check_effect, downstream_key_for};
+pub(crate) use claim::Effects;
 pub(crate) use scope::{check_lock_timeout, check_window};
 
 use crate::key::IdempotencyKey;

@@ -47,7 +47,6 @@
 //! schedule within about a day and a half, Stripe's webhooks within three days). `txoutbox purge` prunes expired records in bounded batches; a message arriving
 //! after its record expired is new again, as a request after its key's window is.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -55,14 +54,10 @@ use uuid::Uuid;
 
 use crate::downstream_key::DOWNSTREAM_KEY_NAMESPACE;
 use crate::error::{Error, Result};
-use crate::idempotency::{
-    attach_traceparent, check_effect, check_lock_timeout, check_window, downstream_key_for,
-    enqueue_context,
-};
+use crate::idempotency::{check_lock_timeout, check_window, Effects};
 use crate::outbox::{check_name, enqueue, Enqueued, OutboxMessage};
 use crate::store::driver::{StoreError, WriteTx};
 use crate::store::inbox::{self as store, Recorded};
-use crate::telemetry::Traceparent;
 
 /// The default window: a redelivery within 7 days of the first delivery is a duplicate. Longer
 /// than any sender's retry budget, so no retry of a message arrives after its record is gone.
@@ -178,9 +173,7 @@ pub struct InboxClaim {
     consumer: String,
     message_id: String,
     received_at: DateTime<Utc>,
-    messages: Vec<OutboxMessage>,
-    effects: HashSet<String>,
-    traceparent: Option<Traceparent>,
+    effects: Effects,
 }
 
 /// Checks a message id: 1..=255 bytes, no control characters (they are joined by newlines where
@@ -219,9 +212,7 @@ pub async fn receive(
             consumer: consumer.name.clone(),
             message_id: message_id.to_owned(),
             received_at,
-            messages: Vec::new(),
-            effects: HashSet::new(),
-            traceparent: enqueue_context(),
+            effects: Effects::new(),
         })),
         Ok(Recorded::Found(first_received, outcome)) => Ok(Receive::Duplicate {
             first_received,
@@ -292,9 +283,8 @@ impl InboxClaim {
     /// message id, `effect`) unless the message carries one ([`InboxClaim::downstream_key`]).
     /// Each effect name may be used once per message.
     pub fn enqueue(&mut self, effect: &str, message: OutboxMessage) -> Result<&mut Self> {
-        check_effect(&mut self.effects, effect)?;
-        let key = downstream_key_for(&message, || self.downstream_key(effect))?;
-        self.messages.push(message.with_downstream_key(key));
+        let derive = || derive_inbox_downstream_key(&self.consumer, &self.message_id, effect);
+        self.effects.push(effect, message, derive)?;
         Ok(self)
     }
 
@@ -305,7 +295,7 @@ impl InboxClaim {
 
     /// Attaches the trace context to every effect that does not carry its own `traceparent`.
     pub fn with_traceparent(&mut self, traceparent: &str) -> Result<&mut Self> {
-        self.traceparent = Some(Traceparent::parse(traceparent.trim())?);
+        self.effects.set_traceparent(traceparent)?;
         Ok(self)
     }
 
@@ -327,16 +317,12 @@ impl InboxClaim {
     /// Writes the buffered effects in the caller's transaction (nothing when there are none),
     /// on any driver ([`WriteTx`]: `&tx`, or `&mut tx` on sqlx); the caller then commits. An effect whose (destination, downstream key) is still in the
     /// outbox is skipped ([`Enqueued::skipped`]).
-    pub async fn complete(mut self, tx: impl WriteTx) -> Result<Enqueued> {
-        if self.messages.is_empty() {
+    pub async fn complete(self, tx: impl WriteTx) -> Result<Enqueued> {
+        let messages = self.effects.into_messages();
+        if messages.is_empty() {
             return Ok(Enqueued::default());
         }
-        if let Some(traceparent) = &self.traceparent {
-            for message in &mut self.messages {
-                attach_traceparent(message, traceparent);
-            }
-        }
-        enqueue(tx, &self.messages).await
+        enqueue(tx, &messages).await
     }
 }
 

@@ -204,27 +204,35 @@ pub const DEFAULT_PRUNE_BATCH: i64 = 1_000;
 /// Deletes expired keys, `batch` at a time, until none is left. Returns how many were deleted.
 /// After a key is pruned, a request with it is new again: the key window is the retry contract.
 pub async fn prune_expired_keys(client: &Client, batch: i64) -> crate::error::Result<u64> {
-    let batch = batch.max(1);
-    let mut total = 0;
-    loop {
-        let deleted =
-            crate::store::keys::prune_expired(&crate::store::Unnamed(client), batch).await?;
-        total += deleted;
-        if deleted < batch as u64 {
-            return Ok(total);
-        }
-    }
+    let conn = crate::store::Unnamed(client);
+    in_batches(batch, |batch| {
+        crate::store::keys::prune_expired(&conn, batch)
+    })
+    .await
 }
 
 /// Deletes expired inbox records, `batch` at a time, until none is left. Returns how many were
 /// deleted. After a record is pruned, a delivery of its message is new again: the consumer's
 /// window is the redelivery contract ([`crate::inbox::DEFAULT_WINDOW`]).
 pub async fn prune_expired_inbox(client: &Client, batch: i64) -> crate::error::Result<u64> {
+    let conn = crate::store::Unnamed(client);
+    in_batches(batch, |batch| {
+        crate::store::inbox::prune_expired(&conn, batch)
+    })
+    .await
+}
+
+/// Runs `delete` (at most `batch` rows, at least 1, a call) until a call deletes fewer than
+/// `batch`; returns how many were deleted in all.
+async fn in_batches<F, D>(batch: i64, mut delete: D) -> crate::error::Result<u64>
+where
+    D: FnMut(i64) -> F,
+    F: std::future::Future<Output = Result<u64, tokio_postgres::Error>>,
+{
     let batch = batch.max(1);
     let mut total = 0;
     loop {
-        let deleted =
-            crate::store::inbox::prune_expired(&crate::store::Unnamed(client), batch).await?;
+        let deleted = delete(batch).await?;
         total += deleted;
         if deleted < batch as u64 {
             return Ok(total);

@@ -438,13 +438,13 @@ async fn taken_keys(
 /// Makes the planned writes, logs them and hints the relays.
 async fn apply(tx: &Transaction<'_>, plan: &Plan, batch: &Batch) -> Result<(), AdminError> {
     if !plan.hot_ids.is_empty() {
-        store::replay::replay_hot(tx, &plan.hot_ids, &plan.hot_keys).await?;
+        store::replay::put_back(tx, false, &plan.hot_ids, &plan.hot_keys).await?;
     }
     if !plan.back_ids.is_empty() {
         // Re-inserted rows take a new seq: under the ordering-key locks enqueue takes, so that
         // seq stays commit order within a key.
         lock_ordering_keys(&mut &*tx, &batch.delivered).await?;
-        store::replay::move_delivered(tx, &plan.back_ids, &plan.back_keys).await?;
+        store::replay::put_back(tx, true, &plan.back_ids, &plan.back_keys).await?;
     }
     let ids: Vec<Uuid> = batch.replayed.iter().map(|r| r.id).collect();
     let keys: Vec<&str> = batch

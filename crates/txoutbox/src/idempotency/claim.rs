@@ -368,3 +368,54 @@ pub(crate) fn downstream_key_for(
         None => Ok(derive()),
     }
 }
+
+/// The effects a [`RowClaim`](super::RowClaim) or an [`InboxClaim`](crate::inbox::InboxClaim) buffers
+/// until it completes: each named once, with its downstream key (its own, or the one `derive`
+/// gives), and the trace context attached to those without their own when they are written.
+#[derive(Debug)]
+pub(crate) struct Effects {
+    messages: Vec<OutboxMessage>,
+    names: HashSet<String>,
+    traceparent: Option<crate::telemetry::Traceparent>,
+}
+
+impl Effects {
+    /// None yet, the current trace context to attach ([`super::enqueue_context`]).
+    pub(crate) fn new() -> Self {
+        Effects {
+            messages: Vec::new(),
+            names: HashSet::new(),
+            traceparent: super::enqueue_context(),
+        }
+    }
+
+    /// Buffers `message` as the effect named `effect` ([`check_effect`], [`downstream_key_for`]).
+    pub(crate) fn push(
+        &mut self,
+        effect: &str,
+        message: OutboxMessage,
+        derive: impl FnOnce() -> String,
+    ) -> Result<()> {
+        check_effect(&mut self.names, effect)?;
+        let key = downstream_key_for(&message, derive)?;
+        self.messages.push(message.with_downstream_key(key));
+        Ok(())
+    }
+
+    /// Attaches `traceparent` (a W3C value) to every effect without its own; the effects are
+    /// unchanged when it is malformed.
+    pub(crate) fn set_traceparent(&mut self, traceparent: &str) -> Result<()> {
+        self.traceparent = Some(crate::telemetry::Traceparent::parse(traceparent.trim())?);
+        Ok(())
+    }
+
+    /// The buffered messages, the trace context attached.
+    pub(crate) fn into_messages(mut self) -> Vec<OutboxMessage> {
+        if let Some(traceparent) = &self.traceparent {
+            for message in &mut self.messages {
+                attach_traceparent(message, traceparent);
+            }
+        }
+        self.messages
+    }
+}

@@ -11,11 +11,9 @@
 //! new again while its row exists. Effects derive their downstream keys from the key alone, so a
 //! replayed request never enqueues them twice.
 
-use std::collections::HashSet;
-
 use tokio_postgres::Row;
 
-use super::{attach_traceparent, check_effect, count, downstream_key_for, enqueue_context, Scope};
+use super::{count, Effects, Scope};
 use crate::downstream_key::derive_downstream_key;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -23,9 +21,7 @@ use crate::key::IdempotencyKey;
 use crate::outbox::{enqueue, Enqueued, OutboxMessage};
 use crate::store::driver::{BusinessRows, StoreError, StoreResult, WriteTx};
 use crate::store::{Params, TxExecutor};
-use crate::telemetry::{
-    Traceparent, IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS,
-};
+use crate::telemetry::{IDEMPOTENCY_CONFLICTS, IDEMPOTENCY_MISMATCHES, IDEMPOTENCY_REPLAYS};
 
 /// A table of the service's whose rows are their requests' key records.
 ///
@@ -190,9 +186,7 @@ impl BusinessKey {
                 claim: RowClaim {
                     scope: self.scope.clone(),
                     key: key.clone(),
-                    messages: Vec::new(),
-                    effects: HashSet::new(),
-                    traceparent: enqueue_context(),
+                    effects: Effects::new(),
                 },
             });
         }
@@ -227,18 +221,15 @@ impl BusinessKey {
 pub struct RowClaim {
     scope: Scope,
     key: IdempotencyKey,
-    messages: Vec<OutboxMessage>,
-    effects: HashSet<String>,
-    traceparent: Option<Traceparent>,
+    effects: Effects,
 }
 
 impl RowClaim {
     /// Enqueues one effect of this request, its downstream key derived from (scope, key,
     /// `effect`) unless the message carries one. Each effect name may be used once.
     pub fn enqueue(&mut self, effect: &str, message: OutboxMessage) -> Result<&mut Self> {
-        check_effect(&mut self.effects, effect)?;
-        let key = downstream_key_for(&message, || self.downstream_key(effect))?;
-        self.messages.push(message.with_downstream_key(key));
+        let derive = || derive_downstream_key(self.scope.name(), &self.key, effect);
+        self.effects.push(effect, message, derive)?;
         Ok(self)
     }
 
@@ -251,17 +242,12 @@ impl RowClaim {
     /// Attaches the request's W3C trace context to every effect that does not carry its own
     /// `traceparent`, as [`crate::Claim::with_traceparent`] does.
     pub fn with_traceparent(&mut self, traceparent: &str) -> Result<&mut Self> {
-        self.traceparent = Some(Traceparent::parse(traceparent.trim())?);
+        self.effects.set_traceparent(traceparent)?;
         Ok(self)
     }
 
     /// Writes the buffered effects in the caller's transaction; the caller then commits.
-    pub async fn complete(mut self, tx: impl WriteTx) -> Result<Enqueued> {
-        if let Some(traceparent) = &self.traceparent {
-            for message in &mut self.messages {
-                attach_traceparent(message, traceparent);
-            }
-        }
-        enqueue(tx, &self.messages).await
+    pub async fn complete(self, tx: impl WriteTx) -> Result<Enqueued> {
+        enqueue(tx, &self.effects.into_messages()).await
     }
 }

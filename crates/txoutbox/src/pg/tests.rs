@@ -1,6 +1,6 @@
 //! The connection-string parser and the TLS error text, without a server.
 
-use tokio_postgres::config::Host;
+use tokio_postgres::config::{Host, SslMode as TheirSslMode};
 
 use rustls::pki_types::ServerName;
 
@@ -20,16 +20,18 @@ fn config_error(text: &str) -> String {
     }
 }
 
+/// Asserts the sslmode txoutbox reads (`ours`) and the one tokio-postgres's config holds.
+fn assert_ssl_modes(pg: &PgConfig, ours: SslMode, theirs: TheirSslMode) {
+    assert_eq!(pg.ssl_mode(), ours);
+    assert_eq!(pg.config().get_ssl_mode(), theirs);
+}
+
 #[test]
 fn url_keeps_tls_parameters_tokio_postgres_refuses() -> Result<()> {
     let pg = parse("postgres://app:pw@db.example:6543/shop?sslmode=require&application_name=x")?;
-    assert_eq!(pg.ssl_mode(), SslMode::Require);
+    assert_ssl_modes(&pg, SslMode::Require, TheirSslMode::Require);
     assert_eq!(pg.config().get_dbname(), Some("shop"));
     assert_eq!(pg.config().get_application_name(), Some("x"));
-    assert_eq!(
-        pg.config().get_ssl_mode(),
-        tokio_postgres::config::SslMode::Require
-    );
     Ok(())
 }
 
@@ -45,11 +47,7 @@ fn key_value_form_with_quotes_survives_stripping() -> Result<()> {
 #[test]
 fn default_is_prefer_like_libpq() -> Result<()> {
     let pg = parse("host=localhost")?;
-    assert_eq!(pg.ssl_mode(), SslMode::Prefer);
-    assert_eq!(
-        pg.config().get_ssl_mode(),
-        tokio_postgres::config::SslMode::Prefer
-    );
+    assert_ssl_modes(&pg, SslMode::Prefer, TheirSslMode::Prefer);
     Ok(())
 }
 
@@ -248,11 +246,7 @@ fn a_hostaddr_without_host_names_the_server_for_tls() -> Result<()> {
 #[test]
 fn unix_sockets_ignore_sslmode_as_libpq_does() -> Result<()> {
     let pg = parse("host=/var/run/postgresql sslmode=require")?;
-    assert_eq!(pg.ssl_mode(), SslMode::Require);
-    assert_eq!(
-        pg.config().get_ssl_mode(),
-        tokio_postgres::config::SslMode::Disable
-    );
+    assert_ssl_modes(&pg, SslMode::Require, TheirSslMode::Disable);
     Ok(())
 }
 

@@ -15,6 +15,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 
+use super::columns::Column;
 use super::inbox::{self, FoundRecord, Record};
 use super::keys::{self, ClaimKey, CompleteKey, Locked, Refused};
 use super::messages::{self, Inserted, MessageColumns};
@@ -114,6 +115,38 @@ pub struct FoundRow {
     pub response_headers: Option<String>,
     pub response_body: Option<Vec<u8>>,
     pub live: Option<bool>,
+}
+
+impl LockRow {
+    /// Decodes a lock's row (its first column, whether the lock was taken, is read apart).
+    pub(crate) fn decode<R>(row: &R) -> Result<Self, R::Error>
+    where
+        R: Column<String> + Column<DateTime<Utc>> + Column<i32>,
+    {
+        Ok(LockRow {
+            isolation: row.column(1)?,
+            now: row.column(2)?,
+            backend_pid: row.column(3)?,
+        })
+    }
+}
+
+impl FoundRow {
+    /// Decodes a lookup's row.
+    pub(crate) fn decode<R>(row: &R) -> Result<Self, R::Error>
+    where
+        R: Column<Option<Vec<u8>>> + Column<Option<String>> + Column<Option<i16>>,
+        R: Column<Option<bool>>,
+    {
+        Ok(FoundRow {
+            fingerprint: row.column(0)?,
+            state: row.column(1)?,
+            response_status: row.column(2)?,
+            response_headers: row.column(3)?,
+            response_body: row.column(4)?,
+            live: row.column(5)?,
+        })
+    }
 }
 
 /// What the lock and the lookup behind it say, whichever driver read them.

@@ -5,6 +5,7 @@ use super::statements::inbox::{COUNT_EXPIRED, LOOKUP, PRUNE_EXPIRED, RECORD, TAK
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 
+use super::columns::Column;
 use super::driver::{Statements, StoreResult};
 use super::{Result, TxExecutor};
 
@@ -26,6 +27,20 @@ pub struct FoundRecord {
     pub received_at: Option<DateTime<Utc>>,
     pub outcome: Option<String>,
     pub live: Option<bool>,
+}
+
+impl FoundRecord {
+    /// Decodes [`LOOKUP`]'s row, from whichever driver.
+    pub(crate) fn decode<R>(row: &R) -> std::result::Result<Self, R::Error>
+    where
+        R: Column<Option<DateTime<Utc>>> + Column<Option<String>> + Column<Option<bool>>,
+    {
+        Ok(FoundRecord {
+            received_at: row.column(0)?,
+            outcome: row.column(1)?,
+            live: row.column(2)?,
+        })
+    }
 }
 
 /// What [`record`] found.
@@ -90,14 +105,7 @@ pub(crate) async fn lookup(
             &[(&consumer, Type::TEXT), (&message_id, Type::TEXT)],
         )
         .await?;
-    let Some(row) = rows.first() else {
-        return Ok(None);
-    };
-    Ok(Some(FoundRecord {
-        received_at: row.try_get(0)?,
-        outcome: row.try_get(1)?,
-        live: row.try_get(2)?,
-    }))
+    rows.first().map(FoundRecord::decode).transpose()
 }
 
 /// [`TAKE_OVER`] on tokio-postgres: the time of the record taken over, `None` when a concurrent

@@ -96,22 +96,8 @@ pub(crate) async fn lock_and_lookup(
         };
         (lock, found?)
     };
-    let lock = LockRow {
-        isolation: lock.try_get(1)?,
-        now: lock.try_get(2)?,
-        backend_pid: lock.try_get(3)?,
-    };
-    let found = match found.first() {
-        Some(row) => Some(FoundRow {
-            fingerprint: row.try_get(0)?,
-            state: row.try_get(1)?,
-            response_status: row.try_get(2)?,
-            response_headers: row.try_get(3)?,
-            response_body: row.try_get(4)?,
-            live: row.try_get("live")?,
-        }),
-        None => None,
-    };
+    let lock = LockRow::decode(&lock)?;
+    let found = found.first().map(FoundRow::decode).transpose()?;
     Ok(Some(driver::locked(lock, found)))
 }
 

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
+use super::columns::Column;
 use super::{Result, TxExecutor};
 
 /// A batch of messages as column arrays, ready for one `unnest` insert (in [`insert_messages`],
@@ -42,21 +43,30 @@ pub struct Inserted {
     pub destinations: Vec<String>,
 }
 
+impl Inserted {
+    /// Decodes an insert's rows (id, destination), from whichever driver.
+    pub(crate) fn decode<R>(rows: &[R]) -> std::result::Result<Self, R::Error>
+    where
+        R: Column<Uuid> + Column<String>,
+    {
+        let mut written = Inserted {
+            ids: Vec::with_capacity(rows.len()),
+            destinations: Vec::with_capacity(rows.len()),
+        };
+        for row in rows {
+            written.ids.push(row.column(0)?);
+            written.destinations.push(row.column(1)?);
+        }
+        Ok(written)
+    }
+}
+
 /// Inserts the messages; a (destination, downstream key) already in the table is skipped.
 pub(crate) async fn insert_messages(
     tx: &impl TxExecutor,
     rows: &MessageColumns,
 ) -> Result<Inserted> {
-    let inserted = tx.rows(INSERT, &columns(rows)).await?;
-    let mut written = Inserted {
-        ids: Vec::with_capacity(inserted.len()),
-        destinations: Vec::with_capacity(inserted.len()),
-    };
-    for row in &inserted {
-        written.ids.push(row.try_get(0)?);
-        written.destinations.push(row.try_get(1)?);
-    }
-    Ok(written)
+    Inserted::decode(&tx.rows(INSERT, &columns(rows)).await?)
 }
 
 /// Takes the transaction-scoped advisory locks of `keys` (ordering keys), in a fixed order.

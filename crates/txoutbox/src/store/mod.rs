@@ -17,6 +17,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod attempts;
+pub(crate) mod columns;
 pub(crate) mod destinations;
 pub(crate) mod driver;
 pub(crate) mod inbox;

@@ -113,22 +113,8 @@ async fn lock_and_lookup(
             .await?;
         (waited, found)
     };
-    let lock = LockRow {
-        isolation: lock.try_get(1)?,
-        now: lock.try_get(2)?,
-        backend_pid: lock.try_get(3)?,
-    };
-    let found = match found {
-        Some(row) => Some(FoundRow {
-            fingerprint: row.try_get(0)?,
-            state: row.try_get(1)?,
-            response_status: row.try_get(2)?,
-            response_headers: row.try_get(3)?,
-            response_body: row.try_get(4)?,
-            live: row.try_get("live")?,
-        }),
-        None => None,
-    };
+    let lock = LockRow::decode(&lock)?;
+    let found = found.as_ref().map(FoundRow::decode).transpose()?;
     Ok(Some(locked(lock, found)))
 }
 
@@ -192,15 +178,7 @@ async fn insert_messages(conn: &mut PgConnection, rows: &MessageColumns) -> Stor
     let inserted = bind_columns(sqlx::query(statements::messages::INSERT), rows)
         .fetch_all(&mut *conn)
         .await?;
-    let mut written = Inserted {
-        ids: Vec::with_capacity(inserted.len()),
-        destinations: Vec::with_capacity(inserted.len()),
-    };
-    for row in &inserted {
-        written.ids.push(row.try_get(0)?);
-        written.destinations.push(row.try_get(1)?);
-    }
-    Ok(written)
+    Ok(Inserted::decode(&inserted)?)
 }
 
 async fn lock_ordering_keys(conn: &mut PgConnection, keys: &[&str]) -> StoreResult<()> {
@@ -244,14 +222,7 @@ async fn inbox_lookup(
         .bind(message_id)
         .fetch_optional(&mut *conn)
         .await?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    Ok(Some(FoundRecord {
-        received_at: row.try_get(0)?,
-        outcome: row.try_get(1)?,
-        live: row.try_get(2)?,
-    }))
+    Ok(row.as_ref().map(FoundRecord::decode).transpose()?)
 }
 
 async fn inbox_take_over(

@@ -8,21 +8,23 @@
 //! settings, the wake-up channel). Each file opens with `--` lines: what it does, why it is shaped
 //! so, then `-- Parameters:` and one `-- $N name: type` line per parameter (`-- Parameters:
 //! none.` when it takes none), which the tests read to prepare it with those types. The header
-//! stays in the file: the constants hold the statement alone ([`statement`]), the text sent.
+//! stays in the file: the constants hold the statement alone, the text sent.
 //!
-//! No statement is built at run time. Those that differ by a part are listed as each of their
-//! variants, whole: the six ways to store a key (`idempotency_keys/complete_*`: insert, take over
-//! or update the key row, each without and with outbox rows) and the two claims
-//! (`messages/claim`, `messages/claim_unbounded`), so that each file is exactly the text sent.
+//! A text several statements share is written once, as a part: a file under
+//! `store/sql/<table>/parts/`, opening with `--` lines that say what it is and who includes it,
+//! listed in the registry's `parts`. A statement includes it by a line `\i <table>/parts/<name>.sql`
+//! (psql's include command), which stands for the part's text after its header; a part may
+//! include another. The six ways to store a key (`idempotency_keys/complete_*`) share their key
+//! row's writes and checks, the two claims their end, the statements with a filter its
+//! conditions. The includes are resolved at compile time ([`expand`], in `const` items): no
+//! statement is built at run time, and each constant is one `&'static str`.
 //!
-//! The tests (`store::statements::tests`, and `tests/statements.rs` against a migrated
-//! database) check that every file is listed here and every entry has its file, that each
-//! header names exactly the parameters its statement uses, and that every statement prepares
-//! against the latest schema.
+//! The tests (`store::statements::tests`, the last against a migrated database) check that every file and part is listed here and every entry has its file, that
+//! every part is included, that each header names exactly the parameters its statement (parts
+//! included) uses, and that every statement prepares against the latest schema.
 
-/// The statement of a `.sql` file: its text after the opening `--` lines (the header documents
-/// it; it is not sent with every execution, and `pg_stat_activity` shows the statement alone).
-pub(crate) const fn statement(file: &'static str) -> &'static str {
+/// Where the text of a `.sql` file starts: after its opening `--` lines.
+const fn header_end(file: &str) -> usize {
     let bytes = file.as_bytes();
     let mut at = 0;
     while at + 1 < bytes.len() && bytes[at] == b'-' && bytes[at + 1] == b'-' {
@@ -32,41 +34,166 @@ pub(crate) const fn statement(file: &'static str) -> &'static str {
         at += 1;
     }
     if at > bytes.len() {
-        at = bytes.len();
+        bytes.len()
+    } else {
+        at
     }
-    file.split_at(at).1.trim_ascii()
 }
 
-/// Declares, for each table folder, a module of constants (one per statement, its file's
-/// [`statement`]) and the registry of them all, named `<folder>/<file>` after their files.
+/// The statement of a `.sql` file that includes no part: its text after the opening `--` lines
+/// (the header documents it; it is not sent with every execution, and `pg_stat_activity` shows
+/// the statement alone).
+#[cfg(test)]
+pub(crate) const fn statement(file: &'static str) -> &'static str {
+    file.split_at(header_end(file)).1.trim_ascii()
+}
+
+/// `bytes[from..to]`, in a `const fn`.
+const fn slice(bytes: &[u8], from: usize, to: usize) -> &[u8] {
+    bytes.split_at(to).0.split_at(from).1
+}
+
+/// Whether `a` and `b` hold the same bytes, in a `const fn`.
+const fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The text of `parts`' entry named `name` (its path under `store/sql/`).
+const fn part<'a>(parts: &[(&str, &'a str)], name: &[u8]) -> &'a str {
+    let mut i = 0;
+    while i < parts.len() {
+        if same(parts[i].0.as_bytes(), name) {
+            return parts[i].1;
+        }
+        i += 1;
+    }
+    panic!("a `\\i` line names a part that is not in the registry's `parts`")
+}
+
+/// Writes the text of `file` after its header into `out` from `at`, each line `\i <part>`
+/// replaced by that part's text after its header (itself expanded, `depth` deep); returns where
+/// the text ends. With an empty `out` it writes nothing and only counts.
+pub(crate) const fn expand(
+    file: &str,
+    parts: &[(&str, &str)],
+    out: &mut [u8],
+    mut at: usize,
+    depth: usize,
+) -> usize {
+    assert!(depth < 4, "parts that include each other in a loop");
+    let bytes = file.as_bytes();
+    let mut start = header_end(file);
+    while start < bytes.len() {
+        let mut end = start;
+        while end < bytes.len() && bytes[end] != b'\n' {
+            end += 1;
+        }
+        let line = slice(bytes, start, end);
+        let next = if end < bytes.len() { end + 1 } else { end };
+        if line.len() > 3 && same(slice(line, 0, 3), b"\\i ") {
+            let name = slice(line, 3, line.len()).trim_ascii();
+            at = expand(part(parts, name), parts, out, at, depth + 1);
+        } else {
+            let mut i = start;
+            while i < next {
+                if !out.is_empty() {
+                    out[at] = bytes[i];
+                }
+                at += 1;
+                i += 1;
+            }
+        }
+        start = next;
+    }
+    at
+}
+
+/// The `LEN` bytes of `file`'s statement with its parts in place ([`expand`]; `LEN` is what
+/// `expand` counts).
+pub(crate) const fn assemble<const LEN: usize>(file: &str, parts: &[(&str, &str)]) -> [u8; LEN] {
+    let mut out = [0; LEN];
+    expand(file, parts, &mut out, 0, 0);
+    out
+}
+
+/// The statement `assemble` wrote, without the white space around it.
+pub(crate) const fn sent(text: &'static [u8]) -> &'static str {
+    match core::str::from_utf8(text) {
+        Ok(text) => text.trim_ascii(),
+        Err(_) => panic!("a statement that is not UTF-8"),
+    }
+}
+
+/// Declares the parts the statements include (their paths under `store/sql/`, without `.sql`),
+/// then, for each table folder, a module of constants (one per statement: its file's text after
+/// the header, each `\i <part>` line replaced by the part, [`expand`]) and the registry of them
+/// all, named `<folder>/<file>` after their files.
 macro_rules! statements {
-    ($($folder:ident { $($name:ident = $file:literal,)* })*) => {
+    (
+        parts { $($part:literal,)* }
+        $($folder:ident { $($name:ident = $file:literal,)* })*
+    ) => {
+        /// Every part a statement includes: the name its `\i` lines give it (its path under
+        /// `store/sql/`) and its file's text, header included.
+        pub(crate) const PARTS: &[(&str, &str)] = &[
+            $((concat!($part, ".sql"), include_str!(concat!("sql/", $part, ".sql"))),)*
+        ];
+
         $(
             #[doc = concat!("The statements of `store/sql/", stringify!($folder), "/`.")]
             pub(crate) mod $folder {
                 $(
                     #[doc = concat!("`", stringify!($folder), "/", $file, ".sql`.")]
-                    pub(crate) const $name: &str = super::statement(include_str!(concat!(
-                        "sql/", stringify!($folder), "/", $file, ".sql"
-                    )));
+                    pub(crate) const $name: &str = {
+                        const FILE: &str = include_str!(concat!(
+                            "sql/", stringify!($folder), "/", $file, ".sql"
+                        ));
+                        const LEN: usize = super::expand(FILE, super::PARTS, &mut [], 0, 0);
+                        const TEXT: [u8; LEN] = super::assemble(FILE, super::PARTS);
+                        super::sent(&TEXT)
+                    };
                 )*
             }
         )*
 
         /// Every statement of the core: its name (`<folder>/<file>`, the path of its file under
-        /// `store/sql/` without `.sql`) and its file's text, header included. Read by the tests;
-        /// the store's functions use the constants.
+        /// `store/sql/` without `.sql`), its file's text, header included, and the text sent
+        /// (the constant). Read by the tests; the store's functions use the constants.
         #[cfg_attr(not(test), allow(dead_code))]
-        pub(crate) static STATEMENTS: &[(&str, &str)] = &[
+        pub(crate) static STATEMENTS: &[(&str, &str, &str)] = &[
             $($((
                 concat!(stringify!($folder), "/", $file),
                 include_str!(concat!("sql/", stringify!($folder), "/", $file, ".sql")),
+                $folder::$name,
             ),)*)*
         ];
     };
 }
 
 statements! {
+    parts {
+        "destinations/parts/flow_columns",
+        "idempotency_keys/parts/checks",
+        "idempotency_keys/parts/insert_key",
+        "idempotency_keys/parts/kept_effects",
+        "idempotency_keys/parts/messages",
+        "idempotency_keys/parts/take_over_key",
+        "idempotency_keys/parts/update_key",
+        "messages/parts/claim_end",
+        "messages/parts/error_class",
+        "messages/parts/error_filter",
+        "messages/parts/filter",
+    }
     idempotency_keys {
         AWAITING_FAN_OUT = "awaiting_fan_out",
         CLAIM = "claim",

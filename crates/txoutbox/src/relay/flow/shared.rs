@@ -22,6 +22,20 @@ pub(in crate::relay) struct Shared {
 }
 
 impl Shared {
+    /// A destination's row as created: the breaker closed, no failure counted, no throttle.
+    pub(in crate::relay) fn closed() -> Shared {
+        Shared {
+            breaker: "closed",
+            failures: 0,
+            opens: 0,
+            open_until: None,
+            open_reason: None,
+            probe_until: None,
+            throttled_until: None,
+            throttle_reason: None,
+        }
+    }
+
     /// The state after `signals` (in finishing order) at `now`. `breaker` is the destination's
     /// policy (`None`: it never opens).
     pub(in crate::relay) fn apply(
@@ -37,13 +51,9 @@ impl Shared {
                 Signal::Delivered => {
                     // The throttle stands: a call that left before it may still be delivered.
                     self = Shared {
-                        breaker: "closed",
-                        failures: 0,
-                        opens: 0,
-                        open_until: None,
-                        open_reason: None,
-                        probe_until: None,
-                        ..self
+                        throttled_until: self.throttled_until,
+                        throttle_reason: self.throttle_reason,
+                        ..Shared::closed()
                     };
                 }
                 Signal::Inconclusive => {

@@ -2,19 +2,6 @@ use super::shared::humanize;
 use super::*;
 use crate::relay::Breaker;
 
-fn closed() -> Shared {
-    Shared {
-        breaker: "closed",
-        failures: 0,
-        opens: 0,
-        open_until: None,
-        open_reason: None,
-        probe_until: None,
-        throttled_until: None,
-        throttle_reason: None,
-    }
-}
-
 const FAIL: Signal = Signal::Failed;
 
 fn at(secs: i64) -> DateTime<Utc> {
@@ -24,7 +11,7 @@ fn at(secs: i64) -> DateTime<Utc> {
 #[test]
 fn the_breaker_opens_at_the_threshold_and_not_before() {
     let policy = Breaker::default();
-    let nine = closed().apply(&[FAIL; 9], Some(&policy), at(0));
+    let nine = Shared::closed().apply(&[FAIL; 9], Some(&policy), at(0));
     assert_eq!((nine.breaker, nine.failures), ("closed", 9));
     let ten = nine.apply(&[FAIL], Some(&policy), at(1));
     assert_eq!(ten.breaker, "open");
@@ -40,7 +27,7 @@ fn the_breaker_opens_at_the_threshold_and_not_before() {
 #[test]
 fn a_delivery_resets_the_count_and_closes() {
     let policy = Breaker::default();
-    let s = closed().apply(
+    let s = Shared::closed().apply(
         &[FAIL, FAIL, FAIL, Signal::Delivered, FAIL],
         Some(&policy),
         at(0),
@@ -50,11 +37,11 @@ fn a_delivery_resets_the_count_and_closes() {
         breaker: "half_open",
         opens: 2,
         probe_until: Some(at(30)),
-        ..closed()
+        ..Shared::closed()
     };
     assert_eq!(
         half.apply(&[Signal::Delivered], Some(&policy), at(1)),
-        closed()
+        Shared::closed()
     );
 }
 
@@ -104,7 +91,7 @@ fn a_failed_probe_opens_again_for_twice_as_long_up_to_the_cap() {
         breaker: "half_open",
         failures: 3,
         opens: 1,
-        ..closed()
+        ..Shared::closed()
     };
     let again = half.apply(&[FAIL], Some(&policy), at(0));
     assert_eq!((again.breaker, again.opens), ("open", 2));
@@ -217,7 +204,7 @@ fn a_throttle_pauses_until_the_time_asked_and_leaves_the_breaker_alone() {
         throttled: 8,
         answers: 10,
     };
-    let s = closed().apply(&[FAIL, FAIL, throttle(3)], Some(&policy), at(0));
+    let s = Shared::closed().apply(&[FAIL, FAIL, throttle(3)], Some(&policy), at(0));
     assert_eq!((s.breaker, s.failures), ("closed", 2));
     assert_eq!(s.throttled_until, Some(at(3)));
     assert!(s

@@ -6,7 +6,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Transaction};
 use uuid::Uuid;
 
-use super::ids_by_status;
+use super::{ids_by_status, run, Param};
 use crate::admin::{AdminError, FilterParams};
 use crate::state::MessageStatus;
 
@@ -26,14 +26,10 @@ pub(crate) async fn discard(
     reason: &str,
     note: &str,
 ) -> Result<(), AdminError> {
-    tx.query_typed(
-        DISCARD,
-        &[
-            (&ids, Type::UUID_ARRAY),
-            (&reason, Type::TEXT),
-            (&note, Type::TEXT),
-        ],
-    )
-    .await?;
-    Ok(())
+    let params: [Param<'_>; 3] = [
+        (&ids, Type::UUID_ARRAY),
+        (&reason, Type::TEXT),
+        (&note, Type::TEXT),
+    ];
+    run(tx, DISCARD, &params).await
 }

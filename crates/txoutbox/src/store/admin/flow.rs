@@ -5,6 +5,7 @@ use crate::store::statements::destinations::{FLOW_STATE, FLOW_STATES, PAUSE, RES
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 
+use super::{rows, run, Param};
 use crate::admin::{AdminError, DestinationFlow};
 use crate::state::AttemptOutcome;
 
@@ -27,12 +28,7 @@ fn flow(row: &Row) -> Result<DestinationFlow, AdminError> {
 pub(crate) async fn states(
     client: &impl GenericClient,
 ) -> Result<Vec<DestinationFlow>, AdminError> {
-    client
-        .query_typed(FLOW_STATES, &[])
-        .await?
-        .iter()
-        .map(flow)
-        .collect()
+    rows(client, FLOW_STATES, &[], flow).await
 }
 
 /// The flow-control state of `destination` ([`FLOW_STATE`]).
@@ -53,16 +49,12 @@ pub(crate) async fn pause(
     by: &str,
     reason: &str,
 ) -> Result<(), AdminError> {
-    tx.execute_typed(
-        PAUSE,
-        &[
-            (&destination, Type::TEXT),
-            (&by, Type::TEXT),
-            (&reason, Type::TEXT),
-        ],
-    )
-    .await?;
-    Ok(())
+    let params: [Param<'_>; 3] = [
+        (&destination, Type::TEXT),
+        (&by, Type::TEXT),
+        (&reason, Type::TEXT),
+    ];
+    run(tx, PAUSE, &params).await
 }
 
 /// Ends the pause of `destination`; false when it was not paused ([`RESUME`]).
@@ -80,15 +72,10 @@ pub(crate) async fn log_action(
     outcome: AttemptOutcome,
     note: &str,
 ) -> Result<(), AdminError> {
-    client
-        .execute_typed(
-            LOG_DESTINATION_ACTION,
-            &[
-                (&destination, Type::TEXT),
-                (&outcome.as_str(), Type::TEXT),
-                (&note, Type::TEXT),
-            ],
-        )
-        .await?;
-    Ok(())
+    let params: [Param<'_>; 3] = [
+        (&destination, Type::TEXT),
+        (&outcome.as_str(), Type::TEXT),
+        (&note, Type::TEXT),
+    ];
+    run(client, LOG_DESTINATION_ACTION, &params).await
 }

@@ -11,7 +11,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
-use super::bind;
+use super::{bind, rows, Param};
 use crate::admin::{
     AdminError, AttemptRecord, FailureGroup, FilterParams, MessageSummary, MinuteActivity,
 };
@@ -24,10 +24,7 @@ pub(crate) async fn list(
     filter: &FilterParams,
 ) -> Result<Vec<MessageSummary>, AdminError> {
     let status = status.map(MessageStatus::as_str);
-    let rows = client
-        .query_typed(LIST, &bind((&status, Type::TEXT), filter))
-        .await?;
-    rows.iter().map(summary).collect()
+    rows(client, LIST, &bind((&status, Type::TEXT), filter), summary).await
 }
 
 /// One message with its payload, headers and receipt ([`SHOW`]). The payload and headers come
@@ -61,24 +58,20 @@ pub(crate) async fn history(
     client: &impl GenericClient,
     id: Uuid,
 ) -> Result<Vec<AttemptRecord>, AdminError> {
-    client
-        .query_typed(HISTORY, &[(&id, Type::UUID)])
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(AttemptRecord {
-                attempt: r.try_get(0)?,
-                downstream_key: r.try_get(1)?,
-                relay: r.try_get(2)?,
-                lease_token: r.try_get(3)?,
-                outcome: r.try_get::<_, String>(4)?.parse()?,
-                error: r.try_get(5)?,
-                receipt: r.try_get(6)?,
-                started_at: r.try_get(7)?,
-                finished_at: r.try_get(8)?,
-            })
+    rows(client, HISTORY, &[(&id, Type::UUID)], |r| {
+        Ok(AttemptRecord {
+            attempt: r.try_get(0)?,
+            downstream_key: r.try_get(1)?,
+            relay: r.try_get(2)?,
+            lease_token: r.try_get(3)?,
+            outcome: r.try_get::<_, String>(4)?.parse()?,
+            error: r.try_get(5)?,
+            receipt: r.try_get(6)?,
+            started_at: r.try_get(7)?,
+            finished_at: r.try_get(8)?,
         })
-        .collect()
+    })
+    .await
 }
 
 /// Failed rows grouped by destination and normalised error, at most `limit` groups.
@@ -86,23 +79,19 @@ pub(crate) async fn failure_groups(
     client: &impl GenericClient,
     limit: i64,
 ) -> Result<Vec<FailureGroup>, AdminError> {
-    client
-        .query_typed(FAILURE_GROUPS, &[(&limit, Type::INT8)])
-        .await?
-        .iter()
-        .map(|r| {
-            let status: String = r.try_get(0)?;
-            Ok(FailureGroup {
-                status: status.parse().unwrap_or(MessageStatus::Failed),
-                destination: r.try_get(1)?,
-                error: r.try_get(2)?,
-                count: r.try_get::<_, i64>(3)? as u64,
-                first_seen: r.try_get(4)?,
-                last_seen: r.try_get(5)?,
-                example: r.try_get(6)?,
-            })
+    rows(client, FAILURE_GROUPS, &[(&limit, Type::INT8)], |r| {
+        let status: String = r.try_get(0)?;
+        Ok(FailureGroup {
+            status: status.parse().unwrap_or(MessageStatus::Failed),
+            destination: r.try_get(1)?,
+            error: r.try_get(2)?,
+            count: r.try_get::<_, i64>(3)? as u64,
+            first_seen: r.try_get(4)?,
+            last_seen: r.try_get(5)?,
+            example: r.try_get(6)?,
         })
-        .collect()
+    })
+    .await
 }
 
 /// The last `buckets` buckets of `width_secs` seconds, bucket by bucket ([`ACTIVITY`]).
@@ -111,23 +100,17 @@ pub(crate) async fn activity(
     buckets: i32,
     width_secs: f64,
 ) -> Result<Vec<MinuteActivity>, AdminError> {
-    client
-        .query_typed(
-            ACTIVITY,
-            &[(&buckets, Type::INT4), (&width_secs, Type::FLOAT8)],
-        )
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(MinuteActivity {
-                minute: r.try_get(0)?,
-                delivered: r.try_get::<_, i64>(1)? as u64,
-                failed: r.try_get::<_, i64>(2)? as u64,
-                latency_p50: r.try_get(3)?,
-                latency_p99: r.try_get(4)?,
-            })
+    let params: [Param<'_>; 2] = [(&buckets, Type::INT4), (&width_secs, Type::FLOAT8)];
+    rows(client, ACTIVITY, &params, |r| {
+        Ok(MinuteActivity {
+            minute: r.try_get(0)?,
+            delivered: r.try_get::<_, i64>(1)? as u64,
+            failed: r.try_get::<_, i64>(2)? as u64,
+            latency_p50: r.try_get(3)?,
+            latency_p99: r.try_get(4)?,
         })
-        .collect()
+    })
+    .await
 }
 
 /// Reads an inbox record ([`INBOX_RECORD`]).
@@ -206,18 +189,11 @@ pub(crate) async fn key_messages(
     claimed_at: &DateTime<Utc>,
     derived: &[String],
 ) -> Result<Vec<MessageSummary>, AdminError> {
-    client
-        .query_typed(
-            KEY_MESSAGES,
-            &[
-                (claimed_at, Type::TIMESTAMPTZ),
-                (&derived, Type::TEXT_ARRAY),
-            ],
-        )
-        .await?
-        .iter()
-        .map(summary)
-        .collect()
+    let params: [Param<'_>; 2] = [
+        (claimed_at, Type::TIMESTAMPTZ),
+        (&derived, Type::TEXT_ARRAY),
+    ];
+    rows(client, KEY_MESSAGES, &params, summary).await
 }
 
 /// The 14 columns every message listing starts with.

@@ -4,6 +4,7 @@ use crate::store::statements::destinations::{KNOWN, NAMED};
 use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 
+use super::{column, value};
 use crate::admin::AdminError;
 
 /// Whether anything names `destination` ([`NAMED`]).
@@ -11,10 +12,7 @@ pub(crate) async fn named(
     client: &impl GenericClient,
     destination: &str,
 ) -> Result<bool, AdminError> {
-    Ok(client
-        .query_typed_one(NAMED, &[(&destination, Type::TEXT)])
-        .await?
-        .try_get(0)?)
+    value(client, NAMED, &[(&destination, Type::TEXT)]).await
 }
 
 /// The destination names rows and flow control hold, at most `per_table` from each large table
@@ -23,10 +21,5 @@ pub(crate) async fn known(
     client: &impl GenericClient,
     per_table: i64,
 ) -> Result<Vec<String>, AdminError> {
-    client
-        .query_typed(KNOWN, &[(&per_table, Type::INT8)])
-        .await?
-        .iter()
-        .map(|row| row.try_get(0).map_err(AdminError::from))
-        .collect()
+    column(client, KNOWN, &[(&per_table, Type::INT8)]).await
 }

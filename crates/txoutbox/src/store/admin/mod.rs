@@ -11,8 +11,8 @@
 //! Times are compared with `created_at` (enqueue time); relative bounds use the database's
 //! clock, the one that wrote `created_at`.
 
-use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::GenericClient;
+use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::{GenericClient, Row};
 
 use crate::admin::{AdminError, FilterParams};
 use crate::state::MessageStatus;
@@ -53,19 +53,50 @@ fn bind<'a>(first: Param<'a>, p: &'a FilterParams) -> [Param<'a>; 13] {
     ]
 }
 
-/// The ids a statement returns as its first column.
-async fn ids(
+/// Runs `statement`; the rows it returns, if any, are not read.
+async fn run(
     client: &impl GenericClient,
     statement: &str,
     params: &[Param<'_>],
-) -> Result<Vec<uuid::Uuid>, AdminError> {
+) -> Result<(), AdminError> {
+    client.query_typed(statement, params).await?;
+    Ok(())
+}
+
+/// The rows `statement` returns, each decoded by `decode`.
+async fn rows<T>(
+    client: &impl GenericClient,
+    statement: &str,
+    params: &[Param<'_>],
+    decode: impl FnMut(&Row) -> Result<T, AdminError>,
+) -> Result<Vec<T>, AdminError> {
     client
         .query_typed(statement, params)
         .await?
         .iter()
-        .map(|r| r.try_get(0))
-        .collect::<Result<_, _>>()
-        .map_err(AdminError::from)
+        .map(decode)
+        .collect()
+}
+
+/// The first column of each row `statement` returns.
+async fn column<T: for<'a> FromSql<'a>>(
+    client: &impl GenericClient,
+    statement: &str,
+    params: &[Param<'_>],
+) -> Result<Vec<T>, AdminError> {
+    rows(client, statement, params, |row| Ok(row.try_get(0)?)).await
+}
+
+/// The first column of the one row `statement` returns.
+async fn value<T: for<'a> FromSql<'a>>(
+    client: &impl GenericClient,
+    statement: &str,
+    params: &[Param<'_>],
+) -> Result<T, AdminError> {
+    Ok(client
+        .query_typed_one(statement, params)
+        .await?
+        .try_get(0)?)
 }
 
 /// The ids a filtered `statement` selects among `statuses` (its `$1`, the filter after it).
@@ -76,5 +107,5 @@ async fn ids_by_status(
     filter: &FilterParams,
 ) -> Result<Vec<uuid::Uuid>, AdminError> {
     let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
-    ids(client, statement, &bind((&names, Type::TEXT_ARRAY), filter)).await
+    column(client, statement, &bind((&names, Type::TEXT_ARRAY), filter)).await
 }

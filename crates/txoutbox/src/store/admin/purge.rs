@@ -9,15 +9,13 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
+use super::value;
 use crate::admin::AdminError;
 use crate::state::MessageStatus;
 
 /// Now less `secs` seconds, by the database's clock ([`PURGE_CUTOFF`]).
 pub(crate) async fn cutoff(client: &Client, secs: f64) -> Result<DateTime<Utc>, AdminError> {
-    Ok(client
-        .query_typed_one(PURGE_CUTOFF, &[(&secs, Type::FLOAT8)])
-        .await?
-        .try_get(0)?)
+    value(client, PURGE_CUTOFF, &[(&secs, Type::FLOAT8)]).await
 }
 
 /// The cutoff of each state's retention.

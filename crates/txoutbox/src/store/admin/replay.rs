@@ -15,7 +15,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Transaction};
 use uuid::Uuid;
 
-use super::ids_by_status;
+use super::{ids_by_status, rows, run, value, Param};
 use crate::admin::{AdminError, FilterParams};
 use crate::state::MessageStatus;
 
@@ -24,10 +24,7 @@ pub(crate) async fn is_discarded(
     client: &impl GenericClient,
     id: Uuid,
 ) -> Result<bool, AdminError> {
-    Ok(client
-        .query_typed_one(IS_DISCARDED, &[(&id, Type::UUID)])
-        .await?
-        .try_get(0)?)
+    value(client, IS_DISCARDED, &[(&id, Type::UUID)]).await
 }
 
 /// The ids a replay by filter selects among `statuses` ([`REPLAY_SELECT`]).
@@ -41,8 +38,7 @@ pub(crate) async fn select(
 
 /// Bounds the lock waits of the rest of the transaction ([`LOCK_TIMEOUT`]).
 pub(crate) async fn set_lock_timeout(tx: &Transaction<'_>) -> Result<(), AdminError> {
-    tx.query_typed(LOCK_TIMEOUT, &[]).await?;
-    Ok(())
+    run(tx, LOCK_TIMEOUT, &[]).await
 }
 
 /// A selected row as found, locked unless in a dry run.
@@ -66,22 +62,19 @@ pub(crate) async fn hot_rows(
 ) -> Result<Vec<Candidate>, AdminError> {
     let statement = if read_only { READ_HOT } else { LOCK_HOT };
     let ids = ids.to_vec();
-    tx.query_typed(statement, &[(&ids, Type::UUID_ARRAY)])
-        .await?
-        .iter()
-        .map(|row| {
-            Ok(Candidate {
-                id: row.try_get(0)?,
-                status: row.try_get::<_, String>(1)?.parse()?,
-                destination: row.try_get(2)?,
-                downstream_key: row.try_get(3)?,
-                ordering_key: row.try_get(4)?,
-                lease_owner: row.try_get(5)?,
-                lease_expires_at: row.try_get(6)?,
-                leased: row.try_get(7)?,
-            })
+    rows(tx, statement, &[(&ids, Type::UUID_ARRAY)], |row| {
+        Ok(Candidate {
+            id: row.try_get(0)?,
+            status: row.try_get::<_, String>(1)?.parse()?,
+            destination: row.try_get(2)?,
+            downstream_key: row.try_get(3)?,
+            ordering_key: row.try_get(4)?,
+            lease_owner: row.try_get(5)?,
+            lease_expires_at: row.try_get(6)?,
+            leased: row.try_get(7)?,
         })
-        .collect()
+    })
+    .await
 }
 
 /// The delivered rows among `ids`, locked ([`LOCK_DELIVERED`]) unless `read_only`
@@ -96,22 +89,19 @@ pub(crate) async fn delivered_rows(
     } else {
         LOCK_DELIVERED
     };
-    tx.query_typed(statement, &[(&ids, Type::UUID_ARRAY)])
-        .await?
-        .iter()
-        .map(|row| {
-            Ok(Candidate {
-                id: row.try_get(0)?,
-                status: MessageStatus::Delivered,
-                destination: row.try_get(1)?,
-                downstream_key: row.try_get(2)?,
-                ordering_key: row.try_get(3)?,
-                lease_owner: None,
-                lease_expires_at: None,
-                leased: false,
-            })
+    rows(tx, statement, &[(&ids, Type::UUID_ARRAY)], |row| {
+        Ok(Candidate {
+            id: row.try_get(0)?,
+            status: MessageStatus::Delivered,
+            destination: row.try_get(1)?,
+            downstream_key: row.try_get(2)?,
+            ordering_key: row.try_get(3)?,
+            lease_owner: None,
+            lease_expires_at: None,
+            leased: false,
         })
-        .collect()
+    })
+    .await
 }
 
 /// Pairs (delivered id, hot id) of hot rows already carrying the (destination, key) of a
@@ -122,46 +112,36 @@ pub(crate) async fn keys_taken(
     destinations: &[&str],
     keys: &[&str],
 ) -> Result<Vec<(Uuid, Uuid)>, AdminError> {
-    tx.query_typed(
-        KEY_TAKEN,
-        &[
-            (&ids, Type::UUID_ARRAY),
-            (&destinations, Type::TEXT_ARRAY),
-            (&keys, Type::TEXT_ARRAY),
-        ],
-    )
-    .await?
-    .iter()
-    .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-    .collect()
+    let params: [Param<'_>; 3] = [
+        (&ids, Type::UUID_ARRAY),
+        (&destinations, Type::TEXT_ARRAY),
+        (&keys, Type::TEXT_ARRAY),
+    ];
+    rows(tx, KEY_TAKEN, &params, |row| {
+        Ok((row.try_get(0)?, row.try_get(1)?))
+    })
+    .await
 }
 
-/// Puts hot rows `ids` back to pending with downstream keys `keys` ([`REPLAY_HOT`]).
-pub(crate) async fn replay_hot(
+/// Puts rows `ids` back to pending with downstream keys `keys`: hot rows in place
+/// ([`REPLAY_HOT`]), delivered rows moved back to the hot table ([`MOVE_DELIVERED`]).
+pub(crate) async fn put_back(
     tx: &Transaction<'_>,
+    delivered: bool,
     ids: &[Uuid],
     keys: &[String],
 ) -> Result<(), AdminError> {
-    tx.query_typed(
-        REPLAY_HOT,
+    let statement = if delivered {
+        MOVE_DELIVERED
+    } else {
+        REPLAY_HOT
+    };
+    run(
+        tx,
+        statement,
         &[(&ids, Type::UUID_ARRAY), (&keys, Type::TEXT_ARRAY)],
     )
-    .await?;
-    Ok(())
-}
-
-/// Moves delivered rows `ids` back to the hot table with keys `keys` ([`MOVE_DELIVERED`]).
-pub(crate) async fn move_delivered(
-    tx: &Transaction<'_>,
-    ids: &[Uuid],
-    keys: &[String],
-) -> Result<(), AdminError> {
-    tx.query_typed(
-        MOVE_DELIVERED,
-        &[(&ids, Type::UUID_ARRAY), (&keys, Type::TEXT_ARRAY)],
-    )
-    .await?;
-    Ok(())
+    .await
 }
 
 /// Logs one operator replay per row ([`LOG_REPLAYS`]).
@@ -171,14 +151,10 @@ pub(crate) async fn log_replays(
     keys: &[&str],
     notes: &[String],
 ) -> Result<(), AdminError> {
-    tx.query_typed(
-        LOG_REPLAYS,
-        &[
-            (&ids, Type::UUID_ARRAY),
-            (&keys, Type::TEXT_ARRAY),
-            (&notes, Type::TEXT_ARRAY),
-        ],
-    )
-    .await?;
-    Ok(())
+    let params: [Param<'_>; 3] = [
+        (&ids, Type::UUID_ARRAY),
+        (&keys, Type::TEXT_ARRAY),
+        (&notes, Type::TEXT_ARRAY),
+    ];
+    run(tx, LOG_REPLAYS, &params).await
 }

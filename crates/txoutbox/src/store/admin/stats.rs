@@ -14,6 +14,7 @@ use crate::store::statements::messages::{
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 
+use super::{rows, value};
 use crate::admin::AdminError;
 use crate::state::MessageStatus;
 
@@ -43,21 +44,14 @@ pub(crate) async fn groups(
     client: &impl GenericClient,
     groups: Groups,
 ) -> Result<Vec<Group>, AdminError> {
-    let rows = match groups {
-        Groups::Counted(bound) => {
-            client
-                .query_typed(STATS_COUNTS, &[(&bound, Type::INT8)])
-                .await?
-        }
+    match groups {
+        Groups::Counted(bound) => rows(client, STATS_COUNTS, &[(&bound, Type::INT8)], group).await,
         Groups::Sampled(percent) => {
-            client
-                .query_typed(STATS_HOT_SAMPLE, &[(&percent, Type::FLOAT4)])
-                .await?
+            rows(client, STATS_HOT_SAMPLE, &[(&percent, Type::FLOAT4)], group).await
         }
-        Groups::Few => client.query_typed(STATS_HOT_FEW, &[]).await?,
-        Groups::Discarded => client.query_typed(STATS_DISCARDED, &[]).await?,
-    };
-    rows.iter().map(group).collect()
+        Groups::Few => rows(client, STATS_HOT_FEW, &[], group).await,
+        Groups::Discarded => rows(client, STATS_DISCARDED, &[], group).await,
+    }
 }
 
 fn group(row: &Row) -> Result<Group, AdminError> {
@@ -71,18 +65,12 @@ fn group(row: &Row) -> Result<Group, AdminError> {
 
 /// The hot table's size as the planner saw it ([`STATS_HOT_TUPLES`]).
 pub(crate) async fn hot_tuples(client: &impl GenericClient) -> Result<f64, AdminError> {
-    Ok(client
-        .query_typed_one(STATS_HOT_TUPLES, &[])
-        .await?
-        .try_get(0)?)
+    value(client, STATS_HOT_TUPLES, &[]).await
 }
 
 /// Seconds since the oldest pending row was enqueued ([`STATS_OLDEST_PENDING`]).
 pub(crate) async fn oldest_pending(client: &impl GenericClient) -> Result<Option<f64>, AdminError> {
-    Ok(client
-        .query_typed_one(STATS_OLDEST_PENDING, &[])
-        .await?
-        .try_get(0)?)
+    value(client, STATS_OLDEST_PENDING, &[]).await
 }
 
 /// Keys carrying effects not fanned out yet, up to `bound`, and the oldest one's age in seconds
@@ -102,12 +90,13 @@ pub(crate) async fn delivered_counts(
     client: &impl GenericClient,
     bound: i64,
 ) -> Result<Vec<(String, i64)>, AdminError> {
-    client
-        .query_typed(STATS_DELIVERED_EXACT, &[(&bound, Type::INT8)])
-        .await?
-        .iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-        .collect()
+    rows(
+        client,
+        STATS_DELIVERED_EXACT,
+        &[(&bound, Type::INT8)],
+        |row| Ok((row.try_get(0)?, row.try_get(1)?)),
+    )
+    .await
 }
 
 /// The planner's estimate of the delivered history ([`STATS_DELIVERED_ESTIMATE`]).
@@ -137,12 +126,10 @@ pub(crate) async fn attempts(
     client: &impl GenericClient,
     window: f64,
 ) -> Result<Vec<(String, i64, i64)>, AdminError> {
-    client
-        .query_typed(STATS_ATTEMPTS, &[(&window, Type::FLOAT8)])
-        .await?
-        .iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
-        .collect()
+    rows(client, STATS_ATTEMPTS, &[(&window, Type::FLOAT8)], |row| {
+        Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
+    })
+    .await
 }
 
 /// Inbox records, expired ones and given-up ones, each counted up to `bound` ([`STATS_INBOX`]).

@@ -1,23 +1,10 @@
 -- The flow-control state of destination $1: `state` as the claim reads it (paused, open,
 -- half_open, closed) and the tokens its bucket holds now.
 --
--- `state` is the flow-control state as the claim reads it (paused, open while throttled or while
--- an open breaker's time runs, half_open, closed) and `tokens` the bucket refilled to now; the
--- same columns are in `destinations/flow_states.sql` and `destinations/flow_state.sql`.
+-- The columns, `state` and `tokens` among them, are `parts/flow_columns.sql`, the same in
+-- `destinations/flow_state.sql` and `destinations/flow_states.sql`.
 --
 -- Parameters:
 -- $1 destination: text
-SELECT destination,
-    CASE WHEN paused_at IS NOT NULL THEN 'paused'
-        WHEN throttled_until > now() THEN 'open'
-        WHEN breaker = 'open' AND open_until > now() THEN 'open'
-        WHEN breaker <> 'closed' THEN 'half_open' ELSE 'closed' END AS state,
-    paused_at, paused_by, paused_reason, rate_per_sec,
-    CASE WHEN rate_per_sec IS NULL THEN NULL ELSE least(burst, tokens + rate_per_sec
-        * greatest(EXTRACT(EPOCH FROM now() - refilled_at)::float8, 0)) END AS tokens,
-    failures,
-    CASE WHEN throttled_until > now() THEN throttled_until ELSE open_until END
-        AS open_until,
-    CASE WHEN throttled_until > now() THEN throttle_reason ELSE open_reason END
-        AS open_reason
+\i destinations/parts/flow_columns.sql
 FROM txoutbox_destinations WHERE destination = $1

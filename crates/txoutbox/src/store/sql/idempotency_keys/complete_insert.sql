@@ -11,16 +11,12 @@
 --
 -- The key row's effects once a request has stored its own: those of an earlier request of the
 -- key, taken over after its window but not fanned out yet, are kept, with this request's after
--- them. Every write of a key row's effects does this, so no request's effects are ever written
--- over.
+-- them (`parts/kept_effects.sql`).
 --
 -- Answers one row: the outbox rows written (their ids and destinations, NULL when none was: all
 -- were already enqueued, or there were none to write), after the checks that make the statement
--- fail, so that its writes are undone and a COMMIT sent behind it rolls back instead
--- (`txoutbox_refuse`): the key stored in another transaction than its claim's (the claim's
--- backend $9 and time $10; TXK01), a key stored first by a concurrent request (no row `stored`;
--- TXK02), and, when $11 asks, a savepoint open (the key row's `xmin` is then a
--- subtransaction's, not the top-level transaction's; TXK03). `stored` is read once.
+-- fail (TXK01 to TXK03, `parts/checks.sql`). The text the six share is in
+-- `idempotency_keys/parts/`, each part in its place by a `\i` line (`store/statements.rs`).
 --
 -- Parameters:
 -- $1 scope: text
@@ -35,16 +31,7 @@
 -- $10 claimed_at: timestamptz
 -- $11 outermost: bool
 WITH stored AS (
-INSERT INTO txoutbox_idempotency_keys AS k (scope, key, fingerprint, state,
-    response_status, response_headers, response_body, created_at, expires_at, effects)
-VALUES ($1, $2, $3, 'completed', $4, $5, $6, now(), now() + make_interval(secs => $7), $8)
+\i idempotency_keys/parts/insert_key.sql
 RETURNING k.xmin = pg_current_xact_id()::xid AS outermost)
 SELECT NULL::uuid[], NULL::text[],
-    CASE WHEN pg_backend_pid() <> $9 OR now() <> $10
-        THEN txoutbox_refuse('TXK01', 'the claimed key is not in this transaction')
-    WHEN s.outermost IS NULL
-        THEN txoutbox_refuse('TXK02', 'a concurrent request stored the key first')
-    WHEN $11 AND NOT s.outermost
-        THEN txoutbox_refuse('TXK03', 'Claim::commit was given a transaction with a savepoint open; complete it and commit the outermost transaction')
-    ELSE 0 END
-FROM (SELECT bool_and(outermost) AS outermost FROM stored) AS s
+\i idempotency_keys/parts/checks.sql

@@ -50,11 +50,12 @@
 -- rows behind a failed head (150 ms at 220 000 rows, 26 ms after), and the generic plan of the
 -- prepared statement did so on every claim.
 --
--- The end of the statement (from `blocked`) is the same in `messages/claim.sql` and
--- `messages/claim_unbounded.sql`: from the `candidates` (due rows, locked), the rows waiting
--- behind an earlier row of their ordering key are found (`blocked`), their keys' due queues from
--- the first of them on are locked (`queued`, skipping rows locked elsewhere) and parked, and up
--- to $1 of the other candidates claimed under a new lease. Change them together.
+-- The end of the statement, from `blocked` to the UPDATE of `claimed`, is
+-- `parts/claim_end.sql`, the same in `messages/claim.sql` and `messages/claim_unbounded.sql`:
+-- from the `candidates` (due rows, locked), the rows waiting behind an earlier row of their
+-- ordering key are found (`blocked`), their keys' due queues from the first of them on are locked
+-- (`queued`, skipping rows locked elsewhere) and parked, and up to $1 of the other candidates
+-- claimed under a new lease.
 --
 -- Parameters:
 -- $1 limit: int8
@@ -132,37 +133,7 @@ bounded AS (
         ORDER BY p.tried LIMIT 1) r
     WHERE b.n > 0 AND b.probe),
 candidates AS (SELECT * FROM free UNION ALL SELECT * FROM bounded),
-blocked AS (
-    SELECT c.id, c.ordering_key, c.seq, head.dead FROM candidates c CROSS JOIN LATERAL (
-        SELECT p.status IN ('failed', 'unknown') AS dead FROM txoutbox_messages p
-        WHERE p.ordering_key = c.ordering_key AND p.seq < c.seq ORDER BY p.seq LIMIT 1) head
-    WHERE c.ordering_key IS NOT NULL),
-blocked_keys AS (
-    SELECT b.ordering_key, min(b.seq) AS seq, bool_or(b.dead) AS dead FROM blocked b
-    GROUP BY b.ordering_key),
-queued AS (
-    SELECT q.ctid FROM blocked_keys k CROSS JOIN LATERAL (
-        SELECT m.ctid FROM txoutbox_messages m
-        WHERE m.ordering_key = k.ordering_key AND m.seq >= k.seq AND m.status = 'pending'
-            AND m.next_attempt_at <= now()
-        ORDER BY m.seq
-        FOR UPDATE SKIP LOCKED) q
-    LIMIT 10000),
-parked AS (
-    UPDATE txoutbox_messages m SET next_attempt_at = now() + make_interval(secs =>
-        CASE WHEN m.ordering_key = ANY(ARRAY(SELECT ordering_key FROM blocked_keys WHERE dead))
-            THEN $8 ELSE $5 END)
-    WHERE m.ctid = ANY(ARRAY(SELECT ctid FROM queued))
-    RETURNING m.id, m.ordering_key, m.seq),
-due AS (
-    SELECT c.id FROM candidates c WHERE NOT EXISTS (SELECT 1 FROM blocked b WHERE b.id = c.id)
-    ORDER BY c.next_attempt_at LIMIT $1),
-claimed AS (
-    UPDATE txoutbox_messages m SET status = 'in_flight', lease_owner = $2,
-        lease_expires_at = now() + make_interval(secs => $3),
-        lease_token = nextval('txoutbox_lease_token_seq'), attempts = m.attempts + 1,
-        attempt_started_at = now(), at_most_once = false
-    WHERE m.id = ANY(ARRAY(SELECT id FROM due))
+\i messages/parts/claim_end.sql
     RETURNING m.id, m.destination, m.payload::text AS payload, m.headers::text AS headers,
         m.downstream_key, m.ordering_key, m.attempts, m.lease_token, m.created_at,
         m.attempt_started_at),

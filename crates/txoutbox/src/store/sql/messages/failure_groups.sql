@@ -3,17 +3,8 @@
 -- one original text; the largest groups first, at most $1. Reads the failed rows only (the
 -- partial index `txoutbox_messages_dead`), not the attempt log.
 --
--- `class` (the failure's normalised text; $11 selects one) is the failure's text with what varies
--- between two failures of one cause replaced, and what tells causes apart kept, cut to 300
--- characters. In order: UUIDs become `<uuid>`; email addresses `<email>` (a bounce names its
--- recipient; the dashboard scrubs the same shape from the text it shows, so a group's text never
--- holds an address); timestamps (ISO 8601 dates and times, and `hh:mm:ss`) `<time>`; standalone
--- runs of digits `<n>` (ids, amounts, card numbers), except the status codes 100 to 599 (HTTP,
--- SMTP); and words of six characters or more that mix digits with letters `<id>` (`ch_3Mml…`,
--- request ids). A run of digits or a word inside a dotted name, after `:` or `-` (a host name, an
--- address, a port, a version) is kept: failures of `api.stripe.com` and of `10.0.0.5:5432` stay
--- apart. The same expression is in `messages/failure_groups.sql`, `messages/list.sql`,
--- `messages/discard_select.sql` and `messages/replay_select.sql`: change them together.
+-- `class` is the failure's normalised text, `parts/error_class.sql` (its `\i` line), the same
+-- as a filter on the error selects by (`parts/error_filter.sql`).
 --
 -- Parameters:
 -- $1 limit: int8
@@ -21,15 +12,7 @@ SELECT status, destination, class, count(*), min(failed_at), max(failed_at),
     min(last_error)
 FROM (
 SELECT t.status, t.destination, t.last_error, COALESCE(left(
-            regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(t.last_error,
-                '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}', '<uuid>', 'g'),
-                '[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+', '<email>', 'g'),
-                '[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.,][0-9]+)?)?(Z|[+-][0-9]{2}(:?[0-9]{2})?)?)?|[0-9]{2}:[0-9]{2}:[0-9]{2}([.,][0-9]+)?',
-                '<time>', 'g'),
-                '(?<![A-Za-z0-9_.:-])(?![1-5][0-9]{2}(?![A-Za-z0-9_]))[0-9]+(?![A-Za-z0-9_]|[.-][A-Za-z0-9])',
-                '<n>', 'g'),
-                '(?<![A-Za-z0-9_.:-])(?=[A-Za-z0-9_]{6})[A-Za-z_]*[0-9][A-Za-z0-9_]*(?![A-Za-z0-9_]|[.-][A-Za-z0-9])',
-                '<id>', 'g'),
+\i messages/parts/error_class.sql
             300), '') AS class, COALESCE(t.attempt_started_at, t.created_at) AS failed_at
 FROM txoutbox_messages t WHERE t.status IN ('failed', 'unknown')) g
 GROUP BY status, destination, class
