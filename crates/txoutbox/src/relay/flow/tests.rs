@@ -54,7 +54,7 @@ fn a_refused_row_frees_a_probe_and_says_nothing_else() {
         opens: 1,
         open_reason: Some("10 consecutive failures; next probe in 5s".into()),
         probe_until: Some(at(30)),
-        ..closed()
+        ..Shared::closed()
     };
     let after = half
         .clone()
@@ -69,7 +69,7 @@ fn a_refused_row_frees_a_probe_and_says_nothing_else() {
     );
     let counting = Shared {
         failures: 4,
-        ..closed()
+        ..Shared::closed()
     };
     assert_eq!(
         counting
