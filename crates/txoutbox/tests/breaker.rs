@@ -191,3 +191,36 @@ async fn a_probe_that_draws_a_refused_row_lets_the_next_probe_go_at_once() -> Te
     );
     Ok(())
 }
+
+/// A destination the downstream throttles reads as open and throttled; one whose breaker is open
+/// reads as open and not throttled; a paused one is paused whatever else holds it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_flow_view_tells_a_throttle_from_an_open_breaker() -> TestResult {
+    let db = txoutbox_test_support::test_db().await?;
+    let client = db.connect().await?;
+    client
+        .batch_execute(
+            "INSERT INTO txoutbox_destinations (destination, throttled_until, throttle_reason) \
+                 VALUES ('slow', now() + interval '1 minute', 'the downstream throttled'); \
+             INSERT INTO txoutbox_destinations (destination, breaker, open_until, open_reason) \
+                 VALUES ('down', 'open', now() + interval '1 minute', '10 consecutive failures'); \
+             INSERT INTO txoutbox_destinations (destination, paused_at, paused_by, \
+                     paused_reason, throttled_until) \
+                 VALUES ('held', now(), 'ops', 'incident', now() + interval '1 minute')",
+        )
+        .await?;
+    let flows = txoutbox::admin::destination_flows(&client).await?;
+    let seen: Vec<(&str, &str, bool)> = flows
+        .iter()
+        .map(|f| (f.destination.as_str(), f.state.as_str(), f.throttled))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("down", "open", false),
+            ("held", "paused", false),
+            ("slow", "open", true)
+        ]
+    );
+    Ok(())
+}

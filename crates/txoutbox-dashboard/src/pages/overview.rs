@@ -350,7 +350,7 @@ fn flow_state(f: &DestinationFlow) -> Markup {
                 @if let Some(r) = &f.paused_reason { ": " (r) }
             }
             "open" => {
-                " (breaker)"
+                @if f.throttled { " (the downstream throttles)" } @else { " (breaker)" }
                 @if let Some(at) = f.open_until { " until " (time(at)) }
                 @if let Some(r) = &f.open_reason { ": " (r) }
             }
@@ -365,5 +365,37 @@ fn flow_state(f: &DestinationFlow) -> Markup {
             br;
             small { "rate limit " (rate) "/s, " (format!("{:.1}", f.tokens.unwrap_or(0.0))) " tokens" }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(throttled: bool) -> DestinationFlow {
+        DestinationFlow {
+            destination: "x".into(),
+            state: "open".into(),
+            throttled,
+            paused_at: None,
+            paused_by: None,
+            paused_reason: None,
+            rate_per_sec: None,
+            tokens: None,
+            failures: 0,
+            open_until: None,
+            open_reason: Some("why".into()),
+        }
+    }
+
+    #[test]
+    fn an_open_destination_says_whether_its_breaker_or_the_downstream_holds_it() {
+        let throttle = flow_state(&open(true)).into_string();
+        assert!(
+            throttle.contains("(the downstream throttles): why") && !throttle.contains("breaker"),
+            "{throttle}"
+        );
+        let breaker = flow_state(&open(false)).into_string();
+        assert!(breaker.contains("(breaker): why"), "{breaker}");
     }
 }

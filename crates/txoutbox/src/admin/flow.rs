@@ -20,6 +20,9 @@ pub struct DestinationFlow {
     /// `paused` (by an operator), `open` (its breaker, or the downstream's throttle: no calls
     /// until `open_until`), `half_open` (one probe may go), or `closed`.
     pub state: String,
+    /// True when it is `open` because the downstream asked every relay to wait (most of a relay's
+    /// recent answers were throttled), not because of its breaker.
+    pub throttled: bool,
     /// When an operator paused it, who and why.
     pub paused_at: Option<DateTime<Utc>>,
     /// Who paused it.

@@ -13,6 +13,7 @@ fn flow(row: &Row) -> Result<DestinationFlow, AdminError> {
     Ok(DestinationFlow {
         destination: row.try_get("destination")?,
         state: row.try_get("state")?,
+        throttled: row.try_get("throttled")?,
         paused_at: row.try_get("paused_at")?,
         paused_by: row.try_get("paused_by")?,
         paused_reason: row.try_get("paused_reason")?,
