@@ -3,15 +3,14 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{attempts, delivered_receipt, delivery, enqueue, receipt, LIMIT};
-use tokio::sync::Notify;
+use common::{attempts, delivered_receipt, delivery, enqueue, receipt};
 use txoutbox::admin::{AttemptOutcome, MessageStatus};
-use txoutbox::{relay::RelayConfig, sink::Sink};
+use txoutbox::sink::Sink;
 use txoutbox_email::{Email, EmailError, EmailSink, SmtpConfig, DESTINATION};
-use txoutbox_test_support::relay::{quick_retry, short_lease, HangAfter, RunningRelay};
+use txoutbox_test_support::abort_after_a_call;
+use txoutbox_test_support::relay::{assert_lease_must_hold_the_timeout, quick_retry, RunningRelay};
 use txoutbox_test_support::smtp::{SmtpServer, SmtpServerOptions};
 use txoutbox_test_support::{eventually_some, outcomes, status, test_db, wait_for_key};
 
@@ -113,17 +112,8 @@ async fn a_relay_crash_after_the_server_accepted_redelivers_with_the_same_messag
     let key = uuid::Uuid::new_v4().to_string();
     enqueue(&mut client, &receipt(), &key).await?;
 
-    let sent = Arc::new(Notify::new());
-    let doomed = txoutbox::relay::Relay::builder(db.info().config()?)
-        .config(short_lease())
-        .sink(
-            DESTINATION,
-            HangAfter::with_signal(EmailSink::smtp(&server.url())?, sent.clone()),
-        )
-        .build()?;
-    let doomed = RunningRelay::start(doomed);
-    tokio::time::timeout(LIMIT, sent.notified()).await?;
-    drop(doomed); // killed: the completion is never written
+    let smtp = EmailSink::smtp(&server.url())?;
+    abort_after_a_call(&db, DESTINATION, smtp, |relay| relay).await?;
     assert_eq!(
         server.messages()?.len(),
         1,
@@ -478,25 +468,8 @@ async fn an_invalid_hello_name_is_refused_with_one_line_naming_the_setting() -> 
 
 #[tokio::test]
 async fn a_relay_whose_lease_cannot_hold_the_smtp_timeout_is_refused() -> TestResult {
-    // Building a relay connects to nothing: no database is needed to be refused.
-    let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
-    let ten_seconds = RelayConfig::default().with_lease(Duration::from_secs(10));
     let sink = EmailSink::smtp("smtp://127.0.0.1:2525")?;
     assert_eq!(sink.timeout(), Some(Duration::from_secs(20)), "the default");
-    let refused = txoutbox::relay::Relay::builder(pg.clone())
-        .config(ten_seconds.clone())
-        .sink(DESTINATION, sink)
-        .build();
-    let Err(txoutbox::Error::Config(line)) = refused else {
-        anyhow::bail!("a 10 s lease with a 20 s SMTP timeout was accepted");
-    };
-    assert!(
-        line.starts_with("lease: 10s")
-            && line.contains("\"email\"")
-            && line.contains("20s")
-            && !line.contains('\n'),
-        "{line}"
-    );
     let fitting = EmailSink::smtp_with(
         "smtp://127.0.0.1:2525",
         SmtpConfig {
@@ -504,10 +477,6 @@ async fn a_relay_whose_lease_cannot_hold_the_smtp_timeout_is_refused() -> TestRe
             ..SmtpConfig::default()
         },
     )?;
-    assert!(txoutbox::relay::Relay::builder(pg)
-        .config(ten_seconds)
-        .sink(DESTINATION, fitting)
-        .build()
-        .is_ok());
+    assert_lease_must_hold_the_timeout(DESTINATION, "SMTP timeout", sink, fitting)?;
     Ok(())
 }

@@ -9,6 +9,7 @@ use tokio_postgres::Client;
 use txoutbox::admin::MessageStatus;
 use txoutbox::sink::Delivery;
 use txoutbox_email::{Email, DESTINATION};
+use txoutbox_test_support::request::enqueue_committed;
 use txoutbox_test_support::wait_for_key;
 
 /// Long enough for a loaded CI machine, short enough to fail fast.
@@ -35,16 +36,11 @@ pub fn delivery(key: &str) -> anyhow::Result<Delivery> {
 
 /// Enqueues `email` with downstream key `key` in a transaction of its own.
 pub async fn enqueue(client: &mut Client, email: &Email, key: &str) -> anyhow::Result<()> {
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(
-        &tx,
-        &[email
-            .clone()
-            .into_outbox_message()?
-            .with_downstream_key(key)],
-    )
-    .await?;
-    tx.commit().await?;
+    let message = email
+        .clone()
+        .into_outbox_message()?
+        .with_downstream_key(key);
+    enqueue_committed(client, &[message]).await?;
     Ok(())
 }
 
