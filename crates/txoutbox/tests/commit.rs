@@ -118,10 +118,7 @@ async fn any_failed_commit_in_a_savepoint_leaves_the_outer_transaction_aborted()
     let (db, mut client) = db_with_orders().await?;
     let scope = Scope::new("charges")?;
     let k = key("k-savepoint-conflict");
-    let mut outer = client.transaction().await?;
-    outer
-        .execute("INSERT INTO orders (note) VALUES ('outer-before')", &[])
-        .await?;
+    let mut outer = outer_after_a_write(&mut client).await?;
     let inner = outer.transaction().await?;
     let Begin::New(claim) = begin(&inner, &scope, &k, &fingerprint(1)).await? else {
         panic!("a new key");

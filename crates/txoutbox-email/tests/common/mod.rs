@@ -10,7 +10,7 @@ use txoutbox::admin::MessageStatus;
 use txoutbox::sink::Delivery;
 use txoutbox_email::{Email, DESTINATION};
 use txoutbox_test_support::request::enqueue_committed;
-use txoutbox_test_support::wait_for_key;
+use txoutbox_test_support::{test_db, wait_for_key, TestDb};
 
 /// Long enough for a loaded CI machine, short enough to fail fast.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -32,6 +32,14 @@ pub fn delivery(key: &str) -> anyhow::Result<Delivery> {
         attempt: 1,
         created_at: chrono::Utc::now(),
     })
+}
+
+/// A test database holding one pending [`receipt`] with downstream key `key`, and a connection.
+pub async fn db_with_receipt(key: &str) -> anyhow::Result<(TestDb, Client)> {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, &receipt(), key).await?;
+    Ok((db, client))
 }
 
 /// Enqueues `email` with downstream key `key` in a transaction of its own.
