@@ -12,7 +12,10 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use txoutbox::{OutboxMessage, Scope};
 use txoutbox_axum::{Idempotent, Problem, Started};
+use txoutbox_test_support::http_client;
+use txoutbox_test_support::post_json_with_key;
 use txoutbox_test_support::request::db_with_orders;
+use txoutbox_test_support::serve_on_loopback;
 use txoutbox_test_support::{count, ConnInfo};
 
 #[derive(Clone)]
@@ -49,11 +52,8 @@ struct Server {
 
 impl Server {
     async fn post(&self, key: Option<&str>, body: &Value) -> anyhow::Result<reqwest::Response> {
-        let mut request = self.http.post(format!("{}/orders", self.base)).json(body);
-        if let Some(key) = key {
-            request = request.header("Idempotency-Key", key);
-        }
-        Ok(request.send().await?)
+        let url = format!("{}/orders", self.base);
+        post_json_with_key(&self.http, &url, key, body).await
     }
 }
 
@@ -81,15 +81,11 @@ async fn serve(pool: sqlx::PgPool) -> anyhow::Result<Server> {
     let router = Router::new()
         .route("/orders", post(create_order))
         .with_state(app);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
+    let (addr, _) = serve_on_loopback(router).await?;
+    let base = format!("http://{addr}");
     Ok(Server {
         base,
-        http: reqwest::Client::new(),
+        http: http_client()?,
     })
 }
 
@@ -148,9 +144,7 @@ async fn the_problems_on_sqlx_are_those_of_tokio_postgres() -> anyhow::Result<()
 
 #[tokio::test]
 async fn an_unreachable_postgres_on_sqlx_is_503_with_retry_after() -> anyhow::Result<()> {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let port = closed.local_addr()?.port();
-    drop(closed);
+    let port = txoutbox_test_support::free_port()?;
     let nowhere = ConnInfo::tcp("127.0.0.1", port, "nobody", None, "nothing");
     let s = serve(pool(&nowhere).await?).await?;
     let response = s.post(Some(KEY), &json!({"amount": 1})).await?;
@@ -239,17 +233,13 @@ async fn a_signed_webhook_on_sqlx_is_applied_once_and_its_redelivery_is_a_duplic
             pool: pool(db.info()).await?,
             receiver,
         });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/webhooks", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
+    let (addr, _) = serve_on_loopback(router).await?;
+    let url = format!("http://{addr}/webhooks");
     let (id, body) = ("msg_2aBcDe", br#"{"type":"order.paid"}"#);
     let mut statuses = Vec::new();
     for _ in 0..3 {
         let now = unix_seconds(std::time::SystemTime::now());
-        let response = reqwest::Client::new()
+        let response = http_client()?
             .post(&url)
             .header("webhook-id", id)
             .header("webhook-timestamp", now.to_string())

@@ -8,6 +8,7 @@ use txoutbox::{Begin, Error};
 use txoutbox_conformance::{drivers::Sqlx, Driver, Request};
 use txoutbox_test_support::count;
 use txoutbox_test_support::request::db_with_orders;
+use txoutbox_test_support::select::column;
 
 #[tokio::test]
 async fn claim_commit_refuses_a_nested_sqlx_transaction_before_sending_anything(
@@ -49,12 +50,7 @@ async fn claim_commit_refuses_a_nested_sqlx_transaction_before_sending_anything(
         .execute(&mut *outer)
         .await?;
     outer.commit().await?;
-    let notes: Vec<String> = client
-        .query("SELECT note FROM orders ORDER BY id", &[])
-        .await?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let notes: Vec<String> = column(&client, "SELECT note FROM orders ORDER BY id").await?;
     assert_eq!(notes, ["outer-before", "outer-after"]);
     assert_eq!(count(&client, "txoutbox_idempotency_keys").await?, 0);
     assert_eq!(count(&client, "txoutbox_messages").await?, 0);

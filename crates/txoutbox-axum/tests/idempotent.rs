@@ -13,6 +13,10 @@ use tokio::sync::Notify;
 use tokio_postgres::IsolationLevel;
 use txoutbox::Scope;
 use txoutbox_axum::{problem_type, Idempotent, Problem, Started};
+use txoutbox_test_support::http_client;
+use txoutbox_test_support::post_json_with_key;
+use txoutbox_test_support::select::{column, value};
+use txoutbox_test_support::serve_on_loopback;
 use txoutbox_test_support::{counts, test_db, TestDb};
 
 #[derive(Clone)]
@@ -169,15 +173,9 @@ async fn serve(pool: deadpool_postgres::Pool, db: Option<TestDb>) -> anyhow::Res
                 .route("/serializable-orders", post(create_order))
                 .with_state(serializable),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()?;
+    let (addr, _) = serve_on_loopback(router).await?;
+    let base = format!("http://{addr}");
+    let http = http_client()?;
     Ok(Server {
         base,
         http,
@@ -198,11 +196,8 @@ async fn server() -> anyhow::Result<Server> {
 
 impl Server {
     async fn post(&self, key: Option<&str>, body: &Value) -> anyhow::Result<reqwest::Response> {
-        let mut request = self.http.post(format!("{}/orders", self.base)).json(body);
-        if let Some(key) = key {
-            request = request.header("Idempotency-Key", key);
-        }
-        Ok(request.send().await?)
+        let url = format!("{}/orders", self.base);
+        post_json_with_key(&self.http, &url, key, body).await
     }
 
     async fn orders(&self) -> anyhow::Result<i64> {
@@ -286,15 +281,11 @@ async fn the_request_traceparent_is_stored_with_its_effects() -> anyhow::Result<
         assert_eq!(response.status(), 201, "{header}");
     }
     let conn = s.pool.get().await?;
-    let stored: Vec<Option<String>> = conn
-        .query(
-            "SELECT headers->>'traceparent' FROM txoutbox_messages ORDER BY seq",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let stored: Vec<Option<String>> = column(
+        &**conn,
+        "SELECT headers->>'traceparent' FROM txoutbox_messages ORDER BY seq",
+    )
+    .await?;
     // A malformed header is not forwarded to anyone, and does not fail the request.
     assert_eq!(stored, [Some(traceparent.to_owned()), None]);
     Ok(())
@@ -340,10 +331,7 @@ async fn the_quoted_and_the_bare_spelling_of_a_key_make_one_effect() -> anyhow::
     assert_eq!(s.orders().await?, 1);
     assert_eq!(s.outbox_rows().await?, 1);
     let conn = s.pool.get().await?;
-    let stored: String = conn
-        .query_one("SELECT key FROM txoutbox_idempotency_keys", &[])
-        .await?
-        .get(0);
+    let stored: String = value(&**conn, "SELECT key FROM txoutbox_idempotency_keys").await?;
     assert_eq!(stored, key, "the quotes are not part of the key");
     Ok(())
 }
@@ -556,13 +544,9 @@ async fn an_about_blank_problem_is_titled_with_the_rfc_9110_status_phrase() -> a
             "/",
             post(move || async move { Problem::blank(status, "detail") }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}", listener.local_addr()?);
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let response = reqwest::Client::new().post(&base).send().await?;
+        let (addr, _) = serve_on_loopback(router).await?;
+        let base = format!("http://{addr}");
+        let response = http_client()?.post(&base).send().await?;
         assert_eq!(response.status(), status);
         let body = problem(response).await?;
         assert_eq!(body["type"], "about:blank");
@@ -673,9 +657,7 @@ async fn business_refusal_is_stored_and_replayed() -> anyhow::Result<()> {
 #[tokio::test]
 async fn unreachable_postgres_is_503_with_retry_after() -> anyhow::Result<()> {
     // A port nothing listens on: connecting is refused at once.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let port = closed.local_addr()?.port();
-    drop(closed);
+    let port = txoutbox_test_support::free_port()?;
     let mut pg = tokio_postgres::Config::new();
     pg.host("127.0.0.1")
         .port(port)
@@ -701,9 +683,7 @@ async fn unreachable_postgres_is_503_with_retry_after() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn a_503s_detail_says_when_to_retry_and_holds_no_driver_text() -> anyhow::Result<()> {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let port = closed.local_addr()?.port();
-    drop(closed);
+    let port = txoutbox_test_support::free_port()?;
     let pg = txoutbox::pg::PgConfig::parse(&format!(
         "postgres://nobody:s3cret@127.0.0.1:{port}/nothing"
     ))?;

@@ -1,8 +1,6 @@
 //! A handler that builds its effects with a sink crate's payload builder: `?` on a payload the
 //! sink would refuse answers a 422 problem document, and nothing is written.
 
-use std::time::Duration;
-
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -11,6 +9,8 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use txoutbox::Scope;
 use txoutbox_axum::{problem_type, Idempotent, Problem, Started};
+use txoutbox_test_support::http_client;
+use txoutbox_test_support::serve_on_loopback;
 use txoutbox_test_support::{test_db, TestDb};
 
 #[derive(Clone)]
@@ -57,19 +57,13 @@ async fn serve() -> anyhow::Result<(String, TestDb)> {
     let router = Router::new()
         .route("/customers", post(sign_up))
         .with_state(app);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let (addr, _) = serve_on_loopback(router).await?;
+    let base = format!("http://{addr}");
     Ok((base, db))
 }
 
 async fn sign_up_as(base: &str, email: &str) -> anyhow::Result<reqwest::Response> {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()?;
+    let http = http_client()?;
     Ok(http
         .post(format!("{base}/customers"))
         .header("Idempotency-Key", uuid::Uuid::now_v7().to_string())

@@ -6,6 +6,8 @@ use axum::routing::post;
 use axum::Router;
 use serde_json::Value;
 use txoutbox_axum::{set_problem_base, Idempotent};
+use txoutbox_test_support::http_client;
+use txoutbox_test_support::serve_on_loopback;
 
 async fn accept(_request: Idempotent) -> StatusCode {
     StatusCode::NO_CONTENT
@@ -26,13 +28,9 @@ async fn problem_types_resolve_under_the_configured_base() -> anyhow::Result<()>
     );
 
     let router = Router::new().route("/orders", post(accept));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    let http = reqwest::Client::new();
+    let (addr, _) = serve_on_loopback(router).await?;
+    let base = format!("http://{addr}");
+    let http = http_client()?;
     let missing = http.post(format!("{base}/orders")).send().await?;
     assert_eq!(missing.status(), 400);
     assert_eq!(

@@ -16,7 +16,11 @@ use txoutbox::standard_webhooks::{sign, unix_seconds, WebhookSecret};
 use txoutbox::OutboxMessage;
 use txoutbox_axum::{Problem, Received, SignedWebhook, WebhookReceiver};
 use txoutbox_test_support::relay::RunningRelay;
-use txoutbox_test_support::{count, test_db, wait_until, TestDb};
+use txoutbox_test_support::request::enqueue_committed;
+use txoutbox_test_support::select::value;
+use txoutbox_test_support::serve_on_loopback;
+use txoutbox_test_support::webhook::post_signed;
+use txoutbox_test_support::{count, http_client, test_db, wait_until, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -92,11 +96,8 @@ async fn start(webhooks: WebhookReceiver) -> anyhow::Result<Service> {
         .route("/webhooks", post(webhook))
         .layer(DefaultBodyLimit::max(4096))
         .with_state(app);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/webhooks", listener.local_addr()?);
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
+    let (addr, task) = serve_on_loopback(router).await?;
+    let url = format!("http://{addr}/webhooks");
     Ok(Service {
         url,
         db,
@@ -120,35 +121,6 @@ fn secret(whsec: &str) -> WebhookSecret {
 fn event(charge: &str) -> String {
     json!({"type": "charge.succeeded", "data": {"charge_id": charge, "email": "a@example.com"}})
         .to_string()
-}
-
-fn http() -> reqwest::Client {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    reqwest::Client::new()
-}
-
-/// POSTs `body` with the three headers, signed by `key` at `timestamp`.
-async fn post_signed(
-    url: &str,
-    key: &WebhookSecret,
-    id: &str,
-    timestamp: i64,
-    body: &str,
-) -> anyhow::Result<reqwest::Response> {
-    Ok(http()
-        .post(url)
-        .header("webhook-id", id)
-        .header("webhook-timestamp", timestamp.to_string())
-        .header(
-            "webhook-signature",
-            sign(key, id, timestamp, body.as_bytes()),
-        )
-        .header("content-type", "application/json")
-        .body(body.to_owned())
-        .send()
-        .await?)
 }
 
 fn now() -> i64 {
@@ -205,7 +177,7 @@ async fn tampered_wrong_secret_stale_or_future_webhooks_are_401_and_write_nothin
     let key = secret(OLD_SECRET);
     let body = event("ch_1");
     let ts = now();
-    let tampered = http()
+    let tampered = http_client()?
         .post(&service.url)
         .header("webhook-id", "msg_1")
         .header("webhook-timestamp", ts.to_string())
@@ -243,7 +215,7 @@ async fn tampered_wrong_secret_stale_or_future_webhooks_are_401_and_write_nothin
 async fn missing_headers_are_400_and_a_body_over_the_limit_is_413() -> TestResult {
     let service = start(receiver(&[OLD_SECRET])).await?;
     let key = secret(OLD_SECRET);
-    let unsigned = http()
+    let unsigned = http_client()?
         .post(&service.url)
         .header("webhook-id", "msg_1")
         .header("webhook-timestamp", now().to_string())
@@ -256,7 +228,7 @@ async fn missing_headers_are_400_and_a_body_over_the_limit_is_413() -> TestResul
         .as_str()
         .unwrap_or_default()
         .contains("webhook-signature"));
-    let not_seconds = http()
+    let not_seconds = http_client()?
         .post(&service.url)
         .header("webhook-id", "msg_1")
         .header("webhook-timestamp", "yesterday")
@@ -299,9 +271,7 @@ async fn the_relays_webhook_redelivered_after_a_kill_after_commit_is_one_shipmen
     )
     .into_outbox_message_for("webhook:shipping")?
     .with_downstream_key("charge-ch_9-shipping");
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[message]).await?;
-    tx.commit().await?;
+    enqueue_committed(&mut client, &[message]).await?;
 
     let config = txoutbox_webhook::WebhookConfig {
         timeout: Duration::from_secs(2),
@@ -321,19 +291,14 @@ async fn the_relays_webhook_redelivered_after_a_kill_after_commit_is_one_shipmen
         1
     );
     relay.stop().await?;
-    let attempts: i32 = client
-        .query_one("SELECT attempts FROM txoutbox_delivered", &[])
-        .await?
-        .get(0);
+    let attempts: i32 = value(&client, "SELECT attempts FROM txoutbox_delivered").await?;
     assert_eq!(attempts, 2, "the kill cost one attempt");
     assert_eq!(written(&service).await?, (1, 1, 1));
-    let id: String = service
-        .db
-        .connect()
-        .await?
-        .query_one("SELECT message_id FROM txoutbox_inbox", &[])
-        .await?
-        .get(0);
+    let id: String = value(
+        &service.db.connect().await?,
+        "SELECT message_id FROM txoutbox_inbox",
+    )
+    .await?;
     assert_eq!(id, "charge-ch_9-shipping");
     Ok(())
 }
@@ -413,7 +378,7 @@ async fn webhooks_signed_by_the_official_python_library_verify_and_ours_verify_t
         String::from_utf8_lossy(&out.stderr)
     );
     let theirs = String::from_utf8(out.stdout)?.trim().to_owned();
-    let answer = http()
+    let answer = http_client()?
         .post(&service.url)
         .header("webhook-id", "msg_py")
         .header("webhook-timestamp", ts.to_string())

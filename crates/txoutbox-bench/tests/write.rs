@@ -8,18 +8,14 @@ use txoutbox_test_support::test_db;
 
 #[tokio::test]
 async fn a_ratio_whose_baseline_was_not_measured_is_printed_n_a() -> anyhow::Result<()> {
-    let db = test_db().await?;
     // The bench makes a database of its own on this server.
-    let printed = write(&db, &["--modes", "full-one-row"]).await?;
+    let printed = write("full-one-row", &[]).await?;
     let row = printed
         .lines()
         .find(|l| l.contains("deferred effects (1 row)"))
         .ok_or_else(|| anyhow::anyhow!("no full-one-row row: {printed}"))?;
     assert_eq!(row.matches("n/a").count(), 2, "ratio and vs hand: {row}");
-    let ratio = printed
-        .lines()
-        .find(|l| l.starts_with("ratio: "))
-        .ok_or_else(|| anyhow::anyhow!("no ratio line: {printed}"))?;
+    let ratio = line_starting(&printed, "ratio: ")?;
     assert!(ratio.starts_with("ratio: n/a "), "{ratio}");
     assert!(
         !printed
@@ -32,20 +28,10 @@ async fn a_ratio_whose_baseline_was_not_measured_is_printed_n_a() -> anyhow::Res
 
 #[tokio::test]
 async fn the_sqlx_lines_are_measured_beside_the_tokio_postgres_ones() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let printed = write(
-        &db,
-        &[
-            "--modes",
-            "business,full-one-row,sqlx-business,sqlx-full-one-row",
-        ],
-    )
-    .await?;
+    let modes = "business,full-one-row,sqlx-business,sqlx-full-one-row";
+    let printed = write(modes, &[]).await?;
     for mode in ["sqlx: business insert only", "sqlx: ... + deferred effects"] {
-        let row = printed
-            .lines()
-            .find(|l| l.contains(mode))
-            .ok_or_else(|| anyhow::anyhow!("no {mode:?} row: {printed}"))?;
+        let row = line_with(&printed, mode)?;
         // The column after the mode's name: transactions per second.
         let tps: f64 = row
             .split(mode)
@@ -55,10 +41,7 @@ async fn the_sqlx_lines_are_measured_beside_the_tokio_postgres_ones() -> anyhow:
             .unwrap_or(0.0);
         assert!(tps > 0.0, "{row}");
     }
-    let ratio = printed
-        .lines()
-        .find(|l| l.starts_with("ratio sqlx / tokio-postgres: "))
-        .ok_or_else(|| anyhow::anyhow!("no sqlx ratio line: {printed}"))?;
+    let ratio = line_starting(&printed, "ratio sqlx / tokio-postgres: ")?;
     assert!(ratio.contains("business insert only "), "{ratio}");
     assert!(!ratio.contains("n/a"), "{ratio}");
     Ok(())
@@ -66,17 +49,8 @@ async fn the_sqlx_lines_are_measured_beside_the_tokio_postgres_ones() -> anyhow:
 
 #[tokio::test]
 async fn rounds_alternate_the_modes_and_the_ratio_is_the_median_rounds() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let printed = write(
-        &db,
-        &[
-            "--rounds",
-            "3",
-            "--modes",
-            "business,full-one-row,full-one-row-after-begin",
-        ],
-    )
-    .await?;
+    let modes = "business,full-one-row,full-one-row-after-begin";
+    let printed = write(modes, &["--rounds", "3"]).await?;
     // Each round measures every mode, in order: business, one row, one row after begin (the
     // table's rows open with the client count).
     let order: Vec<&str> = printed
@@ -98,36 +72,29 @@ async fn rounds_alternate_the_modes_and_the_ratio_is_the_median_rounds() -> anyh
         "insert after begin (1 row)",
     ];
     assert_eq!(order, round.repeat(3), "{printed}");
-    let by_round = printed
-        .lines()
-        .find(|l| l.starts_with("ratio by round: "))
-        .ok_or_else(|| anyhow::anyhow!("no ratio by round: {printed}"))?;
+    let by_round = line_starting(&printed, "ratio by round: ")?;
     assert_eq!(by_round.matches("(load ").count(), 3, "{by_round}");
     let median: &str = by_round
         .split("median ")
         .nth(1)
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or("");
-    let ratio = printed
-        .lines()
-        .find(|l| l.starts_with("ratio: "))
-        .ok_or_else(|| anyhow::anyhow!("no ratio line: {printed}"))?;
+    let ratio = line_starting(&printed, "ratio: ")?;
     assert!(
         ratio.starts_with(&format!("ratio: {median} ")),
         "the ratio line is the median round's ({median}): {ratio}"
     );
     assert!(ratio.contains("--rounds 3"), "{ratio}");
-    let after_begin = printed
-        .lines()
-        .find(|l| l.starts_with("ratio with the insert after begin: "))
-        .ok_or_else(|| anyhow::anyhow!("no after-begin ratio: {printed}"))?;
+    let after_begin = line_starting(&printed, "ratio with the insert after begin: ")?;
     assert!(!after_begin.contains("n/a"), "{after_begin}");
     Ok(())
 }
 
-/// Runs `txoutbox-bench write` for one client, one second, ratios at 1 client, with `args`
-/// after, on a database of its own on the test server; fails unless it succeeds. Its output.
-async fn write(db: &txoutbox_test_support::TestDb, args: &[&str]) -> anyhow::Result<String> {
+/// Runs `txoutbox-bench write --modes MODES` for one client, one second, ratios at 1 client,
+/// with `args` after, on a database of its own on the test server; fails unless it succeeds.
+/// Its output.
+async fn write(modes: &str, args: &[&str]) -> anyhow::Result<String> {
+    let db = test_db().await?;
     let out = Command::new(env!("CARGO_BIN_EXE_txoutbox-bench"))
         .args([
             "write",
@@ -138,6 +105,7 @@ async fn write(db: &txoutbox_test_support::TestDb, args: &[&str]) -> anyhow::Res
             "--ratio-at",
             "1",
         ])
+        .args(["--modes", modes])
         .args(args)
         .env("DATABASE_URL", db.url())
         .output()?;
@@ -148,4 +116,20 @@ async fn write(db: &txoutbox_test_support::TestDb, args: &[&str]) -> anyhow::Res
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(printed)
+}
+
+/// The line of `printed` that starts with `label`; fails naming the output when none does.
+fn line_starting<'a>(printed: &'a str, label: &str) -> anyhow::Result<&'a str> {
+    printed
+        .lines()
+        .find(|l| l.starts_with(label))
+        .ok_or_else(|| anyhow::anyhow!("no {label:?} line: {printed}"))
+}
+
+/// The line of `printed` that contains `part`; fails naming the output when none does.
+fn line_with<'a>(printed: &'a str, part: &str) -> anyhow::Result<&'a str> {
+    printed
+        .lines()
+        .find(|l| l.contains(part))
+        .ok_or_else(|| anyhow::anyhow!("no {part:?} row: {printed}"))
 }

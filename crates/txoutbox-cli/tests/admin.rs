@@ -17,8 +17,10 @@ use txoutbox::{
     relay::{DestinationPolicy, RelayConfig, RetryPolicy, Semantics},
     sink::{Delivery, DeliveryError, Receipt, Sink},
 };
-use txoutbox_test_support::factory::{message, pending};
+use txoutbox_test_support::factory::{message, pending, pending_ordered};
+use txoutbox_test_support::process::succeeded;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay, ScriptedSink};
+use txoutbox_test_support::request::empty_created;
 use txoutbox_test_support::{
     attempts_of, counts, eventually_some, log_of, logged, row_status, test_db, wait_for_row,
     wait_until, wait_until_for, TestDb,
@@ -27,6 +29,7 @@ use uuid::Uuid;
 
 mod support;
 use support::{ok, txoutbox};
+use txoutbox_test_support::select::{column, value_with};
 
 type TestResult = anyhow::Result<()>;
 
@@ -175,12 +178,7 @@ async fn list_shows_every_state_in_an_aligned_table() -> TestResult {
 async fn list_json_is_one_object_per_line() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("email")
-        .key("j-1")
-        .ordering_key("order-1")
-        .create()
-        .await?;
+    let id = pending_ordered(&mut client, "email", "j-1", "order-1").await?;
     pending(&mut client, "email", "j-2").await?;
     let rows = json_lines(&ok(&db, &["list", "--json"]).await?)?;
     assert_eq!(rows.len(), 2);
@@ -292,24 +290,9 @@ async fn list_key_filter_selects_by_downstream_key() -> TestResult {
 async fn list_ordering_key_filter_selects_by_ordering_key() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let a = message(&mut client)
-        .destination("email")
-        .key("o-1")
-        .ordering_key("order-7")
-        .create()
-        .await?;
-    let b = message(&mut client)
-        .destination("email")
-        .key("o-2")
-        .ordering_key("order-7")
-        .create()
-        .await?;
-    message(&mut client)
-        .destination("email")
-        .key("o-3")
-        .ordering_key("order-8")
-        .create()
-        .await?;
+    let a = pending_ordered(&mut client, "email", "o-1", "order-7").await?;
+    let b = pending_ordered(&mut client, "email", "o-2", "order-7").await?;
+    pending_ordered(&mut client, "email", "o-3", "order-8").await?;
     pending(&mut client, "email", "o-4").await?;
     assert_eq!(
         listed(&db, &["--ordering-key", "order-7"]).await?,
@@ -487,13 +470,12 @@ async fn replay_with_a_new_key_delivers_with_the_new_key_it_recorded() -> TestRe
     let deliveries = sink.deliveries();
     assert_eq!(deliveries.len(), 1);
     assert_eq!(deliveries[0].downstream_key, new_key);
-    let stored: String = client
-        .query_one(
-            "SELECT downstream_key FROM txoutbox_delivered WHERE id = $1",
-            &[&id],
-        )
-        .await?
-        .get(0);
+    let stored: String = value_with(
+        &client,
+        "SELECT downstream_key FROM txoutbox_delivered WHERE id = $1",
+        &[&id],
+    )
+    .await?;
     assert_eq!(stored, new_key);
     Ok(())
 }
@@ -502,12 +484,7 @@ async fn replay_with_a_new_key_delivers_with_the_new_key_it_recorded() -> TestRe
 async fn replay_of_a_delivered_row_needs_include_delivered_and_moves_it_back() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let id = message(&mut client)
-        .destination("email")
-        .key("mail-1")
-        .ordering_key("user-1")
-        .create()
-        .await?;
+    let id = pending_ordered(&mut client, "email", "mail-1", "user-1").await?;
     deliver(&db, &client, "email").await?;
 
     let refused = txoutbox(&db, &["replay", &id.to_string()]).await?;
@@ -579,13 +556,12 @@ async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
             .build()?,
     );
     wait_until(&client, |c| c.in_flight == 1).await?;
-    let token: i64 = client
-        .query_one(
-            "SELECT lease_token FROM txoutbox_messages WHERE id = $1",
-            &[&id],
-        )
-        .await?
-        .get(0);
+    let token: i64 = value_with(
+        &client,
+        "SELECT lease_token FROM txoutbox_messages WHERE id = $1",
+        &[&id],
+    )
+    .await?;
     assert_eq!(
         listed(&db, &["--status", "in-flight"]).await?,
         sorted(&[id])
@@ -626,13 +602,12 @@ async fn replay_dry_run_prints_what_would_be_replayed_and_changes_nothing() -> T
         assert!(out.contains(&id.to_string()), "{out}");
     }
     assert_eq!(row_status(&client, id).await?, Some(Failed));
-    let key: String = client
-        .query_one(
-            "SELECT downstream_key FROM txoutbox_messages WHERE id = $1",
-            &[&id],
-        )
-        .await?
-        .get(0);
+    let key: String = value_with(
+        &client,
+        "SELECT downstream_key FROM txoutbox_messages WHERE id = $1",
+        &[&id],
+    )
+    .await?;
     assert_eq!(key, "charge-1");
     assert_eq!(logged(&client, AttemptOutcome::Replayed).await?, 0);
     Ok(())
@@ -811,12 +786,7 @@ async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult 
     .await?;
 
     let out = txoutbox(&db, &["purge"]).await?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout)?;
+    let stdout = succeeded(&out);
     assert!(stdout.starts_with("deleted 1 delivered rows"), "{stdout}");
     assert!(stdout.contains("1 expired idempotency keys"), "{stdout}");
     assert!(out.stderr.is_empty(), "no progress bar into a pipe");
@@ -835,12 +805,7 @@ async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult 
     );
     assert_eq!(attempts_of(&client, recent).await?, 1);
     assert_eq!(attempts_of(&client, failed).await?, 1);
-    let keys: Vec<String> = client
-        .query("SELECT key FROM txoutbox_idempotency_keys", &[])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let keys: Vec<String> = column(&client, "SELECT key FROM txoutbox_idempotency_keys").await?;
     assert_eq!(keys, ["live-key"]);
     Ok(())
 }
@@ -972,18 +937,8 @@ async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() ->
 async fn purging_a_failed_head_lets_the_row_behind_it_be_claimed_at_once() -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let head = message(&mut client)
-        .destination("pay")
-        .key("k-head")
-        .ordering_key("order-9")
-        .create()
-        .await?;
-    let next = message(&mut client)
-        .destination("pay")
-        .key("k-next")
-        .ordering_key("order-9")
-        .create()
-        .await?;
+    let head = pending_ordered(&mut client, "pay", "k-head", "order-9").await?;
+    let next = pending_ordered(&mut client, "pay", "k-next", "order-9").await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
     let relay = RunningRelay::start(db.relay()?.sink("pay", sink).build()?);
     wait_for_row(&client, head, Failed).await?;
@@ -1069,11 +1024,7 @@ async fn stats_counts_the_requests_whose_effects_wait_for_the_fan_out() -> TestR
         };
         claim.enqueue("receipt", txoutbox::OutboxMessage::new("email", &n)?)?;
         claim.enqueue("charge", txoutbox::OutboxMessage::new("stripe", &n)?)?;
-        let response = txoutbox::StoredResponse {
-            status: 201,
-            headers: vec![],
-            body: vec![],
-        };
+        let response = empty_created();
         claim.commit(tx, &response).await?;
     }
     let stats: Value = serde_json::from_str(&ok(&db, &["stats", "--json"]).await?)?;
@@ -1108,18 +1059,8 @@ async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_be
 ) -> TestResult {
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let head = message(&mut client)
-        .destination("pay")
-        .key("k-head")
-        .ordering_key("order-7")
-        .create()
-        .await?;
-    let next = message(&mut client)
-        .destination("pay")
-        .key("k-next")
-        .ordering_key("order-7")
-        .create()
-        .await?;
+    let head = pending_ordered(&mut client, "pay", "k-head", "order-7").await?;
+    let next = pending_ordered(&mut client, "pay", "k-next", "order-7").await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
     let relay = RunningRelay::start(db.relay()?.sink("pay", sink.clone()).build()?);
     wait_for_row(&client, head, Failed).await?;

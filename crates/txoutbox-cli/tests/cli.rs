@@ -2,6 +2,8 @@
 
 use std::process::Command;
 
+use txoutbox_test_support::process::{one_error_line, succeeded};
+use txoutbox_test_support::select::value;
 use txoutbox_test_support::{drop_schema, test_db};
 
 fn txoutbox() -> Command {
@@ -17,27 +19,18 @@ async fn migrate_applies_the_schema_and_twice_is_a_no_op() -> anyhow::Result<()>
         .arg("migrate")
         .env("DATABASE_URL", db.url())
         .output()?;
-    assert!(
-        first.status.success(),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
+    let printed = succeeded(&first);
     let every: Vec<i32> = txoutbox::admin::embedded_migrations()
         .iter()
         .map(|(version, _, _)| *version)
         .collect();
     let said = format!("applied migrations {every:?}");
-    assert!(
-        String::from_utf8_lossy(&first.stdout).contains(&said),
-        "{said}"
-    );
-    let tables: i64 = client
-        .query_one(
-            "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'txoutbox_%'",
-            &[],
-        )
-        .await?
-        .get(0);
+    assert!(printed.contains(&said), "{said}");
+    let tables: i64 = value(
+        &client,
+        "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'txoutbox_%'",
+    )
+    .await?;
     assert_eq!(tables, 9);
     let second = txoutbox()
         .arg("migrate")
@@ -51,32 +44,30 @@ async fn migrate_applies_the_schema_and_twice_is_a_no_op() -> anyhow::Result<()>
     Ok(())
 }
 
+/// `txoutbox migrate`, configured by `configure`, failing as a runtime error: its one line.
+fn migrate_error(configure: impl FnOnce(&mut Command)) -> String {
+    let mut command = txoutbox();
+    command.arg("migrate");
+    configure(&mut command);
+    one_error_line(&command.output().expect("runs"))
+}
+
 #[test]
 fn missing_database_url_is_one_clear_line() {
-    let out = txoutbox()
-        .arg("migrate")
-        .env_remove("DATABASE_URL")
-        .output()
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = migrate_error(|c| {
+        c.env_remove("DATABASE_URL");
+    });
     assert!(err.contains("DATABASE_URL"), "{err}");
 }
 
 #[test]
 fn unreachable_database_is_one_clear_line() {
-    let out = txoutbox()
-        .arg("migrate")
-        .env(
+    let err = migrate_error(|c| {
+        c.env(
             "DATABASE_URL",
             "postgres://nobody@127.0.0.1:1/none?connect_timeout=2",
-        )
-        .output()
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+        );
+    });
     assert!(err.contains("cannot connect to the database"), "{err}");
 }
 
@@ -118,9 +109,7 @@ fn a_url_with_an_unknown_scheme_says_so_and_not_the_password() {
         .env("DATABASE_URL", "postgress://app:s3cret@127.0.0.1:1/app")
         .output()
         .expect("runs");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = one_error_line(&out);
     assert!(err.contains("unknown scheme `postgress`"), "{err}");
     assert!(
         err.contains("expected postgres:// or postgresql://"),
@@ -131,9 +120,7 @@ fn a_url_with_an_unknown_scheme_says_so_and_not_the_password() {
 
 #[test]
 fn a_connection_error_names_the_host_and_port_and_never_the_password() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-    let port = closed.local_addr().expect("an address").port();
-    drop(closed);
+    let port = txoutbox_test_support::free_port().expect("a port");
     let out = txoutbox()
         .arg("stats")
         .env(
@@ -142,9 +129,7 @@ fn a_connection_error_names_the_host_and_port_and_never_the_password() {
         )
         .output()
         .expect("runs");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = one_error_line(&out);
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
     assert!(!err.contains("s3cret"), "{err}");
 }

@@ -4,21 +4,16 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 
-use txoutbox_test_support::process::terminate;
-use txoutbox_test_support::{test_db, TestDb};
+use txoutbox_test_support::process::OwnedChild;
+use txoutbox_test_support::process::{first_stdout_line, terminate};
+use txoutbox_test_support::select::value;
+use txoutbox_test_support::{rebound_pause, request_text, test_db, TestDb};
 
 /// The running command; killed when dropped.
 struct Served {
-    child: Child,
+    _child: OwnedChild,
     addr: String,
     stderr: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Starts `txoutbox dashboard ARGS` and waits for the address it prints.
@@ -33,12 +28,7 @@ fn serve(db: &TestDb, args: &[&str]) -> anyhow::Result<Served> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
+    let line = first_stdout_line(&mut child)?;
     let addr = line
         .trim()
         .strip_prefix("dashboard on http://")
@@ -60,7 +50,7 @@ fn serve(db: &TestDb, args: &[&str]) -> anyhow::Result<Served> {
         stderr = first;
     }
     Ok(Served {
-        child,
+        _child: child.into(),
         addr,
         stderr,
     })
@@ -96,23 +86,14 @@ async fn dashboard_without_users_listens_on_loopback_only_and_says_so() -> anyho
 /// `METHOD path` over plain HTTP/1.1 addressed to `host` (what a page of the site `host` sends
 /// from a visitor's browser, once its name resolves to the dashboard's address), with `headers`
 /// and `body`: the whole answer.
-fn send_to(
-    addr: &str,
-    method: &str,
-    path: &str,
-    host: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> anyhow::Result<String> {
+/// `GET path` addressed to `host`, as [`send_to`] sends it.
+fn get_text(path: &str, host: &str) -> String {
+    request_text("GET", path, host, &[], "")
+}
+
+/// Sends `request` (the text of an HTTP/1.1 request) to `addr`: the whole answer.
+fn send_to(addr: &str, request: &str) -> anyhow::Result<String> {
     let mut stream = TcpStream::connect(addr)?;
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str(&format!(
-        "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    ));
     stream.write_all(request.as_bytes())?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer)?;
@@ -126,22 +107,10 @@ async fn dashboard_without_users_refuses_requests_addressed_to_another_host() ->
     let served = serve(&db, &["--addr", "127.0.0.1:0"])?;
     let port = served.addr.rsplit(':').next().unwrap_or_default();
     let host = format!("rebind.attacker.example:{port}");
-    let origin = format!("http://{host}");
 
-    let answer = send_to(
-        &served.addr,
-        "POST",
-        "/api/destinations/email/pause",
-        &host,
-        &[
-            ("Content-Type", "application/json"),
-            ("Origin", &origin),
-            ("Sec-Fetch-Site", "same-origin"),
-        ],
-        r#"{"reason":"rebinding"}"#,
-    )?;
+    let answer = send_to(&served.addr, &rebound_pause("", &host))?;
     assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
-    let answer = send_to(&served.addr, "GET", "/api/destinations", &host, &[], "")?;
+    let answer = send_to(&served.addr, &get_text("/api/destinations", &host))?;
     assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
     let paused = db
         .connect()
@@ -154,11 +123,7 @@ async fn dashboard_without_users_refuses_requests_addressed_to_another_host() ->
     assert!(paused.is_none(), "nothing paused");
     let local = send_to(
         &served.addr,
-        "GET",
-        "/api/stats",
-        &format!("localhost:{port}"),
-        &[],
-        "",
+        &get_text("/api/stats", &format!("localhost:{port}")),
     )?;
     assert!(local.starts_with("HTTP/1.1 200"), "{local}");
     Ok(())
@@ -171,9 +136,9 @@ async fn dashboard_without_users_answers_an_allowed_host() -> anyhow::Result<()>
         &db,
         &["--addr", "127.0.0.1:0", "--allowed-host", "ops.example"],
     )?;
-    let answer = send_to(&served.addr, "GET", "/api/stats", "ops.example", &[], "")?;
+    let answer = send_to(&served.addr, &get_text("/api/stats", "ops.example"))?;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    let answer = send_to(&served.addr, "GET", "/api/stats", "evil.example", &[], "")?;
+    let answer = send_to(&served.addr, &get_text("/api/stats", "evil.example"))?;
     assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
     Ok(())
 }
@@ -267,14 +232,12 @@ async fn the_relays_page_lists_running_relays_and_marks_a_killed_one_stale() -> 
     assert!(page.contains("1 relay alive"), "{page}");
     assert!(relay_row(&page, "relay-kept").starts_with(r#" class="alive""#));
     // Stale once three heartbeats were missed, not before.
-    let silent: f64 = client
-        .query_one(
-            "SELECT EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 FROM txoutbox_relays \
+    let silent: f64 = value(
+        &client,
+        "SELECT EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 FROM txoutbox_relays \
              WHERE owner = 'relay-killed'",
-            &[],
-        )
-        .await?
-        .get(0);
+    )
+    .await?;
     assert!(silent >= 0.6, "marked stale after {silent} s of silence");
 
     // A clean exit deletes the relay's row; the killed one's stays, stale.

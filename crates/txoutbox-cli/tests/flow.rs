@@ -6,24 +6,21 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use txoutbox_test_support::factory::message;
+use txoutbox_test_support::process::OwnedChild;
+use txoutbox_test_support::select::{column_pairs, value};
 use txoutbox_test_support::webhook::{Call, WebhookReceiver};
 use txoutbox_test_support::{counts, counts_for, eventually_some, test_db, TestDb};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
 /// A relay process, killed when dropped.
-struct RelayProcess(Child);
-
-impl Drop for RelayProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+struct RelayProcess {
+    _child: OwnedChild,
 }
 
 impl RelayProcess {
@@ -45,14 +42,15 @@ impl RelayProcess {
             args.push(format!("{path}=http://{receiver}/{path}"));
         }
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        Ok(Self(
-            txoutbox()
+        Ok(Self {
+            _child: txoutbox()
                 .args(&args)
                 .env("DATABASE_URL", db.url())
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
-                .spawn()?,
-        ))
+                .spawn()?
+                .into(),
+        })
     }
 }
 
@@ -270,13 +268,11 @@ async fn an_open_breaker_stops_calling_a_dead_destination_and_the_others_flow() 
         previous = probe.at;
     }
     let client = db.connect().await?;
-    let attempts: i64 = client
-        .query_one(
-            "SELECT max(attempts)::int8 FROM txoutbox_delivered WHERE destination = 'webhook:x'",
-            &[],
-        )
-        .await?
-        .get(0);
+    let attempts: i64 = value(
+        &client,
+        "SELECT max(attempts)::int8 FROM txoutbox_delivered WHERE destination = 'webhook:x'",
+    )
+    .await?;
     assert!(
         attempts <= 8,
         "rows of an open destination spend no attempt ({attempts})"
@@ -395,15 +391,11 @@ async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyho
     );
     let client = db.connect().await?;
     assert_eq!(counts_for(&client, "webhook:x").await?.pending, 20);
-    let waiting: Vec<(i32, Option<String>)> = client
-        .query(
-            "SELECT attempts, lease_owner FROM txoutbox_messages WHERE destination = 'webhook:x'",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let waiting: Vec<(i32, Option<String>)> = column_pairs(
+        &client,
+        "SELECT attempts, lease_owner FROM txoutbox_messages WHERE destination = 'webhook:x'",
+    )
+    .await?;
     assert_eq!(
         waiting,
         vec![(0, None); 20],
@@ -427,16 +419,12 @@ async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyho
         20
     );
     delivered_once(&receiver.calls("webhook:x"), 20);
-    let log: Vec<(String, String)> = client
-        .query(
-            "SELECT outcome, error FROM txoutbox_attempts \
+    let log: Vec<(String, String)> = column_pairs(
+        &client,
+        "SELECT outcome, error FROM txoutbox_attempts \
              WHERE message_id IS NULL AND destination = 'webhook:x' ORDER BY finished_at",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    )
+    .await?;
     assert_eq!(
         log,
         [

@@ -3,12 +3,12 @@
 //! Postgres notice kept out of the default log.
 
 use std::fs::File;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
 use txoutbox::{enqueue, OutboxMessage};
 use txoutbox_test_support::process::terminate;
+use txoutbox_test_support::select::value;
 use txoutbox_test_support::{test_db, wait_until, TestDb};
 
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -17,14 +17,15 @@ fn txoutbox() -> Command {
     Command::new(env!("CARGO_BIN_EXE_txoutbox"))
 }
 
-/// Runs a relay (configured by `configure`) with its stderr in `log` until it has dead-lettered
-/// one row to a destination it has no sink for (a warning logged inside the row's delivery
-/// span), then stops it.
+/// Runs a relay (configured by `configure`) with its stderr in a file until it has
+/// dead-lettered one row to a destination it has no sink for (a warning logged inside the row's
+/// delivery span), then stops it; returns what it logged.
 async fn relay_dead_letters_one_row(
     db: &TestDb,
-    log: &Path,
     configure: impl FnOnce(&mut Command),
-) -> anyhow::Result<()> {
+) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("relay.log");
     let mut command = txoutbox();
     command
         .args(["relay", "--stdout", "audit", "--poll-interval", "100ms"])
@@ -34,7 +35,7 @@ async fn relay_dead_letters_one_row(
         .env_remove("NO_COLOR")
         .env_remove("TXOUTBOX_LOG_FORMAT")
         .stdout(Stdio::null())
-        .stderr(File::create(log)?);
+        .stderr(File::create(&log)?);
     configure(&mut command);
     let mut relay = command.spawn()?;
     let mut client = db.connect().await?;
@@ -47,16 +48,33 @@ async fn relay_dead_letters_one_row(
     let failed = wait_until(&client, |c| c.failed >= 1).await;
     terminate(&mut relay)?;
     anyhow::ensure!(failed?.failed == 1, "the row was not dead-lettered");
-    Ok(())
+    Ok(std::fs::read_to_string(&log)?)
+}
+
+/// Each line of `text` as JSON; fails naming the line that is not.
+fn json_lines(text: &str) -> anyhow::Result<Vec<Value>> {
+    text.lines()
+        .map(serde_json::from_str::<Value>)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("a line is not JSON ({e}): {text}"))
+}
+
+/// Runs `txoutbox migrate` on `db` with `configure`'s environment, checks that it succeeded and
+/// returns its stderr.
+fn migrate(db: &TestDb, configure: impl FnOnce(&mut Command)) -> anyhow::Result<String> {
+    let mut command = txoutbox();
+    command.arg("migrate").env("DATABASE_URL", db.url());
+    configure(&mut command);
+    let out = command.output()?;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    Ok(err)
 }
 
 #[tokio::test]
 async fn a_relay_log_written_to_a_file_has_no_escape_byte() -> anyhow::Result<()> {
     let db = test_db().await?;
-    let dir = tempfile::tempdir()?;
-    let log = dir.path().join("relay.log");
-    relay_dead_letters_one_row(&db, &log, |_| {}).await?;
-    let text = std::fs::read_to_string(&log)?;
+    let text = relay_dead_letters_one_row(&db, |_| {}).await?;
     assert!(text.contains("dead-lettered"), "{text}");
     assert!(!text.contains('\x1b'), "colour escapes in a file: {text:?}");
     Ok(())
@@ -65,18 +83,11 @@ async fn a_relay_log_written_to_a_file_has_no_escape_byte() -> anyhow::Result<()
 #[tokio::test]
 async fn a_json_log_line_parses_and_carries_the_delivery_span_fields() -> anyhow::Result<()> {
     let db = test_db().await?;
-    let dir = tempfile::tempdir()?;
-    let log = dir.path().join("relay.log");
-    relay_dead_letters_one_row(&db, &log, |c| {
+    let text = relay_dead_letters_one_row(&db, |c| {
         c.args(["--log-format", "json"]);
     })
     .await?;
-    let text = std::fs::read_to_string(&log)?;
-    let lines = text
-        .lines()
-        .map(serde_json::from_str::<Value>)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| anyhow::anyhow!("a line is not JSON ({e}): {text}"))?;
+    let lines = json_lines(&text)?;
     let dead = lines
         .iter()
         .find(|l| {
@@ -96,10 +107,7 @@ async fn a_json_log_line_parses_and_carries_the_delivery_span_fields() -> anyhow
         "{dead}"
     );
     let client = db.connect().await?;
-    let id: uuid::Uuid = client
-        .query_one("SELECT id FROM txoutbox_messages", &[])
-        .await?
-        .get(0);
+    let id: uuid::Uuid = value(&client, "SELECT id FROM txoutbox_messages").await?;
     assert_eq!(span["message_id"], id.to_string(), "{dead}");
     Ok(())
 }
@@ -109,23 +117,11 @@ async fn a_postgres_notice_is_logged_at_debug_in_the_format_txoutbox_log_format_
 ) -> anyhow::Result<()> {
     let db = test_db().await?;
     // The test database is migrated: refinery's CREATE TABLE IF NOT EXISTS draws a notice.
-    let out = txoutbox()
-        .arg("migrate")
-        .env("DATABASE_URL", db.url())
-        .env("RUST_LOG", "txoutbox=debug")
-        .env("TXOUTBOX_LOG_FORMAT", "json")
-        .output()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    let lines = err
-        .lines()
-        .map(serde_json::from_str::<Value>)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| anyhow::anyhow!("a line is not JSON ({e}): {err}"))?;
+    let err = migrate(&db, |c| {
+        c.env("RUST_LOG", "txoutbox=debug")
+            .env("TXOUTBOX_LOG_FORMAT", "json");
+    })?;
+    let lines = json_lines(&err)?;
     let notice = lines
         .iter()
         .find(|l| l["severity"] == "NOTICE")
@@ -144,17 +140,9 @@ async fn a_postgres_notice_is_logged_at_debug_in_the_format_txoutbox_log_format_
 async fn a_second_migrate_logs_no_postgres_notice_by_default() -> anyhow::Result<()> {
     let db = test_db().await?;
     for _ in 0..2 {
-        let out = txoutbox()
-            .arg("migrate")
-            .env("DATABASE_URL", db.url())
-            .env_remove("RUST_LOG")
-            .output()?;
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = migrate(&db, |c| {
+            c.env_remove("RUST_LOG");
+        })?;
         assert!(
             !err.contains("NOTICE"),
             "a notice at the default level: {err}"

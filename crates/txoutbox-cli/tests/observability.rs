@@ -2,12 +2,16 @@
 //! delivers to a real HTTP receiver; the tests scrape its endpoints over TCP.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use txoutbox::{enqueue, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
+use txoutbox::{enqueue, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope};
+use txoutbox_test_support::process::OwnedChild;
 use txoutbox_test_support::process::{http_get, terminate, wait_for_get};
 use txoutbox_test_support::prometheus::sample;
+use txoutbox_test_support::request::empty_created;
+use txoutbox_test_support::request::enqueue_committed;
+use txoutbox_test_support::select::column_pairs;
 use txoutbox_test_support::webhook::WebhookReceiver;
 use txoutbox_test_support::{eventually_some, free_addr, test_db, Cluster, ClusterOptions, TestDb};
 
@@ -16,15 +20,8 @@ const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-
 
 /// A relay process, killed when dropped (the tests stop it with SIGTERM first).
 struct RelayProcess {
-    child: Child,
+    child: OwnedChild,
     metrics: SocketAddr,
-}
-
-impl Drop for RelayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl RelayProcess {
@@ -58,7 +55,10 @@ impl RelayProcess {
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .spawn()?;
-        let relay = RelayProcess { child, metrics };
+        let relay = RelayProcess {
+            child: child.into(),
+            metrics,
+        };
         relay
             .wait_for("/healthz", |status, _| status == 200)
             .await?;
@@ -90,9 +90,7 @@ fn webhook_args(receiver: SocketAddr, destinations: &[&str]) -> Vec<String> {
 
 async fn enqueue_all(db: &TestDb, messages: Vec<OutboxMessage>) -> anyhow::Result<()> {
     let mut client = db.connect().await?;
-    let tx = client.transaction().await?;
-    enqueue(&tx, &messages).await?;
-    tx.commit().await?;
+    enqueue_committed(&mut client, &messages).await?;
     Ok(())
 }
 
@@ -323,16 +321,7 @@ async fn a_traceparent_given_at_enqueue_reaches_the_webhook_receiver() -> anyhow
         "notify",
         OutboxMessage::new("request", &webhook_payload("r-1"))?,
     )?;
-    claim
-        .complete(
-            &tx,
-            &StoredResponse {
-                status: 201,
-                headers: vec![],
-                body: vec![],
-            },
-        )
-        .await?;
+    claim.complete(&tx, &empty_created()).await?;
     tx.commit().await?;
 
     eventually_some("both calls at the receiver", || async {
@@ -510,11 +499,7 @@ async fn the_write_path_counts_enqueues_replays_mismatches_and_conflicts() -> an
         Begin::InFlight
     ));
     other_tx.rollback().await?;
-    let response = StoredResponse {
-        status: 201,
-        headers: vec![],
-        body: vec![],
-    };
+    let response = empty_created();
     claim.complete(&tx, &response).await?;
     tx.commit().await?;
     for (fingerprint, expect_replay) in [
@@ -575,11 +560,7 @@ async fn a_scope_with_a_metric_label_is_counted_under_the_label() -> anyhow::Res
     let _recording = metrics::set_default_local_recorder(&recorder);
     let db = test_db().await?;
     let fingerprint = Fingerprint::new("POST", "/charge", b"{}");
-    let response = StoredResponse {
-        status: 201,
-        headers: vec![],
-        body: vec![],
-    };
+    let response = empty_created();
     let mut client = db.connect().await?;
     // Two tenants' scopes, one label: each key is sent twice, the second time a replay.
     for tenant in ["tenant:1", "tenant:2"] {
@@ -653,11 +634,7 @@ mod collector {
             let router = axum::Router::new()
                 .route("/v1/traces", axum::routing::post(export))
                 .with_state(collector.clone());
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-            let addr = listener.local_addr()?;
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, router).await;
-            });
+            let (addr, _) = txoutbox_test_support::serve_on_loopback(router).await?;
             Ok((collector, addr))
         }
 
@@ -829,16 +806,7 @@ async fn with_otel_the_current_span_is_the_context_stored_at_enqueue() -> anyhow
             "notify",
             OutboxMessage::new("request", &webhook_payload("r"))?,
         )?;
-        claim
-            .complete(
-                &tx,
-                &StoredResponse {
-                    status: 201,
-                    headers: vec![],
-                    body: vec![],
-                },
-            )
-            .await?;
+        claim.complete(&tx, &empty_created()).await?;
         enqueue(&tx, &[message("direct", "in-span")?.with_current_trace()]).await?;
         tx.commit().await?;
         anyhow::Ok(())
@@ -851,15 +819,11 @@ async fn with_otel_the_current_span_is_the_context_stored_at_enqueue() -> anyhow
         vec![message("direct", "no-span")?.with_current_trace()],
     )
     .await?;
-    let stored: Vec<(String, Option<String>)> = client
-        .query(
-            "SELECT destination, headers->>'traceparent' FROM txoutbox_messages ORDER BY seq",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let stored: Vec<(String, Option<String>)> = column_pairs(
+        &client,
+        "SELECT destination, headers->>'traceparent' FROM txoutbox_messages ORDER BY seq",
+    )
+    .await?;
     assert_eq!(
         stored,
         [

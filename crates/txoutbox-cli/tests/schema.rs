@@ -6,9 +6,10 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use txoutbox_test_support::process::OwnedChild;
 use txoutbox_test_support::process::{http_get, wait_for_get};
 use txoutbox_test_support::{
     drop_schema, forget_last_migration, free_addr, record_newer_migration, test_db, TestDb,
@@ -56,14 +57,7 @@ async fn never_migrated() -> anyhow::Result<TestDb> {
 }
 
 /// A child process, killed when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+struct Running(OwnedChild);
 
 impl Running {
     /// The exit status, if the process ends within `limit`.
@@ -98,7 +92,8 @@ fn relay(db: &TestDb, metrics: SocketAddr) -> anyhow::Result<Running> {
             .args(["--metrics-addr", &metrics.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()?,
+            .spawn()?
+            .into(),
     ))
 }
 
@@ -203,7 +198,8 @@ async fn the_dashboard_answers_503_with_the_line_until_migrate_runs_then_serves(
             .env_remove("TXOUTBOX_DASHBOARD_ADDR")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .spawn()?,
+            .spawn()?
+            .into(),
     );
     let mut line = String::new();
     if let Some(stdout) = dashboard.0.stdout.take() {

@@ -1,12 +1,15 @@
 //! The `txoutbox` binary over TLS, as libpq's settings in `DATABASE_URL` and the `PG*` variables
 //! say: against a Postgres with `ssl=on` and a CA the test makes, and the shared cluster (no TLS).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Output, Stdio};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use tokio_postgres::Client;
 use txoutbox::{enqueue, OutboxMessage};
+use txoutbox_test_support::process::OwnedChild;
+use txoutbox_test_support::process::{first_stdout_line, one_error_line, stdout_lines, succeeded};
 use txoutbox_test_support::tls::{TestCa, TlsServer};
 use txoutbox_test_support::{eventually_some, Cluster, TestDb};
 
@@ -36,14 +39,6 @@ fn verify_full_url(server: &TlsServer, db: &TestDb, ca: &std::path::Path) -> Str
     )
 }
 
-/// The one line a failed command wrote to stderr (the test fails on more, or on success).
-fn one_error_line(out: &Output) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-    err
-}
-
 /// Sessions of `application_name` on the server, and how many of them are encrypted.
 async fn sessions(client: &Client, application_name: &str) -> anyhow::Result<(i64, i64)> {
     let row = client
@@ -64,16 +59,6 @@ async fn wait_for_sessions(client: &Client, application_name: &str) -> anyhow::R
         Ok((seen.0 > 0).then_some(seen))
     })
     .await
-}
-
-/// A child killed (and reaped) when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test]
@@ -116,6 +101,16 @@ async fn stats_with_another_ca_fails_in_one_line_naming_the_ca_file() -> TestRes
     Ok(())
 }
 
+/// `txoutbox stats` on `url` with `PGSSLMODE` and `PGSSLROOTCERT` set.
+fn stats_with_pg_tls(url: &str, sslmode: &str, rootcert: &Path) -> anyhow::Result<Output> {
+    Ok(txoutbox()
+        .arg("stats")
+        .env("DATABASE_URL", url)
+        .env("PGSSLMODE", sslmode)
+        .env("PGSSLROOTCERT", rootcert)
+        .output()?)
+}
+
 #[tokio::test]
 async fn pgsslmode_and_pgsslrootcert_apply_to_a_database_url_without_tls_settings() -> TestResult {
     let server = TlsServer::start(&["db.example"])?;
@@ -125,24 +120,10 @@ async fn pgsslmode_and_pgsslrootcert_apply_to_a_database_url_without_tls_setting
         server.cluster.port(),
         db.info().dbname()
     );
-    let chain_only = txoutbox()
-        .arg("stats")
-        .env("DATABASE_URL", &url)
-        .env("PGSSLMODE", "verify-ca")
-        .env("PGSSLROOTCERT", server.ca_file())
-        .output()?;
-    assert!(
-        chain_only.status.success(),
-        "{}",
-        String::from_utf8_lossy(&chain_only.stderr)
-    );
+    let chain_only = stats_with_pg_tls(&url, "verify-ca", server.ca_file())?;
+    succeeded(&chain_only);
     // The certificate is for db.example: verify-full from the environment refuses localhost.
-    let full = txoutbox()
-        .arg("stats")
-        .env("DATABASE_URL", &url)
-        .env("PGSSLMODE", "verify-full")
-        .env("PGSSLROOTCERT", server.ca_file())
-        .output()?;
+    let full = stats_with_pg_tls(&url, "verify-full", server.ca_file())?;
     let err = one_error_line(&full);
     assert!(
         err.contains(
@@ -204,17 +185,8 @@ async fn the_relay_process_delivers_over_verify_full_with_every_session_encrypte
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .spawn()?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let _relay = Running(child);
-    let (lines_tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
+    let lines = stdout_lines(&mut child)?;
+    let _relay = OwnedChild::from(child);
     let tx = client.transaction().await?;
     let message = OutboxMessage::new("audit", &serde_json::json!({ "n": 1 }))?
         .with_downstream_key("audit-tls");
@@ -249,13 +221,8 @@ async fn the_dashboard_reads_over_verify_full_with_its_pool_encrypted() -> TestR
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let _dashboard = Running(child);
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
+    let line = first_stdout_line(&mut child)?;
+    let _dashboard = OwnedChild::from(child);
     let addr = line
         .trim()
         .strip_prefix("dashboard on http://")

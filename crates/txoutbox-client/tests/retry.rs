@@ -45,11 +45,23 @@ async fn handler(State(script): State<Script>, headers: HeaderMap) -> axum::resp
 }
 
 async fn serve(script: Script) -> anyhow::Result<String> {
-    let router = Router::new().route("/op", post(handler)).with_state(script);
+    serve_router(Router::new().route("/op", post(handler)).with_state(script)).await
+}
+
+/// Serves `router` on a free loopback port; the URL of its `/op`.
+async fn serve_router(router: Router) -> anyhow::Result<String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/op", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, router).await });
     Ok(url)
+}
+
+/// The URL of a server answering from `script`, and a client with the [`quick`] policy.
+async fn scripted(script: &Script) -> anyhow::Result<(String, IdempotentClient)> {
+    Ok((
+        serve(script.clone()).await?,
+        IdempotentClient::new(quick())?,
+    ))
 }
 
 fn quick() -> RetryPolicy {
@@ -70,8 +82,7 @@ async fn retries_5xx_and_409_with_the_same_key_until_an_answer() -> anyhow::Resu
         StatusCode::CONFLICT,
         StatusCode::INTERNAL_SERVER_ERROR,
     ];
-    let url = serve(script.clone()).await?;
-    let client = IdempotentClient::new(quick())?;
+    let (url, client) = scripted(&script).await?;
     let outcome = client
         .operation()
         .post_json(&url, &serde_json::json!({"a": 1}))
@@ -87,8 +98,7 @@ async fn retries_5xx_and_409_with_the_same_key_until_an_answer() -> anyhow::Resu
 #[tokio::test]
 async fn the_key_travels_as_an_sf_string_with_quote_and_backslash_escaped() -> anyhow::Result<()> {
     let script = Script::default();
-    let url = serve(script.clone()).await?;
-    let client = IdempotentClient::new(quick())?;
+    let (url, client) = scripted(&script).await?;
     let uuid = "8e03978e-40d5-43e8-bc93-6894a57f9324";
     client.operation_with_key(uuid).post_json(&url, &1).await?;
     client
@@ -109,8 +119,7 @@ async fn a_timed_out_attempt_is_retried_with_the_same_key() -> anyhow::Result<()
         slow_first: true,
         ..Script::default()
     };
-    let url = serve(script.clone()).await?;
-    let client = IdempotentClient::new(quick())?;
+    let (url, client) = scripted(&script).await?;
     let outcome = client.operation().post_json(&url, &1).await?;
     assert_eq!(outcome.status, StatusCode::CREATED);
     assert_eq!(outcome.attempts, 2);
@@ -170,9 +179,7 @@ async fn a_409_without_retry_after_is_a_final_business_answer() -> anyhow::Resul
         "/op",
         post(|| async { (StatusCode::CONFLICT, "out of stock") }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/op", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let url = serve_router(router).await?;
     let client = IdempotentClient::new(quick())?;
     let outcome = client.operation().post_json(&url, &1).await?;
     assert_eq!(outcome.status, StatusCode::CONFLICT);
@@ -184,8 +191,7 @@ async fn a_409_without_retry_after_is_a_final_business_answer() -> anyhow::Resul
 async fn a_4xx_answer_is_final() -> anyhow::Result<()> {
     let script = Script::default();
     *script.failures.lock().expect("lock") = vec![StatusCode::UNPROCESSABLE_ENTITY];
-    let url = serve(script.clone()).await?;
-    let client = IdempotentClient::new(quick())?;
+    let (url, client) = scripted(&script).await?;
     let outcome = client.operation().post_json(&url, &1).await?;
     assert_eq!(outcome.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(outcome.attempts, 1);

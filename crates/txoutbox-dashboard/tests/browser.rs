@@ -15,18 +15,11 @@ use txoutbox::sink::DeliveryError;
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
+use txoutbox_test_support::select::{column_with, value};
+use txoutbox_test_support::serve_on_loopback;
 use txoutbox_test_support::webdriver::Driver;
-use txoutbox_test_support::{eventually_some, test_db, wait_until};
+use txoutbox_test_support::{eventually_some, http_client, test_db, wait_until};
 use uuid::Uuid;
-
-fn http() -> anyhow::Result<reqwest::Client> {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    Ok(reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()?)
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_other_sites_out(
@@ -67,10 +60,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .payload(json!({"order": 7}))
         .create()
         .await?;
-    let email_row: Uuid = client
-        .query_one("SELECT id FROM txoutbox_delivered LIMIT 1", &[])
-        .await?
-        .get(0);
+    let email_row: Uuid = value(&client, "SELECT id FROM txoutbox_delivered LIMIT 1").await?;
 
     // The relay that delivers what gets replayed.
     let sink = RecordingSink::new();
@@ -92,11 +82,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
             },
         ),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let port = listener.local_addr()?.port();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let port = serve_on_loopback(app).await?.0.port();
     let plain = format!("http://127.0.0.1:{port}/outbox");
     let as_alice = format!("http://alice:op-secret@127.0.0.1:{port}/outbox");
     let as_victor = format!("http://victor:view-secret@127.0.0.1:{port}/outbox");
@@ -242,7 +228,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     let watched = charges[2];
     alice.open(&format!("{plain}/messages/{watched}")).await?;
     assert!(alice.text("#summary").await?.contains("failed"));
-    let replayed = http()?
+    let replayed = http_client()?
         .post(format!("{plain}/api/messages/{watched}/replay"))
         .basic_auth("alice", Some("op-secret"))
         .send()
@@ -330,15 +316,12 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     assert_eq!(status, json!(403));
     victor.close().await;
 
-    let states: Vec<String> = client
-        .query(
-            "SELECT status FROM txoutbox_messages WHERE id = ANY($1)",
-            &[&vec![charges[1]]],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let states: Vec<String> = column_with(
+        &client,
+        "SELECT status FROM txoutbox_messages WHERE id = ANY($1)",
+        &[&vec![charges[1]]],
+    )
+    .await?;
     assert_eq!(states, vec!["failed"], "refused actions changed nothing");
     Ok(())
 }

@@ -13,11 +13,13 @@ use txoutbox::{
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
+use txoutbox_test_support::request::enqueue_committed;
 use txoutbox_test_support::{row_status, test_db, wait_for_row, TestDb};
 use uuid::Uuid;
 
 mod support;
 use support::Served;
+use txoutbox_test_support::select::value_with;
 
 type TestResult = anyhow::Result<()>;
 
@@ -560,9 +562,7 @@ async fn message_page_shows_payload_headers_keys_trace_link_and_attempts() -> Te
         .with_ordering_key("cust-9")
         .with_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")?;
     let id = message.id();
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[message]).await?;
-    tx.commit().await?;
+    enqueue_committed(&mut client, &[message]).await?;
     fail(&client, id, "402 card declined").await?;
     let dash = Dashboard::start(
         &db,
@@ -1077,13 +1077,12 @@ async fn a_selection_is_replayed_from_the_list_form() -> TestResult {
     assert_eq!(status_of(&client, a).await?, "pending");
     assert_eq!(status_of(&client, b).await?, "pending");
     assert_eq!(status_of(&client, c).await?, "failed");
-    let key: String = client
-        .query_one(
-            "SELECT downstream_key FROM txoutbox_messages WHERE id = $1",
-            &[&a],
-        )
-        .await?
-        .get(0);
+    let key: String = value_with(
+        &client,
+        "SELECT downstream_key FROM txoutbox_messages WHERE id = $1",
+        &[&a],
+    )
+    .await?;
     assert_eq!(
         key,
         txoutbox::admin::replay_downstream_key(a, "s-a"),
@@ -2189,9 +2188,7 @@ async fn redacted_fields_never_reach_the_browser() -> TestResult {
         .with_downstream_key("e-1")
         .with_header("card", "4000056655665556");
     let id = message.id();
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[message]).await?;
-    tx.commit().await?;
+    enqueue_committed(&mut client, &[message]).await?;
     let dash = Dashboard::start(
         &db,
         DashboardConfig {

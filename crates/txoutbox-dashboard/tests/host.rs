@@ -9,6 +9,7 @@ use serde_json::json;
 use support::Served;
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
+use txoutbox_test_support::rebound_pause;
 use txoutbox_test_support::test_db;
 
 type TestResult = anyhow::Result<()>;
@@ -36,21 +37,8 @@ async fn without_users_an_action_addressed_to_another_host_is_refused_421_and_ch
     // What a rebinding page sends from the visitor's browser: its own name, with the
     // dashboard's port, as the Host and the Origin; same-origin by the browser's reckoning.
     let host = format!("{REBOUND}:{}", dash.addr.port());
-    let origin = format!("http://{host}");
 
-    let answer = dash
-        .send(
-            "POST",
-            "/api/destinations/email/pause",
-            &host,
-            &[
-                ("Content-Type", "application/json"),
-                ("Origin", &origin),
-                ("Sec-Fetch-Site", "same-origin"),
-            ],
-            r#"{"reason":"rebinding"}"#,
-        )
-        .await?;
+    let answer = dash.send_text(&rebound_pause("/outbox", &host)).await?;
 
     assert_eq!(answer.status, 421, "{answer:?}");
     assert!(

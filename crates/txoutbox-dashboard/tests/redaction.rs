@@ -10,6 +10,7 @@ use tokio_postgres::Client;
 use txoutbox::admin::MessageStatus;
 use txoutbox_dashboard::DashboardConfig;
 use txoutbox_test_support::factory::message;
+use txoutbox_test_support::select::value_with;
 use txoutbox_test_support::test_db;
 use uuid::Uuid;
 
@@ -310,10 +311,12 @@ async fn the_error_text_search_is_refused_while_fields_are_redacted_and_acts_on_
         )
         .await?;
     assert_eq!(replay.status, 400, "{replay:?}");
-    let status: String = client
-        .query_one("SELECT status FROM txoutbox_messages WHERE id = $1", &[&id])
-        .await?
-        .get(0);
+    let status: String = value_with(
+        &client,
+        "SELECT status FROM txoutbox_messages WHERE id = $1",
+        &[&id],
+    )
+    .await?;
     assert_eq!(status, "failed");
     assert!(
         !dash.page("/messages").await?.contains(r#"name="error""#),

@@ -2,10 +2,10 @@
 //! reads: the sign-in comes first, then every page and API route answers 503 with the line that
 //! says what to run, under the service's prefix.
 
-use std::time::Duration;
-
 use reqwest::StatusCode;
 use txoutbox_dashboard::{DashboardConfig, User};
+use txoutbox_test_support::http_client;
+use txoutbox_test_support::serve_on_loopback;
 use txoutbox_test_support::{drop_schema, test_db};
 
 type TestResult = anyhow::Result<()>;
@@ -13,9 +13,6 @@ type TestResult = anyhow::Result<()>;
 #[tokio::test]
 async fn a_nested_dashboard_on_a_schema_behind_answers_503_with_the_line_to_signed_in_users(
 ) -> TestResult {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
     let db = test_db().await?;
     drop_schema(&db.connect().await?).await?;
     let config = DashboardConfig {
@@ -23,14 +20,9 @@ async fn a_nested_dashboard_on_a_schema_behind_answers_503_with_the_line_to_sign
         ..DashboardConfig::default()
     };
     let app = axum::Router::new().nest("/outbox", txoutbox_dashboard::router(db.pool(2)?, config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}/outbox", listener.local_addr()?);
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()?;
+    let (addr, server) = serve_on_loopback(app).await?;
+    let base = format!("http://{addr}/outbox");
+    let http = http_client()?;
     let required = txoutbox::admin::embedded_migrations()
         .last()
         .map_or(0, |(version, _, _)| *version);
@@ -41,11 +33,12 @@ async fn a_nested_dashboard_on_a_schema_behind_answers_503_with_the_line_to_sign
     let anonymous = http.get(format!("{base}/messages")).send().await?;
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
 
-    let page = http
-        .get(format!("{base}/messages"))
-        .basic_auth("alice", Some("pw"))
-        .send()
-        .await?;
+    let signed_in = |path: &str| {
+        http.get(format!("{base}{path}"))
+            .basic_auth("alice", Some("pw"))
+            .send()
+    };
+    let page = signed_in("/messages").await?;
     assert_eq!(page.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(page.headers().contains_key("content-security-policy"));
     let page = page.text().await?;
@@ -55,11 +48,7 @@ async fn a_nested_dashboard_on_a_schema_behind_answers_503_with_the_line_to_sign
         "the page's links keep the prefix: {page}"
     );
 
-    let api = http
-        .get(format!("{base}/api/messages"))
-        .basic_auth("alice", Some("pw"))
-        .send()
-        .await?;
+    let api = signed_in("/api/messages").await?;
     assert_eq!(api.status(), StatusCode::SERVICE_UNAVAILABLE);
     let answer: serde_json::Value = api.json().await?;
     assert_eq!(answer["error"], line.as_str());

@@ -3,19 +3,33 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{attempts, delivered_receipt, delivery, enqueue, receipt, LIMIT};
-use tokio::sync::Notify;
+use common::{attempts, db_with_receipt, delivered_receipt, delivery, enqueue, receipt};
 use txoutbox::admin::{AttemptOutcome, MessageStatus};
-use txoutbox::{relay::RelayConfig, sink::Sink};
+use txoutbox::relay::DestinationPolicy;
+use txoutbox::sink::Sink;
 use txoutbox_email::{Email, EmailError, EmailSink, SmtpConfig, DESTINATION};
-use txoutbox_test_support::relay::{quick_retry, short_lease, HangAfter, RunningRelay};
+use txoutbox_test_support::abort_after_a_call;
+use txoutbox_test_support::relay::{assert_lease_must_hold_the_timeout, quick_retry, RunningRelay};
 use txoutbox_test_support::smtp::{SmtpServer, SmtpServerOptions};
-use txoutbox_test_support::{eventually_some, outcomes, status, test_db, wait_for_key};
+use txoutbox_test_support::{eventually_some, outcomes, status, test_db, wait_for_key, TestDb};
 
 type TestResult = anyhow::Result<()>;
+
+/// A relay delivering `email` rows to `server` under `policy`, started.
+fn smtp_relay(
+    db: &TestDb,
+    server: &SmtpServer,
+    policy: DestinationPolicy,
+) -> anyhow::Result<RunningRelay> {
+    Ok(RunningRelay::start(
+        db.relay()?
+            .sink(DESTINATION, EmailSink::smtp(&server.url())?)
+            .policy(DESTINATION, policy)
+            .build()?,
+    ))
+}
 
 #[tokio::test]
 async fn an_enqueued_email_arrives_with_its_fields_and_the_keys_message_id() -> TestResult {
@@ -91,9 +105,7 @@ async fn an_enqueued_email_arrives_with_its_fields_and_the_keys_message_id() -> 
 #[tokio::test]
 async fn the_message_id_domain_can_be_configured() -> TestResult {
     let server = SmtpServer::start().await?;
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    enqueue(&mut client, &receipt(), "order-7").await?;
+    let (db, client) = db_with_receipt("order-7").await?;
     let sink = EmailSink::smtp(&server.url())?.with_message_id_domain("mail.shop.example")?;
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
     delivered_receipt(&client, "order-7").await?;
@@ -113,17 +125,8 @@ async fn a_relay_crash_after_the_server_accepted_redelivers_with_the_same_messag
     let key = uuid::Uuid::new_v4().to_string();
     enqueue(&mut client, &receipt(), &key).await?;
 
-    let sent = Arc::new(Notify::new());
-    let doomed = txoutbox::relay::Relay::builder(db.info().config()?)
-        .config(short_lease())
-        .sink(
-            DESTINATION,
-            HangAfter::with_signal(EmailSink::smtp(&server.url())?, sent.clone()),
-        )
-        .build()?;
-    let doomed = RunningRelay::start(doomed);
-    tokio::time::timeout(LIMIT, sent.notified()).await?;
-    drop(doomed); // killed: the completion is never written
+    let smtp = EmailSink::smtp(&server.url())?;
+    abort_after_a_call(&db, DESTINATION, smtp, |relay| relay).await?;
     assert_eq!(
         server.messages()?.len(),
         1,
@@ -165,15 +168,8 @@ async fn a_relay_crash_after_the_server_accepted_redelivers_with_the_same_messag
 async fn a_451_reply_is_retried_until_the_server_accepts() -> TestResult {
     let server = SmtpServer::start().await?;
     server.fail_next(2, "451 4.3.0 Mailbox busy, try again later")?;
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    enqueue(&mut client, &receipt(), "busy-1").await?;
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink(DESTINATION, EmailSink::smtp(&server.url())?)
-            .policy(DESTINATION, quick_retry(5))
-            .build()?,
-    );
+    let (db, client) = db_with_receipt("busy-1").await?;
+    let relay = smtp_relay(&db, &server, quick_retry(5))?;
     delivered_receipt(&client, "busy-1").await?;
     relay.stop().await?;
 
@@ -198,15 +194,8 @@ async fn a_451_reply_is_retried_until_the_server_accepts() -> TestResult {
 async fn a_550_reply_dead_letters_the_row_at_once() -> TestResult {
     let server = SmtpServer::start().await?;
     server.fail_next(1, "550 5.1.1 <ada@example.org>: Recipient address rejected")?;
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    enqueue(&mut client, &receipt(), "bounce-1").await?;
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink(DESTINATION, EmailSink::smtp(&server.url())?)
-            .policy(DESTINATION, quick_retry(5))
-            .build()?,
-    );
+    let (db, client) = db_with_receipt("bounce-1").await?;
+    let relay = smtp_relay(&db, &server, quick_retry(5))?;
     let failed = wait_for_key(&client, "bounce-1", MessageStatus::Failed).await;
     relay.stop().await?;
     failed?;
@@ -233,15 +222,8 @@ async fn a_550_reply_dead_letters_the_row_at_once() -> TestResult {
 async fn a_server_that_is_down_is_retried_until_it_is_up() -> TestResult {
     let mut server = SmtpServer::start().await?;
     server.stop().await?;
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    enqueue(&mut client, &receipt(), "outage-1").await?;
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink(DESTINATION, EmailSink::smtp(&server.url())?)
-            .policy(DESTINATION, quick_retry(1000))
-            .build()?,
-    );
+    let (db, client) = db_with_receipt("outage-1").await?;
+    let relay = smtp_relay(&db, &server, quick_retry(1000))?;
     eventually_some(
         "the relay keeps retrying while the server is down",
         || async {
@@ -273,12 +255,7 @@ async fn a_pooled_connection_to_a_restarted_server_is_replaced() -> TestResult {
     let mut server = SmtpServer::start().await?;
     let db = test_db().await?;
     let mut client = db.connect().await?;
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink(DESTINATION, EmailSink::smtp(&server.url())?)
-            .policy(DESTINATION, quick_retry(20))
-            .build()?,
-    );
+    let relay = smtp_relay(&db, &server, quick_retry(20))?;
     enqueue(&mut client, &receipt(), "before").await?;
     delivered_receipt(&client, "before").await?;
     server.restart().await?; // the pooled connection is now dead
@@ -300,9 +277,7 @@ async fn credentials_in_the_url_authenticate_and_a_refused_login_is_permanent() 
         auth: Some(("relay".to_owned(), "s3cr%t".to_owned())),
     })
     .await?;
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    enqueue(&mut client, &receipt(), "authed").await?;
+    let (db, client) = db_with_receipt("authed").await?;
     let port = server.port();
     let good = EmailSink::smtp(&format!("smtp://relay:s3cr%25t@127.0.0.1:{port}"))?;
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, good).build()?);
@@ -478,25 +453,8 @@ async fn an_invalid_hello_name_is_refused_with_one_line_naming_the_setting() -> 
 
 #[tokio::test]
 async fn a_relay_whose_lease_cannot_hold_the_smtp_timeout_is_refused() -> TestResult {
-    // Building a relay connects to nothing: no database is needed to be refused.
-    let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
-    let ten_seconds = RelayConfig::default().with_lease(Duration::from_secs(10));
     let sink = EmailSink::smtp("smtp://127.0.0.1:2525")?;
     assert_eq!(sink.timeout(), Some(Duration::from_secs(20)), "the default");
-    let refused = txoutbox::relay::Relay::builder(pg.clone())
-        .config(ten_seconds.clone())
-        .sink(DESTINATION, sink)
-        .build();
-    let Err(txoutbox::Error::Config(line)) = refused else {
-        anyhow::bail!("a 10 s lease with a 20 s SMTP timeout was accepted");
-    };
-    assert!(
-        line.starts_with("lease: 10s")
-            && line.contains("\"email\"")
-            && line.contains("20s")
-            && !line.contains('\n'),
-        "{line}"
-    );
     let fitting = EmailSink::smtp_with(
         "smtp://127.0.0.1:2525",
         SmtpConfig {
@@ -504,10 +462,6 @@ async fn a_relay_whose_lease_cannot_hold_the_smtp_timeout_is_refused() -> TestRe
             ..SmtpConfig::default()
         },
     )?;
-    assert!(txoutbox::relay::Relay::builder(pg)
-        .config(ten_seconds)
-        .sink(DESTINATION, fitting)
-        .build()
-        .is_ok());
+    assert_lease_must_hold_the_timeout(DESTINATION, "SMTP timeout", sink, fitting)?;
     Ok(())
 }

@@ -16,7 +16,10 @@ use txoutbox::inbox::{Consumer, InboxClaim};
 use txoutbox::relay::Shutdown;
 use txoutbox::OutboxMessage;
 use txoutbox_nats::{ConsumerReport, HandlerError, JetStreamConsumer, MessageHandler};
-use txoutbox_test_support::{count, eventually_some, test_db, wait_for_count, TestDb};
+use txoutbox_test_support::select::value;
+use txoutbox_test_support::{
+    assert_keys_derived_from_the_inbox, count, eventually_some, test_db, wait_for_count, TestDb,
+};
 
 type TestResult = anyhow::Result<()>;
 
@@ -317,10 +320,7 @@ async fn a_message_without_nats_msg_id_is_keyed_by_stream_and_sequence() -> Test
         .await?;
     run_until(&fixture, fixture.runner(Arc::new(Ship::default()))?, 1).await?;
     let client = fixture.db.connect().await?;
-    let id: String = client
-        .query_one("SELECT message_id FROM txoutbox_inbox", &[])
-        .await?
-        .get(0);
+    let id: String = value(&client, "SELECT message_id FROM txoutbox_inbox").await?;
     assert_eq!(id, format!("{}:1", fixture.stream));
     Ok(())
 }
@@ -500,19 +500,6 @@ async fn a_consumer_stopped_at_random_enqueues_each_onward_effect_once_with_its_
     }
     run_until(&fixture, fixture.runner(Arc::new(Ship::default()))?, 100).await?;
     assert_eq!(count(&client, "shipments").await?, 100);
-    let rows = client
-        .query(
-            "SELECT payload->>'for', downstream_key FROM txoutbox_messages",
-            &[],
-        )
-        .await?;
-    assert_eq!(rows.len(), 100);
-    for row in rows {
-        let (id, key): (String, String) = (row.get(0), row.get(1));
-        assert_eq!(
-            key,
-            txoutbox::inbox::derive_inbox_downstream_key("shipping", &id, "ships-email")
-        );
-    }
+    assert_keys_derived_from_the_inbox(&client, "for", "shipping", "ships-email", 100).await?;
     Ok(())
 }

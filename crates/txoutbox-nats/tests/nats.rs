@@ -4,28 +4,28 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use tokio::sync::Notify;
 use tokio_postgres::Client;
 use txoutbox::admin::AttemptOutcome;
 use txoutbox::{
-    relay::{DestinationPolicy, RelayConfig, RetryPolicy},
+    relay::{DestinationPolicy, RetryPolicy},
     sink::{Delivery, Sink},
 };
 use txoutbox_nats::{NatsMessage, NatsSink, PublishReceipt, NATS_MSG_ID};
+use txoutbox_test_support::abort_after_a_call;
 use txoutbox_test_support::process::wait_for_listener;
-use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
+use txoutbox_test_support::relay::{assert_lease_must_hold_the_timeout, short_lease, RunningRelay};
+use txoutbox_test_support::request::enqueue_committed;
+use txoutbox_test_support::select::{value, value_with};
 use txoutbox_test_support::{
-    delivered_attempts, eventually_some, free_port, logged, test_db, wait_until,
+    delivered_attempts, eventually_some, free_port, log_of, logged, test_db, wait_until,
 };
 
 type TestResult = anyhow::Result<()>;
 
 const DESTINATION: &str = "nats:orders";
-const LIMIT: Duration = Duration::from_secs(20);
 
 fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned())
@@ -71,20 +71,17 @@ async fn enqueue(client: &mut Client, message: NatsMessage, key: &str) -> TestRe
             "traceparent",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         );
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[row]).await?;
-    tx.commit().await?;
+    enqueue_committed(client, &[row]).await?;
     Ok(())
 }
 
 async fn receipt(client: &Client, key: &str) -> anyhow::Result<PublishReceipt> {
-    let text: String = client
-        .query_one(
-            "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = $1",
-            &[&key],
-        )
-        .await?
-        .get(0);
+    let text: String = value_with(
+        client,
+        "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = $1",
+        &[&key],
+    )
+    .await?;
     Ok(PublishReceipt::parse(&text)?)
 }
 
@@ -147,16 +144,7 @@ async fn a_redelivery_after_a_crash_past_the_ack_is_dropped_as_a_duplicate() -> 
     )
     .await?;
 
-    let published = Arc::new(Notify::new());
-    let crashing = HangAfter::with_signal(sink.clone(), published.clone());
-    let first = RunningRelay::start(
-        db.relay()?
-            .config(short_lease())
-            .sink(DESTINATION, crashing)
-            .build()?,
-    );
-    tokio::time::timeout(LIMIT, published.notified()).await?;
-    drop(first); // aborted like a killed process: its lease stays until it expires
+    abort_after_a_call(&db, DESTINATION, sink.clone(), |relay| relay).await?;
     assert_eq!(stream.info(&sink).await?.state.messages, 1);
 
     let second = RunningRelay::start(
@@ -225,18 +213,13 @@ async fn a_raw_payload_of_the_wrong_shape_is_dead_lettered_naming_the_builder() 
         "check refuses it first"
     );
     let row = txoutbox::OutboxMessage::new(DESTINATION, &raw)?.with_downstream_key("raw-1");
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[row]).await?;
-    tx.commit().await?;
+    enqueue_committed(&mut client, &[row]).await?;
 
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
     assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
 
-    let error: String = client
-        .query_one("SELECT last_error FROM txoutbox_messages", &[])
-        .await?
-        .get(0);
+    let error: String = value(&client, "SELECT last_error FROM txoutbox_messages").await?;
     assert!(
         error.starts_with("malformed payload (build it with txoutbox_nats::NatsMessage): ")
             && error.contains("data"),
@@ -406,13 +389,8 @@ async fn a_publish_while_the_server_is_down_is_retried_and_delivered_once_it_is_
     );
     relay.stop().await?;
 
-    let error: String = client
-        .query_one(
-            "SELECT error FROM txoutbox_attempts WHERE outcome = 'retry' LIMIT 1",
-            &[],
-        )
-        .await?
-        .get(0);
+    let retries = log_of(&client, AttemptOutcome::Retry).await?;
+    let error = retries[0].error.as_deref().unwrap_or_default();
     assert!(error.contains("JetStream publish"), "{error}");
     assert_eq!(
         stream.info(&sink).await?.state.messages,
@@ -427,33 +405,10 @@ async fn a_publish_while_the_server_is_down_is_retried_and_delivered_once_it_is_
 async fn a_relay_whose_lease_cannot_hold_the_ack_timeout_is_refused() -> TestResult {
     let sink = NatsSink::connect(&nats_url()).await?;
     assert_eq!(sink.timeout(), Some(txoutbox_nats::DEFAULT_ACK_TIMEOUT));
-    // Building a relay connects to nothing: no database is needed to be refused.
-    let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
-    let ten_seconds = RelayConfig::default().with_lease(Duration::from_secs(10));
     let slow = sink.clone().with_ack_timeout(Duration::from_secs(20));
     assert_eq!(slow.timeout(), Some(Duration::from_secs(20)));
-    let refused = txoutbox::relay::Relay::builder(pg.clone())
-        .config(ten_seconds.clone())
-        .sink(DESTINATION, slow)
-        .build();
-    let Err(txoutbox::Error::Config(line)) = refused else {
-        anyhow::bail!("a 10 s lease with a 20 s ack timeout was accepted");
-    };
-    assert!(
-        line.starts_with("lease: 10s")
-            && line.contains("\"nats:orders\"")
-            && line.contains("20s")
-            && !line.contains('\n'),
-        "{line}"
-    );
-    assert!(
-        txoutbox::relay::Relay::builder(pg)
-            .config(ten_seconds)
-            .sink(DESTINATION, sink)
-            .build()
-            .is_ok(),
-        "the default 5 s fits in a 10 s lease"
-    );
+    // The default 5 s fits in a 10 s lease.
+    assert_lease_must_hold_the_timeout(DESTINATION, "ack timeout", slow, sink)?;
     Ok(())
 }
 

@@ -1,21 +1,22 @@
 //! The Stripe sink behind the real relay, on a real Postgres, against the fake Stripe API:
 //! the forwarded key is Stripe's Idempotency-Key, so crashes and retries create one object.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio_postgres::Client;
 use txoutbox::admin::MessageStatus;
-use txoutbox::{relay::RelayConfig, sink::Sink, OutboxMessage};
+use txoutbox::{sink::Sink, OutboxMessage};
 use txoutbox_stripe::{NewPaymentIntent, NewRefund, StripeRequest, StripeSink, DESTINATION};
+use txoutbox_test_support::abort_after_a_call;
 use txoutbox_test_support::fake_stripe::FakeStripe;
-use txoutbox_test_support::relay::{quick_retry, short_lease, HangAfter, RunningRelay};
+use txoutbox_test_support::relay::{
+    assert_lease_must_hold_the_timeout, quick_retry, short_lease, RunningRelay,
+};
+use txoutbox_test_support::request::enqueue_committed;
+use txoutbox_test_support::select::value;
 use txoutbox_test_support::{eventually_some, status, test_db, TestDb};
 
 type TestResult = anyhow::Result<()>;
-
-const WAIT: Duration = Duration::from_secs(20);
 
 fn sink(fake: &FakeStripe) -> anyhow::Result<StripeSink> {
     Ok(StripeSink::new(fake.secret_key())?.with_api_base(fake.base_url())?)
@@ -39,9 +40,7 @@ fn charge(payment_method: &str) -> NewPaymentIntent {
 }
 
 async fn enqueue(client: &mut Client, message: OutboxMessage, key: &str) -> anyhow::Result<()> {
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[message.with_downstream_key(key)]).await?;
-    tx.commit().await?;
+    enqueue_committed(client, &[message.with_downstream_key(key)]).await?;
     Ok(())
 }
 
@@ -122,20 +121,10 @@ async fn relay_crash_after_stripe_created_the_intent_yields_exactly_one_intent()
         "order-7-charge",
     )
     .await?;
-    let short_lease = short_lease();
-    let answered = Arc::new(Notify::new());
-    let crashing = RunningRelay::start(
-        db.relay()?
-            .config(short_lease.clone())
-            .sink(
-                DESTINATION,
-                HangAfter::with_signal(sink(&fake)?, answered.clone()),
-            )
-            .policy(DESTINATION, quick_retry(5))
-            .build()?,
-    );
-    tokio::time::timeout(WAIT, answered.notified()).await?;
-    drop(crashing); // aborted like a killed process: the completion is never written
+    abort_after_a_call(&db, DESTINATION, sink(&fake)?, |relay| {
+        relay.policy(DESTINATION, quick_retry(5))
+    })
+    .await?;
     assert_eq!(fake.intents().len(), 1);
     let left = status(&client, "order-7-charge").await?;
     assert!(
@@ -145,7 +134,7 @@ async fn relay_crash_after_stripe_created_the_intent_yields_exactly_one_intent()
 
     let second = RunningRelay::start(
         db.relay()?
-            .config(short_lease)
+            .config(short_lease())
             // Requests that fit in the 1 s lease (the relay refuses the default 20 s).
             .sink(
                 DESTINATION,
@@ -294,14 +283,12 @@ async fn stripe_429_is_retried_after_its_retry_after_then_delivered() -> TestRes
     assert_eq!(attempts, 2);
     assert_eq!(fake.intents().len(), 1);
     // The relay's own backoff is at most 200 ms here: a longer wait is Stripe's Retry-After.
-    let gap: f64 = client
-        .query_one(
-            "SELECT extract(epoch FROM (max(started_at) - min(finished_at)))::float8 \
+    let gap: f64 = value(
+        &client,
+        "SELECT extract(epoch FROM (max(started_at) - min(finished_at)))::float8 \
              FROM txoutbox_attempts WHERE downstream_key = 'order-6-charge'",
-            &[],
-        )
-        .await?
-        .get(0);
+    )
+    .await?;
     assert!(
         gap >= 0.9,
         "the retry came {gap:.3} s after the 429, before its Retry-After"
@@ -336,14 +323,12 @@ async fn timed_out_request_is_retried_with_the_same_key_and_creates_one_intent()
     let requests = fake.requests();
     assert!(requests.iter().any(|r| r.status == 409), "{requests:?}");
     assert!(requests.last().is_some_and(|r| r.replayed));
-    let first_error: Option<String> = client
-        .query_one(
-            "SELECT error FROM txoutbox_attempts WHERE downstream_key = 'order-8-charge' \
+    let first_error: Option<String> = value(
+        &client,
+        "SELECT error FROM txoutbox_attempts WHERE downstream_key = 'order-8-charge' \
              ORDER BY started_at LIMIT 1",
-            &[],
-        )
-        .await?
-        .get(0);
+    )
+    .await?;
     assert!(
         first_error.is_some_and(|e| e.starts_with("no answer from Stripe")),
         "the first attempt timed out"
@@ -442,30 +427,10 @@ async fn refund_of_a_delivered_intent_is_created_with_its_own_key() -> TestResul
 #[test]
 fn a_relay_whose_lease_cannot_hold_the_request_timeout_is_refused() -> TestResult {
     // Building a relay connects to nothing: no database or Stripe is needed to be refused.
-    let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
-    let ten_seconds = RelayConfig::default().with_lease(Duration::from_secs(10));
     let sink = StripeSink::new("sk_test_timeout")?;
     assert_eq!(sink.timeout(), Some(txoutbox_stripe::DEFAULT_TIMEOUT));
-    let refused = txoutbox::relay::Relay::builder(pg.clone())
-        .config(ten_seconds.clone())
-        .sink(DESTINATION, sink.clone())
-        .build();
-    let Err(txoutbox::Error::Config(line)) = refused else {
-        anyhow::bail!("a 10 s lease with a 20 s Stripe timeout was accepted");
-    };
-    assert!(
-        line.starts_with("lease: 10s")
-            && line.contains("\"stripe\"")
-            && line.contains("20s")
-            && !line.contains('\n'),
-        "{line}"
-    );
-    let fitting = sink.with_timeout(Duration::from_secs(5));
+    let fitting = sink.clone().with_timeout(Duration::from_secs(5));
     assert_eq!(fitting.timeout(), Some(Duration::from_secs(5)));
-    assert!(txoutbox::relay::Relay::builder(pg)
-        .config(ten_seconds)
-        .sink(DESTINATION, fitting)
-        .build()
-        .is_ok());
+    assert_lease_must_hold_the_timeout(DESTINATION, "Stripe timeout", sink, fitting)?;
     Ok(())
 }

@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 use txoutbox::relay::{RelayBuilder, RelayConfig};
+use txoutbox::sink::Sink;
 
-use crate::relay::{CrashableRelay, HangAfter, RecordingSink};
-use crate::TestDb;
+use crate::relay::{short_lease, CrashableRelay, HangAfter, RecordingSink, RunningRelay};
+use crate::{TestDb, WAIT_LIMIT};
 
 /// The lease of the relay [`kill_after_a_call`] kills: what the next relay waits out.
 pub const KILLED_LEASE: Duration = Duration::from_millis(500);
@@ -55,4 +56,26 @@ pub async fn drain_across_a_restart(
     }
     let relay = RunningRelay::start(builder.build()?);
     drain_through_a_restart(cluster, db, relay, &sink.0, 300, total).await
+}
+
+/// Starts a relay of [`short_lease`] (and what `configure` adds) whose `destination` calls go to
+/// `sink`, waits ([`WAIT_LIMIT`] at most) until `sink` has delivered a first call, and aborts
+/// the relay there, as a process killed after the downstream took the row: the outcome is never
+/// written and the lease stays until it expires.
+pub async fn abort_after_a_call(
+    db: &TestDb,
+    destination: &str,
+    sink: impl Sink,
+    configure: impl FnOnce(RelayBuilder) -> RelayBuilder,
+) -> Result<()> {
+    let sink = HangAfter::new(sink);
+    let delivered = sink.delivered.clone();
+    let builder = db
+        .relay()?
+        .config(short_lease())
+        .sink(destination.to_owned(), sink);
+    let relay = RunningRelay::start(configure(builder).build()?);
+    tokio::time::timeout(WAIT_LIMIT, delivered.notified()).await?;
+    drop(relay);
+    Ok(())
 }

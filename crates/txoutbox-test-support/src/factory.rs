@@ -98,6 +98,19 @@ pub async fn pending<'a>(
         .await
 }
 
+/// A pending row to `destination` with downstream key `key` and ordering key `ordering_key`,
+/// written now; its id. Short for
+/// `message(target).destination(destination).key(key).ordering_key(ordering_key).create()`.
+pub async fn pending_ordered<'a>(
+    target: impl Into<Target<'a>>,
+    destination: &str,
+    key: &str,
+    ordering_key: &str,
+) -> Result<Uuid> {
+    let row = message(target).destination(destination).key(key);
+    row.ordering_key(ordering_key).create().await
+}
+
 /// `n` pending rows to `destination`, downstream keys `{key}-{i}`, written now; their ids. Short
 /// for `message(target).destination(destination).key(key).create_many(n)`.
 pub async fn pending_many<'a>(

@@ -21,7 +21,9 @@
 //! timings for tests; [`webhook::WebhookReceiver`] is a scripted HTTP receiver for real relays;
 //! [`free_port`] picks a loopback port; [`DemoDatabase`] is the database of a demo or an example
 //! program; [`webdriver::Driver`] drives a headless chromium for the
-//! browser tests.
+//! browser tests. [`select`] reads what a test's own `SELECT` returns; [`serve_on_loopback`] and
+//! [`http_client`] are both ends of HTTP on loopback; [`process::OwnedChild`] holds a child
+//! process and kills it when dropped.
 
 mod cluster;
 mod counts;
@@ -30,6 +32,7 @@ mod demo_db;
 mod doc;
 pub mod factory;
 pub mod fake_stripe;
+mod http;
 mod port;
 pub mod prometheus;
 pub mod raw_http;
@@ -50,6 +53,7 @@ pub use database::{
 };
 pub use demo_db::DemoDatabase;
 pub use doc::doc_test;
+pub use http::{http_client, post_json_with_key, rebound_pause, request_text, serve_on_loopback};
 pub use port::{free_addr, free_port};
 
 /// Waiting on a relay's test events ([`events::RelayEvents`]) instead of sleeping.
@@ -69,11 +73,13 @@ pub mod hooks;
 
 /// A relay killed after its sink was called, before the outcome was written.
 pub mod crash;
-pub use crash::{drain_across_a_restart, kill_after_a_call};
+pub use crash::{abort_after_a_call, drain_across_a_restart, kill_after_a_call};
 
 mod rows;
+/// A test's own `SELECT`, read as one value or as columns.
+pub mod select;
 pub use rows::{
-    attempts_of, delivered_attempts, log_of, logged, row_status, wait_for_key, wait_for_row,
-    wait_until_for, LogEntry,
+    assert_keys_derived_from_the_inbox, attempts_of, delivered_attempts, log_of, logged,
+    row_status, wait_for_key, wait_for_row, wait_until_for, LogEntry,
 };
 pub mod process;

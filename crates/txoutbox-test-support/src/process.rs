@@ -1,9 +1,12 @@
-//! Programs under test as processes: stopping one the way an operator or a supervisor does
+//! Programs under test as processes: owning one ([`OwnedChild`]: killed when dropped), stopping one the way an operator or a supervisor does
 //! ([`terminate`]: SIGTERM, then its exit code), and reading its HTTP endpoints ([`http_get`],
-//! [`wait_for_get`]: a plain HTTP/1.1 GET, polled until its answer says what the test waits for).
+//! [`wait_for_get`]: a plain HTTP/1.1 GET, polled until its answer says what the test waits for),
+//! and what it prints ([`first_stdout_line`], [`stdout_lines`], [`succeeded`], [`one_error_line`]).
 
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Output};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -90,4 +93,98 @@ pub async fn wait_for_listener(addr: SocketAddr) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())
+}
+
+/// The first line `child` writes to its piped stdout (what a server prints when it listens),
+/// without its line end.
+pub fn first_stdout_line(child: &mut Child) -> Result<String> {
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    Ok(line.trim_end().to_owned())
+}
+
+/// Every line `child` writes to its piped stdout, as it comes (read on a thread of its own, so
+/// a test waits on the channel with a limit of its choosing).
+pub fn stdout_lines(child: &mut Child) -> Result<mpsc::Receiver<String>> {
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let (lines_tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    Ok(lines)
+}
+
+/// The stdout of a command that must have succeeded; the test fails showing its stderr when it
+/// did not.
+pub fn succeeded(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The stderr of a command that failed as a runtime error does: exit code 1 and one line.
+pub fn one_error_line(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err
+}
+
+/// A child process the test owns: killed and reaped when dropped, so a failing test leaves no
+/// process behind. Derefs to the [`Child`].
+#[derive(Debug)]
+pub struct OwnedChild(pub Child);
+
+impl Drop for OwnedChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl From<Child> for OwnedChild {
+    fn from(child: Child) -> Self {
+        Self(child)
+    }
+}
+
+impl std::ops::Deref for OwnedChild {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for OwnedChild {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+/// Runs `command` (`what` names it in errors) and fails with what it printed unless it succeeds;
+/// its output.
+pub(crate) fn run_checked(command: &mut Command, what: &str) -> Result<Output> {
+    use anyhow::Context;
+    let output = command
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(output)
 }

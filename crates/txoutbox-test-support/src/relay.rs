@@ -311,3 +311,40 @@ pub fn quick_retry(max_attempts: u32) -> txoutbox::relay::DestinationPolicy {
         ..Default::default()
     }
 }
+
+/// The rule every sink meets at a relay's build (which connects to nothing): under a 10 s
+/// lease, `slow` (a sink whose timeout is 20 s, the `what` of the failure message) is refused
+/// in one line naming the lease, `destination` and the timeout; `fitting` (a shorter timeout)
+/// is accepted.
+pub fn assert_lease_must_hold_the_timeout(
+    destination: &str,
+    what: &str,
+    slow: impl Sink,
+    fitting: impl Sink,
+) -> Result<()> {
+    let pg: tokio_postgres::Config = "host=127.0.0.1 user=postgres".parse()?;
+    let ten_seconds = txoutbox::relay::RelayConfig::default().with_lease(Duration::from_secs(10));
+    let refused = Relay::builder(pg.clone())
+        .config(ten_seconds.clone())
+        .sink(destination, slow)
+        .build();
+    let Err(txoutbox::Error::Config(line)) = refused else {
+        anyhow::bail!("a 10 s lease with a 20 s {what} was accepted");
+    };
+    assert!(
+        line.starts_with("lease: 10s")
+            && line.contains(&format!("\"{destination}\""))
+            && line.contains("20s")
+            && !line.contains('\n'),
+        "{line}"
+    );
+    assert!(
+        Relay::builder(pg)
+            .config(ten_seconds)
+            .sink(destination, fitting)
+            .build()
+            .is_ok(),
+        "a timeout shorter than the lease fits"
+    );
+    Ok(())
+}

@@ -20,6 +20,16 @@ pub fn charge_fingerprint(amount: i64) -> Fingerprint {
     )
 }
 
+/// A `201 Created` with no header and an empty body: the stored answer of a request whose
+/// answer the test does not look at.
+pub fn empty_created() -> txoutbox::StoredResponse {
+    txoutbox::StoredResponse {
+        status: 201,
+        headers: vec![],
+        body: vec![],
+    }
+}
+
 /// A test database with the business table of [`create_orders`], and a connection to it.
 pub async fn db_with_orders() -> Result<(TestDb, Client)> {
     let db = test_db().await?;
@@ -58,4 +68,30 @@ where
         answers.push(task.await?);
     }
     Ok(answers)
+}
+
+/// Stores the key `k` of the scope `charges`, completed, as a request of a txoutbox before V5
+/// did: by inserting its row, without the key's advisory lock.
+pub async fn store_key_without_the_lock(client: &Client, k: &IdempotencyKey) -> Result<()> {
+    client
+        .execute(
+            "INSERT INTO txoutbox_idempotency_keys (scope, key, fingerprint, state, \
+                 response_status, response_headers, response_body, expires_at) \
+             VALUES ('charges', $1, '\\x00', 'completed', 201, '[]', '', now() + interval '1 day')",
+            &[&k.as_str()],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Enqueues `messages` through the library's write path in a transaction of their own, and
+/// commits it, as a service's request does.
+pub async fn enqueue_committed(
+    client: &mut Client,
+    messages: &[txoutbox::OutboxMessage],
+) -> Result<()> {
+    let tx = client.transaction().await?;
+    txoutbox::enqueue(&tx, messages).await?;
+    tx.commit().await?;
+    Ok(())
 }

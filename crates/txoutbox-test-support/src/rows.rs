@@ -128,3 +128,28 @@ pub async fn log_of(client: &Client, outcome: AttemptOutcome) -> Result<Vec<LogE
         })
         .collect())
 }
+
+/// Checks that there are `n` outbox rows and that each carries the downstream key
+/// `consumer`'s inbox derives for `effect` from the message id its payload holds in `field`.
+pub async fn assert_keys_derived_from_the_inbox(
+    client: &Client,
+    field: &str,
+    consumer: &str,
+    effect: &str,
+    n: usize,
+) -> Result<()> {
+    let rows: Vec<(String, String)> = crate::select::column_pairs_with(
+        client,
+        "SELECT payload->>$1, downstream_key FROM txoutbox_messages",
+        &[&field],
+    )
+    .await?;
+    assert_eq!(rows.len(), n);
+    for (id, key) in rows {
+        assert_eq!(
+            key,
+            txoutbox::inbox::derive_inbox_downstream_key(consumer, &id, effect)
+        );
+    }
+    Ok(())
+}

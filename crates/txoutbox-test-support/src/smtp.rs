@@ -244,21 +244,13 @@ impl Drop for SmtpServer {
 
 /// Parses an `.eml` file with the same decoder the server uses.
 pub fn parse_eml(path: &Path) -> Result<ReceivedMail> {
-    let output = std::process::Command::new(PYTHON)
-        .arg("-c")
-        .arg(SCRIPT)
-        .arg("parse")
+    let mut command = std::process::Command::new(PYTHON);
+    command
+        .args(["-c", SCRIPT, "parse"])
         .arg(path)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {PYTHON} to parse {}", path.display()))?;
-    if !output.status.success() {
-        bail!(
-            "parsing {} failed: {}",
-            path.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+        .stdin(Stdio::null());
+    let what = format!("{PYTHON} parsing {}", path.display());
+    let output = crate::process::run_checked(&mut command, &what)?;
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 

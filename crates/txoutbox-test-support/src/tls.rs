@@ -61,14 +61,7 @@ impl TestCa {
     pub fn client_cert(&self, user: &str) -> Result<ServerCert> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, user);
-        let key = KeyPair::generate()?;
-        let cert = params
-            .signed_by(&key, &self.issuer)
-            .context("signing the client certificate")?;
-        Ok(ServerCert {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        })
+        self.sign(params, "the client certificate")
     }
 
     /// A server certificate for `names` (DNS names, or IP addresses such as `127.0.0.1`).
@@ -78,10 +71,16 @@ impl TestCa {
         if let Some(first) = names.first() {
             params.distinguished_name.push(DnType::CommonName, first);
         }
+        self.sign(params, "the server certificate")
+    }
+
+    /// A new key and the certificate of `params` for it, signed by this CA (`what` names it in
+    /// the error).
+    fn sign(&self, params: CertificateParams, what: &str) -> Result<ServerCert> {
         let key = KeyPair::generate()?;
         let cert = params
             .signed_by(&key, &self.issuer)
-            .context("signing the server certificate")?;
+            .with_context(|| format!("signing {what}"))?;
         Ok(ServerCert {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),

@@ -55,11 +55,7 @@ impl WebhookReceiver {
         let router = axum::Router::new()
             .route("/{path}", axum::routing::post(receive))
             .with_state(receiver.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        let (addr, _) = crate::serve_on_loopback(router).await?;
         Ok((receiver, addr))
     }
 
@@ -163,4 +159,25 @@ async fn receive(
             .insert("retry-after", HeaderValue::from(secs));
     }
     response
+}
+
+/// POSTs `body` to `url` as a Standard Webhooks sender does: `webhook-id` `id`,
+/// `webhook-timestamp` `timestamp` and the signature by `key` of the three.
+pub async fn post_signed(
+    url: &str,
+    key: &txoutbox::standard_webhooks::WebhookSecret,
+    id: &str,
+    timestamp: i64,
+    body: &str,
+) -> Result<reqwest::Response> {
+    let signature = txoutbox::standard_webhooks::sign(key, id, timestamp, body.as_bytes());
+    Ok(crate::http_client()?
+        .post(url)
+        .header("webhook-id", id)
+        .header("webhook-timestamp", timestamp.to_string())
+        .header("webhook-signature", signature)
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await?)
 }

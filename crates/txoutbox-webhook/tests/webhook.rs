@@ -9,14 +9,18 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use tokio::sync::Notify;
 use tokio_postgres::Client;
+use txoutbox::admin::AttemptOutcome;
 use txoutbox::admin::MessageStatus::Delivered;
 use txoutbox::sink::Sink;
+use txoutbox_test_support::abort_after_a_call;
 use txoutbox_test_support::raw_http::{closed_port, response, Behaviour, RawHttpServer};
-use txoutbox_test_support::relay::{short_lease, HangAfter, RunningRelay};
+use txoutbox_test_support::relay::{short_lease, RunningRelay};
+use txoutbox_test_support::request::enqueue_committed;
+use txoutbox_test_support::select::value;
+use txoutbox_test_support::serve_on_loopback;
 use txoutbox_test_support::{
-    counts, delivered_attempts, eventually_some, test_db, wait_for_key, wait_until,
+    counts, delivered_attempts, eventually_some, log_of, test_db, wait_for_key, wait_until,
 };
 use txoutbox_webhook::{verify, Webhook, WebhookConfig, WebhookSecret, WebhookSink};
 
@@ -24,7 +28,6 @@ type TestResult = anyhow::Result<()>;
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const DESTINATION: &str = "webhook:orders";
-const LIMIT: Duration = Duration::from_secs(20);
 
 /// One request as the receiver saw it.
 #[derive(Debug, Clone)]
@@ -93,11 +96,8 @@ impl Receiver {
         let app = axum::Router::new()
             .route("/hooks/orders", axum::routing::post(receive))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}/hooks/orders", listener.local_addr()?);
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (addr, task) = serve_on_loopback(app).await?;
+        let url = format!("http://{addr}/hooks/orders");
         Ok(Self { url, state, task })
     }
 
@@ -166,9 +166,7 @@ async fn enqueue_event(client: &mut Client, key: &str, traceparent: Option<&str>
     if let Some(tp) = traceparent {
         message = message.with_header("traceparent", tp);
     }
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[message]).await?;
-    tx.commit().await?;
+    enqueue_committed(client, &[message]).await?;
     Ok(())
 }
 
@@ -219,10 +217,7 @@ async fn delivered_webhook_is_signed_verifiably_and_carries_the_downstream_key()
     wait_for_key(&client, "evt-1", Delivered).await?;
     assert_eq!(counts(&client).await?.delivered, 1);
     relay.stop().await?;
-    let receipt: String = client
-        .query_one("SELECT receipt FROM txoutbox_delivered", &[])
-        .await?
-        .get(0);
+    let receipt: String = value(&client, "SELECT receipt FROM txoutbox_delivered").await?;
     assert_eq!(receipt, "HTTP 200; x-request-id: req-1");
     Ok(())
 }
@@ -256,13 +251,9 @@ async fn a_503_with_retry_after_is_retried_after_that_delay_then_delivered() -> 
     for request in &seen {
         assert_eq!(verify(&secret(), &request.headers, &request.body), Ok(()));
     }
-    let error: String = client
-        .query_one(
-            "SELECT error FROM txoutbox_attempts WHERE outcome = 'retry'",
-            &[],
-        )
-        .await?
-        .get(0);
+    let retries = log_of(&client, AttemptOutcome::Retry).await?;
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    let error = retries[0].error.as_deref().unwrap_or_default();
     assert!(error.contains("503") && error.contains("busy"), "{error}");
     Ok(())
 }
@@ -274,16 +265,10 @@ async fn a_redelivery_after_a_relay_crash_keeps_the_same_webhook_id() -> TestRes
     let receiver = Receiver::start([]).await?;
     enqueue_event(&mut client, "evt-3", None).await?;
 
-    let delivered = Arc::new(Notify::new());
-    let crashing = HangAfter::with_signal(short_timeout(&receiver.url)?, delivered.clone());
-    let first = RunningRelay::start(
-        db.relay()?
-            .config(short_lease())
-            .sink(DESTINATION, crashing)
-            .build()?,
-    );
-    tokio::time::timeout(LIMIT, delivered.notified()).await?;
-    drop(first); // aborted like a killed process: its lease stays until it expires
+    abort_after_a_call(&db, DESTINATION, short_timeout(&receiver.url)?, |relay| {
+        relay
+    })
+    .await?;
 
     let second = RunningRelay::start(
         db.relay()?
@@ -345,9 +330,7 @@ async fn a_raw_payload_of_the_wrong_shape_is_dead_lettered_naming_the_builder() 
         "check refuses it first"
     );
     let message = txoutbox::OutboxMessage::new(DESTINATION, &raw)?.with_downstream_key("raw-1");
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[message]).await?;
-    tx.commit().await?;
+    enqueue_committed(&mut client, &[message]).await?;
 
     let sink = WebhookSink::new(&receiver.url, secret())?;
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
@@ -355,10 +338,7 @@ async fn a_raw_payload_of_the_wrong_shape_is_dead_lettered_naming_the_builder() 
     relay.stop().await?;
 
     assert!(receiver.seen().is_empty(), "nothing was sent");
-    let error: String = client
-        .query_one("SELECT last_error FROM txoutbox_messages", &[])
-        .await?
-        .get(0);
+    let error: String = value(&client, "SELECT last_error FROM txoutbox_messages").await?;
     assert!(
         error.starts_with("malformed payload (build it with txoutbox_webhook::Webhook): ")
             && error.contains("event_type"),
@@ -384,13 +364,9 @@ async fn a_receiver_slower_than_the_timeout_is_retried() -> TestResult {
     assert_eq!(delivered_attempts(&client).await?, [2]);
     relay.stop().await?;
 
-    let error: String = client
-        .query_one(
-            "SELECT error FROM txoutbox_attempts WHERE outcome = 'retry'",
-            &[],
-        )
-        .await?
-        .get(0);
+    let retries = log_of(&client, AttemptOutcome::Retry).await?;
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    let error = retries[0].error.as_deref().unwrap_or_default();
     assert!(error.contains("timed out"), "{error}");
     Ok(())
 }

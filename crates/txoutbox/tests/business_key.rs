@@ -7,6 +7,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 use txoutbox::idempotency::{derive_downstream_key, BusinessKey, RowBegin};
 use txoutbox::{Fingerprint, IdempotencyKey, OutboxMessage, Scope};
+use txoutbox_test_support::select::value;
 use txoutbox_test_support::{count, test_db, TestDb};
 
 type TestResult = anyhow::Result<()>;
@@ -167,10 +168,7 @@ async fn the_same_key_with_another_body_is_a_mismatch_and_writes_nothing() -> Te
     let k = key("bk-mismatch-000000001");
     charge(&mut client, &k, 100).await?;
     assert_eq!(charge(&mut client, &k, 999).await?, Answer::Mismatch);
-    let amount: i64 = client
-        .query_one("SELECT amount FROM charges", &[])
-        .await?
-        .get(0);
+    let amount: i64 = value(&client, "SELECT amount FROM charges").await?;
     assert_eq!(amount, 100);
     assert_eq!(count(&client, "txoutbox_messages").await?, 2);
     Ok(())
@@ -266,10 +264,11 @@ async fn the_requests_traceparent_reaches_its_effects() -> TestResult {
     claim.with_traceparent(traceparent)?;
     claim.complete(&tx).await?;
     tx.commit().await?;
-    let stored: String = client
-        .query_one("SELECT headers->>'traceparent' FROM txoutbox_messages", &[])
-        .await?
-        .get(0);
+    let stored: String = value(
+        &client,
+        "SELECT headers->>'traceparent' FROM txoutbox_messages",
+    )
+    .await?;
     assert_eq!(stored, traceparent);
     Ok(())
 }

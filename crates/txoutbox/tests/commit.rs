@@ -5,9 +5,12 @@
 //! enclosing transaction were still open.
 
 use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, Transaction};
 use txoutbox::{begin, Begin, Error, OutboxMessage, Scope, StoredResponse};
 use txoutbox_test_support::count;
-use txoutbox_test_support::request::{charge_fingerprint as fingerprint, db_with_orders, key};
+use txoutbox_test_support::request::{
+    charge_fingerprint as fingerprint, db_with_orders, key, store_key_without_the_lock,
+};
 
 type TestResult = anyhow::Result<()>;
 
@@ -60,14 +63,20 @@ async fn commit_in_a_savepoint(
         .expect_err("a COMMIT in a savepoint would end the outer transaction"))
 }
 
+/// The caller's transaction, after a business write of its own (`outer-before`).
+async fn outer_after_a_write(client: &mut Client) -> anyhow::Result<Transaction<'_>> {
+    let outer = client.transaction().await?;
+    outer
+        .execute("INSERT INTO orders (note) VALUES ('outer-before')", &[])
+        .await?;
+    Ok(outer)
+}
+
 #[tokio::test]
 async fn a_commit_refused_in_a_savepoint_lets_no_later_write_of_the_outer_transaction_commit(
 ) -> TestResult {
     let (_db, mut client) = db_with_orders().await?;
-    let mut outer = client.transaction().await?;
-    outer
-        .execute("INSERT INTO orders (note) VALUES ('outer-before')", &[])
-        .await?;
+    let mut outer = outer_after_a_write(&mut client).await?;
     let err = commit_in_a_savepoint(&mut outer, "k-savepoint").await?;
     assert!(matches!(err, Error::Internal(_)), "{err:?}");
     assert!(err.to_string().contains("savepoint"), "{err}");
@@ -87,10 +96,7 @@ async fn a_commit_refused_in_a_savepoint_lets_no_later_write_of_the_outer_transa
 async fn the_outer_transaction_commits_nothing_after_a_commit_refused_in_its_savepoint(
 ) -> TestResult {
     let (db, mut client) = db_with_orders().await?;
-    let mut outer = client.transaction().await?;
-    outer
-        .execute("INSERT INTO orders (note) VALUES ('outer-before')", &[])
-        .await?;
+    let mut outer = outer_after_a_write(&mut client).await?;
     commit_in_a_savepoint(&mut outer, "k-savepoint-commit").await?;
     // A handler that goes on as if nothing happened: its write fails, its commit commits nothing.
     assert!(write_after_the_error(&outer).await.is_some());
@@ -112,25 +118,14 @@ async fn any_failed_commit_in_a_savepoint_leaves_the_outer_transaction_aborted()
     let (db, mut client) = db_with_orders().await?;
     let scope = Scope::new("charges")?;
     let k = key("k-savepoint-conflict");
-    let mut outer = client.transaction().await?;
-    outer
-        .execute("INSERT INTO orders (note) VALUES ('outer-before')", &[])
-        .await?;
+    let mut outer = outer_after_a_write(&mut client).await?;
     let inner = outer.transaction().await?;
     let Begin::New(claim) = begin(&inner, &scope, &k, &fingerprint(1)).await? else {
         panic!("a new key");
     };
     // A request of a txoutbox before V5 stores the key meanwhile, without the lock: the
     // statement fails before the savepoint is looked at.
-    db.connect()
-        .await?
-        .execute(
-            "INSERT INTO txoutbox_idempotency_keys (scope, key, fingerprint, state, \
-                 response_status, response_headers, response_body, expires_at) \
-             VALUES ('charges', $1, '\\x00', 'completed', 201, '[]', '', now() + interval '1 day')",
-            &[&k.as_str()],
-        )
-        .await?;
+    store_key_without_the_lock(&db.connect().await?, &k).await?;
     let err = claim.commit(inner, &created()).await.expect_err("taken");
     assert!(matches!(err, Error::Conflict { .. }), "{err:?}");
     let source = std::error::Error::source(&err).expect("the server's answer");

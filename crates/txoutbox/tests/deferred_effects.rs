@@ -19,8 +19,9 @@ use txoutbox_test_support::{
 type TestResult = anyhow::Result<()>;
 
 use txoutbox_test_support::request::{
-    at_once, charge_fingerprint as fingerprint, db_with_orders, key,
+    at_once, charge_fingerprint as fingerprint, db_with_orders, key, store_key_without_the_lock,
 };
+use txoutbox_test_support::select::{column, value_with};
 
 fn created(id: i64) -> StoredResponse {
     StoredResponse {
@@ -42,13 +43,12 @@ async fn order(
     claim: &mut Claim,
     k: &IdempotencyKey,
 ) -> anyhow::Result<i64> {
-    let id: i64 = tx
-        .query_one(
-            "INSERT INTO orders (note) VALUES ($1) RETURNING id",
-            &[&k.as_str()],
-        )
-        .await?
-        .get(0);
+    let id: i64 = value_with(
+        tx,
+        "INSERT INTO orders (note) VALUES ($1) RETURNING id",
+        &[&k.as_str()],
+    )
+    .await?;
     claim.enqueue(
         "charge",
         OutboxMessage::new("stripe", &serde_json::json!({"order": id, "amount": 100}))?,
@@ -143,16 +143,12 @@ async fn a_deferred_request_writes_one_row_and_the_relay_delivers_its_effects() 
     assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 0);
     assert_eq!(count(&client, "txoutbox_delivered").await?, 2);
     // The enqueue time of the fanned-out rows is the request's.
-    let same_time: Vec<String> = client
-        .query(
-            "SELECT d.downstream_key FROM txoutbox_delivered d \
+    let same_time: Vec<String> = column(
+        &client,
+        "SELECT d.downstream_key FROM txoutbox_delivered d \
              JOIN txoutbox_idempotency_keys k ON d.created_at = k.created_at ORDER BY 1",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    )
+    .await?;
     assert_eq!(same_time, expected);
 
     // The retry is answered from the key row.
@@ -426,15 +422,7 @@ async fn a_key_stored_first_by_a_request_without_the_lock_is_a_409_and_commits_n
         panic!("a new key");
     };
     let id = order(&tx, &mut claim, &k).await?;
-    let older = db.connect().await?;
-    older
-        .execute(
-            "INSERT INTO txoutbox_idempotency_keys (scope, key, fingerprint, state, \
-                 response_status, response_headers, response_body, expires_at) \
-             VALUES ('charges', $1, '\\x00', 'completed', 201, '[]', '', now() + interval '1 day')",
-            &[&k.as_str()],
-        )
-        .await?;
+    store_key_without_the_lock(&db.connect().await?, &k).await?;
     let err = claim
         .commit(tx, &created(id))
         .await

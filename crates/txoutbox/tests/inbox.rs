@@ -5,10 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
-use tokio_postgres::Client;
-use txoutbox::inbox::{self, derive_inbox_downstream_key, Consumer, Outcome, Receive};
+use tokio_postgres::{Client, Transaction};
+use txoutbox::inbox::{self, derive_inbox_downstream_key, Consumer, InboxClaim, Outcome, Receive};
 use txoutbox::{Error, OutboxMessage};
-use txoutbox_test_support::{count, test_db, wait_for_exact_count, TestDb};
+use txoutbox_test_support::select::value;
+use txoutbox_test_support::{
+    assert_keys_derived_from_the_inbox, count, test_db, wait_for_exact_count, TestDb,
+};
 
 type TestResult = anyhow::Result<()>;
 
@@ -25,24 +28,37 @@ fn shipping() -> Consumer {
     Consumer::new("shipping").expect("valid consumer")
 }
 
-/// The handler: one shipment and one onward email per new message, all in one transaction.
-/// Returns whether it ran.
+/// The handler's writes for the new message `id`: one shipment and one onward email.
+async fn ship(tx: &Transaction<'_>, mut claim: InboxClaim, id: &str) -> anyhow::Result<()> {
+    tx.execute("INSERT INTO shipments (charge_id) VALUES ($1)", &[&id])
+        .await?;
+    claim.enqueue(
+        "ships-email",
+        OutboxMessage::new("email", &serde_json::json!({"charge": id}))?,
+    )?;
+    claim.complete(tx).await?;
+    Ok(())
+}
+
+/// The handler: [`ship`] and commit, in one transaction. Returns whether it ran.
 async fn deliver(client: &mut Client, consumer: &Consumer, id: &str) -> anyhow::Result<bool> {
     let tx = client.transaction().await?;
     match inbox::receive(&tx, consumer, id).await? {
-        Receive::New(mut claim) => {
-            tx.execute("INSERT INTO shipments (charge_id) VALUES ($1)", &[&id])
-                .await?;
-            claim.enqueue(
-                "ships-email",
-                OutboxMessage::new("email", &serde_json::json!({"charge": id}))?,
-            )?;
-            claim.complete(&tx).await?;
+        Receive::New(claim) => {
+            ship(&tx, claim, id).await?;
             tx.commit().await?;
             Ok(true)
         }
         Receive::Duplicate { .. } => Ok(false),
     }
+}
+
+/// The first delivery of `msg_1`, received in `tx` and not yet applied.
+async fn first_delivery(tx: &Transaction<'_>, consumer: &Consumer) -> anyhow::Result<InboxClaim> {
+    let Receive::New(claim) = inbox::receive(tx, consumer, "msg_1").await? else {
+        anyhow::bail!("first delivery not new");
+    };
+    Ok(claim)
 }
 
 #[tokio::test]
@@ -58,10 +74,8 @@ async fn a_redelivered_message_is_a_duplicate_and_runs_once() -> TestResult {
     assert_eq!(count(&client, "txoutbox_messages").await?, 1);
 
     let tx = client.transaction().await?;
-    let received: chrono::DateTime<chrono::Utc> = tx
-        .query_one("SELECT received_at FROM txoutbox_inbox", &[])
-        .await?
-        .get(0);
+    let received: chrono::DateTime<chrono::Utc> =
+        value(&tx, "SELECT received_at FROM txoutbox_inbox").await?;
     match inbox::receive(&tx, &consumer, "msg_1").await? {
         Receive::Duplicate {
             first_received,
@@ -81,9 +95,7 @@ async fn a_rolled_back_handler_leaves_no_record_and_the_redelivery_runs() -> Tes
     let consumer = shipping();
     {
         let tx = client.transaction().await?;
-        let Receive::New(_claim) = inbox::receive(&tx, &consumer, "msg_1").await? else {
-            anyhow::bail!("first delivery not new");
-        };
+        let _claim = first_delivery(&tx, &consumer).await?;
         tx.execute("INSERT INTO shipments (charge_id) VALUES ('x')", &[])
             .await?;
         tx.rollback().await?;
@@ -152,9 +164,7 @@ async fn a_redelivery_racing_the_first_waits_for_its_commit_then_is_a_duplicate(
     let watcher = db.connect().await?;
     let consumer = shipping();
     let tx = first.transaction().await?;
-    let Receive::New(claim) = inbox::receive(&tx, &consumer, "msg_1").await? else {
-        anyhow::bail!("first delivery not new");
-    };
+    let claim = first_delivery(&tx, &consumer).await?;
     let racing = race_a_second_delivery(&db, &watcher, &consumer).await?;
     tx.execute("INSERT INTO shipments (charge_id) VALUES ('msg_1')", &[])
         .await?;
@@ -171,9 +181,7 @@ async fn a_redelivery_racing_a_first_attempt_that_rolls_back_runs_the_handler() 
     let watcher = db.connect().await?;
     let consumer = shipping();
     let tx = first.transaction().await?;
-    let Receive::New(_claim) = inbox::receive(&tx, &consumer, "msg_1").await? else {
-        anyhow::bail!("first delivery not new");
-    };
+    let _claim = first_delivery(&tx, &consumer).await?;
     let racing = race_a_second_delivery(&db, &watcher, &consumer).await?;
     tx.rollback().await?;
     assert!(
@@ -189,9 +197,7 @@ async fn a_redelivery_that_waits_past_the_lock_timeout_is_a_conflict() -> TestRe
     let (db, mut first) = db_with_shipments().await?;
     let consumer = shipping().with_lock_timeout(Duration::from_millis(50))?;
     let tx = first.transaction().await?;
-    let Receive::New(_claim) = inbox::receive(&tx, &consumer, "msg_1").await? else {
-        anyhow::bail!("first delivery not new");
-    };
+    let _claim = first_delivery(&tx, &consumer).await?;
     let mut second = db.connect().await?;
     let tx2 = second.transaction().await?;
     let answer = inbox::receive(&tx2, &consumer, "msg_1").await;
@@ -212,12 +218,12 @@ async fn the_callers_lock_timeout_is_restored_after_receive() -> TestResult {
     let Receive::New(_claim) = inbox::receive(&tx, &consumer, "msg_2").await? else {
         anyhow::bail!("new message not new");
     };
-    let shown: String = tx.query_one("SHOW lock_timeout", &[]).await?.get(0);
+    let shown: String = value(&tx, "SHOW lock_timeout").await?;
     assert_eq!(shown, "7s", "after a new message");
     let Receive::Duplicate { .. } = inbox::receive(&tx, &consumer, "msg_1").await? else {
         anyhow::bail!("old message new again");
     };
-    let shown: String = tx.query_one("SHOW lock_timeout", &[]).await?.get(0);
+    let shown: String = value(&tx, "SHOW lock_timeout").await?;
     assert_eq!(shown, "7s", "after a duplicate");
     Ok(())
 }
@@ -263,10 +269,7 @@ async fn onward_effects_carry_keys_derived_from_consumer_message_and_effect() ->
     let (_db, mut client) = db_with_shipments().await?;
     let consumer = shipping();
     assert!(deliver(&mut client, &consumer, "msg_1").await?);
-    let key: String = client
-        .query_one("SELECT downstream_key FROM txoutbox_messages", &[])
-        .await?
-        .get(0);
+    let key: String = value(&client, "SELECT downstream_key FROM txoutbox_messages").await?;
     assert_eq!(
         key,
         derive_inbox_downstream_key("shipping", "msg_1", "ships-email")
@@ -403,14 +406,8 @@ async fn killed_and_repeated_deliveries_enqueue_each_onward_effect_once_with_one
             if rng.random_bool(0.3) {
                 // Killed before its commit: the connection goes with the transaction.
                 let tx = c.transaction().await?;
-                if let Receive::New(mut claim) = inbox::receive(&tx, &consumer, &id).await? {
-                    tx.execute("INSERT INTO shipments (charge_id) VALUES ($1)", &[&id])
-                        .await?;
-                    claim.enqueue(
-                        "ships-email",
-                        OutboxMessage::new("email", &serde_json::json!({"charge": id}))?,
-                    )?;
-                    claim.complete(&tx).await?;
+                if let Receive::New(claim) = inbox::receive(&tx, &consumer, &id).await? {
+                    ship(&tx, claim, &id).await?;
                 }
                 drop(tx);
                 drop(c);
@@ -428,19 +425,6 @@ async fn killed_and_repeated_deliveries_enqueue_each_onward_effect_once_with_one
         count(&client, "SELECT count(DISTINCT charge_id) FROM shipments").await?,
         100
     );
-    let rows = client
-        .query(
-            "SELECT payload->>'charge', downstream_key FROM txoutbox_messages",
-            &[],
-        )
-        .await?;
-    assert_eq!(rows.len(), 100);
-    for row in rows {
-        let (id, key): (String, String) = (row.get(0), row.get(1));
-        assert_eq!(
-            key,
-            derive_inbox_downstream_key("shipping", &id, "ships-email")
-        );
-    }
+    assert_keys_derived_from_the_inbox(&client, "charge", "shipping", "ships-email", 100).await?;
     Ok(())
 }

@@ -20,6 +20,8 @@ use txoutbox_test_support::relay::relay_config;
 use txoutbox_test_support::relay::{
     quick_retry, CrashableRelay, RecordingSink, RunningRelay, ScriptedSink, SlowSink,
 };
+use txoutbox_test_support::request::enqueue_committed;
+use txoutbox_test_support::select::{column, column_pairs, value};
 use txoutbox_test_support::{
     assert_outcomes, counts, drain_across_a_restart, eventually, eventually_async,
     kill_after_a_call, leased_by, status, test_db, wait_for_count, wait_until, Cluster,
@@ -38,13 +40,11 @@ async fn committed_rows_are_delivered_and_leave_the_hot_table() -> TestResult {
     let after = counts(&client).await?;
     assert_eq!(after.hot(), 0);
     assert_eq!(after.delivered, 100);
-    let receipt: String = client
-        .query_one(
-            "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = 'k-7'",
-            &[],
-        )
-        .await?
-        .get(0);
+    let receipt: String = value(
+        &client,
+        "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = 'k-7'",
+    )
+    .await?;
     assert_eq!(receipt, "ok:k-7");
     Ok(())
 }
@@ -142,15 +142,11 @@ async fn a_retryable_failure_is_retried_then_delivered() -> TestResult {
     );
     relay.stop().await?;
     assert_outcomes(&client, "retry-0", [Retry, Retry, Delivered]).await?;
-    let errors: Vec<Option<String>> = client
-        .query(
-            "SELECT error FROM txoutbox_attempts ORDER BY started_at, finished_at",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let errors: Vec<Option<String>> = column(
+        &client,
+        "SELECT error FROM txoutbox_attempts ORDER BY started_at, finished_at",
+    )
+    .await?;
     assert_eq!(
         errors,
         [
@@ -172,15 +168,13 @@ async fn each_attempt_forwards_its_own_span_of_the_enqueued_trace() -> TestResul
     let db = test_db().await?;
     let mut client = db.connect().await?;
     let enqueued = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let tx = client.transaction().await?;
-    enqueue(
-        &tx,
+    enqueue_committed(
+        &mut client,
         &[OutboxMessage::new("email", &serde_json::json!({ "n": 1 }))?
             .with_downstream_key("traced")
             .with_traceparent(enqueued)?],
     )
     .await?;
-    tx.commit().await?;
     let sink = ScriptedSink::new([Err(DeliveryError::retryable("connection reset"))]);
     // Retry-After is honoured up to the policy's cap: give this policy room for 1.5 s.
     let mut policy = quick_retry(5);
@@ -210,13 +204,11 @@ async fn each_attempt_forwards_its_own_span_of_the_enqueued_trace() -> TestResul
         "two attempts shared a span id"
     );
     // The history keeps the context the row was enqueued with.
-    let stored: serde_json::Value = client
-        .query_one(
-            "SELECT headers FROM txoutbox_delivered WHERE downstream_key = 'traced'",
-            &[],
-        )
-        .await?
-        .get(0);
+    let stored: serde_json::Value = value(
+        &client,
+        "SELECT headers FROM txoutbox_delivered WHERE downstream_key = 'traced'",
+    )
+    .await?;
     assert_eq!(stored["traceparent"], enqueued);
     Ok(())
 }
@@ -235,20 +227,12 @@ async fn retry_after_from_the_sink_is_honoured() -> TestResult {
     assert_eq!(sink.recorder.wait_for(2, Duration::from_secs(10)).await, 2);
     relay.stop().await?;
     let calls = sink.recorder.deliveries();
-    let next: chrono::DateTime<chrono::Utc> = client
-        .query_one(
-            "SELECT min(finished_at) + interval '1.5 seconds' FROM txoutbox_attempts WHERE outcome = 'retry'",
-            &[],
-        )
-        .await?
-        .get(0);
-    let second_start: chrono::DateTime<chrono::Utc> = client
-        .query_one(
-            "SELECT started_at FROM txoutbox_attempts WHERE outcome = 'delivered'",
-            &[],
-        )
-        .await?
-        .get(0);
+    let next: chrono::DateTime<chrono::Utc> = value(&client, "SELECT min(finished_at) + interval '1.5 seconds' FROM txoutbox_attempts WHERE outcome = 'retry'").await?;
+    let second_start: chrono::DateTime<chrono::Utc> = value(
+        &client,
+        "SELECT started_at FROM txoutbox_attempts WHERE outcome = 'delivered'",
+    )
+    .await?;
     assert!(
         second_start >= next - chrono::Duration::milliseconds(50),
         "the second attempt waited for the retry-after (started {second_start}, due {next})"
@@ -295,10 +279,7 @@ async fn the_last_attempt_dead_letters() -> TestResult {
     assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
     assert_eq!(sink.recorder.count(), 3);
-    let last_error: String = client
-        .query_one("SELECT last_error FROM txoutbox_messages", &[])
-        .await?
-        .get(0);
+    let last_error: String = value(&client, "SELECT last_error FROM txoutbox_messages").await?;
     assert_eq!(last_error, "gave up after 3 attempts: fail 2");
     assert_outcomes(&client, "max-0", [Retry, Retry, Failed]).await?;
     Ok(())
@@ -310,10 +291,7 @@ async fn an_unknown_destination_is_a_recorded_permanent_error() -> TestResult {
     let relay = RunningRelay::start(db.relay()?.sink("email", RecordingSink::new()).build()?);
     assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
     relay.stop().await?;
-    let last_error: String = client
-        .query_one("SELECT last_error FROM txoutbox_messages", &[])
-        .await?
-        .get(0);
+    let last_error: String = value(&client, "SELECT last_error FROM txoutbox_messages").await?;
     assert!(
         last_error.contains("no sink is registered for destination \"carrier-pigeon\""),
         "{last_error}"
@@ -347,13 +325,11 @@ async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
     relay.stop().await?;
     let log = attempt_log(&client, "boom-0").await?;
     assert_eq!(log[0].0, "retry");
-    let error: String = client
-        .query_one(
-            "SELECT error FROM txoutbox_attempts WHERE outcome = 'retry'",
-            &[],
-        )
-        .await?
-        .get(0);
+    let error: String = value(
+        &client,
+        "SELECT error FROM txoutbox_attempts WHERE outcome = 'retry'",
+    )
+    .await?;
     assert_eq!(error, "the sink panicked: sink bug");
     Ok(())
 }
@@ -525,9 +501,7 @@ async fn a_claim_that_raced_the_heads_completion_does_not_hold_the_next_row_back
                 .with_ordering_key("k")
         })
     };
-    let tx = client.transaction().await?;
-    enqueue(&tx, &[message(0)?]).await?;
-    tx.commit().await?;
+    enqueue_committed(&mut client, &[message(0)?]).await?;
     let release = Arc::new(tokio::sync::Notify::new());
     let sink = Hold {
         held: "k-0",
@@ -546,9 +520,7 @@ async fn a_claim_that_raced_the_heads_completion_does_not_hold_the_next_row_back
         wait_until(&client, |c| c.in_flight >= 1).await?.in_flight,
         1
     );
-    let tx = client.transaction().await?;
-    enqueue(&tx, &[message(1)?]).await?;
-    tx.commit().await?;
+    enqueue_committed(&mut client, &[message(1)?]).await?;
 
     let mut gate = db.connect().await?;
     let gate = gate.transaction().await?;
@@ -668,12 +640,8 @@ async fn a_relay_paused_past_its_lease_cannot_complete_a_reclaimed_row() -> Test
     wait_until(&client, |c| c.attempts >= 3).await?;
     a.stop().await?;
     b.stop().await?;
-    let delivered_by: Vec<(i32, String)> = client
-        .query("SELECT attempts, receipt FROM txoutbox_delivered", &[])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let delivered_by: Vec<(i32, String)> =
+        column_pairs(&client, "SELECT attempts, receipt FROM txoutbox_delivered").await?;
     assert_eq!(
         delivered_by,
         [(2, "ok:fence-0".to_owned())],
@@ -768,15 +736,11 @@ async fn shutdown_releases_what_does_not_finish_within_the_grace_period() -> Tes
     let report = relay.stop().await?;
     assert_eq!(report.released, 5);
     assert_eq!(counts(&client).await?.pending, 5);
-    let leases: Vec<(Option<String>, Option<i64>)> = client
-        .query(
-            "SELECT lease_owner, lease_token FROM txoutbox_messages",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let leases: Vec<(Option<String>, Option<i64>)> = column_pairs(
+        &client,
+        "SELECT lease_owner, lease_token FROM txoutbox_messages",
+    )
+    .await?;
     assert_eq!(leases, vec![(None, None); 5], "none is left leased");
     assert_outcomes(&client, "cut-0", [Released]).await?;
     Ok(())

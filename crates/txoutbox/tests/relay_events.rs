@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use txoutbox::admin::MessageStatus;
 use txoutbox::relay::RelayEvent;
-use txoutbox::{begin, Begin, OutboxMessage, Scope, StoredResponse};
+use txoutbox::{begin, Begin, OutboxMessage, Scope};
 use txoutbox_test_support::factory::{message, pending_many};
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
+use txoutbox_test_support::request::empty_created;
 use txoutbox_test_support::request::{charge_fingerprint, key};
 use txoutbox_test_support::{counts, eventually_async, is_claim, test_db, RelayEvents, TestDb};
 
@@ -95,16 +96,7 @@ async fn a_relay_reports_the_deferred_effects_it_fans_out() -> TestResult {
             "receipt",
             OutboxMessage::new("email", &serde_json::json!({"key": name}))?,
         )?;
-        claim
-            .complete(
-                &tx,
-                &StoredResponse {
-                    status: 201,
-                    headers: vec![],
-                    body: vec![],
-                },
-            )
-            .await?;
+        claim.complete(&tx, &empty_created()).await?;
         tx.commit().await?;
     }
     let (mut events, sink, relay) = watched(&db)?;

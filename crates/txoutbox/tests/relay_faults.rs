@@ -22,6 +22,7 @@ use txoutbox_test_support::factory::{pending, pending_many};
 use txoutbox_test_support::hooks::{charge_status, charges_table, MarkCharge};
 use txoutbox_test_support::relay::relay_config;
 use txoutbox_test_support::relay::{quick_retry, RecordingSink, RunningRelay};
+use txoutbox_test_support::select::{column_pairs, value, value_with};
 use txoutbox_test_support::{
     assert_outcomes, count, counts, counts_for, due, eventually, eventually_async,
     kill_after_a_call, other_sessions_ended, test_db, wait_for_count, wait_until, Counts,
@@ -166,13 +167,11 @@ async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResul
         "each good row was handed to its sink once: {:?}",
         calls_per_key(&good)
     );
-    let error: String = client
-        .query_one(
-            "SELECT last_error FROM txoutbox_messages WHERE downstream_key = 'poison'",
-            &[],
-        )
-        .await?
-        .get(0);
+    let error: String = value(
+        &client,
+        "SELECT last_error FROM txoutbox_messages WHERE downstream_key = 'poison'",
+    )
+    .await?;
     assert!(error.contains("binary"), "{error}");
     assert!(!error.contains('\0'));
     // Every attempt is in the log.
@@ -239,13 +238,11 @@ async fn a_completion_the_database_refuses_does_not_hold_its_batch() -> TestResu
         reached.failed, 1,
         "the refused row is retried and dead-lettered on its own"
     );
-    let error: String = client
-        .query_one(
-            "SELECT last_error FROM txoutbox_messages WHERE downstream_key = 'poison'",
-            &[],
-        )
-        .await?
-        .get(0);
+    let error: String = value(
+        &client,
+        "SELECT last_error FROM txoutbox_messages WHERE downstream_key = 'poison'",
+    )
+    .await?;
     assert_eq!(
         error,
         "the failed outcome's text could not be stored (SQLSTATE 22023)"
@@ -470,15 +467,11 @@ async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
         1,
         "never two calls of one row at once"
     );
-    let log: Vec<(String, Option<String>)> = client
-        .query(
-            "SELECT outcome, error FROM txoutbox_attempts ORDER BY attempt, finished_at",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let log: Vec<(String, Option<String>)> = column_pairs(
+        &client,
+        "SELECT outcome, error FROM txoutbox_attempts ORDER BY attempt, finished_at",
+    )
+    .await?;
     assert_eq!(log.len(), 2, "{log:?}");
     assert_eq!(log[0].0, "retry");
     assert!(
@@ -897,7 +890,7 @@ async fn rows_behind_a_dead_head_are_parked_long_and_its_discard_frees_the_next_
     let parked_over = |key: &'static str, secs: f64| {
         let client = &client;
         async move {
-            let n: i64 = client.query_one(parked, &[&key, &secs]).await?.get(0);
+            let n: i64 = value_with(client, parked, &[&key, &secs]).await?;
             anyhow::Ok(n)
         }
     };
@@ -1153,10 +1146,7 @@ async fn the_relay_never_compiles_its_statements_with_jit() -> TestResult {
         ))
         .await?;
     let probe = db.connect().await?;
-    let available: bool = probe
-        .query_one("SELECT pg_jit_available()", &[])
-        .await?
-        .get(0);
+    let available: bool = value(&probe, "SELECT pg_jit_available()").await?;
     assert_eq!(
         plans_with_jit(&probe).await?,
         available,
@@ -1164,7 +1154,7 @@ async fn the_relay_never_compiles_its_statements_with_jit() -> TestResult {
     );
     let relay = db.relay()?.sink("email", RecordingSink::new()).build()?;
     let conn = relay.pool().get().await?;
-    let jit: String = conn.query_one("SHOW jit", &[]).await?.get(0);
+    let jit: String = value(&**conn, "SHOW jit").await?;
     assert_eq!(jit, "off", "the relay's sessions turn JIT off");
     assert!(!plans_with_jit(&conn).await?);
     Ok(())

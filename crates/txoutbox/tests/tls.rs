@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 use txoutbox::{
-    enqueue,
     pg::{PgConfig, SslMode},
     OutboxMessage,
 };
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
+use txoutbox_test_support::request::enqueue_committed;
+use txoutbox_test_support::select::value;
 use txoutbox_test_support::tls::{self_signed_cert, TestCa, TlsServer};
 use txoutbox_test_support::{eventually_async, Cluster, ConnInfo, TestDb};
 
@@ -51,6 +52,17 @@ fn assert_one_line_saying(message: &str, part: &str) {
     assert!(message.contains(part), "{message}");
 }
 
+/// Connects with `info` and tells whether the session is encrypted.
+async fn connects_encrypted(info: &ConnInfo) -> anyhow::Result<bool> {
+    encrypted(&connect(&info.config()?).await?).await
+}
+
+/// A CA other than `server`'s, its certificate written beside the server's files.
+fn other_ca(server: &TlsServer) -> anyhow::Result<std::path::PathBuf> {
+    let stranger = TestCa::new("another CA")?;
+    server.write_file("other-ca.pem", &stranger.cert_pem())
+}
+
 /// The shared cluster (no TLS), as the superuser.
 fn plain_server() -> anyhow::Result<ConnInfo> {
     let cluster = Cluster::shared()?;
@@ -68,16 +80,14 @@ async fn verify_full_with_the_right_ca_and_host_name_carries_the_relay_over_tls(
     let mut client = db.connect().await?;
     assert!(encrypted(&client).await?);
 
-    let tx = client.transaction().await?;
-    enqueue(
-        &tx,
+    enqueue_committed(
+        &mut client,
         &[
             OutboxMessage::new("email", &serde_json::json!({ "to": "a" }))?
                 .with_downstream_key("over-tls"),
         ],
     )
     .await?;
-    tx.commit().await?;
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);
     assert_eq!(sink.wait_for(1, Duration::from_secs(20)).await, 1);
@@ -106,19 +116,17 @@ async fn verify_full_with_the_right_ca_and_host_name_carries_the_relay_over_tls(
 #[tokio::test]
 async fn verify_full_with_another_ca_fails_in_one_line_naming_sslrootcert() -> TestResult {
     let server = TlsServer::start(&["localhost"])?;
-    let stranger = TestCa::new("another CA")?;
-    let other_ca = server.write_file("other-ca.pem", &stranger.cert_pem())?;
+    let other_ca = other_ca(&server)?;
     let info = server
         .verified()
         .with_tls("sslrootcert", &other_ca.display().to_string());
     let message = failure(&info.config()?).await;
-    assert_one_line(&message);
-    assert!(
-        message.contains(&format!(
+    assert_one_line_saying(
+        &message,
+        &format!(
             "TLS: the server's certificate is not signed by the CA in {} (sslrootcert)",
             other_ca.display()
-        )),
-        "{message}"
+        ),
     );
     Ok(())
 }
@@ -128,12 +136,9 @@ async fn verify_full_with_a_certificate_for_another_host_fails_in_one_line_namin
 ) -> TestResult {
     let server = TlsServer::start(&["db.example"])?;
     let message = failure(&server.verified().config()?).await;
-    assert_one_line(&message);
-    assert!(
-        message.contains(
-            "TLS: the server's certificate is not issued for \"localhost\" but for db.example"
-        ),
-        "{message}"
+    assert_one_line_saying(
+        &message,
+        "TLS: the server's certificate is not issued for \"localhost\" but for db.example",
     );
     assert!(message.contains("sslmode=verify-full"), "{message}");
     Ok(())
@@ -143,14 +148,12 @@ async fn verify_full_with_a_certificate_for_another_host_fails_in_one_line_namin
 async fn verify_ca_checks_the_chain_but_not_the_host_name() -> TestResult {
     let server = TlsServer::start(&["db.example"])?;
     let chain_only = server.verified().with_tls("sslmode", "verify-ca");
-    assert!(encrypted(&connect(&chain_only.config()?).await?).await?);
+    assert!(connects_encrypted(&chain_only).await?);
 
-    let stranger = TestCa::new("another CA")?;
-    let other_ca = server.write_file("other-ca.pem", &stranger.cert_pem())?;
+    let other_ca = other_ca(&server)?;
     let wrong_chain = chain_only.with_tls("sslrootcert", &other_ca.display().to_string());
     let message = failure(&wrong_chain.config()?).await;
-    assert_one_line(&message);
-    assert!(message.contains("is not signed by the CA in"), "{message}");
+    assert_one_line_saying(&message, "is not signed by the CA in");
     Ok(())
 }
 
@@ -158,7 +161,7 @@ async fn verify_ca_checks_the_chain_but_not_the_host_name() -> TestResult {
 async fn verify_full_accepts_a_self_signed_certificate_that_is_its_own_sslrootcert() -> TestResult {
     // CA:TRUE and the name in the common name only, as `openssl req -x509 -subj /CN=localhost`.
     let server = TlsServer::start_self_signed(self_signed_cert("localhost", false)?)?;
-    assert!(encrypted(&connect(&server.verified().config()?).await?).await?);
+    assert!(connects_encrypted(&server.verified()).await?);
     Ok(())
 }
 
@@ -167,7 +170,7 @@ async fn verify_ca_accepts_a_self_signed_certificate_that_is_its_own_sslrootcert
 ) -> TestResult {
     let server = TlsServer::start_self_signed(self_signed_cert("db.example", false)?)?;
     let chain_only = server.verified().with_tls("sslmode", "verify-ca");
-    assert!(encrypted(&connect(&chain_only.config()?).await?).await?);
+    assert!(connects_encrypted(&chain_only).await?);
     Ok(())
 }
 
@@ -176,12 +179,9 @@ async fn verify_full_refuses_a_self_signed_certificate_for_another_host_in_one_l
 ) -> TestResult {
     let server = TlsServer::start_self_signed(self_signed_cert("db.example", false)?)?;
     let message = failure(&server.verified().config()?).await;
-    assert_one_line(&message);
-    assert!(
-        message.contains(
-            "TLS: the server's certificate is not issued for \"localhost\" but for db.example"
-        ),
-        "{message}"
+    assert_one_line_saying(
+        &message,
+        "TLS: the server's certificate is not issued for \"localhost\" but for db.example",
     );
     Ok(())
 }
@@ -197,14 +197,13 @@ async fn a_self_signed_certificate_other_than_sslrootcerts_is_refused_in_one_lin
             .with_tls("sslmode", mode)
             .with_tls("sslrootcert", &other.display().to_string());
         let message = failure(&info.config()?).await;
-        assert_one_line(&message);
-        assert!(
-            message.contains(&format!(
+        assert_one_line_saying(
+            &message,
+            &format!(
                 "TLS: the server's certificate is a CA certificate (CA:TRUE) that is not itself \
                  in the CA in {} (sslrootcert)",
                 other.display()
-            )),
-            "{message}"
+            ),
         );
     }
     Ok(())
@@ -244,8 +243,7 @@ async fn verify_full_refuses_a_server_without_tls_in_one_line() -> TestResult {
 #[tokio::test]
 async fn require_without_a_ca_encrypts_without_checking_the_certificate() -> TestResult {
     let server = TlsServer::start(&["db.example"])?;
-    let info = server.admin().with_tls("sslmode", "require");
-    assert!(encrypted(&connect(&info.config()?).await?).await?);
+    assert!(connects_encrypted(&server.admin().with_tls("sslmode", "require")).await?);
     Ok(())
 }
 
@@ -267,8 +265,8 @@ async fn disable_stays_plain_where_prefer_encrypts() -> TestResult {
     let server = TlsServer::start(&["localhost"])?;
     let prefer = server.admin().with_tls("sslmode", "prefer");
     let disable = server.admin().with_tls("sslmode", "disable");
-    assert!(encrypted(&connect(&prefer.config()?).await?).await?);
-    assert!(!encrypted(&connect(&disable.config()?).await?).await?);
+    assert!(connects_encrypted(&prefer).await?);
+    assert!(!connects_encrypted(&disable).await?);
     Ok(())
 }
 
@@ -277,8 +275,7 @@ async fn url_key_value_and_environment_forms_connect_alike() -> TestResult {
     let server = TlsServer::start(&["localhost"])?;
     let port = server.cluster.port();
     let ca = server.ca_file().display().to_string();
-    let stranger = TestCa::new("another CA")?;
-    let other_ca = server.write_file("other-ca.pem", &stranger.cert_pem())?;
+    let other_ca = other_ca(&server)?;
     let other = other_ca.display().to_string();
     let escaped = |path: &str| path.replace('/', "%2F");
     let forms = |ca: &str| -> anyhow::Result<Vec<PgConfig>> {
@@ -338,13 +335,11 @@ async fn sslcert_and_sslkey_present_a_client_certificate() -> TestResult {
     let pg = info.config()?;
     assert_eq!(pg.client_cert(), Some((cert.as_path(), key.as_path())));
     let session = connect(&pg).await?;
-    let subject: Option<String> = session
-        .query_one(
-            "SELECT client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
-            &[],
-        )
-        .await?
-        .get(0);
+    let subject: Option<String> = value(
+        &session,
+        "SELECT client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+    )
+    .await?;
     assert_eq!(subject.as_deref(), Some("/CN=postgres"));
 
     let message = failure(&server.verified().config()?).await;

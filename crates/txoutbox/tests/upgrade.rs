@@ -8,6 +8,8 @@ use std::time::Duration;
 use txoutbox::admin::MessageStatus;
 use txoutbox::admin::{self, PurgeOptions, ReplayOptions, ReplaySelection, Retention};
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
+use txoutbox_test_support::request::empty_created;
+use txoutbox_test_support::select::{value, value_with};
 use txoutbox_test_support::{count, counts, drop_schema, status, test_db, wait_until, TestDb};
 use uuid::Uuid;
 
@@ -106,7 +108,7 @@ async fn an_upgrade_from_v3_keeps_every_row_and_every_attempt() -> TestResult {
     );
     let statuses = "SELECT string_agg(status || ':' || attempts || ':' || \
          COALESCE(lease_owner, '-'), ',' ORDER BY id) FROM txoutbox_messages";
-    let hot_before: String = client.query_one(statuses, &[]).await?.get(0);
+    let hot_before: String = value(&client, statuses).await?;
     let attempts_before = all_attempts(&client).await?;
     assert_eq!(attempts_before.len(), 6);
 
@@ -118,7 +120,7 @@ async fn an_upgrade_from_v3_keeps_every_row_and_every_attempt() -> TestResult {
         count(&client, "txoutbox_destinations").await?,
     );
     assert_eq!(rows_after, rows_before, "every row of every table is kept");
-    let hot_after: String = client.query_one(statuses, &[]).await?.get(0);
+    let hot_after: String = value(&client, statuses).await?;
     assert_eq!(hot_after, hot_before, "hot rows keep their state and lease");
     assert_eq!(
         all_attempts(&client).await?,
@@ -301,23 +303,21 @@ async fn writes_through_the_attempts_view_reach_the_row_that_holds_the_attempt()
         )
         .await?;
     assert_eq!(moved, 2);
-    let carried_start: bool = client
-        .query_one(
-            "SELECT attempt_started_at < now() - interval '2 days 23 hours' \
+    let carried_start: bool = value_with(
+        &client,
+        "SELECT attempt_started_at < now() - interval '2 days 23 hours' \
              FROM txoutbox_delivered WHERE id = $1",
-            &[&id(7)],
-        )
-        .await?
-        .get(0);
+        &[&id(7)],
+    )
+    .await?;
     assert!(carried_start);
-    let logged_start: bool = client
-        .query_one(
-            "SELECT started_at < now() - interval '23 hours' FROM txoutbox_attempt_log \
+    let logged_start: bool = value_with(
+        &client,
+        "SELECT started_at < now() - interval '23 hours' FROM txoutbox_attempt_log \
              WHERE message_id = $1",
-            &[&id(7)],
-        )
-        .await?
-        .get(0);
+        &[&id(7)],
+    )
+    .await?;
     assert!(logged_start);
     // DELETE of the carried attempt keeps the delivered row, without its attempt.
     let deleted = client
@@ -429,11 +429,7 @@ async fn an_upgrade_from_v4_answers_its_keys_and_delivers_its_rows_and_new_defer
         panic!("a new key");
     };
     claim.enqueue("receipt", txoutbox::OutboxMessage::new("email", &1)?)?;
-    let response = txoutbox::StoredResponse {
-        status: 201,
-        headers: vec![],
-        body: vec![],
-    };
+    let response = empty_created();
     claim.commit(tx, &response).await?;
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink("email", sink.clone()).build()?);

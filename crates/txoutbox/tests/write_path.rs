@@ -9,6 +9,7 @@ use txoutbox::{
     begin, enqueue, idempotency::KeyError, relay::RelayWaker, Begin, Error, Fingerprint,
     IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
+use txoutbox_test_support::request::empty_created;
 use txoutbox_test_support::{count, keys_expired, test_db, Cluster, ClusterOptions};
 
 type TestResult = anyhow::Result<()>;
@@ -16,6 +17,7 @@ type TestResult = anyhow::Result<()>;
 use txoutbox_test_support::request::{
     at_once, charge_fingerprint as charge_fp, db_with_orders, key,
 };
+use txoutbox_test_support::select::{column, value};
 
 fn created(body: &str) -> StoredResponse {
     StoredResponse {
@@ -153,7 +155,7 @@ async fn the_callers_lock_timeout_is_restored_after_begin() -> TestResult {
     client.batch_execute("SET lock_timeout = '7s'").await?;
     let tx = client.transaction().await?;
     let _ = begin(&tx, &Scope::new("s")?, &key("k"), &charge_fp(1)).await?;
-    let timeout: String = tx.query_one("SHOW lock_timeout", &[]).await?.get(0);
+    let timeout: String = value(&tx, "SHOW lock_timeout").await?;
     assert_eq!(timeout, "7s");
     Ok(())
 }
@@ -190,10 +192,7 @@ async fn dropped_connection_before_commit_leaves_nothing() -> TestResult {
     let k = key("k-dropped");
     let (mut client, connection) = db.config()?.connect().await?;
     let driver = tokio::spawn(connection);
-    let pid: i32 = client
-        .query_one("SELECT pg_backend_pid()", &[])
-        .await?
-        .get(0);
+    let pid: i32 = value(&client, "SELECT pg_backend_pid()").await?;
     let tx = client.transaction().await?;
     let Begin::New(mut claim) = begin(&tx, &scope, &k, &charge_fp(5)).await? else {
         panic!("new key");
@@ -348,12 +347,8 @@ async fn expired_key_is_pruned_and_then_new() -> TestResult {
     charge(&mut client, &long, &k, &charge_fp(1)).await?;
     keys_expired(&client, &short).await?;
     assert_eq!(txoutbox::admin::prune_expired_keys(&client, 1).await?, 1);
-    let scopes: Vec<String> = client
-        .query("SELECT scope FROM txoutbox_idempotency_keys", &[])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let scopes: Vec<String> =
+        column(&client, "SELECT scope FROM txoutbox_idempotency_keys").await?;
     assert_eq!(scopes, ["long"], "only the expired key is pruned");
     charge(&mut client, &short, &k, &charge_fp(1)).await?;
     assert_eq!(
@@ -851,7 +846,7 @@ async fn the_callers_lock_timeout_is_restored_after_a_replay() -> TestResult {
         begin(&tx, &scope, &key("k"), &charge_fp(1)).await?,
         Begin::Replay(_)
     ));
-    let timeout: String = tx.query_one("SHOW lock_timeout", &[]).await?.get(0);
+    let timeout: String = value(&tx, "SHOW lock_timeout").await?;
     assert_eq!(timeout, "7s");
     Ok(())
 }
@@ -869,14 +864,7 @@ async fn a_claim_completed_in_another_transaction_is_an_internal_error_not_a_cli
     // The key row is not committed, so the other connection's transaction cannot see it.
     let elsewhere = other.transaction().await?;
     let err = claim
-        .complete(
-            &elsewhere,
-            &StoredResponse {
-                status: 201,
-                headers: vec![],
-                body: vec![],
-            },
-        )
+        .complete(&elsewhere, &empty_created())
         .await
         .expect_err("the key is not in that transaction");
     assert!(matches!(err, Error::Internal(_)), "{err:?}");

@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use txoutbox_test_support::counts;
+use txoutbox_test_support::select::column;
 use txoutbox_test_support::webdriver::Driver;
 
 mod common;
@@ -54,12 +55,7 @@ async fn double_click_reload_and_resubmit_make_one_charge() -> anyhow::Result<()
     let conn = server.pool.get().await?;
     assert_eq!(counts(&conn).await?.keys, 1);
     // The page sends the key as an sf-string; the quotes are not part of the key.
-    let stored: Vec<String> = conn
-        .query("SELECT key FROM txoutbox_idempotency_keys", &[])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let stored: Vec<String> = column(&**conn, "SELECT key FROM txoutbox_idempotency_keys").await?;
     assert!(stored.iter().all(|k| !k.contains('"')), "{stored:?}");
     Ok(())
 }

@@ -39,12 +39,7 @@ async fn crash_at(point: CrashPoint) -> anyhow::Result<()> {
     );
     let server = ServiceProcess::start(exe, addr, &env, &[]).await?;
     let outcome = request.await??;
-    assert_eq!(
-        outcome.status,
-        201,
-        "{}",
-        String::from_utf8_lossy(&outcome.body)
-    );
+    common::assert_created(&outcome);
     assert!(
         outcome.attempts >= 2,
         "the first attempt died with the server"

@@ -5,10 +5,10 @@
 //! redelivered with the same `webhook-id`, one shipment and one shipping email.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use txoutbox_test_support::process::stdout_lines;
+use txoutbox_test_support::select::value;
 
 /// What the demo prints after a line starting with `prefix` (trimmed).
 fn after(line: &str, prefix: &str) -> Option<String> {
@@ -28,16 +28,7 @@ async fn the_demo_with_keep_leaves_the_service_dashboard_and_postgres_up_until_c
         .env_remove("MAIL_DIR")
         .stdout(Stdio::piped())
         .spawn()?;
-    let stdout = demo
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let (lines_tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
+    let lines = stdout_lines(&mut demo)?;
     let (mut database_url, mut dashboard) = (None, None);
     let mut report = BTreeMap::new();
     let start = Instant::now();
@@ -89,10 +80,7 @@ async fn the_demo_with_keep_leaves_the_service_dashboard_and_postgres_up_until_c
     let pg = txoutbox::pg::PgConfig::parse(&database_url)?;
     let (db, connection) = pg.connect().await?;
     tokio::spawn(txoutbox::pg::drive(connection));
-    let charges: i64 = db
-        .query_one("SELECT count(*) FROM charges", &[])
-        .await?
-        .get(0);
+    let charges: i64 = value(&db, "SELECT count(*) FROM charges").await?;
     assert_eq!(charges, 1);
     // So is the dashboard: "http://ADDR/outbox (user ops, password P)".
     let (url, credentials) = dashboard

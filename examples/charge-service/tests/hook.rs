@@ -1,9 +1,7 @@
 //! The completion hook finds its charge by a reference a replay cannot change, and a completion
 //! that matches no charge is an error, not a silent success.
 
-use std::time::Duration;
-
-use charge_service::{ChargeHook, ServiceProcess};
+use charge_service::ChargeHook;
 use serde_json::Value;
 use txoutbox::{
     admin::{ReplayOptions, ReplaySelection},
@@ -37,20 +35,10 @@ async fn wait_for_status(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_declined_charge_replayed_with_a_new_key_is_marked_succeeded() -> anyhow::Result<()> {
     let peers = common::Peers::start().await?;
-    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_charge-service"));
-    let server =
-        ServiceProcess::start(exe, charge_service::free_addr()?, &peers.env(), &[]).await?;
+    let server = common::start_service(&peers.env()).await?;
     // Stripe declines the first PaymentIntent (402, a permanent error): the row is dead-lettered.
     peers.stripe.fail_next(402, 1);
-    let client = common::client(Duration::from_secs(30), Duration::from_secs(5))?;
-    let outcome = client
-        .operation()
-        .post_json(
-            &format!("{}/charge", server.base_url()),
-            &common::charge_body("cus_declined"),
-        )
-        .await?;
-    assert_eq!(outcome.status, 201);
+    let outcome = common::charge(&server, "cus_declined").await?;
     let charge_id: uuid::Uuid = outcome.json::<Value>()?["charge_id"]
         .as_str()
         .unwrap_or_default()

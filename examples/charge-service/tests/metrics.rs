@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use charge_service::{reqwest_client, ServiceProcess};
+use charge_service::reqwest_client;
 use txoutbox_test_support::eventually_some;
 use txoutbox_test_support::prometheus::sample;
 
@@ -12,9 +12,7 @@ mod common;
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_show_a_charge_its_replay_and_its_deliveries() -> anyhow::Result<()> {
     let peers = common::Peers::start().await?;
-    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_charge-service"));
-    let server =
-        ServiceProcess::start(exe, charge_service::free_addr()?, &peers.env(), &[]).await?;
+    let server = common::start_service(&peers.env()).await?;
     let client = common::client(Duration::from_secs(30), Duration::from_secs(5))?;
     let operation = client.operation();
     let url = format!("{}/charge", server.base_url());

@@ -1,9 +1,6 @@
 //! The service's relay against an SMTP server slower than its lease: every call ends (times out)
 //! before the lease does, so no second call of the receipt starts while the first still runs.
 
-use std::time::Duration;
-
-use charge_service::ServiceProcess;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use txoutbox::admin::AttemptOutcome;
@@ -69,17 +66,8 @@ async fn a_receipt_call_never_outlives_the_relays_lease() -> anyhow::Result<()> 
         ("STRIPE_API_BASE".to_owned(), stripe.base_url()),
         ("SMTP_URL".to_owned(), smtp_url),
     ];
-    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_charge-service"));
-    let server = ServiceProcess::start(exe, charge_service::free_addr()?, &env, &[]).await?;
-    let client = common::client(Duration::from_secs(30), Duration::from_secs(5))?;
-    let outcome = client
-        .operation()
-        .post_json(
-            &format!("{}/charge", server.base_url()),
-            &common::charge_body("cus_slow_mail"),
-        )
-        .await?;
-    assert_eq!(outcome.status, 201);
+    let server = common::start_service(&env).await?;
+    common::charge(&server, "cus_slow_mail").await?;
 
     // Wait for the receipt's first attempt to end (a timeout, or the late 250 at 12 s).
     let pool = db.pool(2)?;

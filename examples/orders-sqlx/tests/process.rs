@@ -9,6 +9,7 @@ use txoutbox_test_support::{count, drop_schema, test_db};
 mod common;
 
 use common::ServiceProcess;
+use txoutbox_test_support::select::value;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_after_commit_then_retried_replays_the_one_order() -> anyhow::Result<()> {
@@ -31,7 +32,7 @@ async fn killed_after_commit_then_retried_replays_the_one_order() -> anyhow::Res
     assert_eq!(retry.status(), 201);
     assert_eq!(retry.headers()["idempotent-replayed"], "true");
     let answer: Value = retry.json().await?;
-    let stored: uuid::Uuid = client.query_one("SELECT id FROM orders", &[]).await?.get(0);
+    let stored: uuid::Uuid = value(&client, "SELECT id FROM orders").await?;
     assert_eq!(answer["order_id"], stored.to_string());
     assert_eq!(count(&client, "orders").await?, 1);
     assert_eq!(count(&client, "txoutbox_messages").await?, 2);

@@ -12,7 +12,12 @@ use txoutbox::sink::{Delivery, Sink};
 use txoutbox::standard_webhooks::{sign, unix_seconds, WebhookSecret};
 use txoutbox_test_support::process::wait_for_listener;
 use txoutbox_test_support::relay::RunningRelay;
-use txoutbox_test_support::{count, counts_for, free_addr, test_db, wait_until, TestDb};
+use txoutbox_test_support::request::enqueue_committed;
+use txoutbox_test_support::select::value;
+use txoutbox_test_support::webhook::post_signed;
+use txoutbox_test_support::{
+    count, counts_for, free_addr, http_client, test_db, wait_until, TestDb,
+};
 use txoutbox_webhook::{Webhook, WebhookSink};
 
 type TestResult = anyhow::Result<()>;
@@ -124,13 +129,11 @@ async fn the_same_webhook_delivered_five_times_is_one_shipment_and_one_email() -
     assert_eq!(again.status(), 200);
     let answer: Value = again.json().await?;
     assert_eq!(answer["duplicate"], true, "{answer}");
-    let email: Value = service
-        .db
-        .connect()
-        .await?
-        .query_one("SELECT payload FROM txoutbox_messages", &[])
-        .await?
-        .get(0);
+    let email: Value = value(
+        &service.db.connect().await?,
+        "SELECT payload FROM txoutbox_messages",
+    )
+    .await?;
     assert_eq!(email["to"], json!(["ada@example.org"]), "{email}");
     Ok(())
 }
@@ -160,36 +163,6 @@ async fn the_same_webhook_delivered_fifty_times_at_once_is_one_shipment_and_one_
     Ok(())
 }
 
-/// An HTTP client (rustls without a bundled provider needs ring installed).
-fn http() -> reqwest::Client {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    reqwest::Client::new()
-}
-
-/// POSTs `body` with the three headers, signed by `key` at `timestamp`.
-async fn post_signed(
-    url: &str,
-    key: &WebhookSecret,
-    id: &str,
-    timestamp: i64,
-    body: &str,
-) -> anyhow::Result<reqwest::Response> {
-    Ok(http()
-        .post(url)
-        .header("webhook-id", id)
-        .header("webhook-timestamp", timestamp.to_string())
-        .header(
-            "webhook-signature",
-            sign(key, id, timestamp, body.as_bytes()),
-        )
-        .header("content-type", "application/json")
-        .body(body.to_owned())
-        .send()
-        .await?)
-}
-
 fn event(charge: &str) -> String {
     json!({"type": "charge.succeeded", "data": {"charge_id": charge, "email": "ada@example.org"}})
         .to_string()
@@ -203,7 +176,7 @@ async fn a_tampered_body_a_wrong_secret_or_a_timestamp_six_minutes_off_is_401_an
     let now = unix_seconds(SystemTime::now());
     let body = event("ch_1");
     let signature = sign(&key, "msg_1", now, body.as_bytes());
-    let tampered = http()
+    let tampered = http_client()?
         .post(&service.url)
         .header("webhook-id", "msg_1")
         .header("webhook-timestamp", now.to_string())
@@ -291,9 +264,7 @@ async fn killed_after_commit_the_redelivery_with_the_same_id_is_a_duplicate() ->
     )
     .into_outbox_message_for("webhook:shipping")?
     .with_downstream_key("charge-ch_9-shipping");
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(&tx, &[message]).await?;
-    tx.commit().await?;
+    enqueue_committed(&mut client, &[message]).await?;
     let sink = WebhookSink::with_config(
         &url,
         secret(SECRET)?,
@@ -321,18 +292,14 @@ async fn killed_after_commit_the_redelivery_with_the_same_id_is_a_duplicate() ->
         1
     );
     relay.stop().await?;
-    let attempts: i32 = client
-        .query_one("SELECT attempts FROM txoutbox_delivered", &[])
-        .await?
-        .get(0);
+    let attempts: i32 = value(&client, "SELECT attempts FROM txoutbox_delivered").await?;
     assert!(attempts >= 2, "the kill cost an attempt: {attempts}");
     assert_eq!(written(&db).await?, (1, 1, 1));
-    let id: String = db
-        .connect()
-        .await?
-        .query_one("SELECT message_id FROM txoutbox_inbox", &[])
-        .await?
-        .get(0);
+    let id: String = value(
+        &db.connect().await?,
+        "SELECT message_id FROM txoutbox_inbox",
+    )
+    .await?;
     assert_eq!(id, "charge-ch_9-shipping");
     Ok(())
 }

@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use txoutbox_dashboard::DashboardConfig;
-use txoutbox_test_support::TestDb;
+use txoutbox_test_support::serve_on_loopback;
+use txoutbox_test_support::{request_text, TestDb};
 
 /// The dashboard nested under `/outbox` of a server on a loopback port; stopped when dropped.
 pub struct Served {
@@ -33,11 +34,7 @@ impl Served {
     pub async fn start(db: &TestDb, config: DashboardConfig) -> anyhow::Result<Self> {
         let app =
             axum::Router::new().nest("/outbox", txoutbox_dashboard::router(db.pool(4)?, config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (addr, server) = serve_on_loopback(app).await?;
         Ok(Self { addr, server })
     }
 
@@ -50,15 +47,14 @@ impl Served {
         headers: &[(&str, &str)],
         body: &str,
     ) -> anyhow::Result<Answer> {
+        let path = format!("/outbox{path}");
+        self.send_text(&request_text(method, &path, host, headers, body))
+            .await
+    }
+
+    /// Sends `request` (the text of an HTTP/1.1 request) as it is.
+    pub async fn send_text(&self, request: &str) -> anyhow::Result<Answer> {
         let mut stream = tokio::net::TcpStream::connect(self.addr).await?;
-        let mut request = format!("{method} /outbox{path} HTTP/1.1\r\nHost: {host}\r\n");
-        for (name, value) in headers {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-        request.push_str(&format!(
-            "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        ));
         stream.write_all(request.as_bytes()).await?;
         let mut answer = Vec::new();
         stream.read_to_end(&mut answer).await?;

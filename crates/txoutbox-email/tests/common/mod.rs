@@ -9,7 +9,8 @@ use tokio_postgres::Client;
 use txoutbox::admin::MessageStatus;
 use txoutbox::sink::Delivery;
 use txoutbox_email::{Email, DESTINATION};
-use txoutbox_test_support::wait_for_key;
+use txoutbox_test_support::request::enqueue_committed;
+use txoutbox_test_support::{test_db, wait_for_key, TestDb};
 
 /// Long enough for a loaded CI machine, short enough to fail fast.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -33,18 +34,21 @@ pub fn delivery(key: &str) -> anyhow::Result<Delivery> {
     })
 }
 
+/// A test database holding one pending [`receipt`] with downstream key `key`, and a connection.
+pub async fn db_with_receipt(key: &str) -> anyhow::Result<(TestDb, Client)> {
+    let db = test_db().await?;
+    let mut client = db.connect().await?;
+    enqueue(&mut client, &receipt(), key).await?;
+    Ok((db, client))
+}
+
 /// Enqueues `email` with downstream key `key` in a transaction of its own.
 pub async fn enqueue(client: &mut Client, email: &Email, key: &str) -> anyhow::Result<()> {
-    let tx = client.transaction().await?;
-    txoutbox::enqueue(
-        &tx,
-        &[email
-            .clone()
-            .into_outbox_message()?
-            .with_downstream_key(key)],
-    )
-    .await?;
-    tx.commit().await?;
+    let message = email
+        .clone()
+        .into_outbox_message()?
+        .with_downstream_key(key);
+    enqueue_committed(client, &[message]).await?;
     Ok(())
 }
 

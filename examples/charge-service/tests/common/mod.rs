@@ -93,3 +93,38 @@ impl Peers {
         ]
     }
 }
+
+/// The service binary on a free address with `env`, started.
+pub async fn start_service(
+    env: &[(String, String)],
+) -> anyhow::Result<charge_service::ServiceProcess> {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_charge-service"));
+    charge_service::ServiceProcess::start(exe, charge_service::free_addr()?, env, &[]).await
+}
+
+/// `POST /charge` of `customer` to `server` with a patient client (30 s, 5 s an attempt); the
+/// answer must be a 201.
+pub async fn charge(
+    server: &charge_service::ServiceProcess,
+    customer: &str,
+) -> anyhow::Result<txoutbox_client::Outcome> {
+    let outcome = client(Duration::from_secs(30), Duration::from_secs(5))?
+        .operation()
+        .post_json(
+            &format!("{}/charge", server.base_url()),
+            &charge_body(customer),
+        )
+        .await?;
+    assert_eq!(outcome.status, 201);
+    Ok(outcome)
+}
+
+/// Fails unless `outcome` is a 201, showing its body.
+pub fn assert_created(outcome: &txoutbox_client::Outcome) {
+    assert_eq!(
+        outcome.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&outcome.body)
+    );
+}

@@ -31,14 +31,7 @@ pub fn sqlx_url(db: &ConnInfo) -> anyhow::Result<String> {
 }
 
 /// An HTTP client (plain HTTP; the crypto provider is installed for reqwest's sake).
-pub fn http() -> anyhow::Result<reqwest::Client> {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    Ok(reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()?)
-}
+pub use txoutbox_test_support::http_client as http;
 
 /// The body of an order the service accepts.
 pub fn order() -> Value {
