@@ -15,3 +15,9 @@ pub(crate) async fn notify(conn: &impl TxExecutor) -> Result<()> {
     conn.rows(NOTIFY, &[]).await?;
     Ok(())
 }
+
+/// Sends the hint on the waker's own connection, outside any transaction, in one message
+/// (the simple protocol: no parse, bind and describe).
+pub(crate) async fn hint(client: &tokio_postgres::Client) -> Result<()> {
+    client.batch_execute(NOTIFY).await
+}
