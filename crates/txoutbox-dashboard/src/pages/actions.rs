@@ -3,9 +3,8 @@
 //! of a destination.
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Extension;
 use maud::{html, Markup};
 use txoutbox::admin::{
     DestinationFlow, DiscardOptions, DiscardReport, DiscardedMessage, MessageStatus, ReplayOptions,
@@ -14,9 +13,9 @@ use txoutbox::admin::{
 use uuid::Uuid;
 
 use super::{error_page, hidden_fields, layout, link, render};
-use crate::auth::{Base, Principal};
+use crate::auth::{Base, Caller, Principal};
 use crate::query::{encode, pairs, segment, storable, value, FilterFields};
-use crate::{Failure, Shared};
+use crate::Failure;
 
 /// What the README says before a replay with a new key.
 pub(super) const NEW_KEY_WARNING: &str = "A new key makes the downstream treat the message as a \
@@ -223,9 +222,7 @@ fn discard_report(base: &Base, who: &Principal, report: &DiscardReport) -> Marku
 }
 
 pub(crate) async fn replay_one(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
+    Caller { app, who, base }: Caller,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
@@ -240,12 +237,7 @@ pub(crate) async fn replay_one(
     back_to(&base, result.map(|id| format!("{}/messages/{id}", base.0)))
 }
 
-pub(crate) async fn replay_selected(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-    body: Bytes,
-) -> Response {
+pub(crate) async fn replay_selected(Caller { app, who, base }: Caller, body: Bytes) -> Response {
     let result = async {
         let pairs = pairs(&body);
         let ids = selected_ids(&pairs, "replay")?;
@@ -260,12 +252,7 @@ pub(crate) async fn replay_selected(
 
 /// Replays what a filter selects: without `confirm`, a dry run that shows the count and asks;
 /// with `confirm=N`, the replay, refused if more than N rows match by then.
-pub(crate) async fn replay_filter(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-    body: Bytes,
-) -> Response {
+pub(crate) async fn replay_filter(Caller { app, who, base }: Caller, body: Bytes) -> Response {
     let result = async {
         let pairs = pairs(&body);
         let fields = FilterFields::from_pairs(&pairs);
@@ -340,9 +327,7 @@ fn confirmed_count(pairs: &[(String, String)]) -> Result<Option<u64>, Failure> {
 }
 
 pub(crate) async fn discard_one(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
+    Caller { app, who, base }: Caller,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
@@ -357,12 +342,7 @@ pub(crate) async fn discard_one(
     back_to(&base, result.map(|id| format!("{}/messages/{id}", base.0)))
 }
 
-pub(crate) async fn discard_selected(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-    body: Bytes,
-) -> Response {
+pub(crate) async fn discard_selected(Caller { app, who, base }: Caller, body: Bytes) -> Response {
     let result = async {
         let pairs = pairs(&body);
         let ids = selected_ids(&pairs, "discard")?;
@@ -377,12 +357,7 @@ pub(crate) async fn discard_selected(
 /// Discards what a filter selects: without `confirm`, a dry run that shows the count and asks
 /// for the reason; with `confirm=N` and a reason, the discard, refused if more than N rows match
 /// by then.
-pub(crate) async fn discard_filter(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-    body: Bytes,
-) -> Response {
+pub(crate) async fn discard_filter(Caller { app, who, base }: Caller, body: Bytes) -> Response {
     let result = async {
         let pairs = pairs(&body);
         let fields = FilterFields::from_pairs(&pairs);
@@ -465,9 +440,7 @@ pub(crate) fn pause_reason(reason: Option<&str>) -> Result<&str, Failure> {
 /// Pauses a destination for every relay (`reason` required; one nothing names is refused
 /// unless `force`); back to the overview.
 pub(crate) async fn pause_destination(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
+    Caller { app, who, base }: Caller,
     Path(destination): Path<String>,
     body: Bytes,
 ) -> Response {
@@ -484,9 +457,7 @@ pub(crate) async fn pause_destination(
 /// Ends an operator's pause of a destination (one nothing names is refused unless `force`);
 /// back to the overview.
 pub(crate) async fn resume_destination(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
+    Caller { app, who, base }: Caller,
     Path(destination): Path<String>,
     body: Bytes,
 ) -> Response {

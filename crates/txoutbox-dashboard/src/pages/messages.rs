@@ -1,18 +1,16 @@
 //! The message list: the filter form, one page of rows (selectable by an operator) and the
 //! replay and discard of what is selected or of all the filter matches.
 
-use axum::extract::{RawQuery, State};
+use axum::extract::RawQuery;
 use axum::response::Response;
-use axum::Extension;
 use maud::{html, Markup};
 use txoutbox::admin::{MessageStatus, MessageSummary};
 
 use super::actions::{DISCARD_NOTE, NEW_KEY_WARNING};
 use super::{hidden_fields, layout, render, status_badge, time};
-use crate::auth::{Base, Principal};
+use crate::auth::{Base, Caller};
 use crate::query::{encode, page, pairs, FilterFields};
 use crate::redact::{Redaction, Scrubber};
-use crate::Shared;
 
 fn filter_form(base: &Base, fields: &FilterFields, redaction: &Redaction) -> Markup {
     let b = &base.0;
@@ -92,9 +90,7 @@ pub(super) fn message_rows(
 }
 
 pub(crate) async fn messages(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
+    Caller { app, who, base }: Caller,
     RawQuery(query): RawQuery,
 ) -> Response {
     let result = async {

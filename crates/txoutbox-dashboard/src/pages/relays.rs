@@ -1,21 +1,14 @@
 //! The relays: every relay that recorded itself in `txoutbox_relays`, alive or stale (three
 //! heartbeats missed), with its last heartbeat and claim, the rows it holds, its sinks and bounds.
 
-use axum::extract::State;
 use axum::response::Response;
-use axum::Extension;
 use maud::{html, Markup};
 use txoutbox::admin::RelayRecord;
 
 use super::{ago, layout, render};
-use crate::auth::{Base, Principal};
-use crate::Shared;
+use crate::auth::Caller;
 
-pub(crate) async fn relays(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-) -> Response {
+pub(crate) async fn relays(Caller { app, who, base }: Caller) -> Response {
     let result = async {
         let client = app.client().await?;
         let relays = txoutbox::admin::relays(&**client).await?;
