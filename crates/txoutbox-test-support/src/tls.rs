@@ -61,14 +61,7 @@ impl TestCa {
     pub fn client_cert(&self, user: &str) -> Result<ServerCert> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, user);
-        let key = KeyPair::generate()?;
-        let cert = params
-            .signed_by(&key, &self.issuer)
-            .context("signing the client certificate")?;
-        Ok(ServerCert {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        })
+        self.issue(&params, "client")
     }
 
     /// A server certificate for `names` (DNS names, or IP addresses such as `127.0.0.1`).
@@ -78,10 +71,15 @@ impl TestCa {
         if let Some(first) = names.first() {
             params.distinguished_name.push(DnType::CommonName, first);
         }
+        self.issue(&params, "server")
+    }
+
+    /// A certificate of `params` on a fresh key, signed by this CA (`what`: "client", "server").
+    fn issue(&self, params: &CertificateParams, what: &str) -> Result<ServerCert> {
         let key = KeyPair::generate()?;
         let cert = params
             .signed_by(&key, &self.issuer)
-            .context("signing the server certificate")?;
+            .with_context(|| format!("signing the {what} certificate"))?;
         Ok(ServerCert {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
