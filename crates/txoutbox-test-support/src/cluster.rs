@@ -308,16 +308,6 @@ fn run_as_server_user(program: &Path, dir: &Path, args: impl FnOnce(&mut Command
         Command::new(program)
     };
     args(&mut command);
-    let output = command
-        .output()
-        .with_context(|| format!("running {}", program.display()))?;
-    if !output.status.success() {
-        bail!(
-            "{} failed: {}{}",
-            program.display(),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+    crate::process::run_to_end(&mut command, &program.display().to_string())?;
     Ok(())
 }

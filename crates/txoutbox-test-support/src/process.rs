@@ -6,10 +6,25 @@ use std::net::SocketAddr;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::WAIT_LIMIT;
+
+/// Runs `command` to its end with `what` as its name in errors: its stdout, or an error with
+/// what it wrote when it fails.
+pub(crate) fn run_to_end(command: &mut Command, what: &str) -> Result<Vec<u8>> {
+    let output = command
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(output.stdout)
+}
 
 /// Sends SIGTERM to `child` and waits (at most 20 s) for its exit code; kills it and fails when
 /// it does not stop.

@@ -244,22 +244,11 @@ impl Drop for SmtpServer {
 
 /// Parses an `.eml` file with the same decoder the server uses.
 pub fn parse_eml(path: &Path) -> Result<ReceivedMail> {
-    let output = std::process::Command::new(PYTHON)
-        .arg("-c")
-        .arg(SCRIPT)
-        .arg("parse")
-        .arg(path)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {PYTHON} to parse {}", path.display()))?;
-    if !output.status.success() {
-        bail!(
-            "parsing {} failed: {}",
-            path.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(serde_json::from_slice(&output.stdout)?)
+    let mut parse = std::process::Command::new(PYTHON);
+    parse.arg("-c").arg(SCRIPT).arg("parse").arg(path);
+    let what = format!("{PYTHON} parsing {}", path.display());
+    let stdout = crate::process::run_to_end(parse.stdin(Stdio::null()), &what)?;
+    Ok(serde_json::from_slice(&stdout)?)
 }
 
 fn read_store(dir: &Path) -> Result<Vec<ReceivedMail>> {
