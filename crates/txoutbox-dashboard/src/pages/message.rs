@@ -12,7 +12,7 @@ use txoutbox::admin::{AttemptRecord, MessageDetail, MessageStatus, MessageSummar
 use uuid::Uuid;
 
 use super::actions::{DISCARD_NOTE, NEW_KEY_WARNING};
-use super::{layout, render, status_badge, time};
+use super::{columns, layout, render, status_badge, time};
 use crate::auth::Caller;
 use crate::redact::{Redaction, Shown, REDACTED};
 use crate::Failure;
@@ -269,14 +269,7 @@ fn attempts(history: &[AttemptRecord]) -> Markup {
             @if history.is_empty() { p { "No attempt yet." } } @else {
                 table class="attempts" {
                     thead { tr {
-                        th scope="col" class="num" { "#" }
-                        th scope="col" { "Relay" }
-                        th scope="col" { "Started" }
-                        th scope="col" { "Ended" }
-                        th scope="col" { "Outcome" }
-                        th scope="col" { "Error or note" }
-                        th scope="col" { "Receipt" }
-                        th scope="col" { "Key" }
+                        (columns(&["#", "Relay", "Started", "Ended", "Outcome", "Error or note", "Receipt", "Key"], &["#"]))
                     } }
                     tbody {
                         @for a in history {

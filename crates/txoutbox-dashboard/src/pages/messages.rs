@@ -7,7 +7,7 @@ use maud::{html, Markup};
 use txoutbox::admin::{MessageStatus, MessageSummary};
 
 use super::actions::{DISCARD_NOTE, NEW_KEY_WARNING};
-use super::{hidden_fields, layout, render, status_badge, time};
+use super::{columns, hidden_fields, layout, render, status_badge, time};
 use crate::auth::{Base, Caller};
 use crate::query::{encode, page, pairs, FilterFields};
 use crate::redact::{Redaction, Scrubber};
@@ -57,13 +57,7 @@ pub(super) fn message_rows(
         table class="messages" {
             thead { tr {
                 @if selectable { th scope="col" { span class="sr" { "Select" } } }
-                th scope="col" { "Id" }
-                th scope="col" { "Destination" }
-                th scope="col" { "State" }
-                th scope="col" class="num" { "Attempts" }
-                th scope="col" { "Enqueued" }
-                th scope="col" { "Last error" }
-                th scope="col" { "Downstream key" }
+                (columns(&["Id", "Destination", "State", "Attempts", "Enqueued", "Last error", "Downstream key"], &["Attempts"]))
             } }
             tbody {
                 @for m in rows {

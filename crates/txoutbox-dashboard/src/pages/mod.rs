@@ -156,6 +156,14 @@ fn render(base: &Base, result: Result<Markup, Failure>) -> Response {
     }
 }
 
+/// A table's header cells, `columns` by name; those also in `numeric` are right-aligned like
+/// their numbers.
+fn columns(names: &[&str], numeric: &[&str]) -> Markup {
+    html! {
+        @for name in names { th scope="col" class=[numeric.contains(name).then_some("num")] { (name) } }
+    }
+}
+
 /// A time as on-call reads it: how long ago (or how far ahead) by this server's clock, with
 /// the absolute time beside it; a line may break between the two, never inside either.
 fn time(at: DateTime<Utc>) -> Markup {

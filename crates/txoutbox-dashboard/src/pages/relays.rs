@@ -5,7 +5,7 @@ use axum::response::Response;
 use maud::{html, Markup};
 use txoutbox::admin::RelayRecord;
 
-use super::{ago, layout, render};
+use super::{ago, columns, layout, render};
 use crate::auth::Caller;
 
 pub(crate) async fn relays(Caller { app, who, base }: Caller) -> Response {
@@ -26,15 +26,7 @@ pub(crate) async fn relays(Caller { app, who, base }: Caller) -> Response {
                 } @else {
                     table class="relays" {
                         thead { tr {
-                            th scope="col" { "State" }
-                            th scope="col" { "Relay" }
-                            th scope="col" { "Version" }
-                            th scope="col" { "Started" }
-                            th scope="col" { "Last heartbeat" }
-                            th scope="col" { "Last claim" }
-                            th scope="col" class="num" { "Held" }
-                            th scope="col" { "Sinks" }
-                            th scope="col" { "Bounds" }
+                            (columns(&["State", "Relay", "Version", "Started", "Last heartbeat", "Last claim", "Held", "Sinks", "Bounds"], &["Held"]))
                         } }
                         tbody {
                             @for r in &relays { (row(r)) }
