@@ -5,13 +5,12 @@ use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::Extension;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use txoutbox::admin::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection, StoredJson};
 use uuid::Uuid;
 
-use crate::auth::Principal;
+use crate::auth::{Caller, Principal};
 use crate::pages::{discard_options, pause_reason, shown_flow, shown_message, shown_response};
 use crate::query::{page, pairs, storable, value, FilterFields};
 use crate::redact::{Redaction, Shown};
@@ -219,8 +218,7 @@ fn options(body: &ReplayBody, who: &Principal) -> ReplayOptions {
 
 /// `POST /api/messages/{id}/replay` with an optional body `{"new_key": true}`.
 pub(crate) async fn replay_one(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
+    Caller { app, who, .. }: Caller,
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> Response {
@@ -236,11 +234,7 @@ pub(crate) async fn replay_one(
 }
 
 /// `POST /api/replay` with `{"filter": {...}, "dry_run": true}` or `{"ids": [...]}`.
-pub(crate) async fn replay(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    bytes: Bytes,
-) -> Response {
+pub(crate) async fn replay(Caller { app, who, .. }: Caller, bytes: Bytes) -> Response {
     answer(
         async {
             let body: ReplayBody = body(&bytes)?;
@@ -261,8 +255,7 @@ fn discard_body_options(body: &DiscardBody, who: &Principal) -> Result<DiscardOp
 
 /// `POST /api/messages/{id}/discard` with `{"reason": "…"}` (and optionally `"dry_run": true`).
 pub(crate) async fn discard_one(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
+    Caller { app, who, .. }: Caller,
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> Response {
@@ -284,11 +277,7 @@ pub(crate) async fn discard_one(
 
 /// `POST /api/discard` with `{"filter": {...}, "dry_run": true, "reason": "…"}` or
 /// `{"ids": [...], "reason": "…"}`.
-pub(crate) async fn discard(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    bytes: Bytes,
-) -> Response {
+pub(crate) async fn discard(Caller { app, who, .. }: Caller, bytes: Bytes) -> Response {
     answer(
         async {
             let body: DiscardBody = body(&bytes)?;
@@ -351,8 +340,7 @@ struct ResumeBody {
 /// names (no row, flow-control state or configured sink) is a 400 with `known_destinations`,
 /// closest first, unless the body says `"force": true`.
 pub(crate) async fn pause_destination(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
+    Caller { app, who, .. }: Caller,
     Path(destination): Path<String>,
     bytes: Bytes,
 ) -> Response {
@@ -369,8 +357,7 @@ pub(crate) async fn pause_destination(
 /// `POST /api/destinations/{destination}/resume` (optionally `{"force": true}`): the
 /// destination's flow state afterwards; 400 when it is not paused, or when nothing names it.
 pub(crate) async fn resume_destination(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
+    Caller { app, who, .. }: Caller,
     Path(destination): Path<String>,
     bytes: Bytes,
 ) -> Response {

@@ -4,10 +4,13 @@
 use std::fmt;
 use std::str::FromStr;
 
-use axum::extract::{OriginalUri, Request, State};
+use axum::extract::rejection::ExtensionRejection;
+use axum::extract::{FromRequestParts, OriginalUri, Request, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -131,6 +134,28 @@ impl Principal {
 /// The path prefix the dashboard is mounted at (`""` at the root, `/outbox` nested there).
 #[derive(Debug, Clone)]
 pub(crate) struct Base(pub String);
+
+/// What a handler reads before its own inputs: the dashboard's state, the signed-in user and the
+/// path prefix (the last two put in the request by [`guard`]).
+pub(crate) struct Caller {
+    pub app: Shared,
+    pub who: Principal,
+    pub base: Base,
+}
+
+impl FromRequestParts<Shared> for Caller {
+    type Rejection = ExtensionRejection;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, Self::Rejection> {
+        let Extension(who) = Extension::<Principal>::from_request_parts(parts, app).await?;
+        let Extension(base) = Extension::<Base>::from_request_parts(parts, app).await?;
+        Ok(Self {
+            app: app.clone(),
+            who,
+            base,
+        })
+    }
+}
 
 /// The user `authorization` names, if its password is right. Every user's hash is compared, in
 /// constant time, whatever matches first.

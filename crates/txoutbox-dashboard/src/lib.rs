@@ -158,11 +158,17 @@ pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router 
         .route("/", get(pages::overview))
         .route("/messages", get(pages::messages))
         .route("/messages/{id}", get(pages::message))
-        .route("/messages/{id}/replay", post(pages::replay_one))
-        .route("/replay", post(pages::replay_selected))
+        .route(
+            "/messages/{id}/replay",
+            post(pages::act_on_one::<ReplayOptions>),
+        )
+        .route("/replay", post(pages::act_on_selected::<ReplayOptions>))
         .route("/replay/filter", post(pages::replay_filter))
-        .route("/messages/{id}/discard", post(pages::discard_one))
-        .route("/discard", post(pages::discard_selected))
+        .route(
+            "/messages/{id}/discard",
+            post(pages::act_on_one::<DiscardOptions>),
+        )
+        .route("/discard", post(pages::act_on_selected::<DiscardOptions>))
         .route("/discard/filter", post(pages::discard_filter))
         .route(
             "/destinations/{destination}/pause",

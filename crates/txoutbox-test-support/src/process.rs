@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::WAIT_LIMIT;
@@ -176,7 +176,6 @@ impl std::ops::DerefMut for OwnedChild {
 /// Runs `command` (`what` names it in errors) and fails with what it printed unless it succeeds;
 /// its output.
 pub(crate) fn run_checked(command: &mut Command, what: &str) -> Result<Output> {
-    use anyhow::Context;
     let output = command
         .output()
         .with_context(|| format!("running {what}"))?;

@@ -46,6 +46,17 @@ pub(super) const ROW_OF_PAYLOAD: &str =
     "CASE WHEN jsonb_typeof(payload -> 'data' -> 'row') = 'number' \
      THEN (payload -> 'data' ->> 'row')::bigint END";
 
+/// The plan row a stored message is (column `col`, `None` for no soak row), its id (column 0)
+/// recorded as one of that row's copies.
+fn copy_of(state: &mut Final, r: &tokio_postgres::Row, col: usize) -> Option<(usize, uuid::Uuid)> {
+    let row = r
+        .get::<_, Option<i64>>(col)
+        .and_then(|r| usize::try_from(r).ok())?;
+    let id: uuid::Uuid = r.get(0);
+    state.copies.entry(row).or_default().insert(id);
+    Some((row, id))
+}
+
 pub(super) async fn read_final(client: &tokio_postgres::Client) -> Result<Final> {
     let mut state = Final::default();
     let hot = format!(
@@ -54,14 +65,9 @@ pub(super) async fn read_final(client: &tokio_postgres::Client) -> Result<Final>
          FROM txoutbox_messages"
     );
     for r in client.query(&hot, &[]).await? {
-        let Some(row) = r
-            .get::<_, Option<i64>>(7)
-            .and_then(|r| usize::try_from(r).ok())
-        else {
+        let Some((row, id)) = copy_of(&mut state, &r, 7) else {
             continue;
         };
-        let id: uuid::Uuid = r.get(0);
-        state.copies.entry(row).or_default().insert(id);
         state.hot.insert(
             row,
             HotRow {
@@ -80,14 +86,9 @@ pub(super) async fn read_final(client: &tokio_postgres::Client) -> Result<Final>
          SELECT id, downstream_key, {ROW_OF_PAYLOAD} FROM txoutbox_delivered"
     );
     for r in client.query(&delivered, &[]).await? {
-        let Some(row) = r
-            .get::<_, Option<i64>>(2)
-            .and_then(|r| usize::try_from(r).ok())
-        else {
+        let Some((row, id)) = copy_of(&mut state, &r, 2) else {
             continue;
         };
-        let id: uuid::Uuid = r.get(0);
-        state.copies.entry(row).or_default().insert(id);
         let downstream_key = r.get(1);
         state
             .delivered

@@ -2,6 +2,7 @@
 //! measured against, with the statements the hand-written ones send.
 
 use anyhow::Result;
+use deadpool_postgres::Transaction;
 use txoutbox::{
     relay::RelayWaker, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
@@ -35,6 +36,16 @@ const KEYED_INSERT: &str = "INSERT INTO bench_keyed_orders \
      (customer, amount, idempotency_key, request_fingerprint) VALUES ($1, $2, $3, $4) \
      ON CONFLICT (idempotency_key) DO NOTHING RETURNING id";
 
+/// What the paths measured against the library's take: one order request with its key.
+#[derive(Clone, Copy)]
+struct KeyedOrder<'a> {
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    fingerprint: &'a Fingerprint,
+    customer: &'a str,
+    amount: i64,
+}
+
 /// One request of `mode`, as client `client_no`'s `n`th.
 pub(super) async fn one_request(
     client: &mut deadpool_postgres::Object,
@@ -59,11 +70,18 @@ pub(super) async fn one_request(
     let key = IdempotencyKey::parse(&uuid::Uuid::now_v7().to_string())?;
     let body = format!(r#"{{"customer":"{customer}","amount":{amount}}}"#);
     let fingerprint = Fingerprint::new("POST", "/orders", body.as_bytes());
+    let keyed = KeyedOrder {
+        scope,
+        key: &key,
+        fingerprint: &fingerprint,
+        customer: &customer,
+        amount,
+    };
     if mode == Mode::HandWritten {
-        return hand_written(tx, scope, &key, &fingerprint, &customer, amount).await;
+        return hand_written(tx, &keyed).await;
     }
     if mode == Mode::BusinessKey {
-        return business_key(tx, scope, &key, &fingerprint, &customer, amount).await;
+        return business_key(tx, &keyed).await;
     }
     let insert = tx.prepare_cached(INSERT_ORDER).await?;
     let values: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&customer, &amount];
@@ -144,28 +162,21 @@ pub(super) fn effects(
 }
 
 /// One request with the business row as its key record ([`Mode::BusinessKey`]).
-async fn business_key(
-    tx: deadpool_postgres::Transaction<'_>,
-    scope: &Scope,
-    key: &IdempotencyKey,
-    fingerprint: &Fingerprint,
-    customer: &str,
-    amount: i64,
-) -> Result<()> {
+async fn business_key(tx: Transaction<'_>, req: &KeyedOrder<'_>) -> Result<()> {
     use tokio_postgres::types::Type;
     use txoutbox::idempotency::{BusinessKey, RowBegin};
-    let orders = BusinessKey::new(scope.clone(), KEYED_LOOKUP, "request_fingerprint");
-    let fp: &[u8] = fingerprint.as_bytes();
+    let orders = BusinessKey::new(req.scope.clone(), KEYED_LOOKUP, "request_fingerprint");
+    let fp: &[u8] = req.fingerprint.as_bytes();
     let begun = orders
         .begin(
             &*tx,
-            key,
-            fingerprint,
+            req.key,
+            req.fingerprint,
             KEYED_INSERT,
             &[
-                (&customer, Type::TEXT),
-                (&amount, Type::INT8),
-                (&key.as_str(), Type::TEXT),
+                (&req.customer, Type::TEXT),
+                (&req.amount, Type::INT8),
+                (&req.key.as_str(), Type::TEXT),
                 (&fp, Type::BYTEA),
             ],
         )
@@ -174,7 +185,7 @@ async fn business_key(
         anyhow::bail!("a fresh key was not new");
     };
     let id: i64 = row.get(0);
-    for (effect, message) in effects(id, amount, customer)? {
+    for (effect, message) in effects(id, req.amount, req.customer)? {
         claim.enqueue(effect, message)?;
     }
     claim.complete(&*tx).await?;
@@ -251,32 +262,31 @@ async fn hand_written_one_row(
 /// One request as a team would write it without a framework, storing what the framework stores:
 /// the key row (scope, key, fingerprint, state, then the response), the business row and the 2
 /// outbox rows, each effect's downstream key derived from the request's key.
-async fn hand_written(
-    tx: deadpool_postgres::Transaction<'_>,
-    scope: &Scope,
-    key: &IdempotencyKey,
-    fingerprint: &Fingerprint,
-    customer: &str,
-    amount: i64,
-) -> Result<()> {
-    let (scope, key) = (scope.name(), key.as_str());
+async fn hand_written(tx: Transaction<'_>, req: &KeyedOrder<'_>) -> Result<()> {
+    let (scope, key) = (req.scope.name(), req.key.as_str());
     let claim = tx.prepare_cached(HAND_CLAIM_KEY).await?;
     let claimed = tx
-        .execute(&claim, &[&scope, &key, &fingerprint.as_bytes().as_slice()])
+        .execute(
+            &claim,
+            &[&scope, &key, &req.fingerprint.as_bytes().as_slice()],
+        )
         .await?;
     anyhow::ensure!(claimed == 1, "a fresh key was not new");
     let insert = tx.prepare_cached(INSERT_ORDER).await?;
-    let id: i64 = tx.query_one(&insert, &[&customer, &amount]).await?.get(0);
+    let id: i64 = tx
+        .query_one(&insert, &[&req.customer, &req.amount])
+        .await?
+        .get(0);
     let outbox = tx.prepare_cached(HAND_OUTBOX).await?;
     let (charge, receipt) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
     tx.execute(
         &outbox,
         &[
             &charge,
-            &serde_json::json!({"order": id, "amount": amount}),
+            &serde_json::json!({"order": id, "amount": req.amount}),
             &format!("{scope}:{key}:charge"),
             &receipt,
-            &serde_json::json!({"order": id, "to": customer}),
+            &serde_json::json!({"order": id, "to": req.customer}),
             &format!("{scope}:{key}:receipt"),
         ],
     )

@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
+use tokio_postgres::Client;
 use txoutbox::admin::{DiscardOptions, MessageStatus};
 
 use super::{confirmed, dash, report_text, ActionArgs};
@@ -51,11 +52,7 @@ pub struct DiscardArgs {
 }
 
 /// `txoutbox discard`: discards the selection (or says what it would) and lists the rows.
-pub(super) async fn run(
-    client: &mut tokio_postgres::Client,
-    args: DiscardArgs,
-    out: &mut String,
-) -> Result<()> {
+pub(super) async fn run(client: &mut Client, args: DiscardArgs, out: &mut String) -> Result<()> {
     let options = DiscardOptions {
         dry_run: args.rows.dry_run,
         max_rows: args.rows.max_rows(),

@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 use clap::Args;
+use tokio_postgres::Client;
 
 pub(super) const PAUSE_HELP: &str = "\
 A pause is stored in the database: every relay obeys it at its next claim (within one poll
@@ -55,7 +56,7 @@ fn operator(by: Option<String>) -> Option<String> {
 
 /// Refuses a destination nothing names (unless `force`): the refusal is a usage error (exit 2)
 /// listing the known destinations, closest first.
-async fn known(client: &tokio_postgres::Client, destination: &str, force: bool) -> Result<()> {
+async fn known(client: &Client, destination: &str, force: bool) -> Result<()> {
     if force {
         return Ok(());
     }
@@ -69,11 +70,7 @@ async fn known(client: &tokio_postgres::Client, destination: &str, force: bool) 
 }
 
 /// `txoutbox pause`: pauses the destination for every relay.
-pub(super) async fn pause(
-    client: &mut tokio_postgres::Client,
-    args: PauseArgs,
-    out: &mut String,
-) -> Result<()> {
+pub(super) async fn pause(client: &mut Client, args: PauseArgs, out: &mut String) -> Result<()> {
     known(client, &args.destination, args.force).await?;
     let by = operator(args.by);
     let flow =
@@ -87,11 +84,7 @@ pub(super) async fn pause(
 }
 
 /// `txoutbox resume`: ends the pause.
-pub(super) async fn resume(
-    client: &mut tokio_postgres::Client,
-    args: ResumeArgs,
-    out: &mut String,
-) -> Result<()> {
+pub(super) async fn resume(client: &mut Client, args: ResumeArgs, out: &mut String) -> Result<()> {
     known(client, &args.destination, args.force).await?;
     let by = operator(args.by);
     let flow =

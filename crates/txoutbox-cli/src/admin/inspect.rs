@@ -3,10 +3,11 @@
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
+use tokio_postgres::Client;
 use txoutbox::admin::{AdminError, ListCursor, MessageStatus, MessageSummary, StoredJson};
 use uuid::Uuid;
 
-use super::{dash, one_line, table, time, FilterArgs};
+use super::{dash, json_line, one_line, table, time, FilterArgs};
 
 pub(super) const LIST_HELP: &str = "\
 Times (--since, --until) are a duration ago (30m, 2h, 7d) or an RFC 3339 time, compared with
@@ -88,11 +89,7 @@ pub struct ShowArgs {
 }
 
 /// `txoutbox list`: the rows the filter selects, newest first.
-pub(super) async fn list(
-    client: &tokio_postgres::Client,
-    args: ListArgs,
-    out: &mut String,
-) -> Result<()> {
+pub(super) async fn list(client: &Client, args: ListArgs, out: &mut String) -> Result<()> {
     let mut filter = args
         .filter
         .filter(args.status.map(Into::into), Some(args.limit));
@@ -106,8 +103,7 @@ pub(super) async fn list(
     }
     if args.json {
         for row in &rows {
-            out.push_str(&serde_json::to_string(row)?);
-            out.push('\n');
+            json_line(out, row)?;
         }
     } else {
         list_table(out, &rows);
@@ -116,15 +112,10 @@ pub(super) async fn list(
 }
 
 /// `txoutbox show`: one message and its attempt history.
-pub(super) async fn show(
-    client: &tokio_postgres::Client,
-    args: ShowArgs,
-    out: &mut String,
-) -> Result<()> {
+pub(super) async fn show(client: &Client, args: ShowArgs, out: &mut String) -> Result<()> {
     let detail = txoutbox::admin::show_message(client, args.id).await?;
     if args.json {
-        out.push_str(&serde_json::to_string(&detail)?);
-        out.push('\n');
+        json_line(out, &detail)?;
     } else {
         show_text(out, &detail)?;
     }

@@ -114,6 +114,13 @@ pub async fn run(url: &str, command: AdminCommand) -> Result<()> {
     emit(&out)
 }
 
+/// Appends `value` as one line of JSON (the `--json` form of a command's output).
+fn json_line(out: &mut String, value: &impl serde::Serialize) -> Result<()> {
+    out.push_str(&serde_json::to_string(value)?);
+    out.push('\n');
+    Ok(())
+}
+
 /// Writes the command's output; a reader that went away (`| head`) is not an error.
 fn emit(out: &str) -> Result<()> {
     let mut stdout = std::io::stdout().lock();

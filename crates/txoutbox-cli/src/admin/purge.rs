@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 use clap::Args;
+use tokio_postgres::Client;
 use txoutbox::admin::{PurgeOptions, Retention};
 
 use super::{time, Progress};
@@ -45,11 +46,7 @@ pub struct PurgeArgs {
 }
 
 /// `txoutbox purge`: deletes (or counts, with `--dry-run`) and prints one line of totals.
-pub(super) async fn run(
-    client: &tokio_postgres::Client,
-    args: PurgeArgs,
-    out: &mut String,
-) -> Result<()> {
+pub(super) async fn run(client: &Client, args: PurgeArgs, out: &mut String) -> Result<()> {
     let options = PurgeOptions {
         retention: args.retention,
         batch: args.batch,

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
+use tokio_postgres::Client;
 use txoutbox::admin::RelayRecord;
 
-use super::{age, one_line, table};
+use super::{age, json_line, one_line, table};
 
 pub(super) const RELAYS_HELP: &str = "\
 Each relay records itself when it starts, refreshes its heartbeat (every 5 s by default, relay
@@ -28,15 +29,10 @@ pub struct RelaysArgs {
 }
 
 /// `txoutbox relays`: the table and a summary line, or a JSON array.
-pub(super) async fn run(
-    client: &tokio_postgres::Client,
-    args: RelaysArgs,
-    out: &mut String,
-) -> Result<()> {
+pub(super) async fn run(client: &Client, args: RelaysArgs, out: &mut String) -> Result<()> {
     let relays = txoutbox::admin::relays(client).await?;
     if args.json {
-        out.push_str(&serde_json::to_string(&relays)?);
-        out.push('\n');
+        json_line(out, &relays)?;
         return Ok(());
     }
     let rows: Vec<Vec<String>> = relays.iter().map(row).collect();

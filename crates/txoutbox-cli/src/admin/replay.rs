@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
+use tokio_postgres::Client;
 use txoutbox::admin::{MessageStatus, ReplayOptions};
 
 use super::{confirmed, report_text, ActionArgs, Progress};
@@ -60,11 +61,7 @@ pub struct ReplayArgs {
 }
 
 /// `txoutbox replay`: replays the selection (or says what it would) and lists the rows.
-pub(super) async fn run(
-    client: &mut tokio_postgres::Client,
-    args: ReplayArgs,
-    out: &mut String,
-) -> Result<()> {
+pub(super) async fn run(client: &mut Client, args: ReplayArgs, out: &mut String) -> Result<()> {
     let options = ReplayOptions {
         include_delivered: args.include_delivered,
         new_key: args.new_key,

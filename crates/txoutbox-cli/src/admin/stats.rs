@@ -4,8 +4,9 @@
 use anyhow::Result;
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::Args;
+use tokio_postgres::Client;
 
-use super::{age, table};
+use super::{age, json_line, table};
 
 pub(super) const STATS_HELP: &str = "\
 The failure rate counts the last hour's relay attempts (retry, failed, expired and unknown
@@ -26,15 +27,10 @@ pub struct StatsArgs {
 }
 
 /// `txoutbox stats`: the counts table and the flow-control table, or one JSON object.
-pub(super) async fn run(
-    client: &tokio_postgres::Client,
-    args: StatsArgs,
-    out: &mut String,
-) -> Result<()> {
+pub(super) async fn run(client: &Client, args: StatsArgs, out: &mut String) -> Result<()> {
     let stats = txoutbox::admin::stats(client).await?;
     if args.json {
-        out.push_str(&serde_json::to_string(&stats)?);
-        out.push('\n');
+        json_line(out, &stats)?;
     } else {
         stats_table(out, &stats);
         fan_out_line(out, &stats);

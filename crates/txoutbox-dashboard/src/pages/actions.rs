@@ -3,9 +3,8 @@
 //! of a destination.
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Extension;
 use maud::{html, Markup};
 use txoutbox::admin::{
     DestinationFlow, DiscardOptions, DiscardReport, DiscardedMessage, MessageStatus, ReplayOptions,
@@ -14,9 +13,9 @@ use txoutbox::admin::{
 use uuid::Uuid;
 
 use super::{error_page, hidden_fields, layout, link, render};
-use crate::auth::{Base, Principal};
+use crate::auth::{Base, Caller, Principal};
 use crate::query::{encode, pairs, segment, storable, value, FilterFields};
-use crate::{Failure, Shared};
+use crate::{App, Failure};
 
 /// What the README says before a replay with a new key.
 pub(super) const NEW_KEY_WARNING: &str = "A new key makes the downstream treat the message as a \
@@ -61,6 +60,27 @@ fn options(pairs: &[(String, String)], who: &Principal) -> ReplayOptions {
     }
 }
 
+/// The options of a discard by `who` with the reason the form or body gave: refused (400) when
+/// it is blank, before anything is read.
+pub(crate) fn discard_options(
+    reason: Option<&str>,
+    who: &Principal,
+) -> Result<DiscardOptions, Failure> {
+    let reason = reason.map(str::trim).unwrap_or_default();
+    if reason.is_empty() {
+        return Err(Failure::BadRequest(
+            "a discard needs a reason: say why the message is closed without delivery (it is kept \
+             in its attempt log for the next operator)"
+                .into(),
+        ));
+    }
+    storable("reason", reason)?;
+    Ok(DiscardOptions {
+        operator: Some(who.name.clone()),
+        ..DiscardOptions::new(reason)
+    })
+}
+
 /// What the pages say of one of the two actions on messages, replay and discard.
 struct Action {
     /// The title of the page after it.
@@ -102,41 +122,104 @@ const DISCARD: Action = Action {
 
 /// A row of a replay's or a discard's report, as the pages show it.
 trait ReportRow {
-    fn id(&self) -> Uuid;
-    fn destination(&self) -> &str;
-    fn from(&self) -> MessageStatus;
-    /// The cell under [`Action::last_header`].
-    fn last_cell(&self) -> Markup;
+    /// Its id, destination and former state, and the cell under [`Action::last_header`].
+    fn cells(&self) -> (Uuid, &str, MessageStatus, Markup);
 }
 
 impl ReportRow for ReplayedMessage {
-    fn id(&self) -> Uuid {
-        self.id
-    }
-    fn destination(&self) -> &str {
-        &self.destination
-    }
-    fn from(&self) -> MessageStatus {
-        self.from
-    }
-    fn last_cell(&self) -> Markup {
-        html! { code { (self.downstream_key) } @if let Some(old) = &self.replaced_key { " (was " code { (old) } ")" } }
+    fn cells(&self) -> (Uuid, &str, MessageStatus, Markup) {
+        let key = html! { code { (self.downstream_key) } @if let Some(old) = &self.replaced_key { " (was " code { (old) } ")" } };
+        (self.id, &self.destination, self.from, key)
     }
 }
 
 impl ReportRow for DiscardedMessage {
-    fn id(&self) -> Uuid {
-        self.id
+    fn cells(&self) -> (Uuid, &str, MessageStatus, Markup) {
+        let ordering_key = html! { @if let Some(k) = &self.ordering_key { code { (k) } } };
+        (self.id, &self.destination, self.from, ordering_key)
     }
-    fn destination(&self) -> &str {
-        &self.destination
+}
+
+/// Replay and discard (by their options), for the handlers that are the same for both: one
+/// message (the path's) and the selected rows.
+pub(crate) trait MessageAction: Sized {
+    type Report;
+    /// What its refusal of an empty selection asks to tick the rows to.
+    const VERB: &'static str;
+    /// The options from the form's fields, as `who`.
+    fn from_form(pairs: &[(String, String)], who: &Principal) -> Result<Self, Failure>;
+    /// Runs the action on `selection`.
+    async fn run(&self, app: &App, selection: &ReplaySelection) -> Result<Self::Report, Failure>;
+    /// The page after it.
+    fn report(base: &Base, who: &Principal, report: &Self::Report) -> Markup;
+}
+
+impl MessageAction for ReplayOptions {
+    type Report = ReplayReport;
+    const VERB: &'static str = "replay";
+    fn from_form(pairs: &[(String, String)], who: &Principal) -> Result<Self, Failure> {
+        Ok(options(pairs, who))
     }
-    fn from(&self) -> MessageStatus {
-        self.from
+    async fn run(&self, app: &App, selection: &ReplaySelection) -> Result<ReplayReport, Failure> {
+        app.replay(selection, self).await
     }
-    fn last_cell(&self) -> Markup {
-        html! { @if let Some(k) = &self.ordering_key { code { (k) } } }
+    fn report(base: &Base, who: &Principal, report: &ReplayReport) -> Markup {
+        let (rows, skipped) = (&report.replayed, &report.skipped);
+        report_page(base, who, &REPLAY, report.dry_run, rows, skipped)
     }
+}
+
+impl MessageAction for DiscardOptions {
+    type Report = DiscardReport;
+    const VERB: &'static str = "discard";
+    fn from_form(pairs: &[(String, String)], who: &Principal) -> Result<Self, Failure> {
+        discard_options(value(pairs, "reason"), who)
+    }
+    async fn run(&self, app: &App, selection: &ReplaySelection) -> Result<DiscardReport, Failure> {
+        app.discard(selection, self).await
+    }
+    fn report(base: &Base, who: &Principal, report: &DiscardReport) -> Markup {
+        report_page(
+            base,
+            who,
+            &DISCARD,
+            report.dry_run,
+            &report.discarded,
+            &report.skipped,
+        )
+    }
+}
+
+/// Replays or discards the message of the path; back to its page.
+pub(crate) async fn act_on_one<A: MessageAction>(
+    Caller { app, who, base }: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let id = Uuid::parse_str(&id).map_err(|_| Failure::NotFound)?;
+        let options = A::from_form(&pairs(&body), &who)?;
+        options.run(&app, &ReplaySelection::Ids(vec![id])).await?;
+        Ok(id)
+    }
+    .await;
+    back_to(&base, result.map(|id| format!("{}/messages/{id}", base.0)))
+}
+
+/// Replays or discards the rows ticked in the list; the report page.
+pub(crate) async fn act_on_selected<A: MessageAction>(
+    Caller { app, who, base }: Caller,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let pairs = pairs(&body);
+        let ids = selected_ids(&pairs, A::VERB)?;
+        let options = A::from_form(&pairs, &who)?;
+        let report = options.run(&app, &ReplaySelection::Ids(ids)).await?;
+        Ok(A::report(&base, &who, &report))
+    }
+    .await;
+    render(&base, result)
 }
 
 /// The page after a replay or a discard: what it did (or would do), row by row, and what it
@@ -159,10 +242,10 @@ fn report_page<R: ReportRow>(
         }
         @if !rows.is_empty() {
             table { thead { tr { th scope="col" { "Id" } th scope="col" { "Destination" } th scope="col" { "From" } th scope="col" { (action.last_header) } } }
-                tbody { @for r in rows { tr {
-                    td { a href={(b) "/messages/" (r.id())} { code { (r.id()) } } }
-                    td { (r.destination()) } td { (r.from().as_str()) }
-                    td { (r.last_cell()) }
+                tbody { @for r in rows { @let (id, destination, from, last) = r.cells(); tr {
+                    td { a href={(b) "/messages/" (id)} { code { (id) } } }
+                    td { (destination) } td { (from.as_str()) }
+                    td { (last) }
                 } } }
             }
         }
@@ -202,7 +285,8 @@ fn confirm_page<R: ReportRow>(
             }
             ul class="preview" {
                 @for r in rows.iter().take(20) {
-                    li { a href={(b) "/messages/" (r.id())} { code { (r.id()) } } " " (r.destination()) " (" (r.from().as_str()) ")" }
+                    @let (id, destination, from, _) = r.cells();
+                    li { a href={(b) "/messages/" (id)} { code { (id) } } " " (destination) " (" (from.as_str()) ")" }
                 }
                 @if n > 20 { li { "… and " (n - 20) " more" } }
             }
@@ -212,60 +296,9 @@ fn confirm_page<R: ReportRow>(
     layout(base, who, action.confirm_title, "/messages", body)
 }
 
-fn replay_report(base: &Base, who: &Principal, report: &ReplayReport) -> Markup {
-    let (rows, skipped) = (&report.replayed, &report.skipped);
-    report_page(base, who, &REPLAY, report.dry_run, rows, skipped)
-}
-
-fn discard_report(base: &Base, who: &Principal, report: &DiscardReport) -> Markup {
-    let (rows, skipped) = (&report.discarded, &report.skipped);
-    report_page(base, who, &DISCARD, report.dry_run, rows, skipped)
-}
-
-pub(crate) async fn replay_one(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    let result = async {
-        let id = Uuid::parse_str(&id).map_err(|_| Failure::NotFound)?;
-        let options = options(&pairs(&body), &who);
-        app.replay(&ReplaySelection::Ids(vec![id]), &options)
-            .await?;
-        Ok(id)
-    }
-    .await;
-    back_to(&base, result.map(|id| format!("{}/messages/{id}", base.0)))
-}
-
-pub(crate) async fn replay_selected(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-    body: Bytes,
-) -> Response {
-    let result = async {
-        let pairs = pairs(&body);
-        let ids = selected_ids(&pairs, "replay")?;
-        let report = app
-            .replay(&ReplaySelection::Ids(ids), &options(&pairs, &who))
-            .await?;
-        Ok(replay_report(&base, &who, &report))
-    }
-    .await;
-    render(&base, result)
-}
-
 /// Replays what a filter selects: without `confirm`, a dry run that shows the count and asks;
 /// with `confirm=N`, the replay, refused if more than N rows match by then.
-pub(crate) async fn replay_filter(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-    body: Bytes,
-) -> Response {
+pub(crate) async fn replay_filter(Caller { app, who, base }: Caller, body: Bytes) -> Response {
     let result = async {
         let pairs = pairs(&body);
         let fields = FilterFields::from_pairs(&pairs);
@@ -274,7 +307,7 @@ pub(crate) async fn replay_filter(
         if let Some(count) = confirmed_count(&pairs)? {
             opts.max_rows = Some(count);
             let report = app.replay(&selection, &opts).await?;
-            return Ok(replay_report(&base, &who, &report));
+            return Ok(ReplayOptions::report(&base, &who, &report));
         }
         opts.dry_run = true;
         let report = app.replay(&selection, &opts).await?;
@@ -291,27 +324,6 @@ pub(crate) async fn replay_filter(
     }
     .await;
     render(&base, result)
-}
-
-/// The options of a discard by `who` with the reason the form or body gave: refused (400) when
-/// it is blank, before anything is read.
-pub(crate) fn discard_options(
-    reason: Option<&str>,
-    who: &Principal,
-) -> Result<DiscardOptions, Failure> {
-    let reason = reason.map(str::trim).unwrap_or_default();
-    if reason.is_empty() {
-        return Err(Failure::BadRequest(
-            "a discard needs a reason: say why the message is closed without delivery (it is kept \
-             in its attempt log for the next operator)"
-                .into(),
-        ));
-    }
-    storable("reason", reason)?;
-    Ok(DiscardOptions {
-        operator: Some(who.name.clone()),
-        ..DiscardOptions::new(reason)
-    })
 }
 
 fn selected_ids(pairs: &[(String, String)], verb: &str) -> Result<Vec<Uuid>, Failure> {
@@ -339,50 +351,10 @@ fn confirmed_count(pairs: &[(String, String)]) -> Result<Option<u64>, Failure> {
         .transpose()
 }
 
-pub(crate) async fn discard_one(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    let result = async {
-        let id = Uuid::parse_str(&id).map_err(|_| Failure::NotFound)?;
-        let options = discard_options(value(&pairs(&body), "reason"), &who)?;
-        app.discard(&ReplaySelection::Ids(vec![id]), &options)
-            .await?;
-        Ok(id)
-    }
-    .await;
-    back_to(&base, result.map(|id| format!("{}/messages/{id}", base.0)))
-}
-
-pub(crate) async fn discard_selected(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-    body: Bytes,
-) -> Response {
-    let result = async {
-        let pairs = pairs(&body);
-        let ids = selected_ids(&pairs, "discard")?;
-        let options = discard_options(value(&pairs, "reason"), &who)?;
-        let report = app.discard(&ReplaySelection::Ids(ids), &options).await?;
-        Ok(discard_report(&base, &who, &report))
-    }
-    .await;
-    render(&base, result)
-}
-
 /// Discards what a filter selects: without `confirm`, a dry run that shows the count and asks
 /// for the reason; with `confirm=N` and a reason, the discard, refused if more than N rows match
 /// by then.
-pub(crate) async fn discard_filter(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-    body: Bytes,
-) -> Response {
+pub(crate) async fn discard_filter(Caller { app, who, base }: Caller, body: Bytes) -> Response {
     let result = async {
         let pairs = pairs(&body);
         let fields = FilterFields::from_pairs(&pairs);
@@ -396,7 +368,7 @@ pub(crate) async fn discard_filter(
                 ..discard_options(reason, &who)?
             };
             let report = app.discard(&selection, &options).await?;
-            return Ok(discard_report(&base, &who, &report));
+            return Ok(DiscardOptions::report(&base, &who, &report));
         }
         // A dry run stores nothing: the reason is asked for with the confirmation.
         let options = DiscardOptions {
@@ -465,9 +437,7 @@ pub(crate) fn pause_reason(reason: Option<&str>) -> Result<&str, Failure> {
 /// Pauses a destination for every relay (`reason` required; one nothing names is refused
 /// unless `force`); back to the overview.
 pub(crate) async fn pause_destination(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
+    Caller { app, who, base }: Caller,
     Path(destination): Path<String>,
     body: Bytes,
 ) -> Response {
@@ -484,9 +454,7 @@ pub(crate) async fn pause_destination(
 /// Ends an operator's pause of a destination (one nothing names is refused unless `force`);
 /// back to the overview.
 pub(crate) async fn resume_destination(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
+    Caller { app, who, base }: Caller,
     Path(destination): Path<String>,
     body: Bytes,
 ) -> Response {

@@ -3,23 +3,16 @@
 //! each group a link to its rows and, for an operator, a replay or discard of the group. The
 //! error text is scrubbed by shape (the groups do not read payloads).
 
-use axum::extract::State;
 use axum::response::Response;
-use axum::Extension;
 use maud::{html, Markup};
 use txoutbox::admin::{FailureGroup, MessageStatus};
 
 use super::{hidden_fields, layout, render, time};
-use crate::auth::{Base, Principal};
+use crate::auth::{Caller, Principal};
 use crate::query::{encode, FilterFields};
 use crate::redact::Scrubber;
-use crate::Shared;
 
-pub(crate) async fn failures(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-) -> Response {
+pub(crate) async fn failures(Caller { app, who, base }: Caller) -> Response {
     let result = async {
         let client = app.client().await?;
         let groups = txoutbox::admin::failure_groups(&**client, 200).await?;

@@ -1,18 +1,16 @@
 //! The key lookup: an idempotency key's record, its stored response (redacted) and the
 //! messages its request enqueued.
 
-use axum::extract::{RawQuery, State};
+use axum::extract::RawQuery;
 use axum::response::Response;
-use axum::Extension;
 use maud::html;
 use txoutbox::admin::{IdempotencyRecord, StoredJson};
 
 use super::messages::message_rows;
 use super::{layout, render, time};
-use crate::auth::{Base, Principal};
+use crate::auth::{Base, Caller};
 use crate::query::{pairs, storable, value};
 use crate::redact::{Redaction, Shown, REDACTED};
-use crate::Shared;
 
 /// A stored response as the browser may see it: its headers with the redacted ones replaced,
 /// its body redacted as a JSON document (withheld when it is not one and fields are redacted).
@@ -51,12 +49,7 @@ pub(crate) fn shown_response(redaction: &Redaction, record: &IdempotencyRecord) 
     }
 }
 
-pub(crate) async fn keys(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-    RawQuery(query): RawQuery,
-) -> Response {
+pub(crate) async fn keys(Caller { app, who, base }: Caller, RawQuery(query): RawQuery) -> Response {
     let result = async {
         let pairs = pairs(query.unwrap_or_default().as_bytes());
         let get = |name: &str| value(&pairs, name).unwrap_or_default().trim().to_owned();

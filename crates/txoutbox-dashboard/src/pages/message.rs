@@ -3,9 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::response::Response;
-use axum::Extension;
 use maud::{html, Markup};
 use serde::Serialize;
 use serde_json::Value;
@@ -13,10 +12,10 @@ use txoutbox::admin::{AttemptRecord, MessageDetail, MessageStatus, MessageSummar
 use uuid::Uuid;
 
 use super::actions::{DISCARD_NOTE, NEW_KEY_WARNING};
-use super::{layout, render, status_badge, time};
-use crate::auth::{Base, Principal};
+use super::{columns, layout, render, status_badge, time};
+use crate::auth::Caller;
 use crate::redact::{Redaction, Shown, REDACTED};
-use crate::{Failure, Shared};
+use crate::Failure;
 
 /// A JSON value as nested `<details>`: objects and arrays collapse.
 fn json_tree(value: &Value) -> Markup {
@@ -156,12 +155,7 @@ fn trace_id(traceparent: &str) -> Option<&str> {
     (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
 }
 
-pub(crate) async fn message(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-    Path(id): Path<String>,
-) -> Response {
+pub(crate) async fn message(Caller { app, who, base }: Caller, Path(id): Path<String>) -> Response {
     let result = async {
         let id = Uuid::parse_str(&id).map_err(|_| Failure::NotFound)?;
         let client = app.client().await?;
@@ -275,14 +269,7 @@ fn attempts(history: &[AttemptRecord]) -> Markup {
             @if history.is_empty() { p { "No attempt yet." } } @else {
                 table class="attempts" {
                     thead { tr {
-                        th scope="col" class="num" { "#" }
-                        th scope="col" { "Relay" }
-                        th scope="col" { "Started" }
-                        th scope="col" { "Ended" }
-                        th scope="col" { "Outcome" }
-                        th scope="col" { "Error or note" }
-                        th scope="col" { "Receipt" }
-                        th scope="col" { "Key" }
+                        (columns(&["#", "Relay", "Started", "Ended", "Outcome", "Error or note", "Receipt", "Key"], &["#"]))
                     } }
                     tbody {
                         @for a in history {

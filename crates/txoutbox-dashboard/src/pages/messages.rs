@@ -1,18 +1,16 @@
 //! The message list: the filter form, one page of rows (selectable by an operator) and the
 //! replay and discard of what is selected or of all the filter matches.
 
-use axum::extract::{RawQuery, State};
+use axum::extract::RawQuery;
 use axum::response::Response;
-use axum::Extension;
 use maud::{html, Markup};
 use txoutbox::admin::{MessageStatus, MessageSummary};
 
 use super::actions::{DISCARD_NOTE, NEW_KEY_WARNING};
-use super::{hidden_fields, layout, render, status_badge, time};
-use crate::auth::{Base, Principal};
+use super::{columns, hidden_fields, layout, render, status_badge, time};
+use crate::auth::{Base, Caller};
 use crate::query::{encode, page, pairs, FilterFields};
 use crate::redact::{Redaction, Scrubber};
-use crate::Shared;
 
 fn filter_form(base: &Base, fields: &FilterFields, redaction: &Redaction) -> Markup {
     let b = &base.0;
@@ -59,13 +57,7 @@ pub(super) fn message_rows(
         table class="messages" {
             thead { tr {
                 @if selectable { th scope="col" { span class="sr" { "Select" } } }
-                th scope="col" { "Id" }
-                th scope="col" { "Destination" }
-                th scope="col" { "State" }
-                th scope="col" class="num" { "Attempts" }
-                th scope="col" { "Enqueued" }
-                th scope="col" { "Last error" }
-                th scope="col" { "Downstream key" }
+                (columns(&["Id", "Destination", "State", "Attempts", "Enqueued", "Last error", "Downstream key"], &["Attempts"]))
             } }
             tbody {
                 @for m in rows {
@@ -92,9 +84,7 @@ pub(super) fn message_rows(
 }
 
 pub(crate) async fn messages(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
+    Caller { app, who, base }: Caller,
     RawQuery(query): RawQuery,
 ) -> Response {
     let result = async {

@@ -14,8 +14,8 @@ mod overview;
 mod relays;
 
 pub(crate) use actions::{
-    discard_filter, discard_one, discard_options, discard_selected, pause_destination,
-    pause_reason, replay_filter, replay_one, replay_selected, resume_destination,
+    act_on_one, act_on_selected, discard_filter, discard_options, pause_destination, pause_reason,
+    replay_filter, resume_destination,
 };
 pub(crate) use failures::failures;
 pub(crate) use keys::{keys, shown_response};
@@ -153,6 +153,14 @@ fn render(base: &Base, result: Result<Markup, Failure>) -> Response {
     match result {
         Ok(markup) => html_response(StatusCode::OK, markup),
         Err(failure) => error_page(base, &failure),
+    }
+}
+
+/// A table's header cells, `columns` by name; those also in `numeric` are right-aligned like
+/// their numbers.
+fn columns(names: &[&str], numeric: &[&str]) -> Markup {
+    html! {
+        @for name in names { th scope="col" class=[numeric.contains(name).then_some("num")] { (name) } }
     }
 }
 

@@ -4,18 +4,17 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use axum::extract::{RawQuery, State};
+use axum::extract::RawQuery;
 use axum::response::Response;
-use axum::Extension;
 use maud::{html, Markup};
 use txoutbox::admin::{DestinationFlow, MessageStatus, StatusCounts};
 
 use super::actions::flow_actions;
 use super::{age, layout, render, time};
-use crate::auth::{Base, Principal};
+use crate::auth::{Caller, Principal};
 use crate::query::encode;
 use crate::redact::Redaction;
-use crate::{chart, Failure, Shared};
+use crate::{chart, Failure};
 
 /// `~` before a count that is an estimate (a large backlog or history).
 fn estimated(stats: &txoutbox::admin::OutboxStats, status: MessageStatus) -> &'static str {
@@ -96,9 +95,7 @@ impl Window {
 }
 
 pub(crate) async fn overview(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
+    Caller { app, who, base }: Caller,
     RawQuery(query): RawQuery,
 ) -> Response {
     let result = async {

@@ -1,21 +1,14 @@
 //! The relays: every relay that recorded itself in `txoutbox_relays`, alive or stale (three
 //! heartbeats missed), with its last heartbeat and claim, the rows it holds, its sinks and bounds.
 
-use axum::extract::State;
 use axum::response::Response;
-use axum::Extension;
 use maud::{html, Markup};
 use txoutbox::admin::RelayRecord;
 
-use super::{ago, layout, render};
-use crate::auth::{Base, Principal};
-use crate::Shared;
+use super::{ago, columns, layout, render};
+use crate::auth::Caller;
 
-pub(crate) async fn relays(
-    State(app): State<Shared>,
-    Extension(who): Extension<Principal>,
-    Extension(base): Extension<Base>,
-) -> Response {
+pub(crate) async fn relays(Caller { app, who, base }: Caller) -> Response {
     let result = async {
         let client = app.client().await?;
         let relays = txoutbox::admin::relays(&**client).await?;
@@ -33,15 +26,7 @@ pub(crate) async fn relays(
                 } @else {
                     table class="relays" {
                         thead { tr {
-                            th scope="col" { "State" }
-                            th scope="col" { "Relay" }
-                            th scope="col" { "Version" }
-                            th scope="col" { "Started" }
-                            th scope="col" { "Last heartbeat" }
-                            th scope="col" { "Last claim" }
-                            th scope="col" class="num" { "Held" }
-                            th scope="col" { "Sinks" }
-                            th scope="col" { "Bounds" }
+                            (columns(&["State", "Relay", "Version", "Started", "Last heartbeat", "Last claim", "Held", "Sinks", "Bounds"], &["Held"]))
                         } }
                         tbody {
                             @for r in &relays { (row(r)) }

@@ -5,9 +5,10 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{post, MethodRouter};
 use serde_json::Value;
 
-use super::resources::{create_intent, new_id, refund};
+use super::resources::new_id;
 use super::{
     lock, ApiError, CachedResult, InjectedFailure, Outcome, SeenRequest, Shared, Store,
     FAKE_SECRET_KEY,
@@ -15,20 +16,14 @@ use super::{
 
 pub(super) type Endpoint = fn(&mut Store, &[(String, String)]) -> Outcome;
 
-pub(super) async fn create_payment_intent(
-    State(store): State<Shared>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    post_endpoint(store, "/v1/payment_intents", headers, body, create_intent).await
-}
-
-pub(super) async fn create_refund(
-    State(store): State<Shared>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    post_endpoint(store, "/v1/refunds", headers, body, refund).await
+/// The route of a POST endpoint at `path`: `endpoint` run on the form body, behind the gate and
+/// the idempotency layer.
+pub(super) fn post_route(path: &'static str, endpoint: Endpoint) -> MethodRouter<Shared> {
+    post(
+        move |State(store): State<Shared>, headers: HeaderMap, body: Bytes| {
+            post_endpoint(store, path, headers, body, endpoint)
+        },
+    )
 }
 
 pub(super) async fn retrieve_payment_intent(
@@ -205,7 +200,7 @@ pub(super) fn key_reused(key: &str) -> ApiError {
 }
 
 /// A POST endpoint behind the gate and the idempotency layer.
-pub(super) async fn post_endpoint(
+async fn post_endpoint(
     store: Shared,
     path: &'static str,
     headers: HeaderMap,

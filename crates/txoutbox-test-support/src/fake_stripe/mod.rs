@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
@@ -54,8 +54,9 @@ use tokio::sync::oneshot;
 mod http;
 mod resources;
 
-use http::{create_payment_intent, create_refund, retrieve_payment_intent, unknown_url};
+use http::{post_route, retrieve_payment_intent, unknown_url};
 use resources::param;
+use resources::{create_intent, refund};
 
 /// The secret key the fake accepts (a test key: it starts with `sk_test_`).
 pub const FAKE_SECRET_KEY: &str = "sk_test_txoutbox_fake_stripe";
@@ -156,9 +157,12 @@ impl FakeStripe {
         let addr = listener.local_addr()?;
         let store: Shared = Arc::default();
         let app = Router::new()
-            .route("/v1/payment_intents", post(create_payment_intent))
+            .route(
+                "/v1/payment_intents",
+                post_route("/v1/payment_intents", create_intent),
+            )
             .route("/v1/payment_intents/{id}", get(retrieve_payment_intent))
-            .route("/v1/refunds", post(create_refund))
+            .route("/v1/refunds", post_route("/v1/refunds", refund))
             .fallback(unknown_url)
             .with_state(store.clone());
         let (stop, stopped) = oneshot::channel::<()>();
