@@ -7,8 +7,9 @@ use std::time::Duration;
 use txoutbox::{enqueue, OutboxMessage};
 use txoutbox_test_support::process::one_error_line;
 use txoutbox_test_support::process::terminate;
+use txoutbox_test_support::select::value;
 use txoutbox_test_support::smtp::SmtpServer;
-use txoutbox_test_support::{counts, test_db, wait_until};
+use txoutbox_test_support::{counts, eventually_async, test_db, wait_until};
 
 fn txoutbox() -> Command {
     Command::new(env!("CARGO_BIN_EXE_txoutbox"))
@@ -222,7 +223,12 @@ async fn a_lease_too_short_for_the_sinks_is_refused_unless_their_timeout_is_lowe
         .env("DATABASE_URL", db.url())
         .env("RUST_LOG", "warn")
         .spawn()?;
-    std::thread::sleep(Duration::from_millis(1500));
+    // A refused configuration ends the process before the relay records itself.
+    let client = db.connect().await?;
+    eventually_async("the relay recorded itself in txoutbox_relays", || async {
+        value::<bool>(&client, "SELECT EXISTS (SELECT 1 FROM txoutbox_relays)").await
+    })
+    .await?;
     assert!(
         relay.try_wait()?.is_none(),
         "with --sink-timeout 5s the relay runs"

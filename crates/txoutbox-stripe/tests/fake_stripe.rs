@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use txoutbox_test_support::eventually;
 use txoutbox_test_support::fake_stripe::FakeStripe;
 
 type TestResult = anyhow::Result<()>;
@@ -138,7 +139,10 @@ async fn same_key_while_the_first_request_runs_is_409_key_in_use() -> TestResult
                 .map_err(anyhow::Error::from)
         })
     };
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    eventually("the first request holds the key", || {
+        fake.key_in_progress("k-1")
+    })
+    .await?;
     let (status, _, body) = post(
         &fake,
         "/v1/payment_intents",

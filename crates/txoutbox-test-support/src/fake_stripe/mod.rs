@@ -250,6 +250,15 @@ impl FakeStripe {
         store.intents.len() + store.refunds.len()
     }
 
+    /// Whether a request with idempotency key `key` is running now (holding the key: another
+    /// with it is a 409 `idempotency_key_in_use`).
+    pub fn key_in_progress(&self, key: &str) -> bool {
+        matches!(
+            lock(&self.store).idempotency.get(key),
+            Some(CachedResult::InProgress)
+        )
+    }
+
     /// Every request answered so far, in the order answered.
     pub fn requests(&self) -> Vec<SeenRequest> {
         lock(&self.store).seen.clone()
