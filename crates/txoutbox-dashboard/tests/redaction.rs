@@ -66,6 +66,12 @@ async fn failed_with(
     Ok(id)
 }
 
+/// A failed email row whose error is the 550 "mailbox unavailable" of `address`.
+async fn unavailable(client: &mut Client, address: &str) -> anyhow::Result<Uuid> {
+    let error = format!("550 <{address}> mailbox unavailable");
+    failed_with(client, json!({}), &error).await
+}
+
 #[tokio::test]
 async fn a_stored_response_body_that_cannot_be_redacted_is_withheld_on_the_keys_page_and_api(
 ) -> TestResult {
@@ -221,18 +227,8 @@ async fn a_messages_error_text_is_scrubbed_of_its_own_hidden_values_and_of_addre
 #[tokio::test]
 async fn lists_and_failure_groups_scrub_email_addresses_from_error_text() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    failed_with(
-        &mut client,
-        json!({}),
-        "550 <alice@example.com> mailbox unavailable",
-    )
-    .await?;
-    failed_with(
-        &mut client,
-        json!({}),
-        "550 <bob@example.com> mailbox unavailable",
-    )
-    .await?;
+    unavailable(&mut client, "alice@example.com").await?;
+    unavailable(&mut client, "bob@example.com").await?;
     let dash = Served::start(&db, redacting(&["email"])).await?;
 
     for path in ["/messages", "/api/messages", "/failures"] {
@@ -251,18 +247,8 @@ async fn lists_and_failure_groups_scrub_email_addresses_from_error_text() -> Tes
 #[tokio::test]
 async fn failures_to_two_addresses_form_one_group_whose_link_lists_both() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let a = failed_with(
-        &mut client,
-        json!({}),
-        "550 <alice@example.com> mailbox unavailable",
-    )
-    .await?;
-    let b = failed_with(
-        &mut client,
-        json!({}),
-        "550 <bob@example.com> mailbox unavailable",
-    )
-    .await?;
+    let a = unavailable(&mut client, "alice@example.com").await?;
+    let b = unavailable(&mut client, "bob@example.com").await?;
     let dash = Served::start(&db, redacting(&["email"])).await?;
 
     let html = dash.page("/failures").await?;
@@ -281,12 +267,7 @@ async fn failures_to_two_addresses_form_one_group_whose_link_lists_both() -> Tes
 async fn the_error_text_search_is_refused_while_fields_are_redacted_and_acts_on_nothing(
 ) -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let id = failed_with(
-        &mut client,
-        json!({}),
-        "550 <alice@example.com> mailbox unavailable",
-    )
-    .await?;
+    let id = unavailable(&mut client, "alice@example.com").await?;
     let dash = Served::start(&db, redacting(&["email"])).await?;
 
     for path in [
