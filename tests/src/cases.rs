@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 use tokio_postgres::Client;
 use txoutbox::{Error, Scope};
-use txoutbox_test_support::request::db_with_orders;
+use txoutbox_test_support::request::{create_charges, db_with_orders};
 use txoutbox_test_support::{count, keys_expired, Cluster, ClusterOptions, TestDb};
 
 use txoutbox::inbox::{derive_inbox_downstream_key, Consumer};
@@ -22,12 +22,7 @@ const INBOX: &str = "txoutbox_inbox";
 /// for the assertions, and a connection of the driver's.
 async fn setup<D: Driver>() -> Result<(TestDb, Client, D::Conn)> {
     let (db, client) = db_with_orders().await?;
-    client
-        .batch_execute(
-            "CREATE TABLE charges (id bigserial PRIMARY KEY, amount bigint NOT NULL, \
-             idempotency_key text NOT NULL UNIQUE, request_fingerprint bytea NOT NULL)",
-        )
-        .await?;
+    create_charges(&client).await?;
     let conn = D::connect(db.info()).await?;
     Ok((db, client, conn))
 }

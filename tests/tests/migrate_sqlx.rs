@@ -3,7 +3,7 @@
 
 use txoutbox::{check_schema, migrate, migrate_sqlx, Error};
 use txoutbox_conformance::{drivers::Sqlx, Driver};
-use txoutbox_test_support::{drop_schema, record_newer_migration, test_db};
+use txoutbox_test_support::{drop_schema, record_newer_migration, test_db, test_db_with_client};
 
 /// Every migration this build carries, in order.
 fn every_version() -> Vec<i32> {
@@ -16,8 +16,7 @@ fn every_version() -> Vec<i32> {
 #[tokio::test]
 async fn migrate_sqlx_applies_every_migration_into_the_history_migrate_reads() -> anyhow::Result<()>
 {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     drop_schema(&client).await?;
     let mut conn = Sqlx::connect(db.info()).await?;
     assert_eq!(migrate_sqlx(&mut conn).await?, every_version());
@@ -47,8 +46,7 @@ async fn two_sqlx_services_starting_at_once_apply_each_migration_once() -> anyho
 
 #[tokio::test]
 async fn migrate_sqlx_refuses_a_schema_a_newer_txoutbox_migrated() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let newer = record_newer_migration(&client).await?;
     let mut conn = Sqlx::connect(db.info()).await?;
     let refused = migrate_sqlx(&mut conn).await.expect_err("a newer schema");

@@ -18,8 +18,8 @@ use txoutbox_axum::{Problem, Received, SignedWebhook, WebhookReceiver};
 use txoutbox_test_support::relay::RunningRelay;
 use txoutbox_test_support::request::enqueue_committed;
 use txoutbox_test_support::select::value;
-use txoutbox_test_support::serve_on_loopback;
 use txoutbox_test_support::webhook::post_signed;
+use txoutbox_test_support::LoopbackServer;
 use txoutbox_test_support::{count, http_client, test_db, wait_until, TestDb};
 
 type TestResult = anyhow::Result<()>;
@@ -68,16 +68,11 @@ async fn webhook(State(app): State<App>, hook: SignedWebhook) -> Result<Response
 }
 
 struct Service {
+    // Declared first, so dropped (stopped) before the database.
+    _server: LoopbackServer,
     url: String,
     db: TestDb,
     die_after_commit: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 async fn start(webhooks: WebhookReceiver) -> anyhow::Result<Service> {
@@ -96,13 +91,12 @@ async fn start(webhooks: WebhookReceiver) -> anyhow::Result<Service> {
         .route("/webhooks", post(webhook))
         .layer(DefaultBodyLimit::max(4096))
         .with_state(app);
-    let (addr, task) = serve_on_loopback(router).await?;
-    let url = format!("http://{addr}/webhooks");
+    let server = LoopbackServer::start(router).await?;
     Ok(Service {
-        url,
+        url: format!("http://{}/webhooks", server.addr),
         db,
         die_after_commit,
-        task,
+        _server: server,
     })
 }
 

@@ -14,16 +14,18 @@ use txoutbox::admin::{
     MessageStatus::{Delivered, Discarded, Failed, Pending, Unknown},
 };
 use txoutbox::{
-    relay::{DestinationPolicy, RelayConfig, RetryPolicy, Semantics},
+    relay::{DestinationPolicy, RelayConfig, Semantics},
     sink::{Delivery, DeliveryError, Receipt, Sink},
 };
 use txoutbox_test_support::factory::{message, pending, pending_ordered};
 use txoutbox_test_support::process::succeeded;
-use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay, ScriptedSink};
+use txoutbox_test_support::relay::{
+    quick_retry, relay_config, RecordingSink, RunningRelay, ScriptedSink,
+};
 use txoutbox_test_support::request::empty_created;
 use txoutbox_test_support::{
-    attempts_of, counts, eventually_some, log_of, logged, row_status, test_db, wait_for_row,
-    wait_until, wait_until_for, TestDb,
+    attempts_of, counts, downstream_key_of, eventually_some, log_of, logged, row_status, test_db,
+    test_db_with_client, test_db_with_sql, wait_for_row, wait_until, wait_until_for, TestDb,
 };
 use uuid::Uuid;
 
@@ -138,8 +140,7 @@ async fn make_unknown(db: &TestDb, client: &Client, destination: &str, n: i64) -
 
 #[tokio::test]
 async fn list_shows_every_state_in_an_aligned_table() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let failed = pending(&mut client, "doomed", "f-1").await?;
     dead_letter(&db, &client, "doomed", 1).await?;
     let delivered = pending(&mut client, "email", "d-1").await?;
@@ -176,8 +177,7 @@ async fn list_shows_every_state_in_an_aligned_table() -> TestResult {
 
 #[tokio::test]
 async fn list_json_is_one_object_per_line() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending_ordered(&mut client, "email", "j-1", "order-1").await?;
     pending(&mut client, "email", "j-2").await?;
     let rows = json_lines(&ok(&db, &["list", "--json"]).await?)?;
@@ -196,8 +196,7 @@ async fn list_json_is_one_object_per_line() -> TestResult {
 
 #[tokio::test]
 async fn list_status_filter_selects_one_state() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let failed = pending(&mut client, "doomed", "f-1").await?;
     dead_letter(&db, &client, "doomed", 1).await?;
     let delivered = pending(&mut client, "email", "d-1").await?;
@@ -222,8 +221,7 @@ async fn list_status_filter_selects_one_state() -> TestResult {
 
 #[tokio::test]
 async fn list_status_filter_finds_unknown_rows() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let sms = pending(&mut client, "sms", "s-1").await?;
     make_unknown(&db, &client, "sms", 1).await?;
     pending(&mut client, "email", "p-1").await?;
@@ -234,9 +232,8 @@ async fn list_status_filter_finds_unknown_rows() -> TestResult {
 #[tokio::test]
 async fn list_destination_filter_selects_one_destination() -> TestResult {
     let db = test_db().await?;
-    let mut client = db.connect().await?;
-    let email = pending(&mut client, "email", "e-1").await?;
-    pending(&mut client, "sms", "s-1").await?;
+    let email = pending(&db, "email", "e-1").await?;
+    pending(&db, "sms", "s-1").await?;
     assert_eq!(
         listed(&db, &["--destination", "email"]).await?,
         sorted(&[email])
@@ -247,8 +244,7 @@ async fn list_destination_filter_selects_one_destination() -> TestResult {
 
 #[tokio::test]
 async fn list_since_and_until_take_durations_ago_and_rfc3339_times() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let old = pending(&mut client, "email", "old").await?;
     let new = pending(&mut client, "email", "new").await?;
     // Time passing: the old row was enqueued three hours ago.
@@ -276,9 +272,8 @@ async fn list_since_and_until_take_durations_ago_and_rfc3339_times() -> TestResu
 #[tokio::test]
 async fn list_key_filter_selects_by_downstream_key() -> TestResult {
     let db = test_db().await?;
-    let mut client = db.connect().await?;
-    let wanted = pending(&mut client, "email", "receipt-42").await?;
-    pending(&mut client, "email", "receipt-43").await?;
+    let wanted = pending(&db, "email", "receipt-42").await?;
+    pending(&db, "email", "receipt-43").await?;
     assert_eq!(
         listed(&db, &["--key", "receipt-42"]).await?,
         sorted(&[wanted])
@@ -288,8 +283,7 @@ async fn list_key_filter_selects_by_downstream_key() -> TestResult {
 
 #[tokio::test]
 async fn list_ordering_key_filter_selects_by_ordering_key() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let a = pending_ordered(&mut client, "email", "o-1", "order-7").await?;
     let b = pending_ordered(&mut client, "email", "o-2", "order-7").await?;
     pending_ordered(&mut client, "email", "o-3", "order-8").await?;
@@ -304,11 +298,10 @@ async fn list_ordering_key_filter_selects_by_ordering_key() -> TestResult {
 #[tokio::test]
 async fn list_shows_50_rows_unless_told_and_newest_first() -> TestResult {
     let db = test_db().await?;
-    let mut client = db.connect().await?;
     let mut ids = Vec::new();
     for i in 0..60 {
         ids.push(
-            message(&mut client)
+            message(&db)
                 .destination("email")
                 .key(&format!("k-{i}"))
                 .create()
@@ -329,25 +322,16 @@ async fn list_shows_50_rows_unless_told_and_newest_first() -> TestResult {
 
 #[tokio::test]
 async fn show_prints_payload_key_and_the_attempt_history_in_order() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending(&mut client, "flaky", "fl-1").await?;
     let sink = ScriptedSink::new([
         Err(DeliveryError::retryable("timed out")),
         Err(DeliveryError::permanent("card declined")),
     ]);
-    let fast = DestinationPolicy {
-        retry: RetryPolicy {
-            base: Duration::from_millis(10),
-            cap: Duration::from_millis(20),
-            max_attempts: 5,
-        },
-        ..DestinationPolicy::default()
-    };
     let relay = RunningRelay::start(
         db.relay()?
             .sink("flaky", sink)
-            .policy("flaky", fast)
+            .policy("flaky", quick_retry(5))
             .build()?,
     );
     wait_until(&client, |c| c.failed == 1).await?;
@@ -396,8 +380,7 @@ async fn show_of_an_unknown_id_exits_1_with_one_line() -> TestResult {
 
 #[tokio::test]
 async fn replay_keeps_the_downstream_key_and_a_relay_delivers_it_again() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending(&mut client, "stripe", "charge-1").await?;
     dead_letter(&db, &client, "stripe", 1).await?;
 
@@ -439,8 +422,7 @@ async fn replay_keeps_the_downstream_key_and_a_relay_delivers_it_again() -> Test
 
 #[tokio::test]
 async fn replay_with_a_new_key_delivers_with_the_new_key_it_recorded() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending(&mut client, "stripe", "charge-1").await?;
     dead_letter(&db, &client, "stripe", 1).await?;
 
@@ -482,8 +464,7 @@ async fn replay_with_a_new_key_delivers_with_the_new_key_it_recorded() -> TestRe
 
 #[tokio::test]
 async fn replay_of_a_delivered_row_needs_include_delivered_and_moves_it_back() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending_ordered(&mut client, "email", "mail-1", "user-1").await?;
     deliver(&db, &client, "email").await?;
 
@@ -507,8 +488,7 @@ async fn replay_of_a_delivered_row_needs_include_delivered_and_moves_it_back() -
 
 #[tokio::test]
 async fn replay_of_a_delivered_row_whose_effect_was_enqueued_again_needs_a_new_key() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let first = pending(&mut client, "email", "digest-1").await?;
     deliver(&db, &client, "email").await?;
     // The same effect enqueued again after its delivery: a hot row now carries the key.
@@ -545,8 +525,7 @@ async fn replay_of_a_delivered_row_whose_effect_was_enqueued_again_needs_a_new_k
 
 #[tokio::test]
 async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending(&mut client, "email", "busy-1").await?;
     let sink = HangingSink::default();
     let relay = RunningRelay::start(
@@ -588,8 +567,7 @@ async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
 
 #[tokio::test]
 async fn replay_dry_run_prints_what_would_be_replayed_and_changes_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending(&mut client, "stripe", "charge-1").await?;
     dead_letter(&db, &client, "stripe", 1).await?;
 
@@ -602,21 +580,14 @@ async fn replay_dry_run_prints_what_would_be_replayed_and_changes_nothing() -> T
         assert!(out.contains(&id.to_string()), "{out}");
     }
     assert_eq!(row_status(&client, id).await?, Some(Failed));
-    let key: String = value_with(
-        &client,
-        "SELECT downstream_key FROM txoutbox_messages WHERE id = $1",
-        &[&id],
-    )
-    .await?;
-    assert_eq!(key, "charge-1");
+    assert_eq!(downstream_key_of(&client, id).await?, "charge-1");
     assert_eq!(logged(&client, AttemptOutcome::Replayed).await?, 0);
     Ok(())
 }
 
 #[tokio::test]
 async fn replay_by_filter_takes_failed_rows_and_unknown_ones_only_when_asked() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let failed = pending(&mut client, "stripe", "charge-1").await?;
     dead_letter(&db, &client, "stripe", 1).await?;
     let unknown = pending(&mut client, "sms", "sms-1").await?;
@@ -646,8 +617,7 @@ async fn replay_by_filter_takes_failed_rows_and_unknown_ones_only_when_asked() -
 
 #[tokio::test]
 async fn replay_by_filter_takes_only_the_matching_failed_rows() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let old = pending(&mut client, "stripe", "charge-old").await?;
     let new = pending(&mut client, "stripe", "charge-new").await?;
     let other = pending(&mut client, "webhook", "hook-1").await?;
@@ -668,8 +638,7 @@ async fn replay_by_filter_takes_only_the_matching_failed_rows() -> TestResult {
 
 #[tokio::test]
 async fn replay_of_more_than_ten_rows_needs_yes() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     for i in 0..12 {
         message(&mut client)
             .destination("doomed")
@@ -697,8 +666,7 @@ async fn replay_of_more_than_ten_rows_needs_yes() -> TestResult {
 
 #[tokio::test]
 async fn replay_of_an_unknown_id_exits_1_and_changes_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending(&mut client, "stripe", "charge-1").await?;
     dead_letter(&db, &client, "stripe", 1).await?;
     let missing = Uuid::now_v7();
@@ -767,8 +735,7 @@ async fn delivered_days_ago(client: &Client, id: Uuid, days: i32) -> TestResult 
 
 #[tokio::test]
 async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let old = pending(&mut client, "email", "old").await?;
     let recent = pending(&mut client, "email", "recent").await?;
     deliver(&db, &client, "email").await?;
@@ -812,8 +779,7 @@ async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult 
 
 #[tokio::test]
 async fn purge_retention_and_skip_keys_are_honoured() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending(&mut client, "email", "two-days").await?;
     deliver(&db, &client, "email").await?;
     delivered_days_ago(&client, id, 2).await?;
@@ -836,8 +802,7 @@ async fn purge_retention_and_skip_keys_are_honoured() -> TestResult {
 
 #[tokio::test]
 async fn purge_dry_run_counts_and_deletes_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending(&mut client, "email", "old").await?;
     deliver(&db, &client, "email").await?;
     delivered_days_ago(&client, id, 8).await?;
@@ -869,8 +834,7 @@ async fn age_row(client: &Client, id: Uuid, days: i32) -> TestResult {
 
 #[tokio::test]
 async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let delivered = pending(&mut client, "email", "d-10").await?;
     deliver(&db, &client, "email").await?;
     delivered_days_ago(&client, delivered, 10).await?;
@@ -935,8 +899,7 @@ async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() ->
 
 #[tokio::test]
 async fn purging_a_failed_head_lets_the_row_behind_it_be_claimed_at_once() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let head = pending_ordered(&mut client, "pay", "k-head", "order-9").await?;
     let next = pending_ordered(&mut client, "pay", "k-next", "order-9").await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
@@ -959,8 +922,7 @@ async fn purging_a_failed_head_lets_the_row_behind_it_be_claimed_at_once() -> Te
 
 #[tokio::test]
 async fn stats_counts_by_status_and_destination_with_the_failure_rate() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending(&mut client, "doomed", "f-1").await?;
     dead_letter(&db, &client, "doomed", 1).await?;
     pending(&mut client, "email", "d-1").await?;
@@ -1008,8 +970,7 @@ async fn stats_counts_by_status_and_destination_with_the_failure_rate() -> TestR
 
 #[tokio::test]
 async fn stats_counts_the_requests_whose_effects_wait_for_the_fan_out() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let table = ok(&db, &["stats"]).await?;
     assert!(!table.contains("AWAITING FAN-OUT"), "{table}");
     let scope = txoutbox::Scope::new("orders")?.with_deferred_effects();
@@ -1057,8 +1018,7 @@ async fn wait_parked(client: &Client, id: Uuid) -> TestResult {
 #[tokio::test]
 async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_behind_it(
 ) -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let head = pending_ordered(&mut client, "pay", "k-head", "order-7").await?;
     let next = pending_ordered(&mut client, "pay", "k-next", "order-7").await?;
     let sink = ScriptedSink::new([Err(DeliveryError::permanent("card declined"))]);
@@ -1097,8 +1057,7 @@ async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_be
 
 #[tokio::test]
 async fn a_discard_is_shown_with_its_reason_listed_and_counted() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending(&mut client, "pay", "k-1").await?;
     dead_letter(&db, &client, "pay", 1).await?;
     ok(
@@ -1147,8 +1106,7 @@ async fn a_discard_is_shown_with_its_reason_listed_and_counted() -> TestResult {
 
 #[tokio::test]
 async fn discard_refuses_pending_rows_and_needs_a_reason_changing_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let pending = pending(&mut client, "pay", "k-1").await?;
     let out = txoutbox(&db, &["discard", &pending.to_string(), "--reason", "x"]).await?;
     let (code, err) = one_line_error(&out);
@@ -1166,8 +1124,7 @@ async fn discard_refuses_pending_rows_and_needs_a_reason_changing_nothing() -> T
 
 #[tokio::test]
 async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     for i in 0..11 {
         message(&mut client)
             .destination("pay")
@@ -1228,8 +1185,7 @@ async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing(
 
 #[tokio::test]
 async fn a_discarded_row_is_not_replayed() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending(&mut client, "pay", "k-1").await?;
     dead_letter(&db, &client, "pay", 1).await?;
     ok(&db, &["discard", &id.to_string(), "--reason", "not wanted"]).await?;
@@ -1265,18 +1221,15 @@ async fn explaining_client(
 #[tokio::test]
 async fn stats_and_list_of_delivered_rows_read_no_more_than_an_index_page_of_a_large_history(
 ) -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, \
+    let (db, mut client) = test_db_with_sql(
+        "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, \
                  downstream_key, attempts, created_at, delivered_at) \
              SELECT gen_random_uuid(), g, (ARRAY['email', 'stripe', 'webhook'])[1 + g % 3], \
                  '{}', '{}', 'k-' || g, 1, now() - make_interval(secs => 300000 - g), \
                  now() - make_interval(secs => 300000 - g) \
              FROM generate_series(1, 200000) g",
-        )
-        .await?;
+    )
+    .await?;
     client
         .batch_execute("VACUUM ANALYZE txoutbox_delivered")
         .await?;
@@ -1338,17 +1291,14 @@ async fn stats_and_list_of_delivered_rows_read_no_more_than_an_index_page_of_a_l
 
 #[tokio::test]
 async fn stats_prints_a_large_delivered_history_as_a_marked_estimate() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, \
+    let (db, _) = test_db_with_sql(
+        "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, \
                  downstream_key, attempts, created_at) \
              SELECT gen_random_uuid(), g, 'email', '{}', '{}', 'k-' || g, 1, now() \
              FROM generate_series(1, 20000) g; \
              ANALYZE txoutbox_delivered",
-        )
-        .await?;
+    )
+    .await?;
     let table = ok(&db, &["stats"]).await?;
     assert!(table.contains("~20 000 (estimate)"), "{table}");
     let stats: Value = serde_json::from_str(&ok(&db, &["stats", "--json"]).await?)?;
@@ -1359,13 +1309,10 @@ async fn stats_prints_a_large_delivered_history_as_a_marked_estimate() -> TestRe
 #[tokio::test]
 async fn stats_of_a_backlog_beyond_the_exact_bound_samples_pending_and_counts_the_rest(
 ) -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
     // 120 000 hot rows over two destinations, a thousand of them failed, the oldest pending row
     // two hours old.
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, status, \
+    let (db, client) = test_db_with_sql(
+        "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, status, \
                  attempts, last_error, created_at) \
              SELECT gen_random_uuid(), CASE WHEN g % 4 = 0 THEN 'sms' ELSE 'email' END, '{}', \
                  'k-' || g, CASE WHEN g % 120 = 0 THEN 'failed' ELSE 'pending' END, \
@@ -1373,8 +1320,8 @@ async fn stats_of_a_backlog_beyond_the_exact_bound_samples_pending_and_counts_th
                  now() - make_interval(secs => 7200 - g * 0.05) \
              FROM generate_series(1, 120000) g; \
              ANALYZE txoutbox_messages",
-        )
-        .await?;
+    )
+    .await?;
     let stats = txoutbox::admin::stats(&client).await?;
     assert!(stats.hot_estimated);
     assert_eq!(stats.total.failed, 1000, "failed rows are counted exactly");

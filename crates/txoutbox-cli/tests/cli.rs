@@ -4,7 +4,7 @@ use std::process::Command;
 
 use txoutbox_test_support::process::{one_error_line, succeeded};
 use txoutbox_test_support::select::value;
-use txoutbox_test_support::{drop_schema, test_db};
+use txoutbox_test_support::{drop_schema, test_db_with_client};
 
 fn txoutbox() -> Command {
     Command::new(env!("CARGO_BIN_EXE_txoutbox"))
@@ -12,8 +12,7 @@ fn txoutbox() -> Command {
 
 #[tokio::test]
 async fn migrate_applies_the_schema_and_twice_is_a_no_op() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     drop_schema(&client).await?;
     let first = txoutbox()
         .arg("migrate")

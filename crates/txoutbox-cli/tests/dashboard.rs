@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use txoutbox_test_support::process::OwnedChild;
 use txoutbox_test_support::process::{first_stdout_line, terminate};
 use txoutbox_test_support::select::value;
-use txoutbox_test_support::{rebound_pause, request_text, test_db, TestDb};
+use txoutbox_test_support::{rebound_pause, request_text, test_db, test_db_with_client, TestDb};
 
 /// The running command; killed when dropped.
 struct Served {
@@ -206,8 +206,7 @@ fn relays_page_until(addr: &str, done: impl Fn(&str) -> bool) -> anyhow::Result<
 
 #[tokio::test]
 async fn the_relays_page_lists_running_relays_and_marks_a_killed_one_stale() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let served = serve(&db, &["--addr", "127.0.0.1:0"])?;
     let mut kept = relay_process(&db, "relay-kept")?;
     let mut killed = relay_process(&db, "relay-killed")?;

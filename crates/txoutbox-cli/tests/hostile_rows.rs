@@ -11,7 +11,8 @@ use txoutbox_test_support::factory::message;
 use txoutbox_test_support::process::terminate;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
 use txoutbox_test_support::{
-    assert_outcomes, counts, eventually_some, outcomes, status, test_db, wait_until, TestDb,
+    assert_outcomes, counts, eventually_some, outcomes, status, test_db, test_db_with_sql,
+    wait_until, TestDb,
 };
 
 mod support;
@@ -101,16 +102,13 @@ async fn an_undecodable_row_is_shown_listed_replayed_and_discarded_with_the_cli(
 
 #[tokio::test]
 async fn the_relay_process_delivers_the_batch_mates_of_a_row_inserted_with_psql() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
     // As an operator would with psql, into a migrated database.
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
+    let (db, client) = test_db_with_sql(
+        "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key) \
              VALUES (gen_random_uuid(), 'out', \
                  (repeat('[',200)||'1'||repeat(']',200))::jsonb, 'hostile')",
-        )
-        .await?;
+    )
+    .await?;
     message(&db)
         .destination("out")
         .key("ordinary")

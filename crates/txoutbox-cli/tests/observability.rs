@@ -13,7 +13,9 @@ use txoutbox_test_support::request::empty_created;
 use txoutbox_test_support::request::enqueue_committed;
 use txoutbox_test_support::select::column_pairs;
 use txoutbox_test_support::webhook::WebhookReceiver;
-use txoutbox_test_support::{eventually_some, free_addr, test_db, Cluster, ClusterOptions, TestDb};
+use txoutbox_test_support::{
+    eventually_some, free_addr, test_db, test_db_with_client, Cluster, TestDb,
+};
 
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -272,8 +274,7 @@ async fn the_backlog_gauges_show_rows_waiting_for_a_stuck_destination() -> anyho
 
 #[tokio::test]
 async fn readyz_is_503_while_postgres_is_down_and_200_when_it_is_back() -> anyhow::Result<()> {
-    let cluster = Cluster::private(&ClusterOptions::default())?;
-    let db = TestDb::create_on(&cluster.admin()).await?;
+    let (cluster, db) = Cluster::private_with_db().await?;
     let relay =
         RelayProcess::start(&db.url(), &["--stdout".to_owned(), "audit".to_owned()]).await?;
     relay.wait_for("/readyz", |status, _| status == 200).await?;
@@ -838,8 +839,7 @@ async fn with_otel_the_current_span_is_the_context_stored_at_enqueue() -> anyhow
 #[tokio::test]
 async fn the_relays_alive_gauge_counts_every_relay_whose_heartbeat_is_fresh() -> anyhow::Result<()>
 {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let (_receiver, addr) = WebhookReceiver::failing_first(&[]).await?;
     let mut args = webhook_args(addr, &["hooks"]);
     args.extend(["--heartbeat".to_owned(), "200ms".to_owned()]);

@@ -9,7 +9,7 @@ use txoutbox_test_support::process::one_error_line;
 use txoutbox_test_support::process::terminate;
 use txoutbox_test_support::select::value;
 use txoutbox_test_support::smtp::SmtpServer;
-use txoutbox_test_support::{counts, eventually_async, test_db, wait_until};
+use txoutbox_test_support::{counts, eventually_async, test_db, test_db_with_client, wait_until};
 
 fn txoutbox() -> Command {
     Command::new(env!("CARGO_BIN_EXE_txoutbox"))
@@ -28,8 +28,7 @@ fn receipt(key: &str) -> anyhow::Result<OutboxMessage> {
 #[tokio::test]
 async fn the_relay_process_delivers_and_exits_0_on_sigterm_leaving_nothing_leased(
 ) -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let mut relay = txoutbox()
         .args(["relay", "--stdout", "audit", "--poll-interval", "100ms"])
         .env("DATABASE_URL", db.url())
@@ -97,8 +96,7 @@ fn a_bad_duration_is_a_usage_error() {
 #[tokio::test]
 async fn the_relay_process_registers_the_built_in_sinks_from_its_configuration(
 ) -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let stripe = txoutbox_test_support::fake_stripe::FakeStripe::start().await?;
     let mail_dir = tempfile::tempdir()?;
     let mut relay = txoutbox()
@@ -148,8 +146,7 @@ async fn the_relay_process_registers_the_built_in_sinks_from_its_configuration(
 
 #[tokio::test]
 async fn the_relay_process_greets_the_smtp_server_with_its_helo_name() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let server = SmtpServer::start().await?;
     let mut relay = txoutbox()
         .args(["relay", "--poll-interval", "100ms"])

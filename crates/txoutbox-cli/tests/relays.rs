@@ -4,7 +4,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use txoutbox_test_support::process::terminate;
-use txoutbox_test_support::{test_db, TestDb};
+use txoutbox_test_support::{test_db_with_client, TestDb};
 
 fn txoutbox() -> Command {
     Command::new(env!("CARGO_BIN_EXE_txoutbox"))
@@ -47,8 +47,7 @@ fn relay_process(db: &TestDb) -> anyhow::Result<Child> {
 
 #[tokio::test]
 async fn relays_lists_each_relay_with_its_state_sinks_and_bounds() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let none = relays(&db, &[])?;
     assert!(none.status.success());
     assert_eq!(String::from_utf8(none.stdout)?, "no relay alive\n");

@@ -12,23 +12,17 @@ use std::time::{Duration, Instant};
 use txoutbox_test_support::process::OwnedChild;
 use txoutbox_test_support::process::{http_get, wait_for_get};
 use txoutbox_test_support::{
-    drop_schema, forget_last_migration, free_addr, record_newer_migration, test_db, TestDb,
+    drop_schema, forget_last_migration, free_addr, latest_migration, record_newer_migration,
+    test_db, test_db_with_client, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
-
-/// The highest migration this build carries.
-fn required() -> i32 {
-    txoutbox::admin::embedded_migrations()
-        .last()
-        .map_or(0, |(version, _, _)| *version)
-}
 
 /// The line for a database at `current`, behind this build.
 fn behind(current: i32) -> String {
     format!(
         "the database schema is at version {current}, this txoutbox needs {}: run `txoutbox migrate`",
-        required()
+        latest_migration()
     )
 }
 
@@ -37,7 +31,7 @@ fn ahead(current: i32) -> String {
     format!(
         "the database schema is at version {current}, this txoutbox knows only up to {}: \
          upgrade txoutbox (a schema is never migrated down)",
-        required()
+        latest_migration()
     )
 }
 
@@ -143,8 +137,7 @@ async fn readyz_turns_503_with_the_line_when_the_schema_falls_behind() -> TestRe
 #[tokio::test]
 async fn readyz_is_503_while_a_newer_txoutbox_migrated_the_schema_and_200_once_it_is_not(
 ) -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let metrics = free_addr()?;
     let _relay = relay(&db, metrics)?;
     wait_for_get(metrics, "/readyz", |status, _| status == 200).await?;

@@ -18,14 +18,13 @@ use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
 use txoutbox_test_support::select::{column_with, value};
 use txoutbox_test_support::serve_on_loopback;
 use txoutbox_test_support::webdriver::Driver;
-use txoutbox_test_support::{eventually_some, http_client, test_db, wait_until};
+use txoutbox_test_support::{eventually_some, http_client, test_db_with_client, wait_until};
 use uuid::Uuid;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_other_sites_out(
 ) -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     // Some history: delivered receipts, dead-lettered charges, a pending webhook.
     for i in 0..6 {
         message(&mut client)

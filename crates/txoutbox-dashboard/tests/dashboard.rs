@@ -14,12 +14,14 @@ use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
 use txoutbox_test_support::request::enqueue_committed;
-use txoutbox_test_support::{row_status, test_db, wait_for_row, TestDb};
+use txoutbox_test_support::{
+    downstream_key_of, row_status, test_db, test_db_with_client, test_db_with_sql, wait_for_row,
+    TestDb,
+};
 use uuid::Uuid;
 
 mod support;
 use support::Served;
-use txoutbox_test_support::select::value_with;
 
 type TestResult = anyhow::Result<()>;
 
@@ -245,8 +247,7 @@ fn ids_in(rows: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn overview_counts_rows_by_destination_and_state() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending_empty(&mut client, "email", "e-1").await?;
     pending_empty(&mut client, "email", "e-2").await?;
     let failed = pending_empty(&mut client, "stripe", "s-1").await?;
@@ -288,8 +289,7 @@ async fn overview_counts_rows_by_destination_and_state() -> TestResult {
 
 #[tokio::test]
 async fn overview_counts_the_requests_whose_effects_wait_for_the_fan_out() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
     let waiting = "Requests whose effects wait on their key rows";
     assert!(!dash.page("").await?.contains(waiting));
@@ -310,8 +310,7 @@ async fn overview_counts_the_requests_whose_effects_wait_for_the_fan_out() -> Te
 
 #[tokio::test]
 async fn the_overview_warns_when_rows_wait_and_no_relay_is_alive() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
     let alarm = "No relay is alive";
     let html = dash.page("").await?;
@@ -355,19 +354,16 @@ async fn the_overview_warns_when_rows_wait_and_no_relay_is_alive() -> TestResult
 
 #[tokio::test]
 async fn the_overview_charts_the_last_hour_day_or_week_with_axes() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
     // Deliveries 30 min, 5 h and 3 days ago.
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, downstream_key, \
+    let (db, _) = test_db_with_sql(
+        "INSERT INTO txoutbox_delivered (id, seq, destination, payload, headers, downstream_key, \
                  attempts, created_at, delivered_at) \
              SELECT gen_random_uuid(), g, 'email', '{}', '{}', 'k-' || g, 1, \
                  now() - a - interval '2 seconds', now() - a \
              FROM unnest(ARRAY[interval '30 minutes', interval '5 hours', interval '3 days']) \
                  WITH ORDINALITY AS t(a, g)",
-        )
-        .await?;
+    )
+    .await?;
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
     for (window, heading, bars, delivered) in [
         ("", "The last 1 h", 60, 1),
@@ -414,8 +410,7 @@ async fn the_overview_charts_the_last_hour_day_or_week_with_axes() -> TestResult
 #[tokio::test]
 async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
     let db = test_db().await?;
-    let mut client = db.connect().await?;
-    let id = message(&mut client)
+    let id = message(&db)
         .destination("email")
         .key("e-1")
         .payload(json!({"to": "x"}))
@@ -452,8 +447,7 @@ async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
 
 #[tokio::test]
 async fn message_filters_narrow_the_list() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let email = message(&mut client)
         .destination("email")
         .key("e-1")
@@ -501,11 +495,10 @@ async fn message_filters_narrow_the_list() -> TestResult {
 #[tokio::test]
 async fn pagination_is_stable_while_rows_are_inserted() -> TestResult {
     let db = test_db().await?;
-    let mut client = db.connect().await?;
     let mut first = Vec::new();
     for i in 0..7 {
         first.push(
-            message(&mut client)
+            message(&db)
                 .destination("email")
                 .key(&format!("old-{i}"))
                 .payload(json!({}))
@@ -522,7 +515,7 @@ async fn pagination_is_stable_while_rows_are_inserted() -> TestResult {
         let rows = dash.api(&path).await?;
         let ids = ids_in(&rows);
         // New rows arrive between pages: none of them shows up on a later page.
-        message(&mut client)
+        message(&db)
             .destination("email")
             .key(&format!("new-{}", seen.len()))
             .payload(json!({}))
@@ -555,8 +548,7 @@ async fn pagination_is_stable_while_rows_are_inserted() -> TestResult {
 
 #[tokio::test]
 async fn message_page_shows_payload_headers_keys_trace_link_and_attempts() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let message = OutboxMessage::new("stripe", &json!({"amount": 1200, "currency": "eur"}))?
         .with_downstream_key("pay-1")
         .with_ordering_key("cust-9")
@@ -592,8 +584,7 @@ async fn message_page_shows_payload_headers_keys_trace_link_and_attempts() -> Te
 
 #[tokio::test]
 async fn failures_are_grouped_by_destination_and_normalised_error() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let a = pending_empty(&mut client, "stripe", "s-1").await?;
     let b = pending_empty(&mut client, "stripe", "s-2").await?;
     let c = pending_empty(&mut client, "stripe", "s-3").await?;
@@ -653,8 +644,7 @@ async fn failures_are_grouped_by_destination_and_normalised_error() -> TestResul
 
 #[tokio::test]
 async fn keys_page_finds_an_inbox_record_and_what_its_handler_enqueued() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let consumer = txoutbox::inbox::Consumer::new("shipping")?;
     let tx = client.transaction().await?;
     let txoutbox::inbox::Receive::New(mut claim) =
@@ -687,8 +677,7 @@ async fn keys_page_finds_an_inbox_record_and_what_its_handler_enqueued() -> Test
 
 #[tokio::test]
 async fn failure_groups_keep_status_codes_and_host_names_and_fold_ids_and_times() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let texts = [
         "503 Service Unavailable from api.stripe.com for ch_3MmlLrLkdIwHu7ix0snN0B15 at 2026-12-06T12:30:01Z",
         "503 Service Unavailable from api.stripe.com for ch_9ZZlLrLkdIwHu7ix0snN0B99 at 2026-12-07T08:00:59.5Z",
@@ -741,8 +730,7 @@ async fn failure_groups_keep_status_codes_and_host_names_and_fold_ids_and_times(
 
 #[tokio::test]
 async fn an_unknown_row_is_on_the_failures_page_in_its_own_group_with_its_actions() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let lost = "the relay stopped during an at-most-once attempt";
     let unknown = pending_empty(&mut client, "sms", "u-1").await?;
     settle(&client, unknown, "unknown", lost).await?;
@@ -797,8 +785,7 @@ async fn an_unknown_row_is_on_the_failures_page_in_its_own_group_with_its_action
 
 #[tokio::test]
 async fn only_a_pending_row_shows_a_next_attempt() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let pending = pending_empty(&mut client, "sms", "p-1").await?;
     let failed = pending_empty(&mut client, "sms", "f-1").await?;
     fail(&client, failed, "400 bad number").await?;
@@ -816,8 +803,7 @@ async fn only_a_pending_row_shows_a_next_attempt() -> TestResult {
 
 #[tokio::test]
 async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueued() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let scope = Scope::new("charges")?;
     let key = IdempotencyKey::parse("req-42-0000000000")?;
     let tx = client.transaction().await?;
@@ -902,8 +888,7 @@ async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueu
 
 #[tokio::test]
 async fn api_messages_answers_the_documented_json_shape() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending_empty(&mut client, "stripe", "s-1").await?;
     pending_empty(&mut client, "email", "e-1").await?;
     fail(&client, id, "402 card declined").await?;
@@ -946,8 +931,7 @@ async fn api_messages_answers_the_documented_json_shape() -> TestResult {
 #[tokio::test]
 async fn replay_through_the_api_with_a_relay_running_is_delivered_and_logged_with_the_user(
 ) -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = message(&mut client)
         .destination("stripe")
         .key("s-1")
@@ -992,8 +976,7 @@ async fn replay_through_the_api_with_a_relay_running_is_delivered_and_logged_wit
 #[tokio::test]
 async fn replay_of_everything_a_filter_matches_shows_a_dry_run_count_then_replays_on_confirmation(
 ) -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let mut stripe = Vec::new();
     for i in 0..3 {
         let id = message(&mut client)
@@ -1056,8 +1039,7 @@ async fn replay_of_everything_a_filter_matches_shows_a_dry_run_count_then_replay
 
 #[tokio::test]
 async fn a_selection_is_replayed_from_the_list_form() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let a = pending_empty(&mut client, "stripe", "s-a").await?;
     let b = pending_empty(&mut client, "stripe", "s-b").await?;
     let c = pending_empty(&mut client, "stripe", "s-c").await?;
@@ -1077,14 +1059,8 @@ async fn a_selection_is_replayed_from_the_list_form() -> TestResult {
     assert_eq!(status_of(&client, a).await?, "pending");
     assert_eq!(status_of(&client, b).await?, "pending");
     assert_eq!(status_of(&client, c).await?, "failed");
-    let key: String = value_with(
-        &client,
-        "SELECT downstream_key FROM txoutbox_messages WHERE id = $1",
-        &[&a],
-    )
-    .await?;
     assert_eq!(
-        key,
+        downstream_key_of(&client, a).await?,
         txoutbox::admin::replay_downstream_key(a, "s-a"),
         "a new key was asked for"
     );
@@ -1162,8 +1138,7 @@ async fn failed_rows(client: &mut Client, n: usize, prefix: &str) -> anyhow::Res
 #[tokio::test]
 async fn a_row_discarded_from_its_page_is_closed_and_its_history_has_the_reason_and_the_user(
 ) -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = failed_rows(&mut client, 1, "s").await?[0];
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1200,8 +1175,7 @@ async fn a_row_discarded_from_its_page_is_closed_and_its_history_has_the_reason_
 
 #[tokio::test]
 async fn a_selection_is_discarded_from_the_list_form() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let rows = failed_rows(&mut client, 3, "s").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1233,8 +1207,7 @@ async fn a_selection_is_discarded_from_the_list_form() -> TestResult {
 #[tokio::test]
 async fn discard_of_everything_a_filter_matches_shows_a_dry_run_count_then_discards_on_confirmation(
 ) -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let stripe = failed_rows(&mut client, 3, "s").await?;
     let waiting = pending_empty(&mut client, "stripe", "s-pending").await?;
     let email = pending_empty(&mut client, "email", "e-1").await?;
@@ -1296,8 +1269,7 @@ async fn discard_of_everything_a_filter_matches_shows_a_dry_run_count_then_disca
 
 #[tokio::test]
 async fn a_pending_row_is_not_discarded_and_says_why_changing_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let waiting = pending_empty(&mut client, "stripe", "s-pending").await?;
     let failed = failed_rows(&mut client, 1, "s").await?[0];
     let dash = Dashboard::start(&db, users()?).await?;
@@ -1334,8 +1306,7 @@ async fn a_pending_row_is_not_discarded_and_says_why_changing_nothing() -> TestR
 
 #[tokio::test]
 async fn a_discard_without_a_reason_is_a_400_and_changes_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = failed_rows(&mut client, 1, "s").await?[0];
     let dash = Dashboard::start(&db, users()?).await?;
     let id_s = id.to_string();
@@ -1374,8 +1345,7 @@ async fn a_discard_without_a_reason_is_a_400_and_changes_nothing() -> TestResult
 
 #[tokio::test]
 async fn discard_through_the_api_one_row_and_by_filter_with_a_dry_run() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let rows = failed_rows(&mut client, 3, "s").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1433,8 +1403,7 @@ async fn discard_through_the_api_one_row_and_by_filter_with_a_dry_run() -> TestR
 
 #[tokio::test]
 async fn a_viewer_sees_no_discard_and_a_forged_discard_is_403() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = failed_rows(&mut client, 1, "s").await?[0];
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1477,8 +1446,7 @@ async fn a_viewer_sees_no_discard_and_a_forged_discard_is_403() -> TestResult {
 
 #[tokio::test]
 async fn a_cross_site_discard_is_refused_and_changes_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = failed_rows(&mut client, 1, "s").await?[0];
     let dash = Dashboard::start(&db, users()?).await?;
     let path = format!("/messages/{id}/discard");
@@ -1559,8 +1527,7 @@ fn overview_row<'a>(html: &'a str, destination: &str) -> &'a str {
 #[tokio::test]
 async fn a_destination_paused_from_the_overview_is_paused_and_logged_with_the_user_and_reason(
 ) -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending_empty(&mut client, "stripe", "s-1").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1618,8 +1585,7 @@ async fn a_destination_paused_from_the_overview_is_paused_and_logged_with_the_us
 #[tokio::test]
 async fn a_paused_destination_resumed_from_the_overview_is_open_again_and_logged_with_the_user(
 ) -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending_empty(&mut client, "stripe", "s-1").await?;
     txoutbox::admin::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob"))
         .await?;
@@ -1652,8 +1618,7 @@ async fn a_paused_destination_resumed_from_the_overview_is_open_again_and_logged
 
 #[tokio::test]
 async fn resuming_a_destination_that_is_not_paused_says_so_and_changes_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending_empty(&mut client, "stripe", "s-1").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1682,8 +1647,7 @@ async fn resuming_a_destination_that_is_not_paused_says_so_and_changes_nothing()
 
 #[tokio::test]
 async fn an_api_pause_of_a_destination_nothing_names_is_a_400_with_the_known_ones() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending_empty(&mut client, "stripe", "s-1").await?;
     pending_empty(&mut client, "email", "e-1").await?;
     let dash = Dashboard::start(&db, users()?).await?;
@@ -1715,8 +1679,7 @@ async fn an_api_pause_of_a_destination_nothing_names_is_a_400_with_the_known_one
 
 #[tokio::test]
 async fn a_configured_destination_or_a_forced_one_is_paused_before_its_first_row() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let config = DashboardConfig {
         destinations: vec!["sms".into()],
         ..users()?
@@ -1750,8 +1713,7 @@ async fn a_configured_destination_or_a_forced_one_is_paused_before_its_first_row
 
 #[tokio::test]
 async fn a_pause_without_a_reason_is_a_400_and_pauses_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending_empty(&mut client, "stripe", "s-1").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -1782,8 +1744,7 @@ async fn a_pause_without_a_reason_is_a_400_and_pauses_nothing() -> TestResult {
 
 #[tokio::test]
 async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     for destination in ["stripe", "webhook", "email", "sms"] {
         message(&mut client)
             .destination(destination)
@@ -1856,8 +1817,7 @@ async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> Tes
 
 #[tokio::test]
 async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending_empty(&mut client, "stripe", "s-1").await?;
     pending_empty(&mut client, "email", "e-1").await?;
     txoutbox::admin::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob"))
@@ -1907,8 +1867,7 @@ async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResul
 
 #[tokio::test]
 async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending_empty(&mut client, "stripe", "s-1").await?;
     pending_empty(&mut client, "email", "e-1").await?;
     txoutbox::admin::pause_destination(&mut client, "email", "SMTP relay down", Some("bob"))
@@ -1962,8 +1921,7 @@ async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestRe
 
 #[tokio::test]
 async fn pause_list_and_resume_through_the_api() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending_empty(&mut client, "stripe", "s-1").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
@@ -2019,8 +1977,7 @@ async fn pause_list_and_resume_through_the_api() -> TestResult {
 #[tokio::test]
 async fn a_destination_named_with_colons_slashes_or_spaces_is_paused_and_resumed_by_its_path(
 ) -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending_empty(&mut client, "webhook:orders", "w-1").await?;
     pending_empty(&mut client, "partner/eu west", "p-1").await?;
     let dash = Dashboard::start(&db, users()?).await?;
@@ -2098,8 +2055,7 @@ async fn without_credentials_every_answer_is_401_with_a_basic_challenge() -> Tes
 
 #[tokio::test]
 async fn a_viewer_reads_sees_no_action_and_a_forged_action_is_403() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending_empty(&mut client, "stripe", "s-1").await?;
     fail(&client, id, "402 card declined").await?;
     let dash = Dashboard::start(&db, users()?).await?;
@@ -2139,8 +2095,7 @@ async fn a_viewer_reads_sees_no_action_and_a_forged_action_is_403() -> TestResul
 
 #[tokio::test]
 async fn a_cross_site_post_is_refused_and_changes_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = pending_empty(&mut client, "stripe", "s-1").await?;
     fail(&client, id, "402 card declined").await?;
     let dash = Dashboard::start(&db, users()?).await?;
@@ -2177,8 +2132,7 @@ async fn a_cross_site_post_is_refused_and_changes_nothing() -> TestResult {
 
 #[tokio::test]
 async fn redacted_fields_never_reach_the_browser() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let payload = json!({
         "email": "alice@example.com",
         "order": {"items": [{"card": {"number": "4242424242424242"}, "sku": "tea"}]},

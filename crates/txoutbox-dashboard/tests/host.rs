@@ -10,7 +10,7 @@ use support::Served;
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::rebound_pause;
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::{test_db, test_db_with_client};
 
 type TestResult = anyhow::Result<()>;
 
@@ -31,8 +31,7 @@ async fn is_paused(client: &tokio_postgres::Client, destination: &str) -> anyhow
 #[tokio::test]
 async fn without_users_an_action_addressed_to_another_host_is_refused_421_and_changes_nothing(
 ) -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let dash = Served::start(&db, DashboardConfig::default()).await?;
     // What a rebinding page sends from the visitor's browser: its own name, with the
     // dashboard's port, as the Host and the Origin; same-origin by the browser's reckoning.
@@ -59,8 +58,7 @@ async fn without_users_an_action_addressed_to_another_host_is_refused_421_and_ch
 #[tokio::test]
 async fn without_users_a_page_addressed_to_another_host_is_refused_421() -> TestResult {
     let db = test_db().await?;
-    let mut client = db.connect().await?;
-    let id = message(&mut client)
+    let id = message(&db)
         .destination("email")
         .payload(json!({"order": 7}))
         .create()

@@ -11,7 +11,7 @@ use txoutbox::admin::MessageStatus;
 use txoutbox_dashboard::DashboardConfig;
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::select::value_with;
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::{test_db, test_db_with_client, test_db_with_sql};
 use uuid::Uuid;
 
 type TestResult = anyhow::Result<()>;
@@ -66,11 +66,16 @@ async fn failed_with(
     Ok(id)
 }
 
+/// A failed email row whose error is the 550 "mailbox unavailable" of `address`.
+async fn unavailable(client: &mut Client, address: &str) -> anyhow::Result<Uuid> {
+    let error = format!("550 <{address}> mailbox unavailable");
+    failed_with(client, json!({}), &error).await
+}
+
 #[tokio::test]
 async fn a_stored_response_body_that_cannot_be_redacted_is_withheld_on_the_keys_page_and_api(
 ) -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let deep = format!(
         "{}{{\"email\":\"{SECRET}\"}}{}",
         "[".repeat(200),
@@ -109,8 +114,7 @@ async fn a_stored_response_body_that_cannot_be_redacted_is_withheld_on_the_keys_
 
 #[tokio::test]
 async fn a_stored_response_body_is_shown_as_stored_when_nothing_is_redacted() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     key_with_body(&client, "plain", b"ok: carol").await?;
     let dash = Served::start(&db, DashboardConfig::default()).await?;
 
@@ -124,8 +128,7 @@ async fn a_stored_response_body_is_shown_as_stored_when_nothing_is_redacted() ->
 /// withholds it, and the page and the API still answer.
 #[tokio::test]
 async fn a_payload_serde_json_refuses_is_withheld_while_redacting() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let id = failed_with(&mut client, json!({}), "timeout").await?;
     // Postgres keeps 1e400 (a numeric); serde_json cannot hold it.
     client
@@ -191,8 +194,7 @@ async fn a_payload_serde_json_refuses_is_shown_as_stored_and_marked_when_nothing
 #[tokio::test]
 async fn a_messages_error_text_is_scrubbed_of_its_own_hidden_values_and_of_addresses() -> TestResult
 {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let error = "550 <alice@example.com> mailbox unavailable for Alice Smith, cc bob@other.example";
     let id = failed_with(
         &mut client,
@@ -224,20 +226,9 @@ async fn a_messages_error_text_is_scrubbed_of_its_own_hidden_values_and_of_addre
 
 #[tokio::test]
 async fn lists_and_failure_groups_scrub_email_addresses_from_error_text() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    failed_with(
-        &mut client,
-        json!({}),
-        "550 <alice@example.com> mailbox unavailable",
-    )
-    .await?;
-    failed_with(
-        &mut client,
-        json!({}),
-        "550 <bob@example.com> mailbox unavailable",
-    )
-    .await?;
+    let (db, mut client) = test_db_with_client().await?;
+    unavailable(&mut client, "alice@example.com").await?;
+    unavailable(&mut client, "bob@example.com").await?;
     let dash = Served::start(&db, redacting(&["email"])).await?;
 
     for path in ["/messages", "/api/messages", "/failures"] {
@@ -255,20 +246,9 @@ async fn lists_and_failure_groups_scrub_email_addresses_from_error_text() -> Tes
 
 #[tokio::test]
 async fn failures_to_two_addresses_form_one_group_whose_link_lists_both() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    let a = failed_with(
-        &mut client,
-        json!({}),
-        "550 <alice@example.com> mailbox unavailable",
-    )
-    .await?;
-    let b = failed_with(
-        &mut client,
-        json!({}),
-        "550 <bob@example.com> mailbox unavailable",
-    )
-    .await?;
+    let (db, mut client) = test_db_with_client().await?;
+    let a = unavailable(&mut client, "alice@example.com").await?;
+    let b = unavailable(&mut client, "bob@example.com").await?;
     let dash = Served::start(&db, redacting(&["email"])).await?;
 
     let html = dash.page("/failures").await?;
@@ -286,14 +266,8 @@ async fn failures_to_two_addresses_form_one_group_whose_link_lists_both() -> Tes
 #[tokio::test]
 async fn the_error_text_search_is_refused_while_fields_are_redacted_and_acts_on_nothing(
 ) -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
-    let id = failed_with(
-        &mut client,
-        json!({}),
-        "550 <alice@example.com> mailbox unavailable",
-    )
-    .await?;
+    let (db, mut client) = test_db_with_client().await?;
+    let id = unavailable(&mut client, "alice@example.com").await?;
     let dash = Served::start(&db, redacting(&["email"])).await?;
 
     for path in [
@@ -327,16 +301,13 @@ async fn the_error_text_search_is_refused_while_fields_are_redacted_and_acts_on_
 
 #[tokio::test]
 async fn a_breakers_reason_is_scrubbed_on_the_overview_and_in_the_api() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_destinations (destination, breaker, failures, open_until, \
+    let (db, _) = test_db_with_sql(
+        "INSERT INTO txoutbox_destinations (destination, breaker, failures, open_until, \
                  open_reason) \
              VALUES ('email', 'open', 10, now() + interval '1 hour', \
                  '550 <carol@example.com> mailbox unavailable')",
-        )
-        .await?;
+    )
+    .await?;
     let dash = Served::start(&db, redacting(&["email"])).await?;
 
     for path in ["", "/api/destinations", "/api/stats"] {
@@ -382,8 +353,7 @@ async fn keys_with_undecodable_headers(client: &Client) -> anyhow::Result<[&'sta
 #[tokio::test]
 async fn stored_response_headers_that_cannot_be_decoded_are_shown_as_stored_and_marked(
 ) -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let keys = keys_with_undecodable_headers(&client).await?;
     let dash = Served::start(&db, DashboardConfig::default()).await?;
 
@@ -413,8 +383,7 @@ async fn stored_response_headers_that_cannot_be_decoded_are_shown_as_stored_and_
 #[tokio::test]
 async fn stored_response_headers_that_cannot_be_decoded_are_withheld_while_redacting() -> TestResult
 {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let keys = keys_with_undecodable_headers(&client).await?;
     let dash = Served::start(&db, redacting(&["email"])).await?;
 

@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::http_client;
 use txoutbox_test_support::serve_on_loopback;
-use txoutbox_test_support::{drop_schema, test_db};
+use txoutbox_test_support::{drop_schema, latest_migration, test_db};
 
 type TestResult = anyhow::Result<()>;
 
@@ -23,9 +23,7 @@ async fn a_nested_dashboard_on_a_schema_behind_answers_503_with_the_line_to_sign
     let (addr, server) = serve_on_loopback(app).await?;
     let base = format!("http://{addr}/outbox");
     let http = http_client()?;
-    let required = txoutbox::admin::embedded_migrations()
-        .last()
-        .map_or(0, |(version, _, _)| *version);
+    let required = latest_migration();
     let line = format!(
         "the database schema is at version 0, this txoutbox needs {required}: run `txoutbox migrate`"
     );

@@ -11,14 +11,13 @@ use txoutbox::{relay::RelayConfig, sink::Sink};
 use txoutbox_email::{EmailSink, DESTINATION};
 use txoutbox_test_support::relay::RunningRelay;
 use txoutbox_test_support::smtp::parse_eml;
-use txoutbox_test_support::test_db;
+use txoutbox_test_support::test_db_with_client;
 
 #[tokio::test]
 async fn each_row_becomes_one_eml_file_with_its_message_id() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let mail_dir = dir.path().join("outgoing"); // created by the sink
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let keys = ["file-1", "file-2", "file-3"];
     for key in keys {
         enqueue(&mut client, &receipt().header("X-Key", key), key).await?;

@@ -13,7 +13,9 @@ use txoutbox_email::{Email, EmailError, EmailSink, SmtpConfig, DESTINATION};
 use txoutbox_test_support::abort_after_a_call;
 use txoutbox_test_support::relay::{assert_lease_must_hold_the_timeout, quick_retry, RunningRelay};
 use txoutbox_test_support::smtp::{SmtpServer, SmtpServerOptions};
-use txoutbox_test_support::{eventually_some, outcomes, status, test_db, wait_for_key, TestDb};
+use txoutbox_test_support::{
+    eventually_some, outcomes, status, test_db_with_client, wait_for_key, TestDb,
+};
 
 type TestResult = anyhow::Result<()>;
 
@@ -34,8 +36,7 @@ fn smtp_relay(
 #[tokio::test]
 async fn an_enqueued_email_arrives_with_its_fields_and_the_keys_message_id() -> TestResult {
     let server = SmtpServer::start().await?;
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let email = Email::new(
         "Shop <shop@example.com>",
         "ada@example.org",
@@ -120,8 +121,7 @@ async fn the_message_id_domain_can_be_configured() -> TestResult {
 async fn a_relay_crash_after_the_server_accepted_redelivers_with_the_same_message_id() -> TestResult
 {
     let server = SmtpServer::start().await?;
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let key = uuid::Uuid::new_v4().to_string();
     enqueue(&mut client, &receipt(), &key).await?;
 
@@ -253,8 +253,7 @@ async fn a_server_that_is_down_is_retried_until_it_is_up() -> TestResult {
 #[tokio::test]
 async fn a_pooled_connection_to_a_restarted_server_is_replaced() -> TestResult {
     let mut server = SmtpServer::start().await?;
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let relay = smtp_relay(&db, &server, quick_retry(20))?;
     enqueue(&mut client, &receipt(), "before").await?;
     delivered_receipt(&client, "before").await?;

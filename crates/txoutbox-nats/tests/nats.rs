@@ -16,11 +16,14 @@ use txoutbox::{
 use txoutbox_nats::{NatsMessage, NatsSink, PublishReceipt, NATS_MSG_ID};
 use txoutbox_test_support::abort_after_a_call;
 use txoutbox_test_support::process::wait_for_listener;
-use txoutbox_test_support::relay::{assert_lease_must_hold_the_timeout, short_lease, RunningRelay};
+use txoutbox_test_support::relay::{
+    assert_lease_must_hold_the_timeout, fail_raw_payload, short_lease, RunningRelay,
+};
 use txoutbox_test_support::request::enqueue_committed;
-use txoutbox_test_support::select::{value, value_with};
+use txoutbox_test_support::select::value_with;
 use txoutbox_test_support::{
-    delivered_attempts, eventually_some, free_port, log_of, logged, test_db, wait_until,
+    delivered_attempts, eventually_some, free_port, log_of, logged, test_db, test_db_with_client,
+    wait_until,
 };
 
 type TestResult = anyhow::Result<()>;
@@ -87,8 +90,7 @@ async fn receipt(client: &Client, key: &str) -> anyhow::Result<PublishReceipt> {
 
 #[tokio::test]
 async fn normal_delivery_publishes_with_the_key_as_msg_id_and_stores_the_ack() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let sink = NatsSink::connect(&nats_url()).await?;
     let stream = TestStream::create(&sink, &nats_url()).await?;
     let data = serde_json::json!({ "order": 42 });
@@ -132,8 +134,7 @@ async fn normal_delivery_publishes_with_the_key_as_msg_id_and_stores_the_ack() -
 
 #[tokio::test]
 async fn a_redelivery_after_a_crash_past_the_ack_is_dropped_as_a_duplicate() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let sink = NatsSink::connect(&nats_url()).await?;
     let stream = TestStream::create(&sink, &nats_url()).await?;
     let sink = sink.with_subject(&stream.subject); // the destination's subject
@@ -174,8 +175,7 @@ async fn a_redelivery_after_a_crash_past_the_ack_is_dropped_as_a_duplicate() -> 
 
 #[tokio::test]
 async fn a_subject_no_stream_captures_is_dead_lettered() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let sink = NatsSink::connect(&nats_url()).await?;
     let subject = format!("txoutbox.nostream.{}", uuid::Uuid::new_v4().simple());
     enqueue(
@@ -204,22 +204,10 @@ async fn a_subject_no_stream_captures_is_dead_lettered() -> TestResult {
 #[tokio::test]
 async fn a_raw_payload_of_the_wrong_shape_is_dead_lettered_naming_the_builder() -> TestResult {
     let db = test_db().await?;
-    let mut client = db.connect().await?;
     let sink = NatsSink::connect(&nats_url()).await?;
     // `body` where the payload's field is `data`.
     let raw = serde_json::json!({ "subject": "orders.paid", "body": { "order": 42 } });
-    assert!(
-        txoutbox_nats::check(&raw).is_err(),
-        "check refuses it first"
-    );
-    let row = txoutbox::OutboxMessage::new(DESTINATION, &raw)?.with_downstream_key("raw-1");
-    enqueue_committed(&mut client, &[row]).await?;
-
-    let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
-    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
-    relay.stop().await?;
-
-    let error: String = value(&client, "SELECT last_error FROM txoutbox_messages").await?;
+    let error = fail_raw_payload(&db, DESTINATION, &raw, txoutbox_nats::check, sink).await?;
     assert!(
         error.starts_with("malformed payload (build it with txoutbox_nats::NatsMessage): ")
             && error.contains("data"),
@@ -345,8 +333,7 @@ impl Drop for PrivateServer {
 #[tokio::test]
 async fn a_publish_while_the_server_is_down_is_retried_and_delivered_once_it_is_back() -> TestResult
 {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let mut server = PrivateServer::new()?;
     server.start().await?;
     let nats = async_nats::ConnectOptions::new()

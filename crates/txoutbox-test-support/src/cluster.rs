@@ -192,6 +192,15 @@ impl Cluster {
         self.start()
     }
 
+    /// A [`private`](Cluster::private) cluster with the default options and a test database on
+    /// it: what a test that stops or restarts Postgres opens with. Bound in this order
+    /// (`let (cluster, db) = …`), the database is dropped before its cluster stops.
+    pub async fn private_with_db() -> Result<(Cluster, crate::TestDb)> {
+        let cluster = Cluster::private(&ClusterOptions::default())?;
+        let db = crate::TestDb::create_on(&cluster.admin()).await?;
+        Ok((cluster, db))
+    }
+
     /// The superuser connection to the `postgres` database.
     pub fn admin(&self) -> ConnInfo {
         ConnInfo::tcp("127.0.0.1", self.port, "postgres", None, "postgres")

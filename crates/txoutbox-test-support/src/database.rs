@@ -193,6 +193,14 @@ pub async fn forget_last_migration(client: &Client) -> Result<i32> {
     Ok(row.get(0))
 }
 
+/// The highest migration this build carries (0 when it carries none): the version a migrated
+/// schema is at, and the one a refusal names.
+pub fn latest_migration() -> i32 {
+    txoutbox::admin::embedded_migrations()
+        .last()
+        .map_or(0, |(version, _, _)| *version)
+}
+
 /// Records a migration newer than any this build carries, as a newer txoutbox would have (its
 /// time in RFC 3339, as refinery writes it): a database this build must refuse. Returns the
 /// version recorded.
@@ -308,6 +316,21 @@ impl Drop for TestDb {
 /// the shared throwaway cluster.
 pub async fn test_db() -> Result<TestDb> {
     TestDb::create_on(&admin_info()?).await
+}
+
+/// A fresh test database ([`test_db`]) and a connection to it: what most tests open with.
+pub async fn test_db_with_client() -> Result<(TestDb, Client)> {
+    let db = test_db().await?;
+    let client = db.connect().await?;
+    Ok((db, client))
+}
+
+/// A fresh test database in which `sql` has run (rows written by hand, as an operator or
+/// another program would with psql), and a connection to it.
+pub async fn test_db_with_sql(sql: &str) -> Result<(TestDb, Client)> {
+    let (db, client) = test_db_with_client().await?;
+    client.batch_execute(sql).await?;
+    Ok((db, client))
 }
 
 fn admin_info() -> Result<ConnInfo> {

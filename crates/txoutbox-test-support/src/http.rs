@@ -30,6 +30,29 @@ pub async fn serve_on_loopback(
     Ok((addr, task))
 }
 
+/// A router served on a free loopback port, stopped when this is dropped: what a test's own
+/// server (a receiver, a service in process) holds instead of a task and a `Drop` of its own.
+#[derive(Debug)]
+pub struct LoopbackServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LoopbackServer {
+    /// Serves `router` (as [`serve_on_loopback`]) until this is dropped.
+    pub async fn start(router: axum::Router) -> Result<Self> {
+        let (addr, task) = serve_on_loopback(router).await?;
+        Ok(Self { addr, task })
+    }
+}
+
+impl Drop for LoopbackServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// The text of an HTTP/1.1 request, `Connection: close`, with `headers` and a `Content-Length`
 /// for `body`: what a test sends over a plain TCP stream to choose every header, `Host`
 /// included.

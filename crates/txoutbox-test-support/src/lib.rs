@@ -21,9 +21,9 @@
 //! timings for tests; [`webhook::WebhookReceiver`] is a scripted HTTP receiver for real relays;
 //! [`free_port`] picks a loopback port; [`DemoDatabase`] is the database of a demo or an example
 //! program; [`webdriver::Driver`] drives a headless chromium for the
-//! browser tests. [`select`] reads what a test's own `SELECT` returns; [`serve_on_loopback`] and
-//! [`http_client`] are both ends of HTTP on loopback; [`process::OwnedChild`] holds a child
-//! process and kills it when dropped.
+//! browser tests. [`select`] reads what a test's own `SELECT` returns; [`serve_on_loopback`] (or
+//! [`LoopbackServer`], stopped when dropped) and [`http_client`] are both ends of HTTP on
+//! loopback; [`process::OwnedChild`] holds a child process and kills it when dropped.
 
 mod cluster;
 mod counts;
@@ -49,11 +49,14 @@ pub use counts::{
     wait_for_exact_count, wait_until, wait_until_within, Counts, WAIT_LIMIT,
 };
 pub use database::{
-    drop_schema, forget_last_migration, record_newer_migration, test_db, ConnInfo, TestDb,
+    drop_schema, forget_last_migration, latest_migration, record_newer_migration, test_db,
+    test_db_with_client, test_db_with_sql, ConnInfo, TestDb,
 };
 pub use demo_db::DemoDatabase;
 pub use doc::doc_test;
-pub use http::{http_client, post_json_with_key, rebound_pause, request_text, serve_on_loopback};
+pub use http::{
+    http_client, post_json_with_key, rebound_pause, request_text, serve_on_loopback, LoopbackServer,
+};
 pub use port::{free_addr, free_port};
 
 /// Waiting on a relay's test events ([`events::RelayEvents`]) instead of sleeping.
@@ -79,7 +82,7 @@ mod rows;
 /// A test's own `SELECT`, read as one value or as columns.
 pub mod select;
 pub use rows::{
-    assert_keys_derived_from_the_inbox, attempts_of, delivered_attempts, log_of, logged,
-    row_status, wait_for_key, wait_for_row, wait_until_for, LogEntry,
+    assert_keys_derived_from_the_inbox, attempts_of, delivered_attempts, downstream_key_of, log_of,
+    logged, row_status, wait_for_key, wait_for_row, wait_until_for, LogEntry,
 };
 pub mod process;

@@ -348,3 +348,28 @@ pub fn assert_lease_must_hold_the_timeout(
     );
     Ok(())
 }
+
+/// The hostile-row case every sink crate meets: a payload `raw` of the wrong shape, stored as
+/// another program would write it (under downstream key `raw-1`), which the sink crate's
+/// `check` refuses (asserted here first), is failed at its first attempt by a relay delivering
+/// `destination` to `sink` (asserted: exactly one failed row). Gives back the row's
+/// `last_error`, for the test to check that it names the payload's builder.
+pub async fn fail_raw_payload<E>(
+    db: &crate::TestDb,
+    destination: &str,
+    raw: &serde_json::Value,
+    check: impl FnOnce(&serde_json::Value) -> std::result::Result<(), E>,
+    sink: impl Sink,
+) -> Result<String> {
+    assert!(check(raw).is_err(), "check refuses it first");
+    let mut client = db.connect().await?;
+    let row = txoutbox::OutboxMessage::new(destination, raw)?.with_downstream_key("raw-1");
+    crate::request::enqueue_committed(&mut client, &[row]).await?;
+    let relay = RunningRelay::start(db.relay()?.sink(destination, sink).build()?);
+    assert_eq!(
+        crate::wait_until(&client, |c| c.failed >= 1).await?.failed,
+        1
+    );
+    relay.stop().await?;
+    crate::select::value(&client, "SELECT last_error FROM txoutbox_messages").await
+}

@@ -46,6 +46,18 @@ pub async fn create_orders(client: &Client) -> Result<()> {
     Ok(())
 }
 
+/// Creates the business table `charges`, whose rows carry their own idempotency key (`UNIQUE`)
+/// and request fingerprint: the table of a `BusinessKey` (`txoutbox::idempotency`).
+pub async fn create_charges(client: &Client) -> Result<()> {
+    client
+        .batch_execute(
+            "CREATE TABLE charges (id bigserial PRIMARY KEY, amount bigint NOT NULL, \
+             idempotency_key text NOT NULL UNIQUE, request_fingerprint bytea NOT NULL)",
+        )
+        .await?;
+    Ok(())
+}
+
 /// Runs `request` on `n` connections of their own at once (the tasks wait on a barrier, then go
 /// together), and gives back every answer, in the order the tasks were started.
 pub async fn at_once<T, F, Fut>(db: &TestDb, n: usize, request: F) -> Result<Vec<T>>

@@ -28,6 +28,16 @@ pub async fn wait_for_row(client: &Client, id: Uuid, want: MessageStatus) -> Res
     .await
 }
 
+/// The downstream key of the hot row `id` (a replay may have given it a new one).
+pub async fn downstream_key_of(client: &Client, id: Uuid) -> Result<String> {
+    crate::select::value_with(
+        client,
+        "SELECT downstream_key FROM txoutbox_messages WHERE id = $1",
+        &[&id],
+    )
+    .await
+}
+
 /// Entries of the attempt log with `outcome`, every row and destination together.
 pub async fn logged(client: &Client, outcome: AttemptOutcome) -> Result<i64> {
     Ok(client

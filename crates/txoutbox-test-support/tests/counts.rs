@@ -7,16 +7,15 @@ use txoutbox::sink::DeliveryError;
 use txoutbox_test_support::factory::{message, pending_many};
 use txoutbox_test_support::relay::{quick_retry, RunningRelay, ScriptedSink};
 use txoutbox_test_support::{
-    assert_outcomes, counts, counts_for, outcomes, status, test_db, wait_until, wait_until_within,
-    Counts,
+    assert_outcomes, counts, counts_for, outcomes, status, test_db_with_client, wait_until,
+    wait_until_within, Counts,
 };
 
 type TestResult = anyhow::Result<()>;
 
 #[tokio::test]
 async fn counts_tell_each_status_and_table_apart() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (_db, mut client) = test_db_with_client().await?;
     pending_many(&mut client, "email", "p", 3).await?;
     for (key, status) in [
         ("f-1", MessageStatus::Failed),
@@ -57,8 +56,7 @@ async fn counts_tell_each_status_and_table_apart() -> TestResult {
 
 #[tokio::test]
 async fn a_wait_ends_when_the_state_is_reached_and_the_log_reads_in_order() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending_many(&mut client, "email", "retry", 1).await?;
     let sink = ScriptedSink::new([Err(DeliveryError::retryable("connection reset"))]);
     let relay = RunningRelay::start(
@@ -92,8 +90,7 @@ async fn a_wait_ends_when_the_state_is_reached_and_the_log_reads_in_order() -> T
 
 #[tokio::test]
 async fn a_wait_never_reached_fails_naming_the_last_counts() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (_db, mut client) = test_db_with_client().await?;
     pending_many(&mut client, "email", "k", 2).await?;
     let error = wait_until_within(&client, Duration::from_millis(200), |c| c.delivered == 2)
         .await

@@ -5,14 +5,13 @@ use std::time::Duration;
 use txoutbox::admin::MessageStatus;
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::webhook::WebhookReceiver;
-use txoutbox_test_support::{counts, test_db};
+use txoutbox_test_support::{counts, test_db_with_client};
 
 type TestResult = anyhow::Result<()>;
 
 #[tokio::test]
 async fn a_message_is_created_in_the_state_asked_for() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let id = message(&db)
         .destination("x")
         .key("k-1")
@@ -47,8 +46,7 @@ async fn a_message_is_created_in_the_state_asked_for() -> TestResult {
 
 #[tokio::test]
 async fn many_messages_are_pending_under_numbered_keys() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (_db, mut client) = test_db_with_client().await?;
     let ids = message(&mut client)
         .destination("email")
         .key("bulk")

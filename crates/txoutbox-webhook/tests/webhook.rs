@@ -15,12 +15,13 @@ use txoutbox::admin::MessageStatus::Delivered;
 use txoutbox::sink::Sink;
 use txoutbox_test_support::abort_after_a_call;
 use txoutbox_test_support::raw_http::{closed_port, response, Behaviour, RawHttpServer};
-use txoutbox_test_support::relay::{short_lease, RunningRelay};
+use txoutbox_test_support::relay::{fail_raw_payload, short_lease, RunningRelay};
 use txoutbox_test_support::request::enqueue_committed;
 use txoutbox_test_support::select::value;
-use txoutbox_test_support::serve_on_loopback;
+use txoutbox_test_support::LoopbackServer;
 use txoutbox_test_support::{
-    counts, delivered_attempts, eventually_some, log_of, test_db, wait_for_key, wait_until,
+    counts, delivered_attempts, eventually_some, log_of, test_db, test_db_with_client,
+    wait_for_key, wait_until,
 };
 use txoutbox_webhook::{verify, Webhook, WebhookConfig, WebhookSecret, WebhookSink};
 
@@ -84,7 +85,7 @@ struct ReceiverState {
 struct Receiver {
     url: String,
     state: Arc<ReceiverState>,
-    task: tokio::task::JoinHandle<()>,
+    _server: LoopbackServer,
 }
 
 impl Receiver {
@@ -96,9 +97,12 @@ impl Receiver {
         let app = axum::Router::new()
             .route("/hooks/orders", axum::routing::post(receive))
             .with_state(state.clone());
-        let (addr, task) = serve_on_loopback(app).await?;
-        let url = format!("http://{addr}/hooks/orders");
-        Ok(Self { url, state, task })
+        let server = LoopbackServer::start(app).await?;
+        Ok(Self {
+            url: format!("http://{}/hooks/orders", server.addr),
+            state,
+            _server: server,
+        })
     }
 
     fn seen(&self) -> Vec<Seen> {
@@ -116,12 +120,6 @@ impl Receiver {
             Ok((seen.len() >= n).then_some(seen))
         })
         .await
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
@@ -188,8 +186,7 @@ fn short_timeout(url: &str) -> anyhow::Result<WebhookSink> {
 
 #[tokio::test]
 async fn delivered_webhook_is_signed_verifiably_and_carries_the_downstream_key() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let receiver = Receiver::start([]).await?;
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     enqueue_event(&mut client, "evt-1", Some(traceparent)).await?;
@@ -224,8 +221,7 @@ async fn delivered_webhook_is_signed_verifiably_and_carries_the_downstream_key()
 
 #[tokio::test]
 async fn a_503_with_retry_after_is_retried_after_that_delay_then_delivered() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     // The default backoff's first retry comes within 0.5 s: a gap of 1 s is the Retry-After's.
     let receiver =
         Receiver::start([Reply::status(503).header("retry-after", "1").body("busy")]).await?;
@@ -260,8 +256,7 @@ async fn a_503_with_retry_after_is_retried_after_that_delay_then_delivered() -> 
 
 #[tokio::test]
 async fn a_redelivery_after_a_relay_crash_keeps_the_same_webhook_id() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let receiver = Receiver::start([]).await?;
     enqueue_event(&mut client, "evt-3", None).await?;
 
@@ -291,8 +286,7 @@ async fn a_redelivery_after_a_relay_crash_keeps_the_same_webhook_id() -> TestRes
 
 #[tokio::test]
 async fn a_400_is_dead_lettered_with_its_status_and_body() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let receiver = Receiver::start([Reply::status(400).body("unknown field: order")]).await?;
     enqueue_event(&mut client, "evt-4", None).await?;
 
@@ -321,24 +315,12 @@ async fn a_400_is_dead_lettered_with_its_status_and_body() -> TestResult {
 #[tokio::test]
 async fn a_raw_payload_of_the_wrong_shape_is_dead_lettered_naming_the_builder() -> TestResult {
     let db = test_db().await?;
-    let mut client = db.connect().await?;
     let receiver = Receiver::start([Reply::status(200)]).await?;
     // The Standard Webhooks body's shape, not the payload's: `type` where `event_type` belongs.
     let raw = serde_json::json!({ "type": "contact.created", "data": { "id": 7 } });
-    assert!(
-        txoutbox_webhook::check(&raw).is_err(),
-        "check refuses it first"
-    );
-    let message = txoutbox::OutboxMessage::new(DESTINATION, &raw)?.with_downstream_key("raw-1");
-    enqueue_committed(&mut client, &[message]).await?;
-
     let sink = WebhookSink::new(&receiver.url, secret())?;
-    let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
-    assert_eq!(wait_until(&client, |c| c.failed >= 1).await?.failed, 1);
-    relay.stop().await?;
-
+    let error = fail_raw_payload(&db, DESTINATION, &raw, txoutbox_webhook::check, sink).await?;
     assert!(receiver.seen().is_empty(), "nothing was sent");
-    let error: String = value(&client, "SELECT last_error FROM txoutbox_messages").await?;
     assert!(
         error.starts_with("malformed payload (build it with txoutbox_webhook::Webhook): ")
             && error.contains("event_type"),
@@ -349,8 +331,7 @@ async fn a_raw_payload_of_the_wrong_shape_is_dead_lettered_naming_the_builder() 
 
 #[tokio::test]
 async fn a_receiver_slower_than_the_timeout_is_retried() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let receiver = Receiver::start([Reply::status(200).never()]).await?;
     enqueue_event(&mut client, "evt-5", None).await?;
 

@@ -7,8 +7,9 @@ use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 use txoutbox::idempotency::{derive_downstream_key, BusinessKey, RowBegin};
 use txoutbox::{Fingerprint, IdempotencyKey, OutboxMessage, Scope};
+use txoutbox_test_support::request::create_charges;
 use txoutbox_test_support::select::value;
-use txoutbox_test_support::{count, test_db, TestDb};
+use txoutbox_test_support::{count, test_db_with_client, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -17,14 +18,8 @@ const INSERT: &str = "INSERT INTO charges (amount, idempotency_key, request_fing
      VALUES ($1, $2, $3) ON CONFLICT (idempotency_key) DO NOTHING RETURNING *";
 
 async fn db_with_charges() -> anyhow::Result<(TestDb, Client)> {
-    let db = test_db().await?;
-    let client = db.connect().await?;
-    client
-        .batch_execute(
-            "CREATE TABLE charges (id bigserial PRIMARY KEY, amount bigint NOT NULL, \
-             idempotency_key text NOT NULL UNIQUE, request_fingerprint bytea NOT NULL)",
-        )
-        .await?;
+    let (db, client) = test_db_with_client().await?;
+    create_charges(&client).await?;
     Ok((db, client))
 }
 

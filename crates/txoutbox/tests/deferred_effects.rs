@@ -501,9 +501,8 @@ async fn a_request_with_more_effects_than_a_key_row_carries_writes_them_as_rows(
 async fn a_postgres_crash_while_effects_are_fanned_out_loses_no_effect() -> TestResult {
     use txoutbox_test_support::drain_across_a_restart;
     use txoutbox_test_support::request::create_orders;
-    use txoutbox_test_support::{Cluster, ClusterOptions};
-    let cluster = Cluster::private(&ClusterOptions::default())?;
-    let db = TestDb::create_on(&cluster.admin()).await?;
+    use txoutbox_test_support::Cluster;
+    let (cluster, db) = Cluster::private_with_db().await?;
     let mut client = db.connect().await?;
     create_orders(&client).await?;
     let scope = deferred()?;

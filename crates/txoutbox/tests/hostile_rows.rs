@@ -10,7 +10,9 @@ use txoutbox_test_support::request::{charge_fingerprint, key};
 use txoutbox::admin::MessageStatus;
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
-use txoutbox_test_support::{eventually_async, outcomes, status, test_db, wait_until, TestDb};
+use txoutbox_test_support::{
+    eventually_async, outcomes, status, test_db, test_db_with_client, wait_until, TestDb,
+};
 
 type TestResult = anyhow::Result<()>;
 
@@ -164,8 +166,7 @@ async fn request(
 
 #[tokio::test]
 async fn a_stored_response_that_cannot_be_decoded_fails_its_own_key_only() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (_db, mut client) = test_db_with_client().await?;
     let scope = Scope::new("charges")?;
     let hostile = [
         ("k-hostile-deep-0000", nested(200)),
@@ -218,8 +219,7 @@ async fn a_stored_response_that_cannot_be_decoded_fails_its_own_key_only() -> Te
 
 #[tokio::test]
 async fn a_column_the_driver_cannot_decode_is_undecodable_not_an_outage() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (_db, client) = test_db_with_client().await?;
     let row = client
         .query_one(&format!("SELECT '{}'::jsonb", nested(200)), &[])
         .await?;
@@ -259,8 +259,7 @@ impl CompletionHook for RecordingHook {
 
 #[tokio::test]
 async fn an_undecodable_row_of_a_hooked_destination_fails_without_calling_the_hook() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     message(&db)
         .key("hostile")
         .stored_payload(&nested(200))

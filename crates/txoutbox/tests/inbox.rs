@@ -10,17 +10,16 @@ use txoutbox::inbox::{self, derive_inbox_downstream_key, Consumer, InboxClaim, O
 use txoutbox::{Error, OutboxMessage};
 use txoutbox_test_support::select::value;
 use txoutbox_test_support::{
-    assert_keys_derived_from_the_inbox, count, test_db, wait_for_exact_count, TestDb,
+    assert_keys_derived_from_the_inbox, count, test_db_with_sql, wait_for_exact_count, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
 
 async fn db_with_shipments() -> anyhow::Result<(TestDb, Client)> {
-    let db = test_db().await?;
-    let client = db.connect().await?;
-    client
-        .batch_execute("CREATE TABLE shipments (id bigserial PRIMARY KEY, charge_id text NOT NULL)")
-        .await?;
+    let (db, client) = test_db_with_sql(
+        "CREATE TABLE shipments (id bigserial PRIMARY KEY, charge_id text NOT NULL)",
+    )
+    .await?;
     Ok((db, client))
 }
 

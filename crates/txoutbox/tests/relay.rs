@@ -24,8 +24,8 @@ use txoutbox_test_support::request::enqueue_committed;
 use txoutbox_test_support::select::{column, column_pairs, value};
 use txoutbox_test_support::{
     assert_outcomes, counts, drain_across_a_restart, eventually, eventually_async,
-    kill_after_a_call, leased_by, status, test_db, wait_for_count, wait_until, Cluster,
-    ClusterOptions, RelayEvent, RelayEvents, TestDb,
+    kill_after_a_call, leased_by, status, test_db_with_client, test_db_with_sql, wait_for_count,
+    wait_until, Cluster, RelayEvent, RelayEvents, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
@@ -165,8 +165,7 @@ async fn a_retryable_failure_is_retried_then_delivered() -> TestResult {
 
 #[tokio::test]
 async fn each_attempt_forwards_its_own_span_of_the_enqueued_trace() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let enqueued = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     enqueue_committed(
         &mut client,
@@ -376,8 +375,7 @@ impl Sink for JitterSink {
 
 #[tokio::test]
 async fn rows_of_one_ordering_key_arrive_in_commit_order_under_three_relays() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     // 10 keys, 30 rows each, committed interleaved, one transaction per row.
     for i in 0..30 {
         for k in 0..10 {
@@ -420,8 +418,7 @@ async fn rows_of_one_ordering_key_arrive_in_commit_order_under_three_relays() ->
 
 #[tokio::test]
 async fn a_dead_head_blocks_its_ordering_key_only() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let tx = client.transaction().await?;
     let mut messages = Vec::new();
     for (key, n) in [("a", 0), ("a", 1), ("b", 0), ("b", 1)] {
@@ -486,15 +483,12 @@ impl Sink for Hold {
 /// else the row would wait out the whole park (30 s) with nothing ahead of it.
 #[tokio::test]
 async fn a_claim_that_raced_the_heads_completion_does_not_hold_the_next_row_back() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
     // A destination with a flow-control state: every claim locks its row before any message
     // row, so a transaction holding it stops a claim just after the claim took its snapshot.
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_destinations (destination, failures) VALUES ('gate', 1)",
-        )
-        .await?;
+    let (db, mut client) = test_db_with_sql(
+        "INSERT INTO txoutbox_destinations (destination, failures) VALUES ('gate', 1)",
+    )
+    .await?;
     let message = |n: i32| {
         OutboxMessage::new("events", &serde_json::json!({ "n": n })).map(|m| {
             m.with_downstream_key(format!("k-{n}"))
@@ -564,8 +558,7 @@ async fn a_claim_that_raced_the_heads_completion_does_not_hold_the_next_row_back
 
 #[tokio::test]
 async fn a_postgres_restart_while_relaying_loses_no_row() -> TestResult {
-    let cluster = Cluster::private(&ClusterOptions::default())?;
-    let db = TestDb::create_on(&cluster.admin()).await?;
+    let (cluster, db) = Cluster::private_with_db().await?;
     let mut client = db.connect().await?;
     pending_many(&mut client, "email", "restart", 3_000).await?;
     drop(client);
@@ -748,8 +741,7 @@ async fn shutdown_releases_what_does_not_finish_within_the_grace_period() -> Tes
 
 #[tokio::test]
 async fn poll_only_mode_delivers_without_listen() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let sink = RecordingSink::new();
     let mut events = RelayEvents::new();
     let relay = RunningRelay::start(
@@ -774,8 +766,7 @@ async fn poll_only_mode_delivers_without_listen() -> TestResult {
 
 #[tokio::test]
 async fn the_write_paths_hint_wakes_a_listening_relay_before_its_poll() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let sink = RecordingSink::new();
     let mut events = RelayEvents::new();
     let relay = db
@@ -801,8 +792,7 @@ async fn the_write_paths_hint_wakes_a_listening_relay_before_its_poll() -> TestR
 
 #[tokio::test]
 async fn a_completion_hook_commits_with_the_completion() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     charges_table(&client, &["hook-0"]).await?;
     pending_many(&mut client, "stripe", "hook", 1).await?;
     let hook = MarkCharge::failing();
@@ -855,8 +845,7 @@ async fn a_completion_hook_commits_with_the_completion() -> TestResult {
 /// row is left behind by a clean stop.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_relay_stopped_during_its_first_heartbeat_leaves_no_row() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let mut blocker = db.connect().await?;
     let mut events = RelayEvents::new();
     let relay = db

@@ -11,7 +11,9 @@ use txoutbox_test_support::factory::{message, pending_many};
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
 use txoutbox_test_support::request::empty_created;
 use txoutbox_test_support::request::{charge_fingerprint, key};
-use txoutbox_test_support::{counts, eventually_async, is_claim, test_db, RelayEvents, TestDb};
+use txoutbox_test_support::{
+    counts, eventually_async, is_claim, test_db, test_db_with_client, RelayEvents, TestDb,
+};
 
 type TestResult = anyhow::Result<()>;
 
@@ -55,8 +57,7 @@ async fn a_relay_reports_its_claims_its_completions_an_idle_claim_and_its_stop()
 
 #[tokio::test]
 async fn a_relay_reports_the_expired_leases_it_takes_back() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     message(&db)
         .destination("email")
         .key("expired")
@@ -83,8 +84,7 @@ async fn a_relay_reports_the_expired_leases_it_takes_back() -> TestResult {
 
 #[tokio::test]
 async fn a_relay_reports_the_deferred_effects_it_fans_out() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let scope = Scope::new("charges")?.with_deferred_effects();
     for name in ["k-1", "k-2"] {
         let tx = client.transaction().await?;

@@ -25,8 +25,8 @@ use txoutbox_test_support::relay::{quick_retry, RecordingSink, RunningRelay};
 use txoutbox_test_support::select::{column_pairs, value, value_with};
 use txoutbox_test_support::{
     assert_outcomes, count, counts, counts_for, due, eventually, eventually_async,
-    kill_after_a_call, other_sessions_ended, test_db, wait_for_count, wait_until, Counts,
-    RelayEvent, RelayEvents, TestDb,
+    kill_after_a_call, other_sessions_ended, test_db_with_client, test_db_with_sql, wait_for_count,
+    wait_until, Counts, RelayEvent, RelayEvents, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
@@ -100,9 +100,7 @@ async fn drain_after(
     setup: &str,
     deliveries: usize,
 ) -> anyhow::Result<(TestDb, tokio_postgres::Client, RecordingSink, HotTableReads)> {
-    let db = test_db().await?;
-    let client = db.connect().await?;
-    client.batch_execute(setup).await?;
+    let (db, client) = test_db_with_sql(setup).await?;
     let (sink, read) = drain_email_reading_the_hot_table(&db, &client, deliveries).await?;
     Ok((db, client, sink, read))
 }
@@ -139,8 +137,7 @@ async fn drain_email_reading_the_hot_table(
 
 #[tokio::test]
 async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending(&mut client, "webhook", "poison").await?;
     pending_many(&mut client, "email", "good", 10).await?;
     let poison = Failing(
@@ -181,8 +178,7 @@ async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResul
 
 #[tokio::test]
 async fn a_retry_after_of_ten_trillion_seconds_waits_the_policys_cap() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending(&mut client, "stripe", "later").await?;
     let sink = txoutbox_test_support::relay::ScriptedSink::new([Err(DeliveryError::retry_after(
         "429 Too Many Requests",
@@ -206,19 +202,16 @@ async fn a_retry_after_of_ten_trillion_seconds_waits_the_policys_cap() -> TestRe
 
 #[tokio::test]
 async fn a_completion_the_database_refuses_does_not_hold_its_batch() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
     // A row whose outcome text the database refuses (as it refused NUL bytes), by a trigger.
-    client
-        .batch_execute(
-            "CREATE FUNCTION refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+    let (db, mut client) = test_db_with_sql(
+        "CREATE FUNCTION refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
                IF NEW.last_error LIKE '%refuse-me%' THEN \
                  RAISE EXCEPTION 'refused' USING ERRCODE = '22023'; END IF; \
                RETURN NEW; END $$; \
              CREATE TRIGGER refuse BEFORE UPDATE ON txoutbox_messages \
                FOR EACH ROW EXECUTE FUNCTION refuse_marker();",
-        )
-        .await?;
+    )
+    .await?;
     pending(&mut client, "webhook", "poison").await?;
     pending_many(&mut client, "email", "good", 20).await?;
     let poison = Failing(RecordingSink::new(), DeliveryError::retryable("refuse-me"));
@@ -298,19 +291,16 @@ async fn shutdown_returns_in_time_when_no_completion_can_be_written() -> TestRes
 
 #[tokio::test]
 async fn a_shutdown_during_a_claim_leaves_no_row_leased() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
     // Each row the claim leases takes 20 ms: a claim of 50 rows runs for a second.
-    client
-        .batch_execute(
-            "CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+    let (db, mut client) = test_db_with_sql(
+        "CREATE FUNCTION slow_claim() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
                IF NEW.status = 'in_flight' AND OLD.status = 'pending' THEN \
                  PERFORM pg_sleep(0.02); END IF; \
                RETURN NEW; END $$; \
              CREATE TRIGGER slow BEFORE UPDATE ON txoutbox_messages \
                FOR EACH ROW EXECUTE FUNCTION slow_claim();",
-        )
-        .await?;
+    )
+    .await?;
     pending_many(&mut client, "sms", "mid-claim", 50).await?;
     let sink = RecordingSink::new();
     let at_most_once = DestinationPolicy {
@@ -452,8 +442,7 @@ fn cutting_off(db: &TestDb, sink: &SlowFirstCall) -> anyhow::Result<RunningRelay
 
 #[tokio::test]
 async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending(&mut client, "webhook", "slow").await?;
     let sink = SlowFirstCall::default();
     let relay = cutting_off(&db, &sink)?;
@@ -487,8 +476,7 @@ async fn a_relay_never_runs_two_attempts_of_one_row() -> TestResult {
 
 #[tokio::test]
 async fn a_cut_off_head_ends_before_the_next_row_of_its_key_starts() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let tx = client.transaction().await?;
     let messages = (0..2)
         .map(|i| {
@@ -526,12 +514,9 @@ async fn a_cut_off_head_ends_before_the_next_row_of_its_key_starts() -> TestResu
 
 #[tokio::test]
 async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
     // A dead-lettered head with 20 000 rows behind it, all due before the other traffic.
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+    let (db, mut client) = test_db_with_sql(
+        "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
                  ordering_key, status, next_attempt_at) \
              VALUES (gen_random_uuid(), 'events', '{}', 'head', 'stuck', 'failed', \
                  now() - interval '2 hours'); \
@@ -540,8 +525,8 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
              SELECT gen_random_uuid(), 'events', '{}', 'behind-' || i, 'stuck', \
                  now() - interval '1 hour' FROM generate_series(1, 20000) AS i; \
              ANALYZE txoutbox_messages;",
-        )
-        .await?;
+    )
+    .await?;
     pending_many(&mut client, "email", "other", 2000).await?;
     let read = "SELECT idx_tup_read FROM pg_stat_user_indexes \
                 WHERE indexrelname = 'txoutbox_messages_due'";
@@ -593,8 +578,7 @@ async fn claims_do_not_rescan_rows_waiting_behind_a_dead_head() -> TestResult {
 
 #[tokio::test]
 async fn the_default_policy_at_most_once_applies_to_every_destination() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending(&mut client, "sms", "amo-default").await?;
     let at_most_once = DestinationPolicy {
         semantics: Semantics::AtMostOnce,
@@ -621,8 +605,7 @@ async fn the_default_policy_at_most_once_applies_to_every_destination() -> TestR
 
 #[tokio::test]
 async fn an_at_most_once_call_without_an_answer_is_unknown_and_not_repeated() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     pending(&mut client, "sms", "no-answer").await?;
     pending(&mut client, "push", "retried").await?;
     let sms = Failing(
@@ -714,8 +697,7 @@ fn a_sink_whose_timeout_does_not_fit_in_the_lease_is_refused() -> TestResult {
 
 #[tokio::test]
 async fn a_failing_hook_keeps_the_attempt_and_its_receipt_in_the_log() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     charges_table(&client, &["hooked"]).await?;
     pending(&mut client, "stripe", "hooked").await?;
     let hook = MarkCharge::failing();
@@ -756,8 +738,7 @@ async fn a_failing_hook_keeps_the_attempt_and_its_receipt_in_the_log() -> TestRe
 
 #[tokio::test]
 async fn a_slow_hook_does_not_hold_other_completions() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     charges_table(&client, &["slow-hook"]).await?;
     pending(&mut client, "stripe", "slow-hook").await?;
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
@@ -865,13 +846,10 @@ async fn a_claim_meeting_rows_behind_failed_heads_reads_them_by_index_not_the_wh
 #[tokio::test]
 async fn rows_behind_a_dead_head_are_parked_long_and_its_discard_frees_the_next_at_once(
 ) -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
     // Key `dead`: a dead-lettered head and 3 rows behind it. Key `busy`: a head retrying later
     // (pending, not due) and 3 rows behind it.
-    client
-        .batch_execute(
-            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+    let (db, mut client) = test_db_with_sql(
+        "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
                  ordering_key, status, next_attempt_at) VALUES \
              ('00000000-0000-7000-8000-0000000000d0', 'events', '{}', 'dead-head', 'dead', \
                  'failed', now() - interval '1 hour'), \
@@ -881,8 +859,8 @@ async fn rows_behind_a_dead_head_are_parked_long_and_its_discard_frees_the_next_
                  ordering_key) \
              SELECT gen_random_uuid(), 'events', '{}', k || '-' || i, k \
              FROM generate_series(1, 3) AS i, unnest(ARRAY['dead', 'busy']) AS k;",
-        )
-        .await?;
+    )
+    .await?;
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink("events", sink.clone()).build()?);
     let parked = "SELECT count(*) FROM txoutbox_messages WHERE ordering_key = $1 \
@@ -968,8 +946,7 @@ async fn parked_behind_stuck(client: &tokio_postgres::Client) -> anyhow::Result<
 #[tokio::test]
 async fn one_claim_parks_the_whole_queue_behind_a_dead_head_and_other_keys_flow_next() -> TestResult
 {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     dead_head_with_a_queue(&client, 1_000).await?;
     pending_many(&mut client, "email", "other", 30).await?;
     let sink = RecordingSink::new();
@@ -1005,8 +982,7 @@ async fn one_claim_parks_the_whole_queue_behind_a_dead_head_and_other_keys_flow_
 
 #[tokio::test]
 async fn a_replayed_dead_head_releases_its_parked_queue_in_order() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     dead_head_with_a_queue(&client, 5).await?;
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(db.relay()?.sink("events", sink.clone()).build()?);
@@ -1039,8 +1015,7 @@ async fn a_replayed_dead_head_releases_its_parked_queue_in_order() -> TestResult
 
 #[tokio::test]
 async fn two_relays_park_a_dead_heads_queue_and_keep_a_live_key_in_order() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     dead_head_with_a_queue(&client, 2_000).await?;
     for i in 0..40 {
         let tx = client.transaction().await?;
@@ -1136,8 +1111,7 @@ async fn plans_with_jit(client: &tokio_postgres::Client) -> Result<bool, tokio_p
 async fn the_relay_never_compiles_its_statements_with_jit() -> TestResult {
     // The claim's estimated cost grows with the backlog; past `jit_above_cost` every claim spent
     // far longer compiling than running. Here the role JIT-compiles every statement.
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     client
         .batch_execute(&format!(
             "ALTER ROLE CURRENT_USER IN DATABASE \"{}\" SET jit = on; \
@@ -1260,8 +1234,7 @@ async fn a_backlog_never_analyzed_is_claimed_in_index_order_and_completed_by_key
 
 #[tokio::test]
 async fn a_relay_whose_role_cannot_analyze_the_table_still_delivers_everything() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     // A role that may read and write the tables but does not own them: ANALYZE warns and skips.
     let role = format!("relay_{}", db.info().dbname().replace('-', "_"));
     client
@@ -1319,8 +1292,7 @@ impl Sink for HeldAfterFirst {
 
 #[tokio::test]
 async fn rows_waiting_for_a_slot_are_given_back_uncalled_at_shutdown() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     let sink = HeldAfterFirst {
         calls: Arc::default(),
         release: Arc::new(tokio::sync::Semaphore::new(0)),

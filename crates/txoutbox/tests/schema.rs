@@ -10,18 +10,11 @@ use txoutbox::{Error, SchemaMismatch, SchemaVersion};
 use txoutbox_test_support::factory::pending;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
 use txoutbox_test_support::{
-    count, drop_schema, forget_last_migration, record_newer_migration, test_db, Cluster,
-    ClusterOptions, TestDb,
+    count, drop_schema, forget_last_migration, latest_migration, record_newer_migration,
+    test_db_with_client, Cluster, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
-
-/// The highest migration this build carries.
-fn required() -> i32 {
-    txoutbox::admin::embedded_migrations()
-        .last()
-        .map_or(0, |(version, _, _)| *version)
-}
 
 /// The mismatch `check_schema` reports on `client`'s database (`None`: it matches).
 async fn mismatch(client: &tokio_postgres::Client) -> anyhow::Result<Option<SchemaMismatch>> {
@@ -56,14 +49,13 @@ async fn run_until_it_returns(
 
 #[tokio::test]
 async fn a_migrated_database_is_at_the_version_this_build_needs() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (_db, client) = test_db_with_client().await?;
     let version = txoutbox::check_schema(&client).await?;
     assert_eq!(
         version,
         SchemaVersion {
-            current: required(),
-            required: required()
+            current: latest_migration(),
+            required: latest_migration()
         }
     );
     Ok(())
@@ -71,22 +63,21 @@ async fn a_migrated_database_is_at_the_version_this_build_needs() -> TestResult 
 
 #[tokio::test]
 async fn a_database_never_migrated_is_at_version_0_and_told_to_migrate() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (_db, client) = test_db_with_client().await?;
     drop_schema(&client).await?;
     let found = mismatch(&client).await?;
     assert_eq!(
         found,
         Some(SchemaMismatch::Behind {
             current: 0,
-            required: required()
+            required: latest_migration()
         })
     );
     assert_eq!(
         found.map(|m| m.to_string()),
         Some(format!(
             "the database schema is at version 0, this txoutbox needs {}: run `txoutbox migrate`",
-            required()
+            latest_migration()
         ))
     );
     Ok(())
@@ -94,14 +85,13 @@ async fn a_database_never_migrated_is_at_version_0_and_told_to_migrate() -> Test
 
 #[tokio::test]
 async fn a_database_missing_its_last_migration_is_behind() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (_db, client) = test_db_with_client().await?;
     let current = forget_last_migration(&client).await?;
     assert_eq!(
         mismatch(&client).await?,
         Some(SchemaMismatch::Behind {
             current,
-            required: required()
+            required: latest_migration()
         })
     );
     Ok(())
@@ -109,15 +99,14 @@ async fn a_database_missing_its_last_migration_is_behind() -> TestResult {
 
 #[tokio::test]
 async fn a_database_a_newer_txoutbox_migrated_is_ahead_and_told_to_upgrade() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (_db, client) = test_db_with_client().await?;
     let newer = record_newer_migration(&client).await?;
     let found = mismatch(&client).await?;
     assert_eq!(
         found,
         Some(SchemaMismatch::Ahead {
             current: newer,
-            required: required()
+            required: latest_migration()
         })
     );
     assert_eq!(
@@ -125,7 +114,7 @@ async fn a_database_a_newer_txoutbox_migrated_is_ahead_and_told_to_upgrade() -> 
         Some(format!(
             "the database schema is at version {newer}, this txoutbox knows only up to {}: \
              upgrade txoutbox (a schema is never migrated down)",
-            required()
+            latest_migration()
         ))
     );
     Ok(())
@@ -133,8 +122,7 @@ async fn a_database_a_newer_txoutbox_migrated_is_ahead_and_told_to_upgrade() -> 
 
 #[tokio::test]
 async fn migrate_refuses_a_schema_a_newer_txoutbox_migrated_and_changes_nothing() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (_db, mut client) = test_db_with_client().await?;
     let newer = record_newer_migration(&client).await?;
     let refused = txoutbox::migrate(&mut client).await;
     assert!(
@@ -155,8 +143,7 @@ async fn migrate_refuses_a_schema_a_newer_txoutbox_migrated_and_changes_nothing(
 
 #[tokio::test]
 async fn an_embedded_relay_refuses_to_start_on_a_database_never_migrated() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     drop_schema(&client).await?;
     let result = run_until_it_returns(&db, "a database never migrated").await?;
     assert!(
@@ -171,8 +158,7 @@ async fn an_embedded_relay_refuses_to_start_on_a_database_never_migrated() -> Te
 
 #[tokio::test]
 async fn an_embedded_relay_refuses_to_start_on_a_schema_a_newer_txoutbox_migrated() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     record_newer_migration(&client).await?;
     let result = run_until_it_returns(&db, "a schema newer than this build").await?;
     assert!(
@@ -184,8 +170,7 @@ async fn an_embedded_relay_refuses_to_start_on_a_schema_a_newer_txoutbox_migrate
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_embedded_relay_started_while_postgres_is_down_waits_and_then_delivers() -> TestResult {
-    let cluster = Cluster::private(&ClusterOptions::default())?;
-    let db = TestDb::create_on(&cluster.admin()).await?;
+    let (cluster, db) = Cluster::private_with_db().await?;
     pending(&db, "email", "waited-1").await?;
     cluster.stop()?;
     let sink = RecordingSink::new();
@@ -199,8 +184,7 @@ async fn an_embedded_relay_started_while_postgres_is_down_waits_and_then_deliver
 
 #[tokio::test]
 async fn an_admin_call_on_a_database_never_migrated_says_to_migrate() -> TestResult {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (_db, client) = test_db_with_client().await?;
     drop_schema(&client).await?;
     let err = txoutbox::admin::stats(&client)
         .await

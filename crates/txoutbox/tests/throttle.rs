@@ -11,7 +11,7 @@ use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::relay::RunningRelay;
-use txoutbox_test_support::{eventually, test_db, TestDb};
+use txoutbox_test_support::{eventually, test_db_with_client, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -171,8 +171,7 @@ async fn drain(
 async fn one_rows_retry_after_delays_that_row_and_the_others_are_delivered_meanwhile() -> TestResult
 {
     const WAIT: Duration = Duration::from_secs(3);
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     // The throttled row is the oldest: with one call at a time it is called first.
     pending_many(&mut client, "email", "busy-account", 1).await?;
     pending_many(&mut client, "email", "other", 10).await?;

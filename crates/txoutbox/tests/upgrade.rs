@@ -10,15 +10,16 @@ use txoutbox::admin::{self, PurgeOptions, ReplayOptions, ReplaySelection, Retent
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
 use txoutbox_test_support::request::empty_created;
 use txoutbox_test_support::select::{value, value_with};
-use txoutbox_test_support::{count, counts, drop_schema, status, test_db, wait_until, TestDb};
+use txoutbox_test_support::{
+    count, counts, drop_schema, status, test_db_with_client, wait_until, TestDb,
+};
 use uuid::Uuid;
 
 type TestResult = anyhow::Result<()>;
 
 /// A database of this test's own, migrated up to `version` only.
 async fn schema_at(version: i32) -> anyhow::Result<(TestDb, tokio_postgres::Client)> {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     drop_schema(&client).await?;
     let applied = admin::migrate_to(&mut client, version).await?;
     assert_eq!(applied, (1..=version).collect::<Vec<_>>());

@@ -10,7 +10,7 @@ use txoutbox::{
     IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
 use txoutbox_test_support::request::empty_created;
-use txoutbox_test_support::{count, keys_expired, test_db, Cluster, ClusterOptions};
+use txoutbox_test_support::{count, keys_expired, test_db, test_db_with_client, Cluster};
 
 type TestResult = anyhow::Result<()>;
 
@@ -723,8 +723,7 @@ async fn the_same_effect_name_twice_is_refused() -> TestResult {
 
 #[tokio::test]
 async fn unreachable_store_is_unavailable_not_new() -> TestResult {
-    let cluster = Cluster::private(&ClusterOptions::default())?;
-    let db = txoutbox_test_support::TestDb::create_on(&cluster.admin()).await?;
+    let (cluster, db) = Cluster::private_with_db().await?;
     let pool = db.pool(2)?;
     {
         let mut client = pool.get().await?;
@@ -784,8 +783,7 @@ async fn relay_waker_sends_a_hint_after_commit() -> TestResult {
 
 #[tokio::test]
 async fn migrating_twice_is_a_no_op() -> TestResult {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (_db, mut client) = test_db_with_client().await?;
     let applied = txoutbox::migrate(&mut client).await?;
     assert!(applied.is_empty(), "the template was migrated already");
     let again = txoutbox::migrate(&mut client).await?;

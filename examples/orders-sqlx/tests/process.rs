@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use txoutbox_test_support::{count, drop_schema, test_db};
+use txoutbox_test_support::{count, drop_schema, test_db, test_db_with_client};
 
 mod common;
 
@@ -13,8 +13,7 @@ use txoutbox_test_support::select::value;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_after_commit_then_retried_replays_the_one_order() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     let url = common::sqlx_url(db.info())?;
     let mut crashing =
         ServiceProcess::start(&[("DATABASE_URL", &url), ("CRASH_AT", "after_commit")]).await?;
@@ -41,8 +40,7 @@ async fn killed_after_commit_then_retried_replays_the_one_order() -> anyhow::Res
 
 #[tokio::test(flavor = "multi_thread")]
 async fn both_schemas_are_applied_at_start_on_an_empty_database() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let client = db.connect().await?;
+    let (db, client) = test_db_with_client().await?;
     drop_schema(&client).await?;
     let url = common::sqlx_url(db.info())?;
     // Two instances starting at once: each migration applied once, under its lock.

@@ -7,19 +7,13 @@ use std::net::SocketAddr;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use txoutbox_dashboard::DashboardConfig;
-use txoutbox_test_support::serve_on_loopback;
+use txoutbox_test_support::LoopbackServer;
 use txoutbox_test_support::{request_text, TestDb};
 
 /// The dashboard nested under `/outbox` of a server on a loopback port; stopped when dropped.
 pub struct Served {
     pub addr: SocketAddr,
-    server: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
+    _server: LoopbackServer,
 }
 
 /// An answer: its status and its body.
@@ -34,8 +28,11 @@ impl Served {
     pub async fn start(db: &TestDb, config: DashboardConfig) -> anyhow::Result<Self> {
         let app =
             axum::Router::new().nest("/outbox", txoutbox_dashboard::router(db.pool(4)?, config));
-        let (addr, server) = serve_on_loopback(app).await?;
-        Ok(Self { addr, server })
+        let server = LoopbackServer::start(app).await?;
+        Ok(Self {
+            addr: server.addr,
+            _server: server,
+        })
     }
 
     /// `method path` under `/outbox`, addressed to `host`, with `headers` and `body`.

@@ -10,7 +10,7 @@ use txoutbox::admin::MessageStatus;
 use txoutbox::sink::Delivery;
 use txoutbox_email::{Email, DESTINATION};
 use txoutbox_test_support::request::enqueue_committed;
-use txoutbox_test_support::{test_db, wait_for_key, TestDb};
+use txoutbox_test_support::{test_db_with_client, wait_for_key, TestDb};
 
 /// Long enough for a loaded CI machine, short enough to fail fast.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -36,8 +36,7 @@ pub fn delivery(key: &str) -> anyhow::Result<Delivery> {
 
 /// A test database holding one pending [`receipt`] with downstream key `key`, and a connection.
 pub async fn db_with_receipt(key: &str) -> anyhow::Result<(TestDb, Client)> {
-    let db = test_db().await?;
-    let mut client = db.connect().await?;
+    let (db, mut client) = test_db_with_client().await?;
     enqueue(&mut client, &receipt(), key).await?;
     Ok((db, client))
 }

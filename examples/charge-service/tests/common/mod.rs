@@ -7,32 +7,25 @@ use charge_service::{App, CrashPoint};
 use txoutbox_client::{IdempotentClient, RetryPolicy};
 use txoutbox_test_support::fake_stripe::FakeStripe;
 use txoutbox_test_support::smtp::SmtpServer;
-use txoutbox_test_support::{test_db, TestDb};
+use txoutbox_test_support::{test_db, LoopbackServer, TestDb};
 
 /// A server on 127.0.0.1:0 in this process (HTTP only; no relay).
 pub struct LocalServer {
     pub base: String,
     pub pool: deadpool_postgres::Pool,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for LocalServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _server: LoopbackServer,
 }
 
 pub async fn local_server(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<LocalServer> {
     charge_service::migrate(pg).await?;
     let pool = charge_service::pool(pg, 32)?;
     let app = App::new(pool.clone(), None::<CrashPoint>)?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let router = charge_service::router(app);
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    Ok(LocalServer { base, pool, task })
+    let server = LoopbackServer::start(charge_service::router(app)).await?;
+    Ok(LocalServer {
+        base: format!("http://{}", server.addr),
+        pool,
+        _server: server,
+    })
 }
 
 pub async fn db_and_server() -> anyhow::Result<(TestDb, LocalServer)> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use txoutbox_test_support::{test_db, ConnInfo, TestDb};
+use txoutbox_test_support::{test_db, ConnInfo, LoopbackServer, TestDb};
 
 /// `DATABASE_URL` for sqlx: a `postgres://` URL (sqlx reads no key=value string), a socket
 /// directory as its `host` parameter.
@@ -80,16 +80,11 @@ impl Orders {
 
 /// The service in this process, on a database of its own; the server stops when dropped.
 pub struct LocalService {
+    // Declared first, so dropped (stopped) before the database.
+    _server: LoopbackServer,
     pub orders: Orders,
     pub db: TestDb,
     pub client: tokio_postgres::Client,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for LocalService {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 impl LocalService {
@@ -99,20 +94,15 @@ impl LocalService {
         let pool = orders_sqlx::pool(&sqlx_url(db.info())?, 16)?;
         orders_sqlx::migrate(&pool).await?;
         let app = orders_sqlx::App::new(pool, false)?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}", listener.local_addr()?);
-        let router = orders_sqlx::router(app);
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        let server = LoopbackServer::start(orders_sqlx::router(app)).await?;
         Ok(Self {
             orders: Orders {
-                base,
+                base: format!("http://{}", server.addr),
                 http: http()?,
             },
             client: db.connect().await?,
             db,
-            task,
+            _server: server,
         })
     }
 }
