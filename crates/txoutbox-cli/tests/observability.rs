@@ -5,12 +5,15 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use txoutbox::{enqueue, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope};
+#[cfg(feature = "otel")]
+use txoutbox::enqueue;
+use txoutbox::{Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope};
 use txoutbox_test_support::process::OwnedChild;
 use txoutbox_test_support::process::{http_get, terminate, wait_for_get};
 use txoutbox_test_support::prometheus::sample;
 use txoutbox_test_support::request::empty_created;
 use txoutbox_test_support::request::enqueue_committed;
+#[cfg(feature = "otel")]
 use txoutbox_test_support::select::column_pairs;
 use txoutbox_test_support::webhook::WebhookReceiver;
 use txoutbox_test_support::{
