@@ -38,13 +38,21 @@ async fn next_hint(hints: &mut UnboundedReceiver<()>) -> TestResult {
         .ok_or_else(|| anyhow::anyhow!("the listener is gone"))
 }
 
+/// A waker over a business pool of one connection, and that connection, held: the pool cannot
+/// send a hint, only a connection of the waker's own can.
+async fn waker_beside_a_held_pool(
+    db: &TestDb,
+) -> anyhow::Result<(RelayWaker, deadpool_postgres::Object)> {
+    let pool = db.pool(1)?;
+    let held = pool.get().await?;
+    Ok((RelayWaker::spawn(pool), held))
+}
+
 #[tokio::test]
 async fn a_hint_goes_out_while_every_business_connection_is_held() -> TestResult {
     let db = test_db().await?;
     let (_listener, mut received) = hints(&db).await?;
-    let pool = db.pool(1)?;
-    let _held = pool.get().await?;
-    let waker = RelayWaker::spawn(pool.clone());
+    let (waker, _held) = waker_beside_a_held_pool(&db).await?;
     waker.wake();
     next_hint(&mut received).await
 }
@@ -53,10 +61,8 @@ async fn a_hint_goes_out_while_every_business_connection_is_held() -> TestResult
 async fn the_hint_connection_is_opened_again_after_the_server_drops_it() -> TestResult {
     let db = test_db().await?;
     let (listener, mut received) = hints(&db).await?;
-    let pool = db.pool(1)?;
     // The pool cannot stand in: only a new connection of the waker's own can send the hint.
-    let _held = pool.get().await?;
-    let waker = RelayWaker::spawn(pool.clone());
+    let (waker, _held) = waker_beside_a_held_pool(&db).await?;
     waker.wake();
     next_hint(&mut received).await?;
     let dropped: i64 = listener
