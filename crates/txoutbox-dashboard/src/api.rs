@@ -216,6 +216,17 @@ fn options(body: &ReplayBody, who: &Principal) -> ReplayOptions {
     }
 }
 
+/// Refuses a selection in the body of an action on the message its path names: an operator who
+/// sent `ids` or a `filter` meant other rows than the one the action would touch.
+fn path_names_the_message<I, F>(ids: &Option<I>, filter: &Option<F>) -> Result<(), Failure> {
+    if ids.is_some() || filter.is_some() {
+        return Err(Failure::BadRequest(
+            "the path names the message: give no ids or filter".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// `POST /api/messages/{id}/replay` with an optional body `{"new_key": true}`.
 pub(crate) async fn replay_one(
     Caller { app, who, .. }: Caller,
@@ -226,6 +237,7 @@ pub(crate) async fn replay_one(
         async {
             let id = parse_id(&id)?;
             let body: ReplayBody = body(&bytes)?;
+            path_names_the_message(&body.ids, &body.filter)?;
             app.replay(&ReplaySelection::Ids(vec![id]), &options(&body, &who))
                 .await
         }
@@ -263,11 +275,7 @@ pub(crate) async fn discard_one(
         async {
             let id = parse_id(&id)?;
             let body: DiscardBody = body(&bytes)?;
-            if body.ids.is_some() || body.filter.is_some() {
-                return Err(Failure::BadRequest(
-                    "the path names the message: give no ids or filter".into(),
-                ));
-            }
+            path_names_the_message(&body.ids, &body.filter)?;
             let options = discard_body_options(&body, &who)?;
             app.discard(&ReplaySelection::Ids(vec![id]), &options).await
         }

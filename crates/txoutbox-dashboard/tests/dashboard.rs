@@ -1343,6 +1343,37 @@ async fn a_discard_without_a_reason_is_a_400_and_changes_nothing() -> TestResult
     Ok(())
 }
 
+/// An action on the message a path names refuses `ids` or a `filter` in its body: they name
+/// other rows than the one it would touch. Nothing changes.
+#[tokio::test]
+async fn an_action_on_one_message_refuses_a_selection_in_its_body() -> TestResult {
+    let (db, mut client) = test_db_with_client().await?;
+    let rows = failed_rows(&mut client, 2, "s").await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+    let (id, other) = (rows[0], rows[1].to_string());
+    for (action, body) in [
+        ("replay", json!({"ids": [other]})),
+        ("replay", json!({"filter": {"destination": "stripe"}})),
+        ("discard", json!({"reason": "by hand", "ids": [other]})),
+        ("discard", json!({"reason": "by hand", "filter": {}})),
+    ] {
+        let path = format!("/api/messages/{id}/{action}");
+        let res = dash.post_json(&path, &body, ALICE).await?;
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{path} {body}");
+        let problem: Value = res.json().await?;
+        assert!(
+            problem["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("the path names the message")),
+            "{path} {body}: {problem}"
+        );
+    }
+    for row in rows {
+        assert_eq!(status_of(&client, row).await?, "failed");
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn discard_through_the_api_one_row_and_by_filter_with_a_dry_run() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
