@@ -4,14 +4,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
+use txoutbox::admin::MessageStatus;
 use txoutbox::relay::{
     Breaker, DestinationPolicy, FlowControl, RelayBuilder, RetryPolicy, Semantics,
 };
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 use txoutbox_test_support::factory::db_with_pending;
+use txoutbox_test_support::factory::message;
 use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::relay::{relay_config, RunningRelay};
-use txoutbox_test_support::{eventually, eventually_async, TestDb};
+use txoutbox_test_support::{eventually, eventually_async, status, TestDb};
 
 type TestResult = anyhow::Result<()>;
 
@@ -221,6 +223,39 @@ async fn the_flow_view_tells_a_throttle_from_an_open_breaker() -> TestResult {
             ("held", "paused", false),
             ("slow", "open", true)
         ]
+    );
+    Ok(())
+}
+
+/// A probe that draws a row this relay cannot decode (dead-lettered without a call: the row's
+/// fault) ends without a verdict too: the next probe goes at once, not when the undecodable
+/// probe's lease (a minute here) would have run out.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_probe_that_draws_an_undecodable_row_lets_the_next_probe_go_at_once() -> TestResult {
+    let (db, mut client, downstream, relay) =
+        open_breaker_with(|relay| relay.config(relay_config().with_lease(Duration::from_secs(60))))
+            .await?;
+    let nested = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    message(&db)
+        .destination("x")
+        .key("hostile")
+        .stored_payload(&nested)
+        .create()
+        .await?;
+    pending_many(&mut client, "x", "good", 1).await?;
+    let probed = downstream
+        .first_call("good-0", Duration::from_secs(30))
+        .await;
+    relay.stop().await?;
+    assert_eq!(
+        status(&client, "hostile").await?,
+        Some(MessageStatus::Failed),
+        "the undecodable row was dead-lettered"
+    );
+    assert!(
+        probed.is_some(),
+        "the healthy row waited for the undecodable probe's lease: {:?}",
+        downstream.calls()
     );
     Ok(())
 }

@@ -263,7 +263,8 @@ fn retry(
     out.error = Some(message);
 }
 
-/// A row handed back without a call: its lease was lost, or its start could not be recorded.
+/// A row handed back without a call: its lease was lost, or its start could not be recorded. No
+/// verdict on the downstream ([`Signal::Inconclusive`]: a probe handed back so is freed).
 fn unstarted(lease: Lease) -> Finished {
     Finished {
         finished: lease.now(),
@@ -273,7 +274,7 @@ fn unstarted(lease: Lease) -> Finished {
         receipt: None,
         delay: Duration::ZERO,
         completion: None,
-        signal: None,
+        signal: Some(Signal::Inconclusive),
     }
 }
 

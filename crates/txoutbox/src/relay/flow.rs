@@ -49,7 +49,8 @@ pub(super) enum Signal {
     /// A retryable failure, or a call that reached no verdict.
     Failed,
     /// A permanent failure: the row was refused (by the downstream or by its sink before any
-    /// call), which says nothing of the downstream's health. It neither counts nor closes; a
+    /// call), or it ended without a call (undecodable, handed back unstarted), which says
+    /// nothing of the downstream's health. It neither counts nor closes; a
     /// probe that ends so frees the probe, so the next one goes at the next claim instead of
     /// waiting out the probe's lease.
     Inconclusive,

@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::flow::Signal;
 use super::held::{Held, Stage};
 use super::{Finished, Inner, Lease, Outcome};
 
 /// Dead-letters a claimed row whose stored data this relay cannot decode, without calling its
 /// sink: its outcome goes to the completer like any other, fenced by its lease. No completion
-/// hook runs (there is no delivery to hand it) and the destination's breaker learns nothing (the
-/// row is at fault, not the downstream).
+/// hook runs (there is no delivery to hand it) and the destination's breaker learns nothing of
+/// the downstream (the row is at fault): [`Signal::Inconclusive`], which frees a half-open
+/// breaker's probe if this row was it.
 pub(super) async fn dead_letter_undecodable(
     held: &Held,
     done: &mpsc::Sender<Finished>,
@@ -32,7 +34,7 @@ pub(super) async fn dead_letter_undecodable(
         receipt: None,
         delay: Duration::ZERO,
         completion: None,
-        signal: None,
+        signal: Some(Signal::Inconclusive),
     };
     if done.send(finished).await.is_ok() {
         held.set(id, token, Stage::Finished);
