@@ -14,8 +14,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::error::Result;
+use crate::store;
 use crate::store::driver::WriteTx;
-use crate::store::{self, Pooled};
 
 /// The channel the relays LISTEN on for the write path's hint.
 pub const WAKE_CHANNEL: &str = wake_channel!();
@@ -110,9 +110,7 @@ impl HintLine {
             self.close();
         }
         let sent = match self.pool.get().await {
-            Ok(client) => store::wake::notify(&Pooled::unnamed(&client))
-                .await
-                .map_err(|e| e.to_string()),
+            Ok(client) => store::wake::hint(&client).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         if let Err(e) = sent {

@@ -16,8 +16,8 @@ pub(crate) async fn notify(conn: &impl TxExecutor) -> Result<()> {
     Ok(())
 }
 
-/// Sends the hint on the waker's own connection, outside any transaction, in one message
-/// (the simple protocol: no parse, bind and describe).
+/// Sends the hint on a connection outside any transaction (the waker's own, or one borrowed
+/// from the pool), in one message (the simple protocol: no parse, bind and describe).
 pub(crate) async fn hint(client: &tokio_postgres::Client) -> Result<()> {
     client.batch_execute(NOTIFY).await
 }
