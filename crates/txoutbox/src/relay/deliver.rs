@@ -210,8 +210,9 @@ fn classify(
 /// What an attempt whose call started tells the destination's shared row: a call that reached
 /// no verdict or failed retryably counts against the downstream for the breaker; a permanent
 /// failure (a bad row) does not, but it ends a half-open breaker's probe without a verdict, so
-/// the next probe need not wait for the lease of this one. A `Retry-After` delays its row (`retry`); it counts for the
-/// throttle, which pauses the destination only when most recent answers asked to wait.
+/// the next probe need not wait for the lease of this one. A `Retry-After` delays its row
+/// (`retry`); it counts for the throttle, which pauses the destination only when most recent
+/// answers asked to wait.
 fn signal(
     inner: &Inner,
     policy: &super::DestinationPolicy,

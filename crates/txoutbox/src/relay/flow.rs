@@ -49,10 +49,9 @@ pub(super) enum Signal {
     /// A retryable failure, or a call that reached no verdict.
     Failed,
     /// A permanent failure: the row was refused (by the downstream or by its sink before any
-    /// call), or it ended without a call (undecodable, handed back unstarted), which says
-    /// nothing of the downstream's health. It neither counts nor closes; a
-    /// probe that ends so frees the probe, so the next one goes at the next claim instead of
-    /// waiting out the probe's lease.
+    /// call), or it ended without a call (undecodable, handed back unstarted), which says nothing
+    /// of the downstream's health. It neither counts nor closes; a probe that ends so frees the
+    /// probe, so the next one goes at the next claim instead of waiting out the probe's lease.
     Inconclusive,
     /// This answer tipped the window: `throttled` of this relay's last `answers` were throttled,
     /// and the downstream asked to wait `wait` (the longest it asked, bounded by the retry cap).
