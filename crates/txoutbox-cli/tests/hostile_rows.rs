@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::Value;
 use txoutbox::admin::{AttemptOutcome, MessageStatus};
-use txoutbox_test_support::factory::message;
+use txoutbox_test_support::factory::{message, nested_too_deep};
 use txoutbox_test_support::process::terminate;
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
 use txoutbox_test_support::{
@@ -32,7 +32,7 @@ async fn wait_for_status(db: &TestDb, want: MessageStatus) -> anyhow::Result<()>
 #[tokio::test]
 async fn an_undecodable_row_is_shown_listed_replayed_and_discarded_with_the_cli() -> TestResult {
     let db = test_db().await?;
-    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let deep = nested_too_deep();
     let id = message(&db)
         .key("hostile")
         .stored_payload(&deep)

@@ -245,6 +245,21 @@ fn ids_in(rows: &Value) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // pages
 
+/// Asserts `res` is a 400 whose problem's `error` contains `says`; the problem, for more checks.
+async fn bad_request(res: reqwest::Response, says: &str) -> anyhow::Result<Value> {
+    assert_eq!(
+        res.status(),
+        StatusCode::BAD_REQUEST,
+        "expected a 400 saying {says:?}"
+    );
+    let problem: Value = res.json().await?;
+    assert!(
+        problem["error"].as_str().is_some_and(|e| e.contains(says)),
+        "{problem}"
+    );
+    Ok(problem)
+}
+
 #[tokio::test]
 async fn overview_counts_rows_by_destination_and_state() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
@@ -920,11 +935,7 @@ async fn api_messages_answers_the_documented_json_shape() -> TestResult {
     let res = dash
         .send(Method::GET, "/api/messages?status=dead", None)
         .await?;
-    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
-    let problem: Value = res.json().await?;
-    assert!(problem["error"]
-        .as_str()
-        .is_some_and(|e| e.contains("dead")));
+    bad_request(res, "dead").await?;
     Ok(())
 }
 
@@ -1331,14 +1342,7 @@ async fn a_discard_without_a_reason_is_a_400_and_changes_nothing() -> TestResult
             ALICE,
         )
         .await?;
-    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
-    let problem: Value = res.json().await?;
-    assert!(
-        problem["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("a discard needs a reason")),
-        "{problem}"
-    );
+    bad_request(res, "a discard needs a reason").await?;
     assert_eq!(status_of(&client, id).await?, "failed");
     Ok(())
 }
@@ -1359,14 +1363,7 @@ async fn an_action_on_one_message_refuses_a_selection_in_its_body() -> TestResul
     ] {
         let path = format!("/api/messages/{id}/{action}");
         let res = dash.post_json(&path, &body, ALICE).await?;
-        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{path} {body}");
-        let problem: Value = res.json().await?;
-        assert!(
-            problem["error"]
-                .as_str()
-                .is_some_and(|e| e.contains("the path names the message")),
-            "{path} {body}: {problem}"
-        );
+        bad_request(res, "the path names the message").await?;
     }
     for row in rows {
         assert_eq!(status_of(&client, row).await?, "failed");
@@ -1690,17 +1687,10 @@ async fn an_api_pause_of_a_destination_nothing_names_is_a_400_with_the_known_one
             ALICE,
         )
         .await?;
-    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
-    let problem: Value = res.json().await?;
+    let problem = bad_request(res, r#"destination "strpie""#).await?;
     assert_eq!(
         problem["known_destinations"],
         json!(["stripe", "email"]),
-        "{problem}"
-    );
-    assert!(
-        problem["error"]
-            .as_str()
-            .is_some_and(|e| e.contains(r#"destination "strpie""#)),
         "{problem}"
     );
     assert_eq!(pause_of(&client, "strpie").await?, None);
@@ -1759,14 +1749,7 @@ async fn a_pause_without_a_reason_is_a_400_and_pauses_nothing() -> TestResult {
         let res = dash
             .post_json("/api/destinations/stripe/pause", &body, ALICE)
             .await?;
-        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{body}");
-        let problem: Value = res.json().await?;
-        assert!(
-            problem["error"]
-                .as_str()
-                .is_some_and(|e| e.contains("a pause needs a reason")),
-            "{problem}"
-        );
+        bad_request(res, "a pause needs a reason").await?;
     }
     assert_eq!(pause_of(&client, "stripe").await?, None);
     assert!(destination_log(&client, "stripe").await?.is_empty());

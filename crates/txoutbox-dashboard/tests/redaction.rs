@@ -9,7 +9,7 @@ use support::Served;
 use tokio_postgres::Client;
 use txoutbox::admin::MessageStatus;
 use txoutbox_dashboard::DashboardConfig;
-use txoutbox_test_support::factory::message;
+use txoutbox_test_support::factory::{message, nested_too_deep};
 use txoutbox_test_support::select::value_with;
 use txoutbox_test_support::{test_db, test_db_with_client, test_db_with_sql};
 use uuid::Uuid;
@@ -160,7 +160,7 @@ async fn a_payload_serde_json_refuses_is_withheld_while_redacting() -> TestResul
 async fn a_payload_serde_json_refuses_is_shown_as_stored_and_marked_when_nothing_is_redacted(
 ) -> TestResult {
     let db = test_db().await?;
-    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let deep = nested_too_deep();
     let id = message(&db)
         .stored_payload(&deep)
         .stored_headers(r#"{"traceparent": 7}"#)

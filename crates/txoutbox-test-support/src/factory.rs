@@ -327,3 +327,9 @@ pub async fn db_with_pending(destination: &str, key: &str, n: usize) -> Result<(
     pending_many(&mut client, destination, key, n).await?;
     Ok((db, client))
 }
+
+/// A JSON array nested 200 deep: Postgres stores it, serde_json stops at 128 (a stored payload or
+/// header no relay, CLI or dashboard can decode).
+pub fn nested_too_deep() -> String {
+    format!("{}1{}", "[".repeat(200), "]".repeat(200))
+}

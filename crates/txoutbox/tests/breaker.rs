@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 use txoutbox::admin::MessageStatus;
 use txoutbox::relay::{
-    Breaker, DestinationPolicy, FlowControl, RelayBuilder, RetryPolicy, Semantics,
+    Breaker, DestinationPolicy, FlowControl, RelayConfig, RetryPolicy, Semantics,
 };
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 use txoutbox_test_support::factory::db_with_pending;
-use txoutbox_test_support::factory::message;
 use txoutbox_test_support::factory::pending_many;
+use txoutbox_test_support::factory::{message, nested_too_deep};
 use txoutbox_test_support::relay::{relay_config, RunningRelay};
 use txoutbox_test_support::{eventually, eventually_async, status, TestDb};
 
@@ -93,17 +93,25 @@ async fn wait_open(client: &tokio_postgres::Client) -> anyhow::Result<()> {
 
 /// Four failing rows of `x` and a relay whose calls to `x` open its breaker, once it is open.
 async fn open_breaker() -> anyhow::Result<(TestDb, Client, PartlyBroken, RunningRelay)> {
-    open_breaker_with(|relay| relay).await
+    open_breaker_with(relay_config()).await
 }
 
-/// [`open_breaker`] with the relay's builder adjusted by `configure`.
+/// [`open_breaker`] with a lease of a minute: longer than the tests wait for a probe (30 s), so
+/// a probe that waits out the lease of the one before it is seen never to go.
+async fn open_breaker_with_a_minute_lease(
+) -> anyhow::Result<(TestDb, Client, PartlyBroken, RunningRelay)> {
+    open_breaker_with(relay_config().with_lease(Duration::from_secs(60))).await
+}
+
+/// [`open_breaker`] with the relay's configuration `config`.
 async fn open_breaker_with(
-    configure: impl FnOnce(RelayBuilder) -> RelayBuilder,
+    config: RelayConfig,
 ) -> anyhow::Result<(TestDb, Client, PartlyBroken, RunningRelay)> {
     let (db, client) = db_with_pending("x", "bad", 4).await?;
     let downstream = PartlyBroken::default();
     let relay = RunningRelay::start(
-        configure(db.relay()?)
+        db.relay()?
+            .config(config)
             .sink("x", downstream.clone())
             .policy("x", one_second_breaker())
             .build()?,
@@ -173,9 +181,7 @@ async fn a_locked_row_never_tried_does_not_stop_the_probe() -> TestResult {
 /// breaker.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_probe_that_draws_a_refused_row_lets_the_next_probe_go_at_once() -> TestResult {
-    let (_db, mut client, downstream, relay) =
-        open_breaker_with(|relay| relay.config(relay_config().with_lease(Duration::from_secs(60))))
-            .await?;
+    let (_db, mut client, downstream, relay) = open_breaker_with_a_minute_lease().await?;
     pending_many(&mut client, "x", "poison", 1).await?;
     pending_many(&mut client, "x", "good", 1).await?;
     let refused = downstream
@@ -232,14 +238,11 @@ async fn the_flow_view_tells_a_throttle_from_an_open_breaker() -> TestResult {
 /// probe's lease (a minute here) would have run out.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_probe_that_draws_an_undecodable_row_lets_the_next_probe_go_at_once() -> TestResult {
-    let (db, mut client, downstream, relay) =
-        open_breaker_with(|relay| relay.config(relay_config().with_lease(Duration::from_secs(60))))
-            .await?;
-    let nested = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let (db, mut client, downstream, relay) = open_breaker_with_a_minute_lease().await?;
     message(&db)
         .destination("x")
         .key("hostile")
-        .stored_payload(&nested)
+        .stored_payload(&nested_too_deep())
         .create()
         .await?;
     pending_many(&mut client, "x", "good", 1).await?;

@@ -8,18 +8,13 @@ use txoutbox::{begin, Begin, Error, Scope, StoredResponse};
 use txoutbox_test_support::request::{charge_fingerprint, key};
 
 use txoutbox::admin::MessageStatus;
-use txoutbox_test_support::factory::message;
+use txoutbox_test_support::factory::{message, nested_too_deep};
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
 use txoutbox_test_support::{
     eventually_async, outcomes, status, test_db, test_db_with_client, wait_until, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
-
-/// A JSON array nested 200 deep: Postgres stores it, serde_json stops at 128.
-fn nested(depth: usize) -> String {
-    format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
-}
 
 /// What became of the hostile row among 30 ordinary ones after a relay ran.
 struct Outcome {
@@ -110,7 +105,7 @@ fn assert_failed_alone(outcome: &Outcome, cause: &str) {
 async fn a_payload_nested_too_deep_fails_its_own_row_and_its_batch_is_delivered() -> TestResult {
     let db = test_db().await?;
     let outcome =
-        one_hostile_row_among_thirty(&db, message(&db).stored_payload(&nested(200))).await?;
+        one_hostile_row_among_thirty(&db, message(&db).stored_payload(&nested_too_deep())).await?;
     assert_failed_alone(
         &outcome,
         "the stored payload is not valid for this relay: recursion limit exceeded",
@@ -133,7 +128,7 @@ async fn a_payload_number_beyond_f64_fails_its_own_row_and_its_batch_is_delivere
 #[tokio::test]
 async fn headers_nested_too_deep_fail_their_own_row_and_its_batch_is_delivered() -> TestResult {
     let db = test_db().await?;
-    let headers = format!(r#"{{"traceparent": {}}}"#, nested(200));
+    let headers = format!(r#"{{"traceparent": {}}}"#, nested_too_deep());
     let outcome = one_hostile_row_among_thirty(&db, message(&db).stored_headers(&headers)).await?;
     assert_failed_alone(
         &outcome,
@@ -169,7 +164,7 @@ async fn a_stored_response_that_cannot_be_decoded_fails_its_own_key_only() -> Te
     let (_db, mut client) = test_db_with_client().await?;
     let scope = Scope::new("charges")?;
     let hostile = [
-        ("k-hostile-deep-0000", nested(200)),
+        ("k-hostile-deep-0000", nested_too_deep()),
         ("k-hostile-number-00", r#"[["n", 1e400]]"#.to_owned()),
         (
             "k-hostile-shape-000",
@@ -221,7 +216,7 @@ async fn a_stored_response_that_cannot_be_decoded_fails_its_own_key_only() -> Te
 async fn a_column_the_driver_cannot_decode_is_undecodable_not_an_outage() -> TestResult {
     let (_db, client) = test_db_with_client().await?;
     let row = client
-        .query_one(&format!("SELECT '{}'::jsonb", nested(200)), &[])
+        .query_one(&format!("SELECT '{}'::jsonb", nested_too_deep()), &[])
         .await?;
     let decode_error = row
         .try_get::<_, serde_json::Value>(0)
@@ -262,7 +257,7 @@ async fn an_undecodable_row_of_a_hooked_destination_fails_without_calling_the_ho
     let (db, client) = test_db_with_client().await?;
     message(&db)
         .key("hostile")
-        .stored_payload(&nested(200))
+        .stored_payload(&nested_too_deep())
         .create()
         .await?;
     message(&db).key("ordinary").create_many(5).await?;
