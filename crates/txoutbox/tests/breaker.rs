@@ -19,8 +19,8 @@ type TestResult = anyhow::Result<()>;
 
 /// A downstream that fails every call of a row whose key starts with `bad` (a 503 without
 /// `Retry-After`: retryable, counted by the breaker), refuses every row whose key starts with
-/// `poison` (a 422: permanent, the row's own fault) and takes every other; it records when each
-/// call started.
+/// `poison` (a 422: permanent, the row's own fault), never answers a row whose key starts with
+/// `hang`, and takes every other; it records when each call started.
 #[derive(Clone, Default)]
 struct PartlyBroken {
     calls: Arc<Mutex<Vec<(String, Instant)>>>,
@@ -49,6 +49,9 @@ impl Sink for PartlyBroken {
     async fn deliver(&self, delivery: &Delivery) -> Result<Receipt, DeliveryError> {
         if let Ok(mut calls) = self.calls.lock() {
             calls.push((delivery.downstream_key.clone(), Instant::now()));
+        }
+        if delivery.downstream_key.starts_with("hang") {
+            std::future::pending::<()>().await;
         }
         if delivery.downstream_key.starts_with("bad") {
             Err(DeliveryError::retryable("503 Service Unavailable"))
@@ -258,6 +261,51 @@ async fn a_probe_that_draws_an_undecodable_row_lets_the_next_probe_go_at_once() 
     assert!(
         probed.is_some(),
         "the healthy row waited for the undecodable probe's lease: {:?}",
+        downstream.calls()
+    );
+    Ok(())
+}
+
+/// A probe whose call the relay's shutdown cuts short (given back, the downstream's answer
+/// never heard) ends without a verdict: the next relay probes at once, not when the given-back
+/// probe's lease (a minute here) would have run out.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_probe_given_back_at_shutdown_lets_the_next_relay_probe_at_once() -> TestResult {
+    let (db, mut client, downstream, relay) = open_breaker_with(
+        relay_config()
+            .with_lease(Duration::from_secs(60))
+            .with_shutdown_grace(Duration::from_millis(200)),
+    )
+    .await?;
+    pending_many(&mut client, "x", "hang", 1).await?;
+    let hung = downstream
+        .first_call("hang-0", Duration::from_secs(30))
+        .await;
+    let report = relay.stop().await?;
+    assert!(hung.is_some(), "the row that hangs was the probe");
+    assert_eq!(
+        report.released, 1,
+        "the hung probe was given back at shutdown"
+    );
+    pending_many(&mut client, "x", "good", 1).await?;
+    let next = RunningRelay::start(
+        db.relay()?
+            .config(
+                relay_config()
+                    .with_lease(Duration::from_secs(60))
+                    .with_shutdown_grace(Duration::from_millis(200)),
+            )
+            .sink("x", downstream.clone())
+            .policy("x", one_second_breaker())
+            .build()?,
+    );
+    let probed = downstream
+        .first_call("good-0", Duration::from_secs(30))
+        .await;
+    next.stop().await?;
+    assert!(
+        probed.is_some(),
+        "the next relay waited for the given-back probe's lease: {:?}",
         downstream.calls()
     );
     Ok(())

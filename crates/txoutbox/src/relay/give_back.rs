@@ -41,7 +41,8 @@ pub(super) async fn dead_letter_undecodable(
     }
 }
 
-/// An outcome for a row whose attempt was cut short (or never began) at shutdown.
+/// An outcome for a row whose attempt was cut short (or never began) at shutdown, without a
+/// verdict on the downstream ([`Signal::Inconclusive`]).
 pub(super) fn given_back(inner: &Inner, lease: Lease, outcome: Outcome) -> Finished {
     let (outcome, error) = match outcome {
         Outcome::Released if inner.at_most_once(&lease.delivery.destination) => (
@@ -62,7 +63,9 @@ pub(super) fn given_back(inner: &Inner, lease: Lease, outcome: Outcome) -> Finis
         receipt: None,
         delay: Duration::ZERO,
         completion: None,
-        signal: None,
+        // A cut-short or unstarted attempt says nothing of the downstream; if it was a half-open
+        // breaker's probe, the next probe goes at once instead of when this lease ends.
+        signal: Some(Signal::Inconclusive),
     }
 }
 
