@@ -99,6 +99,13 @@ async fn charge(client: &mut Client, k: &IdempotencyKey, amount: i64) -> anyhow:
     })
 }
 
+/// Whatever the requests were, one charge row was written, with its two effects.
+async fn one_charge_and_its_two_effects(client: &Client) -> anyhow::Result<()> {
+    assert_eq!(count(client, "charges").await?, 1);
+    assert_eq!(count(client, "txoutbox_messages").await?, 2);
+    Ok(())
+}
+
 #[tokio::test]
 async fn fifty_concurrent_requests_with_one_key_make_one_row_and_one_set_of_effects() -> TestResult
 {
@@ -134,8 +141,7 @@ async fn fifty_concurrent_requests_with_one_key_make_one_row_and_one_set_of_effe
             "{answer:?}"
         );
     }
-    assert_eq!(count(&client, "charges").await?, 1);
-    assert_eq!(count(&client, "txoutbox_messages").await?, 2);
+    one_charge_and_its_two_effects(&client).await?;
     assert_eq!(
         count(&client, "txoutbox_idempotency_keys").await?,
         0,
@@ -152,8 +158,7 @@ async fn a_retry_is_answered_from_the_first_requests_row_and_enqueues_nothing() 
         panic!("the first request is new");
     };
     assert_eq!(charge(&mut client, &k, 100).await?, Answer::Replayed(id));
-    assert_eq!(count(&client, "charges").await?, 1);
-    assert_eq!(count(&client, "txoutbox_messages").await?, 2);
+    one_charge_and_its_two_effects(&client).await?;
     Ok(())
 }
 
