@@ -380,7 +380,14 @@ async fn deliver_to(url: &str, timeout: Duration) -> anyhow::Result<txoutbox::si
     }
 }
 
-fn assert_clean_text(message: &str) {
+/// The text of `e`, which must be retryable, checked clean: no NUL, no control character, 2 KiB
+/// at the most.
+fn retryable_clean_text(e: &txoutbox::sink::DeliveryError) -> String {
+    assert!(
+        matches!(e, txoutbox::sink::DeliveryError::Retryable { .. }),
+        "{e:?}"
+    );
+    let message = e.to_string();
     assert!(!message.contains('\0'), "a NUL byte: {message:?}");
     assert!(
         !message.chars().any(char::is_control),
@@ -391,6 +398,7 @@ fn assert_clean_text(message: &str) {
         "{} bytes of error text",
         message.len()
     );
+    message
 }
 
 #[tokio::test]
@@ -400,12 +408,7 @@ async fn an_error_body_with_nul_bytes_and_invalid_utf8_becomes_clean_bounded_tex
     let server = RawHttpServer::start(Behaviour::Answer(response(500, &[], &body))).await?;
 
     let e = deliver_to(&server.url("/hooks"), Duration::from_secs(5)).await?;
-    assert!(
-        matches!(e, txoutbox::sink::DeliveryError::Retryable { .. }),
-        "{e:?}"
-    );
-    let message = e.to_string();
-    assert_clean_text(&message);
+    let message = retryable_clean_text(&e);
     assert!(message.contains("500"), "{message}");
     assert!(message.contains("upstream"), "{message}");
     assert!(
@@ -429,12 +432,7 @@ async fn an_endless_error_body_is_not_read_to_its_end() -> TestResult {
         "read for {:?}",
         started.elapsed()
     );
-    assert!(
-        matches!(e, txoutbox::sink::DeliveryError::Retryable { .. }),
-        "{e:?}"
-    );
-    let message = e.to_string();
-    assert_clean_text(&message);
+    let message = retryable_clean_text(&e);
     assert!(message.ends_with("(10485760 bytes)"), "{message}");
     Ok(())
 }
