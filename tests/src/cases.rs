@@ -139,21 +139,14 @@ pub async fn an_unreachable_postgres_is_unavailable_not_new<D: Driver>() -> Resu
 /// request answered with the stored answer (or 409 while it waited).
 pub async fn fifty_concurrent_requests_with_one_key_do_the_work_once<D: Driver>() -> Result<()> {
     let (db, client, _conn) = setup::<D>().await?;
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(50));
-    let mut tasks = Vec::new();
-    for _ in 0..50 {
-        let mut conn = D::connect(db.info()).await?;
-        let barrier = barrier.clone();
-        let request = Request::new(charges()?, "k-fifty", 1)?;
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            D::request(&mut conn, request).await
-        }));
-    }
+    let answers = fifty_at_once::<D, _, _, _>(&db, |mut conn| async move {
+        D::request(&mut conn, Request::new(charges()?, "k-fifty", 1)?).await
+    })
+    .await?;
     let stored = Request::new(charges()?, "k-fifty", 1)?.response();
     let mut new = 0;
-    for task in tasks {
-        match task.await?? {
+    for answer in answers {
+        match answer {
             Outcome::New(_) => new += 1,
             Outcome::Replay(replayed) => assert_eq!(replayed, stored),
             Outcome::InFlight => {}
@@ -274,22 +267,59 @@ pub async fn business_key_replays_the_first_row_and_refuses_another_request<D: D
     Ok(())
 }
 
+/// Fifty runs of `work`, each on a connection of its own, let go at once: their answers, in
+/// the order they were started.
+async fn fifty_at_once<D, T, F, Fut>(db: &TestDb, work: F) -> Result<Vec<T>>
+where
+    D: Driver,
+    F: Fn(D::Conn) -> Fut,
+    Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(50));
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let (barrier, work) = (barrier.clone(), work(D::connect(db.info()).await?));
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            work.await
+        }));
+    }
+    let mut answers = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        answers.push(task.await??);
+    }
+    Ok(answers)
+}
+
 fn shipping() -> Result<Consumer> {
     Ok(Consumer::new("shipping")?)
+}
+
+/// Delivers message `id` to `consumer`, which must find it new: the effects its handler wrote.
+async fn new_delivery<D: Driver>(
+    conn: &mut D::Conn,
+    consumer: &Consumer,
+    id: &str,
+) -> Result<txoutbox::Enqueued> {
+    match D::deliver(conn, consumer, id).await? {
+        Delivery::New(enqueued) => Ok(enqueued),
+        other => anyhow::bail!("the new message {id} was answered {other:?}"),
+    }
+}
+
+/// One order, its onward effect and its inbox record: the handler ran once, whatever came.
+async fn handled_once(client: &Client) -> Result<()> {
+    assert_eq!(counts(client, &[ORDERS, MESSAGES, INBOX]).await?, [1, 1, 1]);
+    Ok(())
 }
 
 /// A new message: the handler runs once, its record and its onward effect commit with its row.
 pub async fn a_new_message_runs_the_handler_and_is_recorded<D: Driver>() -> Result<()> {
     let (_db, client, mut conn) = setup::<D>().await?;
-    let delivery = D::deliver(&mut conn, &shipping()?, "msg_new").await?;
-    let Delivery::New(enqueued) = delivery else {
-        anyhow::bail!("a new message was answered {delivery:?}");
-    };
+    let enqueued = new_delivery::<D>(&mut conn, &shipping()?, "msg_new").await?;
     assert_eq!(enqueued.written().len(), 1);
-    assert_eq!(
-        counts(&client, &[ORDERS, MESSAGES, INBOX]).await?,
-        [1, 1, 1]
-    );
+    handled_once(&client).await?;
     Ok(())
 }
 
@@ -297,18 +327,13 @@ pub async fn a_new_message_runs_the_handler_and_is_recorded<D: Driver>() -> Resu
 /// consumer has its own id space and applies it once too.
 pub async fn a_redelivered_message_is_a_duplicate<D: Driver>() -> Result<()> {
     let (_db, client, mut conn) = setup::<D>().await?;
-    let first = D::deliver(&mut conn, &shipping()?, "msg_dup").await?;
-    assert!(matches!(first, Delivery::New(_)), "{first:?}");
+    new_delivery::<D>(&mut conn, &shipping()?, "msg_dup").await?;
     for _ in 0..3 {
         let again = D::deliver(&mut conn, &shipping()?, "msg_dup").await?;
         assert!(matches!(again, Delivery::Duplicate), "{again:?}");
     }
-    assert_eq!(
-        counts(&client, &[ORDERS, MESSAGES, INBOX]).await?,
-        [1, 1, 1]
-    );
-    let billing = D::deliver(&mut conn, &Consumer::new("billing")?, "msg_dup").await?;
-    assert!(matches!(billing, Delivery::New(_)), "{billing:?}");
+    handled_once(&client).await?;
+    new_delivery::<D>(&mut conn, &Consumer::new("billing")?, "msg_dup").await?;
     assert_eq!(counts(&client, &[ORDERS, INBOX]).await?, [2, 2]);
     Ok(())
 }
@@ -317,20 +342,13 @@ pub async fn a_redelivered_message_is_a_duplicate<D: Driver>() -> Result<()> {
 /// delivery is a duplicate, or a conflict (409) after the lock timeout, never a second effect.
 pub async fn fifty_concurrent_deliveries_of_one_message_make_one_effect<D: Driver>() -> Result<()> {
     let (db, client, _conn) = setup::<D>().await?;
-    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(50));
-    let mut tasks = Vec::new();
-    for _ in 0..50 {
-        let mut conn = D::connect(db.info()).await?;
-        let barrier = barrier.clone();
-        let consumer = shipping()?;
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            D::deliver(&mut conn, &consumer, "msg_fifty").await
-        }));
-    }
+    let answers = fifty_at_once::<D, _, _, _>(&db, |mut conn| async move {
+        D::deliver(&mut conn, &shipping()?, "msg_fifty").await
+    })
+    .await?;
     let mut new = 0;
-    for task in tasks {
-        match task.await?? {
+    for answer in answers {
+        match answer {
             Delivery::New(_) => new += 1,
             Delivery::Duplicate => {}
             Delivery::Failed(Error::Conflict { .. }) => {}
@@ -338,10 +356,7 @@ pub async fn fifty_concurrent_deliveries_of_one_message_make_one_effect<D: Drive
         }
     }
     assert_eq!(new, 1);
-    assert_eq!(
-        counts(&client, &[ORDERS, MESSAGES, INBOX]).await?,
-        [1, 1, 1]
-    );
+    handled_once(&client).await?;
     Ok(())
 }
 
@@ -349,8 +364,7 @@ pub async fn fifty_concurrent_deliveries_of_one_message_make_one_effect<D: Drive
 /// documented rule, the same on every driver.
 pub async fn an_onward_effect_gets_the_key_derived_from_the_message<D: Driver>() -> Result<()> {
     let (_db, client, mut conn) = setup::<D>().await?;
-    let delivery = D::deliver(&mut conn, &shipping()?, "msg_key").await?;
-    assert!(matches!(delivery, Delivery::New(_)), "{delivery:?}");
+    new_delivery::<D>(&mut conn, &shipping()?, "msg_key").await?;
     let row = client
         .query_one("SELECT downstream_key FROM txoutbox_messages", &[])
         .await?;

@@ -5,7 +5,7 @@ use anyhow::Result;
 use sqlx::{Connection, Row};
 use tokio_postgres::types::Type;
 use txoutbox::idempotency::{BusinessKey, RowBegin};
-use txoutbox::{Begin, Error, IdempotencyKey, OutboxMessage, Scope};
+use txoutbox::{Begin, Claim, Error, IdempotencyKey, OutboxMessage, Scope};
 use txoutbox_test_support::ConnInfo;
 
 use txoutbox::inbox::{self, Consumer, Receive};
@@ -36,6 +36,17 @@ fn receipt() -> Result<OutboxMessage> {
     )?)
 }
 
+/// The claim of a key `begin` found new, or what the request answers without doing the work.
+fn new_claim(begun: txoutbox::Result<Begin>) -> std::result::Result<Claim, Outcome> {
+    match begun {
+        Ok(Begin::New(claim)) => Ok(claim),
+        Ok(Begin::Replay(stored)) => Err(Outcome::Replay(stored)),
+        Ok(Begin::Mismatch) => Err(Outcome::Mismatch),
+        Ok(Begin::InFlight) => Err(Outcome::InFlight),
+        Err(e) => Err(Outcome::Failed(e)),
+    }
+}
+
 /// Runs a request on a tokio-postgres-shaped transaction (`tokio_postgres::Transaction` or
 /// deadpool's): the two differ only in their types.
 macro_rules! tokio_request {
@@ -45,12 +56,9 @@ macro_rules! tokio_request {
         }
         let begun =
             txoutbox::begin(&$tx, &$request.scope, &$request.key, &$request.fingerprint).await;
-        let mut claim = match begun {
-            Ok(Begin::New(claim)) => claim,
-            Ok(Begin::Replay(stored)) => return Ok(Outcome::Replay(stored)),
-            Ok(Begin::Mismatch) => return Ok(Outcome::Mismatch),
-            Ok(Begin::InFlight) => return Ok(Outcome::InFlight),
-            Err(e) => return Ok(Outcome::Failed(e)),
+        let mut claim = match new_claim(begun) {
+            Ok(claim) => claim,
+            Err(outcome) => return Ok(outcome),
         };
         $tx.execute(INSERT_ORDER, &[&$request.note]).await?;
         let response = $request.response();
@@ -154,6 +162,43 @@ macro_rules! tokio_deliver {
     }};
 }
 
+/// A tokio-postgres-shaped driver's requests, each in a transaction of the client that
+/// `$client` reaches from the connection `$conn`.
+macro_rules! tokio_driver_requests {
+    ($conn:ident => $client:expr) => {
+        async fn request($conn: &mut Self::Conn, mut request: Request) -> Result<Outcome> {
+            let tx = $client.transaction().await?;
+            tokio_request!(tx, request)
+        }
+
+        async fn commit_in_savepoint(
+            $conn: &mut Self::Conn,
+            mut request: Request,
+        ) -> Result<Error> {
+            let mut outer = $client.transaction().await?;
+            tokio_commit_in_savepoint!(outer, request)
+        }
+
+        async fn business_request(
+            $conn: &mut Self::Conn,
+            key: &IdempotencyKey,
+            amount: i64,
+        ) -> Result<RowOutcome> {
+            let tx = $client.transaction().await?;
+            tokio_business!(tx, key, amount)
+        }
+
+        async fn deliver(
+            $conn: &mut Self::Conn,
+            consumer: &Consumer,
+            message_id: &str,
+        ) -> Result<Delivery> {
+            let tx = $client.transaction().await?;
+            tokio_deliver!(tx, consumer, message_id)
+        }
+    };
+}
+
 /// tokio-postgres: `&tokio_postgres::Transaction` (unnamed statements, pipelined).
 pub struct TokioPostgres;
 
@@ -164,32 +209,7 @@ impl Driver for TokioPostgres {
         db.connect().await
     }
 
-    async fn request(conn: &mut Self::Conn, mut request: Request) -> Result<Outcome> {
-        let tx = conn.transaction().await?;
-        tokio_request!(tx, request)
-    }
-
-    async fn commit_in_savepoint(conn: &mut Self::Conn, mut request: Request) -> Result<Error> {
-        let mut outer = conn.transaction().await?;
-        tokio_commit_in_savepoint!(outer, request)
-    }
-
-    async fn business_request(
-        conn: &mut Self::Conn,
-        key: &IdempotencyKey,
-        amount: i64,
-    ) -> Result<RowOutcome> {
-        let tx = conn.transaction().await?;
-        tokio_business!(tx, key, amount)
-    }
-    async fn deliver(
-        conn: &mut Self::Conn,
-        consumer: &Consumer,
-        message_id: &str,
-    ) -> Result<Delivery> {
-        let tx = conn.transaction().await?;
-        tokio_deliver!(tx, consumer, message_id)
-    }
+    tokio_driver_requests!(conn => conn);
 }
 
 /// deadpool: `&deadpool_postgres::Transaction` (prepared statements from the connection's
@@ -205,32 +225,7 @@ impl Driver for Deadpool {
         Ok((pool, object))
     }
 
-    async fn request(conn: &mut Self::Conn, mut request: Request) -> Result<Outcome> {
-        let tx = conn.1.transaction().await?;
-        tokio_request!(tx, request)
-    }
-
-    async fn commit_in_savepoint(conn: &mut Self::Conn, mut request: Request) -> Result<Error> {
-        let mut outer = conn.1.transaction().await?;
-        tokio_commit_in_savepoint!(outer, request)
-    }
-
-    async fn business_request(
-        conn: &mut Self::Conn,
-        key: &IdempotencyKey,
-        amount: i64,
-    ) -> Result<RowOutcome> {
-        let tx = conn.1.transaction().await?;
-        tokio_business!(tx, key, amount)
-    }
-    async fn deliver(
-        conn: &mut Self::Conn,
-        consumer: &Consumer,
-        message_id: &str,
-    ) -> Result<Delivery> {
-        let tx = conn.1.transaction().await?;
-        tokio_deliver!(tx, consumer, message_id)
-    }
+    tokio_driver_requests!(conn => conn.1);
 }
 
 /// sqlx: `&mut sqlx::Transaction<'_, Postgres>` (prepared statements, one at a time).
@@ -262,12 +257,9 @@ impl Driver for Sqlx {
         }
         let begun =
             txoutbox::begin(&mut tx, &request.scope, &request.key, &request.fingerprint).await;
-        let mut claim = match begun {
-            Ok(Begin::New(claim)) => claim,
-            Ok(Begin::Replay(stored)) => return Ok(Outcome::Replay(stored)),
-            Ok(Begin::Mismatch) => return Ok(Outcome::Mismatch),
-            Ok(Begin::InFlight) => return Ok(Outcome::InFlight),
-            Err(e) => return Ok(Outcome::Failed(e)),
+        let mut claim = match new_claim(begun) {
+            Ok(claim) => claim,
+            Err(outcome) => return Ok(outcome),
         };
         sqlx::query(INSERT_ORDER)
             .bind(&request.note)

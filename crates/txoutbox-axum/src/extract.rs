@@ -204,7 +204,7 @@ impl Answer {
     async fn read(response: impl IntoResponse) -> Result<Self, Problem> {
         let (parts, body) = response.into_response().into_parts();
         let body = axum::body::to_bytes(body, usize::MAX).await.map_err(|e| {
-            tracing::error!(error = %crate::problem::chain(&e), "the handler's response body could not be read");
+            tracing::error!(error = %txoutbox::sink::error_chain(&e), "the handler's response body could not be read");
             Problem::blank(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the response could not be produced and the request was rolled back; it is \

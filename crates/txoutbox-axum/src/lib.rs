@@ -86,6 +86,23 @@
 //! their own); `prometheus` (feature `prometheus`) a recorder sized for txoutbox's histograms and
 //! the `GET /metrics` route.
 
+/// A rejection answers as its `problem()`, and a handler's `?` turns it into that [`Problem`].
+macro_rules! answers_as_problem {
+    ($($rejection:ty),+ $(,)?) => {$(
+        impl axum::response::IntoResponse for $rejection {
+            fn into_response(self) -> axum::response::Response {
+                axum::response::IntoResponse::into_response(self.problem())
+            }
+        }
+
+        impl From<$rejection> for crate::Problem {
+            fn from(rejection: $rejection) -> Self {
+                rejection.problem()
+            }
+        }
+    )+};
+}
+
 mod extract;
 pub mod health;
 mod problem;

@@ -4,6 +4,7 @@ use std::sync::OnceLock;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use txoutbox::sink::error_chain;
 
 /// The media type of a problem document.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -319,10 +320,22 @@ impl IntoResponse for Problem {
 
 /// A server-side failure's text is for the log, never for the client: a 503 says the store is
 /// unavailable and when to retry, any other 5xx that the request was rolled back.
+/// A body the extractor could not read: 413 over the size limit, else an invalid body answered
+/// with axum's own status.
+pub(crate) fn unreadable_body(rejection: &axum::extract::rejection::BytesRejection) -> Problem {
+    let status = rejection.status();
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        return Problem::body_too_large(rejection.body_text());
+    }
+    let mut problem = Problem::invalid_body(rejection.body_text());
+    problem.status = status;
+    problem
+}
+
 impl From<txoutbox::Error> for Problem {
     fn from(err: txoutbox::Error) -> Self {
         if err.is_unavailable() {
-            tracing::error!(error = %chain(&err), "the store is unavailable; answered 503");
+            tracing::error!(error = %error_chain(&err), "the store is unavailable; answered 503");
             return Problem::unavailable();
         }
         match &err {
@@ -336,7 +349,7 @@ impl From<txoutbox::Error> for Problem {
         let status =
             StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {
-            tracing::error!(error = %chain(&err), "request failed");
+            tracing::error!(error = %error_chain(&err), "request failed");
             return Problem::blank(
                 status,
                 "the request failed and was rolled back; it is safe to retry with the same key",
@@ -344,18 +357,6 @@ impl From<txoutbox::Error> for Problem {
         }
         Problem::blank(status, err.to_string())
     }
-}
-
-/// `err: its cause: the cause's cause`, for the log.
-pub(crate) fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 impl From<&txoutbox::idempotency::KeyError> for Problem {

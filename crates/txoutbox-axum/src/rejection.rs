@@ -3,7 +3,6 @@
 
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use txoutbox::idempotency::KeyError;
 
 use crate::Problem;
@@ -42,15 +41,7 @@ impl IdempotencyRejection {
             Self::MultipleKeys => Problem::multiple_keys(),
             Self::NotVisibleAscii => Problem::malformed_key("the key must be visible ASCII"),
             Self::InvalidKey(e) => Problem::from(e),
-            Self::Body(rejection) => {
-                let status = rejection.status();
-                if status == StatusCode::PAYLOAD_TOO_LARGE {
-                    return Problem::body_too_large(rejection.body_text());
-                }
-                let mut problem = Problem::invalid_body(rejection.body_text());
-                problem.status = status;
-                problem
-            }
+            Self::Body(rejection) => crate::problem::unreadable_body(rejection),
         }
     }
 }
@@ -83,14 +74,4 @@ impl std::error::Error for IdempotencyRejection {
     }
 }
 
-impl IntoResponse for IdempotencyRejection {
-    fn into_response(self) -> Response {
-        self.problem().into_response()
-    }
-}
-
-impl From<IdempotencyRejection> for Problem {
-    fn from(rejection: IdempotencyRejection) -> Self {
-        rejection.problem()
-    }
-}
+answers_as_problem!(IdempotencyRejection);

@@ -147,15 +147,7 @@ impl WebhookRejection {
     pub fn problem(&self) -> Problem {
         match self {
             Self::BadHeaders(detail) => Problem::webhook_headers(detail.clone()),
-            Self::Body(rejection) => {
-                let status = rejection.status();
-                if status == StatusCode::PAYLOAD_TOO_LARGE {
-                    return Problem::body_too_large(rejection.body_text());
-                }
-                let mut problem = Problem::invalid_body(rejection.body_text());
-                problem.status = status;
-                problem
-            }
+            Self::Body(rejection) => crate::problem::unreadable_body(rejection),
             Self::Unauthorized(e @ VerifyError::InvalidSignature) => {
                 Problem::webhook_signature(e.to_string())
             }
@@ -172,17 +164,7 @@ impl std::fmt::Display for WebhookRejection {
 
 impl std::error::Error for WebhookRejection {}
 
-impl IntoResponse for WebhookRejection {
-    fn into_response(self) -> Response {
-        self.problem().into_response()
-    }
-}
-
-impl From<WebhookRejection> for Problem {
-    fn from(rejection: WebhookRejection) -> Self {
-        rejection.problem()
-    }
-}
+answers_as_problem!(WebhookRejection);
 
 /// The three `webhook-*` headers, as text.
 fn webhook_headers(headers: &HeaderMap) -> Result<[String; 3], WebhookRejection> {

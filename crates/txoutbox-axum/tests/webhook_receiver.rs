@@ -112,6 +112,11 @@ fn secret(whsec: &str) -> WebhookSecret {
     WebhookSecret::parse(whsec).expect("valid secret")
 }
 
+/// The service receiving webhooks signed with the old secret, and that secret to sign with.
+async fn receiving_signed_with_the_old_secret() -> anyhow::Result<(Service, WebhookSecret)> {
+    Ok((start(receiver(&[OLD_SECRET])).await?, secret(OLD_SECRET)))
+}
+
 fn event(charge: &str) -> String {
     json!({"type": "charge.succeeded", "data": {"charge_id": charge, "email": "a@example.com"}})
         .to_string()
@@ -133,8 +138,7 @@ async fn written(service: &Service) -> anyhow::Result<(i64, i64, i64)> {
 #[tokio::test]
 async fn the_same_webhook_five_times_then_fifty_at_once_makes_one_shipment_and_one_email(
 ) -> TestResult {
-    let service = start(receiver(&[OLD_SECRET])).await?;
-    let key = secret(OLD_SECRET);
+    let (service, key) = receiving_signed_with_the_old_secret().await?;
     let body = event("ch_1");
     let ts = now();
     let mut statuses = Vec::new();
@@ -167,8 +171,7 @@ async fn the_same_webhook_five_times_then_fifty_at_once_makes_one_shipment_and_o
 
 #[tokio::test]
 async fn tampered_wrong_secret_stale_or_future_webhooks_are_401_and_write_nothing() -> TestResult {
-    let service = start(receiver(&[OLD_SECRET])).await?;
-    let key = secret(OLD_SECRET);
+    let (service, key) = receiving_signed_with_the_old_secret().await?;
     let body = event("ch_1");
     let ts = now();
     let tampered = http_client()?
@@ -207,8 +210,7 @@ async fn tampered_wrong_secret_stale_or_future_webhooks_are_401_and_write_nothin
 
 #[tokio::test]
 async fn missing_headers_are_400_and_a_body_over_the_limit_is_413() -> TestResult {
-    let service = start(receiver(&[OLD_SECRET])).await?;
-    let key = secret(OLD_SECRET);
+    let (service, key) = receiving_signed_with_the_old_secret().await?;
     let unsigned = http_client()?
         .post(&service.url)
         .header("webhook-id", "msg_1")

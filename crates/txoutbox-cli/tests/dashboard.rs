@@ -1,80 +1,33 @@
 //! `txoutbox dashboard`, run as a user runs it: the binary serving real HTTP.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 
-use txoutbox_test_support::process::OwnedChild;
-use txoutbox_test_support::process::{first_stdout_line, terminate};
+use txoutbox_test_support::process::terminate;
 use txoutbox_test_support::select::value;
 use txoutbox_test_support::{rebound_pause, request_text, test_db, test_db_with_client, TestDb};
 
-/// The running command; killed when dropped.
-struct Served {
-    _child: OwnedChild,
-    addr: String,
-    stderr: String,
-}
+#[path = "support/dashboard.rs"]
+mod dashboard;
 
-/// Starts `txoutbox dashboard ARGS` and waits for the address it prints.
+use dashboard::{get, Served};
+
+/// Starts `txoutbox dashboard ARGS` on `db` and waits for the address it prints.
 fn serve(db: &TestDb, args: &[&str]) -> anyhow::Result<Served> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_txoutbox"))
-        .arg("dashboard")
-        .args(args)
-        .env("DATABASE_URL", db.url())
-        .env_remove("TXOUTBOX_DASHBOARD_USERS")
-        .env_remove("TXOUTBOX_DASHBOARD_ADDR")
-        .env_remove("TXOUTBOX_DASHBOARD_ALLOWED_HOSTS")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let line = first_stdout_line(&mut child)?;
-    let addr = line
-        .trim()
-        .strip_prefix("dashboard on http://")
-        .map(str::to_owned);
-    let mut stderr = String::new();
-    let Some(addr) = addr else {
-        if let Some(mut err) = child.stderr.take() {
-            err.read_to_string(&mut stderr)?;
-        }
-        anyhow::bail!("no address printed: {line:?} {stderr}");
-    };
-    // The warning (if any) is written before the address.
-    if let Some(err) = child.stderr.take() {
-        let mut first = String::new();
-        let mut reader = BufReader::new(err);
-        if args.iter().all(|a| !a.starts_with("--user")) {
-            reader.read_line(&mut first)?;
-        }
-        stderr = first;
-    }
-    Ok(Served {
-        _child: child.into(),
-        addr,
-        stderr,
-    })
+    dashboard::serve(&db.url(), args)
 }
 
-/// `GET path` over plain HTTP/1.1: the status line and the whole answer.
-fn get(addr: &str, path: &str, authorization: Option<&str>) -> anyhow::Result<String> {
-    let mut stream = TcpStream::connect(addr)?;
-    let auth = authorization
-        .map(|a| format!("Authorization: {a}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
-    )?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    Ok(answer)
+/// A test database, and `txoutbox dashboard ARGS` serving it.
+async fn served(args: &[&str]) -> anyhow::Result<(TestDb, Served)> {
+    let db = test_db().await?;
+    let served = serve(&db, args)?;
+    Ok((db, served))
 }
 
 #[tokio::test]
 async fn dashboard_without_users_listens_on_loopback_only_and_says_so() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let served = serve(&db, &["--addr", "0.0.0.0:0"])?;
+    let (_db, served) = served(&["--addr", "0.0.0.0:0"]).await?;
     assert!(served.addr.starts_with("127.0.0.1:"), "{}", served.addr);
     assert!(served.stderr.contains("loopback only"), "{}", served.stderr);
     let answer = get(&served.addr, "/api/stats", None)?;
@@ -83,10 +36,8 @@ async fn dashboard_without_users_listens_on_loopback_only_and_says_so() -> anyho
     Ok(())
 }
 
-/// `METHOD path` over plain HTTP/1.1 addressed to `host` (what a page of the site `host` sends
-/// from a visitor's browser, once its name resolves to the dashboard's address), with `headers`
-/// and `body`: the whole answer.
-/// `GET path` addressed to `host`, as [`send_to`] sends it.
+/// `GET path` addressed to `host` (what a page of the site `host` sends from a visitor's browser,
+/// once its name resolves to the dashboard's address), as [`send_to`] sends it.
 fn get_text(path: &str, host: &str) -> String {
     request_text("GET", path, host, &[], "")
 }
@@ -103,8 +54,7 @@ fn send_to(addr: &str, request: &str) -> anyhow::Result<String> {
 #[tokio::test]
 async fn dashboard_without_users_refuses_requests_addressed_to_another_host() -> anyhow::Result<()>
 {
-    let db = test_db().await?;
-    let served = serve(&db, &["--addr", "127.0.0.1:0"])?;
+    let (db, served) = served(&["--addr", "127.0.0.1:0"]).await?;
     let port = served.addr.rsplit(':').next().unwrap_or_default();
     let host = format!("rebind.attacker.example:{port}");
 
@@ -131,11 +81,7 @@ async fn dashboard_without_users_refuses_requests_addressed_to_another_host() ->
 
 #[tokio::test]
 async fn dashboard_without_users_answers_an_allowed_host() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let served = serve(
-        &db,
-        &["--addr", "127.0.0.1:0", "--allowed-host", "ops.example"],
-    )?;
+    let (_db, served) = served(&["--addr", "127.0.0.1:0", "--allowed-host", "ops.example"]).await?;
     let answer = send_to(&served.addr, &get_text("/api/stats", "ops.example"))?;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let answer = send_to(&served.addr, &get_text("/api/stats", "evil.example"))?;
@@ -145,11 +91,7 @@ async fn dashboard_without_users_answers_an_allowed_host() -> anyhow::Result<()>
 
 #[tokio::test]
 async fn dashboard_with_users_asks_for_credentials() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let served = serve(
-        &db,
-        &["--addr", "127.0.0.1:0", "--user", "alice:pw:operator"],
-    )?;
+    let (_db, served) = served(&["--addr", "127.0.0.1:0", "--user", "alice:pw:operator"]).await?;
     let answer = get(&served.addr, "/", None)?;
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
     // alice:pw

@@ -93,6 +93,26 @@ fn webhook_args(receiver: SocketAddr, destinations: &[&str]) -> Vec<String> {
     args
 }
 
+/// `txoutbox_messages_delivered_total` of `destination` in the scrape `body`.
+fn delivered_total(body: &str, destination: &str) -> Option<f64> {
+    sample(
+        body,
+        &format!(r#"txoutbox_messages_delivered_total{{destination="{destination}"}}"#),
+    )
+}
+
+/// A test database, a webhook receiver failing each destination's first calls as `failing`
+/// says, and a relay process delivering `destinations` to it.
+async fn relay_to_a_receiver(
+    failing: &[(&str, u32)],
+    destinations: &[&str],
+) -> anyhow::Result<(TestDb, WebhookReceiver, RelayProcess)> {
+    let db = test_db().await?;
+    let (receiver, addr) = WebhookReceiver::failing_first(failing).await?;
+    let relay = RelayProcess::start(&db.url(), &webhook_args(addr, destinations)).await?;
+    Ok((db, receiver, relay))
+}
+
 async fn enqueue_all(db: &TestDb, messages: Vec<OutboxMessage>) -> anyhow::Result<()> {
     let mut client = db.connect().await?;
     enqueue_committed(&mut client, &messages).await?;
@@ -110,9 +130,7 @@ fn message(destination: &str, key: &str) -> anyhow::Result<OutboxMessage> {
 
 #[tokio::test]
 async fn metrics_count_deliveries_retries_and_dead_letters_by_destination() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let (receiver, addr) = WebhookReceiver::failing_first(&[("flaky", 1)]).await?;
-    let relay = RelayProcess::start(&db.url(), &webhook_args(addr, &["hooks", "flaky"])).await?;
+    let (db, receiver, relay) = relay_to_a_receiver(&[("flaky", 1)], &["hooks", "flaky"]).await?;
     enqueue_all(
         &db,
         vec![
@@ -126,14 +144,8 @@ async fn metrics_count_deliveries_retries_and_dead_letters_by_destination() -> a
     .await?;
     let (_, scrape) = relay
         .wait_for("/metrics", |_, body| {
-            sample(
-                body,
-                r#"txoutbox_messages_delivered_total{destination="flaky"}"#,
-            ) == Some(1.0)
-                && sample(
-                    body,
-                    r#"txoutbox_messages_delivered_total{destination="hooks"}"#,
-                ) == Some(2.0)
+            delivered_total(body, "flaky") == Some(1.0)
+                && delivered_total(body, "hooks") == Some(2.0)
                 && sample(
                     body,
                     r#"txoutbox_messages_dead_lettered_total{destination="nowhere"}"#,
@@ -190,9 +202,7 @@ async fn metrics_count_deliveries_retries_and_dead_letters_by_destination() -> a
 
 #[tokio::test]
 async fn every_relay_series_exists_at_zero_before_any_delivery() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let (receiver, addr) = WebhookReceiver::failing_first(&[]).await?;
-    let relay = RelayProcess::start(&db.url(), &webhook_args(addr, &["hooks", "mail"])).await?;
+    let (_db, receiver, relay) = relay_to_a_receiver(&[], &["hooks", "mail"]).await?;
     let (_, scrape) = relay
         .wait_for("/metrics", |_, body| {
             sample(body, "txoutbox_leases_reclaimed_total").is_some()
@@ -297,9 +307,7 @@ async fn readyz_is_503_while_postgres_is_down_and_200_when_it_is_back() -> anyho
 
 #[tokio::test]
 async fn a_traceparent_given_at_enqueue_reaches_the_webhook_receiver() -> anyhow::Result<()> {
-    let db = test_db().await?;
-    let (receiver, addr) = WebhookReceiver::failing_first(&[]).await?;
-    let relay = RelayProcess::start(&db.url(), &webhook_args(addr, &["direct", "request"])).await?;
+    let (db, receiver, relay) = relay_to_a_receiver(&[], &["direct", "request"]).await?;
     enqueue_all(
         &db,
         vec![message("direct", "d-1")?.with_traceparent(TRACEPARENT)?],
@@ -413,10 +421,7 @@ async fn a_relay_whose_clock_is_an_hour_ahead_records_times_on_the_database_cloc
     enqueue_all(&db, vec![message("audit", "skewed-1")?]).await?;
     let (_, scrape) = relay
         .wait_for("/metrics", |_, body| {
-            sample(
-                body,
-                r#"txoutbox_messages_delivered_total{destination="audit"}"#,
-            ) == Some(1.0)
+            delivered_total(body, "audit") == Some(1.0)
         })
         .await?;
     let latency = sample(

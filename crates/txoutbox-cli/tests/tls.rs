@@ -1,33 +1,23 @@
 //! The `txoutbox` binary over TLS, as libpq's settings in `DATABASE_URL` and the `PG*` variables
 //! say: against a Postgres with `ssl=on` and a CA the test makes, and the shared cluster (no TLS).
 
-use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use tokio_postgres::Client;
 use txoutbox::{enqueue, OutboxMessage};
 use txoutbox_test_support::process::OwnedChild;
-use txoutbox_test_support::process::{first_stdout_line, one_error_line, stdout_lines, succeeded};
+use txoutbox_test_support::process::{one_error_line, stdout_lines, succeeded};
 use txoutbox_test_support::tls::{TestCa, TlsServer};
 use txoutbox_test_support::{eventually_some, Cluster, TestDb};
 
-type TestResult = anyhow::Result<()>;
+#[path = "support/dashboard.rs"]
+mod dashboard;
 
-fn txoutbox() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_txoutbox"));
-    for name in [
-        "PGSSLMODE",
-        "PGSSLROOTCERT",
-        "PGSSLCERT",
-        "PGSSLKEY",
-        "PGHOST",
-    ] {
-        command.env_remove(name);
-    }
-    command
-}
+use dashboard::{get, serve, txoutbox};
+
+type TestResult = anyhow::Result<()>;
 
 /// `postgres://postgres@localhost:PORT/DB?sslmode=verify-full&sslrootcert=CA` (the path escaped).
 fn verify_full_url(server: &TlsServer, db: &TestDb, ca: &std::path::Path) -> String {
@@ -213,28 +203,8 @@ async fn the_dashboard_reads_over_verify_full_with_its_pool_encrypted() -> TestR
         "{}&application_name=tls-dashboard",
         verify_full_url(&server, &db, server.ca_file())
     );
-    let mut child = txoutbox()
-        .args(["dashboard", "--addr", "127.0.0.1:0"])
-        .env("DATABASE_URL", url)
-        .env_remove("TXOUTBOX_DASHBOARD_USERS")
-        .env_remove("TXOUTBOX_DASHBOARD_ADDR")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let line = first_stdout_line(&mut child)?;
-    let _dashboard = OwnedChild::from(child);
-    let addr = line
-        .trim()
-        .strip_prefix("dashboard on http://")
-        .ok_or_else(|| anyhow::anyhow!("no address printed: {line:?}"))?
-        .to_owned();
-    let mut stream = std::net::TcpStream::connect(&addr)?;
-    write!(
-        stream,
-        "GET /api/stats HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
+    let dashboard = serve(&url, &["--addr", "127.0.0.1:0"])?;
+    let answer = get(&dashboard.addr, "/api/stats", None)?;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let (total, encrypted) = wait_for_sessions(&client, "tls-dashboard").await?;
     assert!(total >= 1, "no session of the dashboard");

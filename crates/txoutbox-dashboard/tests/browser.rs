@@ -92,7 +92,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     // The pages render.
     alice.open(&as_alice).await?;
     assert_eq!(alice.text("h1").await?, "Overview");
-    assert!(alice.text("#backlog").await?.contains("stripe"));
+    alice.expect_text("#backlog", "stripe").await?;
     alice.screenshot("dashboard-overview.png").await?;
 
     // Pause a destination from the overview: the opened "Pause…" outlasts a live refresh, the
@@ -120,10 +120,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .await?;
     alice.click(&format!("{pause} button")).await?;
     alice.wait_for_text("#backlog", "paused by alice").await?;
-    assert!(alice
-        .text("#backlog")
-        .await?
-        .contains(": partner migration"));
+    alice.expect_text("#backlog", ": partner migration").await?;
     alice.screenshot("dashboard-paused.png").await?;
     alice
         .click("form[action$='/destinations/webhook:orders/resume'] button")
@@ -137,10 +134,9 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     })
     .await?;
     alice.open(&format!("{plain}/messages")).await?;
-    assert!(alice
-        .text("table.messages")
-        .await?
-        .contains("402 card_declined"));
+    alice
+        .expect_text("table.messages", "402 card_declined")
+        .await?;
     alice.screenshot("dashboard-messages.png").await?;
     // An at-most-once call whose outcome was lost: its own group, above the failed ones.
     // (Written in its end state: a pending row would be claimed by the relay running.)
@@ -153,19 +149,16 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .create()
         .await?;
     alice.open(&format!("{plain}/failures")).await?;
-    assert!(alice
-        .text("table.groups.failed")
-        .await?
-        .contains("402 card_declined for charge <n>"));
-    let unknown = alice.text("#unknown").await?;
-    assert!(
-        unknown.contains("sms") && unknown.contains("call timed out after sending"),
-        "{unknown}"
-    );
-    assert!(alice
-        .text("table.groups.unknown")
-        .await?
-        .contains("Replay this group"));
+    alice
+        .expect_text("table.groups.failed", "402 card_declined for charge <n>")
+        .await?;
+    alice.expect_text("#unknown", "sms").await?;
+    alice
+        .expect_text("#unknown", "call timed out after sending")
+        .await?;
+    alice
+        .expect_text("table.groups.unknown", "Replay this group")
+        .await?;
     alice.screenshot("dashboard-failures.png").await?;
 
     // The relay delivering `stripe` shows on the Relays page, alive, with its sink.
@@ -196,7 +189,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     alice
         .open(&format!("{plain}/messages?destination=late"))
         .await?;
-    assert!(alice.text("#results").await?.contains("No message matches"));
+    alice.expect_text("#results", "No message matches").await?;
     let late = message(&mut client)
         .destination("late")
         .payload(json!({}))
@@ -215,18 +208,18 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     // Replay a failed row from its page: the relay delivers it and the page shows it.
     let charge = charges[0];
     alice.open(&format!("{plain}/messages/{charge}")).await?;
-    assert!(alice.text("#summary").await?.contains("failed"));
+    alice.expect_text("#summary", "failed").await?;
     alice.screenshot("dashboard-message.png").await?;
     alice.click("form.actions button:not([name])").await?;
     assert_eq!(sink.wait_for(1, Duration::from_secs(20)).await, 1);
     alice.wait_for_text("#summary", "delivered").await?;
-    assert!(alice.text("#attempts").await?.contains("by operator alice"));
+    alice.expect_text("#attempts", "by operator alice").await?;
 
     // A page left open follows the row: replayed by a script meanwhile, it shows the delivery
     // after its next live refresh, without a reload.
     let watched = charges[2];
     alice.open(&format!("{plain}/messages/{watched}")).await?;
-    assert!(alice.text("#summary").await?.contains("failed"));
+    alice.expect_text("#summary", "failed").await?;
     let replayed = http_client()?
         .post(format!("{plain}/api/messages/{watched}/replay"))
         .basic_auth("alice", Some("op-secret"))
@@ -254,7 +247,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         )
         .await?;
     assert_eq!(kept, json!(true), "the form without a reason was sent");
-    assert!(alice.text("#summary").await?.contains("failed"));
+    alice.expect_text("#summary", "failed").await?;
     alice
         .script(
             "document.querySelector('details.discard input[name=reason]').value = \
@@ -263,10 +256,9 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .await?;
     alice.click("details.discard button").await?;
     alice.wait_for_text("#summary", "discarded").await?;
-    assert!(alice
-        .text("#attempts")
-        .await?
-        .contains("refunded by hand (by operator alice)"));
+    alice
+        .expect_text("#attempts", "refunded by hand (by operator alice)")
+        .await?;
 
     // A form on another site cannot act, even with the operator signed in.
     let other = charges[1];
@@ -292,7 +284,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
         .await?;
     alice.open(&format!("{plain}?window=7d")).await?;
     alice.wait_for_text("#backlog", "No relay is alive").await?;
-    assert!(alice.text("#activity").await?.contains("The last 7 d"));
+    alice.expect_text("#activity", "The last 7 d").await?;
     alice.screenshot("dashboard-no-relay-7d.png").await?;
     alice.close().await;
 
@@ -301,7 +293,7 @@ async fn the_dashboard_in_a_browser_replays_a_failed_row_and_keeps_viewers_and_o
     victor
         .open(&format!("{as_victor}/messages/{other}"))
         .await?;
-    assert!(victor.text("#summary").await?.contains("failed"));
+    victor.expect_text("#summary", "failed").await?;
     let forms = victor
         .script("return document.querySelectorAll('form[method=post], button').length")
         .await?;

@@ -10,7 +10,7 @@ use support::Served;
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::rebound_pause;
-use txoutbox_test_support::{test_db, test_db_with_client};
+use txoutbox_test_support::test_db_with_client;
 
 type TestResult = anyhow::Result<()>;
 
@@ -57,13 +57,12 @@ async fn without_users_an_action_addressed_to_another_host_is_refused_421_and_ch
 
 #[tokio::test]
 async fn without_users_a_page_addressed_to_another_host_is_refused_421() -> TestResult {
-    let db = test_db().await?;
+    let (db, dash) = Served::on_a_test_db(DashboardConfig::default()).await?;
     let id = message(&db)
         .destination("email")
         .payload(json!({"order": 7}))
         .create()
         .await?;
-    let dash = Served::start(&db, DashboardConfig::default()).await?;
     let port = dash.addr.port();
 
     for host in [
@@ -90,8 +89,7 @@ async fn without_users_a_page_addressed_to_another_host_is_refused_421() -> Test
 #[tokio::test]
 async fn without_users_loopback_names_and_addresses_are_answered_with_or_without_the_port(
 ) -> TestResult {
-    let db = test_db().await?;
-    let dash = Served::start(&db, DashboardConfig::default()).await?;
+    let (_db, dash) = Served::on_a_test_db(DashboardConfig::default()).await?;
     let port = dash.addr.port();
 
     for host in [
@@ -110,14 +108,10 @@ async fn without_users_loopback_names_and_addresses_are_answered_with_or_without
 
 #[tokio::test]
 async fn without_users_an_allowed_host_is_answered() -> TestResult {
-    let db = test_db().await?;
-    let dash = Served::start(
-        &db,
-        DashboardConfig {
-            allowed_hosts: vec!["ops.example".into()],
-            ..DashboardConfig::default()
-        },
-    )
+    let (_db, dash) = Served::on_a_test_db(DashboardConfig {
+        allowed_hosts: vec!["ops.example".into()],
+        ..DashboardConfig::default()
+    })
     .await?;
 
     let allowed = dash
@@ -131,14 +125,10 @@ async fn without_users_an_allowed_host_is_answered() -> TestResult {
 
 #[tokio::test]
 async fn with_users_any_host_is_answered_once_signed_in_and_401_before() -> TestResult {
-    let db = test_db().await?;
-    let dash = Served::start(
-        &db,
-        DashboardConfig {
-            users: vec![User::parse("alice:op-secret:operator")?],
-            ..DashboardConfig::default()
-        },
-    )
+    let (_db, dash) = Served::on_a_test_db(DashboardConfig {
+        users: vec![User::parse("alice:op-secret:operator")?],
+        ..DashboardConfig::default()
+    })
     .await?;
     let credentials = format!(
         "Basic {}",

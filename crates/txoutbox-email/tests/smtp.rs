@@ -33,6 +33,29 @@ fn smtp_relay(
     ))
 }
 
+/// The server accepted one mail, and it carries `message_id`.
+fn one_mail_with_message_id(server: &SmtpServer, message_id: &str) -> TestResult {
+    let mails = server.messages()?;
+    assert_eq!(mails.len(), 1);
+    assert_eq!(mails[0].message_id(), Some(message_id));
+    Ok(())
+}
+
+/// A server that refuses its next `n` mails with `reply`, the receipt `key` pending on a test
+/// database (kept by the caller while the relay runs) and a relay delivering it (5 attempts at
+/// the most), started.
+async fn relay_to_a_server_refusing(
+    n: usize,
+    reply: &str,
+    key: &str,
+) -> anyhow::Result<(SmtpServer, TestDb, tokio_postgres::Client, RunningRelay)> {
+    let server = SmtpServer::start().await?;
+    server.fail_next(n, reply)?;
+    let (db, client) = db_with_receipt(key).await?;
+    let relay = smtp_relay(&db, &server, quick_retry(5))?;
+    Ok((server, db, client, relay))
+}
+
 #[tokio::test]
 async fn an_enqueued_email_arrives_with_its_fields_and_the_keys_message_id() -> TestResult {
     let server = SmtpServer::start().await?;
@@ -111,9 +134,7 @@ async fn the_message_id_domain_can_be_configured() -> TestResult {
     let relay = RunningRelay::start(db.relay()?.sink(DESTINATION, sink).build()?);
     delivered_receipt(&client, "order-7").await?;
     relay.stop().await?;
-    let mails = server.messages()?;
-    assert_eq!(mails.len(), 1);
-    assert_eq!(mails[0].message_id(), Some("<order-7@mail.shop.example>"));
+    one_mail_with_message_id(&server, "<order-7@mail.shop.example>")?;
     Ok(())
 }
 
@@ -166,10 +187,8 @@ async fn a_relay_crash_after_the_server_accepted_redelivers_with_the_same_messag
 
 #[tokio::test]
 async fn a_451_reply_is_retried_until_the_server_accepts() -> TestResult {
-    let server = SmtpServer::start().await?;
-    server.fail_next(2, "451 4.3.0 Mailbox busy, try again later")?;
-    let (db, client) = db_with_receipt("busy-1").await?;
-    let relay = smtp_relay(&db, &server, quick_retry(5))?;
+    let (server, _db, client, relay) =
+        relay_to_a_server_refusing(2, "451 4.3.0 Mailbox busy, try again later", "busy-1").await?;
     delivered_receipt(&client, "busy-1").await?;
     relay.stop().await?;
 
@@ -184,18 +203,18 @@ async fn a_451_reply_is_retried_until_the_server_accepts() -> TestResult {
         );
     }
     assert_eq!(server.rejected()?.len(), 2);
-    let mails = server.messages()?;
-    assert_eq!(mails.len(), 1);
-    assert_eq!(mails[0].message_id(), Some("<busy-1@example.com>"));
+    one_mail_with_message_id(&server, "<busy-1@example.com>")?;
     Ok(())
 }
 
 #[tokio::test]
 async fn a_550_reply_dead_letters_the_row_at_once() -> TestResult {
-    let server = SmtpServer::start().await?;
-    server.fail_next(1, "550 5.1.1 <ada@example.org>: Recipient address rejected")?;
-    let (db, client) = db_with_receipt("bounce-1").await?;
-    let relay = smtp_relay(&db, &server, quick_retry(5))?;
+    let (server, _db, client, relay) = relay_to_a_server_refusing(
+        1,
+        "550 5.1.1 <ada@example.org>: Recipient address rejected",
+        "bounce-1",
+    )
+    .await?;
     let failed = wait_for_key(&client, "bounce-1", MessageStatus::Failed).await;
     relay.stop().await?;
     failed?;
@@ -244,9 +263,7 @@ async fn a_server_that_is_down_is_retried_until_it_is_up() -> TestResult {
     server.restart().await?;
     delivered_receipt(&client, "outage-1").await?;
     relay.stop().await?;
-    let mails = server.messages()?;
-    assert_eq!(mails.len(), 1);
-    assert_eq!(mails[0].message_id(), Some("<outage-1@example.com>"));
+    one_mail_with_message_id(&server, "<outage-1@example.com>")?;
     Ok(())
 }
 

@@ -45,6 +45,18 @@ async fn enqueue(client: &mut Client, message: OutboxMessage, key: &str) -> anyh
 }
 
 /// The delivered row's (receipt, attempts), once it is delivered.
+/// Enqueues a charge of the test card under downstream key `key`.
+async fn enqueue_visa_charge(client: &mut Client, key: &str) -> anyhow::Result<()> {
+    enqueue(client, charge("pm_card_visa").into_outbox_message()?, key).await
+}
+
+/// A test database, a fake Stripe, and a client on the database.
+async fn db_and_fake_stripe() -> anyhow::Result<(TestDb, FakeStripe, Client)> {
+    let (db, fake) = (test_db().await?, FakeStripe::start().await?);
+    let client = db.connect().await?;
+    Ok((db, fake, client))
+}
+
 async fn delivered(client: &Client, key: &str) -> anyhow::Result<(String, i32)> {
     eventually_some(&format!("{key} delivered"), || async {
         let row = client
@@ -80,14 +92,8 @@ async fn dead_lettered(client: &Client, key: &str) -> anyhow::Result<(i32, Strin
 
 #[tokio::test]
 async fn intent_is_created_with_the_forwarded_key_and_its_id_is_the_receipt() -> TestResult {
-    let (db, fake) = (test_db().await?, FakeStripe::start().await?);
-    let mut client = db.connect().await?;
-    enqueue(
-        &mut client,
-        charge("pm_card_visa").into_outbox_message()?,
-        "order-42-charge",
-    )
-    .await?;
+    let (db, fake, mut client) = db_and_fake_stripe().await?;
+    enqueue_visa_charge(&mut client, "order-42-charge").await?;
     let relay = relay_with(&db, sink(&fake)?, 5)?;
 
     let (receipt, attempts) = delivered(&client, "order-42-charge").await?;
@@ -113,14 +119,8 @@ async fn intent_is_created_with_the_forwarded_key_and_its_id_is_the_receipt() ->
 
 #[tokio::test]
 async fn relay_crash_after_stripe_created_the_intent_yields_exactly_one_intent() -> TestResult {
-    let (db, fake) = (test_db().await?, FakeStripe::start().await?);
-    let mut client = db.connect().await?;
-    enqueue(
-        &mut client,
-        charge("pm_card_visa").into_outbox_message()?,
-        "order-7-charge",
-    )
-    .await?;
+    let (db, fake, mut client) = db_and_fake_stripe().await?;
+    enqueue_visa_charge(&mut client, "order-7-charge").await?;
     abort_after_a_call(&db, DESTINATION, sink(&fake)?, |relay| {
         relay.policy(DESTINATION, quick_retry(5))
     })
@@ -171,8 +171,7 @@ async fn relay_crash_after_stripe_created_the_intent_yields_exactly_one_intent()
 
 #[tokio::test]
 async fn declined_card_is_dead_lettered_at_once_with_stripes_code() -> TestResult {
-    let (db, fake) = (test_db().await?, FakeStripe::start().await?);
-    let mut client = db.connect().await?;
+    let (db, fake, mut client) = db_and_fake_stripe().await?;
     let message = charge("pm_card_chargeDeclined").into_outbox_message()?;
     enqueue(&mut client, message, "order-9-charge").await?;
     let relay = relay_with(&db, sink(&fake)?, 5)?;
@@ -191,8 +190,7 @@ async fn declined_card_is_dead_lettered_at_once_with_stripes_code() -> TestResul
 
 #[tokio::test]
 async fn a_raw_payload_stripe_would_refuse_is_dead_lettered_naming_the_builder() -> TestResult {
-    let (db, fake) = (test_db().await?, FakeStripe::start().await?);
-    let mut client = db.connect().await?;
+    let (db, fake, mut client) = db_and_fake_stripe().await?;
     // No `type` tag: not a request the sink knows how to send.
     let untagged = serde_json::json!({"amount": 2000, "currency": "usd", "customer": "cus_1"});
     enqueue(
@@ -229,15 +227,9 @@ async fn a_raw_payload_stripe_would_refuse_is_dead_lettered_naming_the_builder()
 
 #[tokio::test]
 async fn stripe_500_is_retried_with_the_same_key_then_delivered() -> TestResult {
-    let (db, fake) = (test_db().await?, FakeStripe::start().await?);
-    let mut client = db.connect().await?;
+    let (db, fake, mut client) = db_and_fake_stripe().await?;
     fake.fail_next(500, 2);
-    enqueue(
-        &mut client,
-        charge("pm_card_visa").into_outbox_message()?,
-        "order-5-charge",
-    )
-    .await?;
+    enqueue_visa_charge(&mut client, "order-5-charge").await?;
     let relay = relay_with(&db, sink(&fake)?, 5)?;
 
     let (receipt, attempts) = delivered(&client, "order-5-charge").await?;
@@ -259,15 +251,9 @@ async fn stripe_500_is_retried_with_the_same_key_then_delivered() -> TestResult 
 
 #[tokio::test]
 async fn stripe_429_is_retried_after_its_retry_after_then_delivered() -> TestResult {
-    let (db, fake) = (test_db().await?, FakeStripe::start().await?);
-    let mut client = db.connect().await?;
+    let (db, fake, mut client) = db_and_fake_stripe().await?;
     fake.fail_next_with_retry_after(429, 1, Duration::from_secs(1));
-    enqueue(
-        &mut client,
-        charge("pm_card_visa").into_outbox_message()?,
-        "order-6-charge",
-    )
-    .await?;
+    enqueue_visa_charge(&mut client, "order-6-charge").await?;
     // Retry-After is honoured up to the policy's cap: give this one room for Stripe's second.
     let mut retry_after_policy = quick_retry(5);
     retry_after_policy.retry.cap = Duration::from_secs(5);
@@ -298,17 +284,11 @@ async fn stripe_429_is_retried_after_its_retry_after_then_delivered() -> TestRes
 
 #[tokio::test]
 async fn timed_out_request_is_retried_with_the_same_key_and_creates_one_intent() -> TestResult {
-    let (db, fake) = (test_db().await?, FakeStripe::start().await?);
-    let mut client = db.connect().await?;
+    let (db, fake, mut client) = db_and_fake_stripe().await?;
     // Stripe takes 1.5 s; the sink gives up after 0.3 s and retries while the first request is
     // still running (409 key in use), then gets the first request's intent replayed.
     fake.set_latency(Duration::from_millis(1500));
-    enqueue(
-        &mut client,
-        charge("pm_card_visa").into_outbox_message()?,
-        "order-8-charge",
-    )
-    .await?;
+    enqueue_visa_charge(&mut client, "order-8-charge").await?;
     let impatient = sink(&fake)?.with_timeout(Duration::from_millis(300));
     let relay = relay_with(&db, impatient, 20)?;
 
@@ -338,18 +318,12 @@ async fn timed_out_request_is_retried_with_the_same_key_and_creates_one_intent()
 
 #[tokio::test]
 async fn reused_key_with_other_parameters_is_dead_lettered_as_idempotency_error() -> TestResult {
-    let (db, fake) = (test_db().await?, FakeStripe::start().await?);
-    let mut client = db.connect().await?;
+    let (db, fake, mut client) = db_and_fake_stripe().await?;
     // Someone already used the key for a different charge.
     let earlier =
         StripeRequest::from(NewPaymentIntent::new(1000, "usd").with_payment_method("pm_card_visa"));
     sink(&fake)?.send(&earlier, "order-3-charge").await?;
-    enqueue(
-        &mut client,
-        charge("pm_card_visa").into_outbox_message()?,
-        "order-3-charge",
-    )
-    .await?;
+    enqueue_visa_charge(&mut client, "order-3-charge").await?;
     let relay = relay_with(&db, sink(&fake)?, 5)?;
 
     let (attempts, last_error) = dead_lettered(&client, "order-3-charge").await?;
@@ -363,14 +337,8 @@ async fn reused_key_with_other_parameters_is_dead_lettered_as_idempotency_error(
 
 #[tokio::test]
 async fn wrong_secret_key_is_dead_lettered_with_stripes_message() -> TestResult {
-    let (db, fake) = (test_db().await?, FakeStripe::start().await?);
-    let mut client = db.connect().await?;
-    enqueue(
-        &mut client,
-        charge("pm_card_visa").into_outbox_message()?,
-        "order-4-charge",
-    )
-    .await?;
+    let (db, fake, mut client) = db_and_fake_stripe().await?;
+    enqueue_visa_charge(&mut client, "order-4-charge").await?;
     let wrong = StripeSink::new("sk_test_not_the_fakes_key")?.with_api_base(fake.base_url())?;
     let relay = relay_with(&db, wrong, 5)?;
 
@@ -388,15 +356,9 @@ async fn wrong_secret_key_is_dead_lettered_with_stripes_message() -> TestResult 
 
 #[tokio::test]
 async fn refund_of_a_delivered_intent_is_created_with_its_own_key() -> TestResult {
-    let (db, fake) = (test_db().await?, FakeStripe::start().await?);
-    let mut client = db.connect().await?;
+    let (db, fake, mut client) = db_and_fake_stripe().await?;
     let relay = relay_with(&db, sink(&fake)?, 5)?;
-    enqueue(
-        &mut client,
-        charge("pm_card_visa").into_outbox_message()?,
-        "order-2-charge",
-    )
-    .await?;
+    enqueue_visa_charge(&mut client, "order-2-charge").await?;
     let (intent, _) = delivered(&client, "order-2-charge").await?;
 
     let refund = NewRefund::new(&intent)

@@ -107,3 +107,20 @@ pub async fn enqueue_committed(
     tx.commit().await?;
     Ok(())
 }
+
+/// The stored answer of the one request among `answers` that did the work (a 201); every other
+/// answer must be that stored response replayed, or a 409 (a concurrent holder of the key).
+pub fn the_one_that_did_the_work(answers: &[txoutbox::StoredResponse]) -> txoutbox::StoredResponse {
+    let stored = answers
+        .iter()
+        .find(|a| a.status == 201)
+        .expect("one request did the work")
+        .clone();
+    for answer in answers {
+        assert!(
+            *answer == stored || answer.status == 409,
+            "every answer is the stored response or 409, got {answer:?}"
+        );
+    }
+    stored
+}

@@ -181,6 +181,16 @@ impl Session<'_> {
             .to_owned())
     }
 
+    /// Fails unless the text of the element `css` selects contains `expected`, naming both.
+    pub async fn expect_text(&self, css: &str, expected: &str) -> Result<()> {
+        let text = self.text(css).await?;
+        anyhow::ensure!(
+            text.contains(expected),
+            "{css} shows {text:?}, not {expected:?}"
+        );
+        Ok(())
+    }
+
     /// Clicks the first element `css` selects.
     pub async fn click(&self, css: &str) -> Result<()> {
         let id = self.element(css).await?;

@@ -380,7 +380,14 @@ async fn deliver_to(url: &str, timeout: Duration) -> anyhow::Result<txoutbox::si
     }
 }
 
-fn assert_clean_text(message: &str) {
+/// The text of `e`, which must be retryable, checked clean: no NUL, no control character, 2 KiB
+/// at the most.
+fn retryable_clean_text(e: &txoutbox::sink::DeliveryError) -> String {
+    assert!(
+        matches!(e, txoutbox::sink::DeliveryError::Retryable { .. }),
+        "{e:?}"
+    );
+    let message = e.to_string();
     assert!(!message.contains('\0'), "a NUL byte: {message:?}");
     assert!(
         !message.chars().any(char::is_control),
@@ -391,6 +398,7 @@ fn assert_clean_text(message: &str) {
         "{} bytes of error text",
         message.len()
     );
+    message
 }
 
 #[tokio::test]
@@ -400,12 +408,7 @@ async fn an_error_body_with_nul_bytes_and_invalid_utf8_becomes_clean_bounded_tex
     let server = RawHttpServer::start(Behaviour::Answer(response(500, &[], &body))).await?;
 
     let e = deliver_to(&server.url("/hooks"), Duration::from_secs(5)).await?;
-    assert!(
-        matches!(e, txoutbox::sink::DeliveryError::Retryable { .. }),
-        "{e:?}"
-    );
-    let message = e.to_string();
-    assert_clean_text(&message);
+    let message = retryable_clean_text(&e);
     assert!(message.contains("500"), "{message}");
     assert!(message.contains("upstream"), "{message}");
     assert!(
@@ -429,12 +432,7 @@ async fn an_endless_error_body_is_not_read_to_its_end() -> TestResult {
         "read for {:?}",
         started.elapsed()
     );
-    assert!(
-        matches!(e, txoutbox::sink::DeliveryError::Retryable { .. }),
-        "{e:?}"
-    );
-    let message = e.to_string();
-    assert_clean_text(&message);
+    let message = retryable_clean_text(&e);
     assert!(message.ends_with("(10485760 bytes)"), "{message}");
     Ok(())
 }
@@ -462,28 +460,36 @@ async fn a_huge_or_garbage_retry_after_is_capped_or_ignored() -> TestResult {
     Ok(())
 }
 
+/// A receiver that read the request and then never answers, or drops the connection: it may
+/// have acted, so the outcome is indeterminate (a silent one named as a timeout).
 #[tokio::test]
-async fn a_receiver_that_reads_the_request_and_never_answers_is_indeterminate() -> TestResult {
-    let server = RawHttpServer::start(Behaviour::Silent).await?;
-    let e = deliver_to(&server.url("/hooks"), Duration::from_millis(500)).await?;
-    assert_eq!(server.requests_read(), 1, "the request did arrive");
-    assert!(
-        matches!(e, txoutbox::sink::DeliveryError::Indeterminate { .. }),
-        "{e:?}"
-    );
-    assert!(e.to_string().contains("timed out"), "{e}");
-    Ok(())
-}
-
-#[tokio::test]
-async fn a_receiver_that_drops_the_connection_after_the_request_is_indeterminate() -> TestResult {
-    let server = RawHttpServer::start(Behaviour::Drop).await?;
-    let e = deliver_to(&server.url("/hooks"), Duration::from_secs(5)).await?;
-    assert_eq!(server.requests_read(), 1, "the request did arrive");
-    assert!(
-        matches!(e, txoutbox::sink::DeliveryError::Indeterminate { .. }),
-        "{e:?}"
-    );
+async fn a_receiver_that_reads_the_request_and_then_goes_silent_or_drops_is_indeterminate(
+) -> TestResult {
+    for (case, behaviour, timeout, says) in [
+        (
+            "never answers",
+            Behaviour::Silent,
+            Duration::from_millis(500),
+            Some("timed out"),
+        ),
+        (
+            "drops the connection after the request",
+            Behaviour::Drop,
+            Duration::from_secs(5),
+            None,
+        ),
+    ] {
+        let server = RawHttpServer::start(behaviour).await?;
+        let e = deliver_to(&server.url("/hooks"), timeout).await?;
+        assert_eq!(server.requests_read(), 1, "{case}: the request did arrive");
+        assert!(
+            matches!(e, txoutbox::sink::DeliveryError::Indeterminate { .. }),
+            "{case}: {e:?}"
+        );
+        if let Some(text) = says {
+            assert!(e.to_string().contains(text), "{case}: {e}");
+        }
+    }
     Ok(())
 }
 

@@ -92,6 +92,18 @@ macro_rules! wake_channel {
     };
 }
 
+/// `Display` as the name `as_str()` gives: the enums whose text is a column's value or an
+/// option's word print as they are stored and parsed.
+macro_rules! display_as_str {
+    ($($name:ty),+ $(,)?) => {$(
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )+};
+}
+
 pub mod admin;
 mod downstream_key;
 mod error;

@@ -315,31 +315,18 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_reads_delay_seconds() {
+    fn retry_after_reads_delay_seconds_and_http_dates_and_a_past_date_is_now() {
         let now = http_date_now();
-        assert_eq!(parse_retry_after("0", now), Some(Duration::ZERO));
-        assert_eq!(parse_retry_after("1", now), Some(Duration::from_secs(1)));
-        assert_eq!(
-            parse_retry_after(" 120 ", now),
-            Some(Duration::from_secs(120))
-        );
-    }
-
-    #[test]
-    fn retry_after_reads_http_dates_and_a_past_date_is_now() {
-        let now = http_date_now();
-        assert_eq!(
-            parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now),
-            Some(Duration::from_secs(30))
-        );
-        assert_eq!(
-            parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(
-            parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT", now),
-            Some(Duration::ZERO)
-        );
+        for (value, delay) in [
+            ("0", Duration::ZERO),
+            ("1", Duration::from_secs(1)),
+            (" 120 ", Duration::from_secs(120)),
+            ("Wed, 21 Oct 2015 07:28:30 GMT", Duration::from_secs(30)),
+            ("Wed, 21 Oct 2015 07:00:00 GMT", Duration::ZERO),
+            ("Thu, 01 Jan 1970 00:00:00 GMT", Duration::ZERO),
+        ] {
+            assert_eq!(parse_retry_after(value, now), Some(delay), "{value:?}");
+        }
     }
 
     #[test]

@@ -4,7 +4,6 @@
 //! `txoutbox_messages`; `delivered` rows were moved to `txoutbox_delivered` by the relay,
 //! `discarded` ones to `txoutbox_discarded` by an operator's [`discard`](crate::admin::discard).
 
-use std::fmt;
 use std::str::FromStr;
 
 use serde::Serialize;
@@ -51,32 +50,6 @@ impl MessageStatus {
             MessageStatus::Unknown => "unknown",
             MessageStatus::Delivered => "delivered",
             MessageStatus::Discarded => "discarded",
-        }
-    }
-}
-
-impl fmt::Display for MessageStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for MessageStatus {
-    type Err = AdminError;
-
-    /// Parses a column value; `in-flight` is accepted for `in_flight`.
-    fn from_str(s: &str) -> Result<Self, AdminError> {
-        match s {
-            "pending" => Ok(MessageStatus::Pending),
-            "in_flight" | "in-flight" => Ok(MessageStatus::InFlight),
-            "failed" => Ok(MessageStatus::Failed),
-            "unknown" => Ok(MessageStatus::Unknown),
-            "delivered" => Ok(MessageStatus::Delivered),
-            "discarded" => Ok(MessageStatus::Discarded),
-            other => Err(AdminError::Invalid(format!(
-                "{other:?} is not a status (pending, in_flight, failed, unknown, delivered, \
-                 discarded)"
-            ))),
         }
     }
 }
@@ -145,9 +118,18 @@ impl AttemptOutcome {
     }
 }
 
-impl fmt::Display for AttemptOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+impl FromStr for MessageStatus {
+    type Err = AdminError;
+
+    /// Parses a column value; `in-flight` is accepted for `in_flight`.
+    fn from_str(s: &str) -> Result<Self, AdminError> {
+        let column = if s == "in-flight" { "in_flight" } else { s };
+        by_column_value(&Self::ALL, Self::as_str, column).ok_or_else(|| {
+            AdminError::Invalid(format!(
+                "{s:?} is not a status (pending, in_flight, failed, unknown, delivered, \
+                 discarded)"
+            ))
+        })
     }
 }
 
@@ -156,9 +138,14 @@ impl FromStr for AttemptOutcome {
 
     /// Parses a column value.
     fn from_str(s: &str) -> Result<Self, AdminError> {
-        AttemptOutcome::ALL
-            .into_iter()
-            .find(|o| o.as_str() == s)
+        by_column_value(&Self::ALL, Self::as_str, s)
             .ok_or_else(|| AdminError::Invalid(format!("{s:?} is not an attempt outcome")))
     }
+}
+
+display_as_str!(MessageStatus, AttemptOutcome);
+
+/// The one of `all` whose column value is `column`.
+fn by_column_value<T: Copy>(all: &[T], name: fn(T) -> &'static str, column: &str) -> Option<T> {
+    all.iter().copied().find(|&value| name(value) == column)
 }

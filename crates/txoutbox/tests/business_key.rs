@@ -99,6 +99,21 @@ async fn charge(client: &mut Client, k: &IdempotencyKey, amount: i64) -> anyhow:
     })
 }
 
+/// A database where a request under key `k` (made of `key`) charged 100: the client and `k`.
+async fn charged_once(key_text: &str) -> anyhow::Result<(TestDb, Client, IdempotencyKey)> {
+    let (db, mut client) = db_with_charges().await?;
+    let k = key(key_text);
+    charge(&mut client, &k, 100).await?;
+    Ok((db, client, k))
+}
+
+/// Whatever the requests were, one charge row was written, with its two effects.
+async fn one_charge_and_its_two_effects(client: &Client) -> anyhow::Result<()> {
+    assert_eq!(count(client, "charges").await?, 1);
+    assert_eq!(count(client, "txoutbox_messages").await?, 2);
+    Ok(())
+}
+
 #[tokio::test]
 async fn fifty_concurrent_requests_with_one_key_make_one_row_and_one_set_of_effects() -> TestResult
 {
@@ -134,8 +149,7 @@ async fn fifty_concurrent_requests_with_one_key_make_one_row_and_one_set_of_effe
             "{answer:?}"
         );
     }
-    assert_eq!(count(&client, "charges").await?, 1);
-    assert_eq!(count(&client, "txoutbox_messages").await?, 2);
+    one_charge_and_its_two_effects(&client).await?;
     assert_eq!(
         count(&client, "txoutbox_idempotency_keys").await?,
         0,
@@ -152,16 +166,13 @@ async fn a_retry_is_answered_from_the_first_requests_row_and_enqueues_nothing() 
         panic!("the first request is new");
     };
     assert_eq!(charge(&mut client, &k, 100).await?, Answer::Replayed(id));
-    assert_eq!(count(&client, "charges").await?, 1);
-    assert_eq!(count(&client, "txoutbox_messages").await?, 2);
+    one_charge_and_its_two_effects(&client).await?;
     Ok(())
 }
 
 #[tokio::test]
 async fn the_same_key_with_another_body_is_a_mismatch_and_writes_nothing() -> TestResult {
-    let (_db, mut client) = db_with_charges().await?;
-    let k = key("bk-mismatch-000000001");
-    charge(&mut client, &k, 100).await?;
+    let (_db, mut client, k) = charged_once("bk-mismatch-000000001").await?;
     assert_eq!(charge(&mut client, &k, 999).await?, Answer::Mismatch);
     let amount: i64 = value(&client, "SELECT amount FROM charges").await?;
     assert_eq!(amount, 100);
@@ -204,9 +215,7 @@ async fn a_request_that_cannot_wait_for_the_holder_is_in_flight() -> TestResult 
 
 #[tokio::test]
 async fn effects_carry_keys_derived_from_scope_key_and_effect() -> TestResult {
-    let (_db, mut client) = db_with_charges().await?;
-    let k = key("bk-derived-0000000001");
-    charge(&mut client, &k, 100).await?;
+    let (_db, client, k) = charged_once("bk-derived-0000000001").await?;
     let rows = client
         .query(
             "SELECT destination, downstream_key FROM txoutbox_messages ORDER BY destination",

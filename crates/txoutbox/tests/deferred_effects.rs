@@ -20,6 +20,7 @@ type TestResult = anyhow::Result<()>;
 
 use txoutbox_test_support::request::{
     at_once, charge_fingerprint as fingerprint, db_with_orders, key, store_key_without_the_lock,
+    the_one_that_did_the_work,
 };
 use txoutbox_test_support::select::{column, value_with};
 
@@ -94,6 +95,17 @@ fn relay(db: &TestDb, sink: &RecordingSink) -> anyhow::Result<Relay> {
         .build()?)
 }
 
+/// Runs a relay until `n` effects reached its sink, then stops it: their downstream keys, sorted.
+async fn fan_out(db: &TestDb, n: usize) -> anyhow::Result<Vec<String>> {
+    let sink = RecordingSink::new();
+    let relay = RunningRelay::start(relay(db, &sink)?);
+    assert_eq!(sink.wait_for(n, Duration::from_secs(10)).await, n);
+    relay.stop().await?;
+    let mut keys = sink.keys();
+    keys.sort();
+    Ok(keys)
+}
+
 /// [`relay`], sending its test events to `events`.
 fn watched(db: &TestDb, sink: &RecordingSink, events: &RelayEvents) -> anyhow::Result<Relay> {
     Ok(db
@@ -131,12 +143,7 @@ async fn a_deferred_request_writes_one_row_and_the_relay_delivers_its_effects() 
     assert_eq!(count(&client, "txoutbox_messages").await?, 0);
     assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 2);
 
-    let sink = RecordingSink::new();
-    let relay = RunningRelay::start(relay(&db, &sink)?);
-    assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
-    relay.stop().await?;
-    let mut delivered = sink.keys();
-    delivered.sort();
+    let delivered = fan_out(&db, 2).await?;
     let mut expected = keys.to_vec();
     expected.sort();
     assert_eq!(delivered, expected, "each effect carries its claim's key");
@@ -169,15 +176,7 @@ async fn fifty_concurrent_deferred_requests_with_one_key_make_one_set_of_effects
     .await?
     .into_iter()
     .collect::<Result<Vec<_>, _>>()?;
-    let first = answers
-        .iter()
-        .find(|a| a.status == 201)
-        .expect("one request did the work")
-        .clone();
-    assert!(
-        answers.iter().all(|a| *a == first || a.status == 409),
-        "every answer is the stored response or 409: {answers:?}"
-    );
+    the_one_that_did_the_work(&answers);
     assert_eq!(count(&observer, "orders").await?, 1);
     assert_eq!(count(&observer, EFFECTS_ON_KEYS).await?, 2);
 
@@ -202,10 +201,7 @@ async fn a_key_carrying_effects_is_not_pruned_until_the_relay_has_fanned_them_ou
     assert_eq!(admin::prune_expired_keys(&client, 100).await?, 0);
     assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 2);
 
-    let sink = RecordingSink::new();
-    let relay = RunningRelay::start(relay(&db, &sink)?);
-    assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
-    relay.stop().await?;
+    fan_out(&db, 2).await?;
     assert_eq!(admin::prune_expired_keys(&client, 100).await?, 1);
     assert_eq!(count(&client, "txoutbox_idempotency_keys").await?, 0);
     Ok(())
@@ -225,12 +221,7 @@ async fn an_expired_key_taken_over_keeps_the_first_requests_effects() -> TestRes
     assert_eq!(count(&client, "orders").await?, 2);
     assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 4);
 
-    let sink = RecordingSink::new();
-    let relay = RunningRelay::start(relay(&db, &sink)?);
-    assert_eq!(sink.wait_for(4, Duration::from_secs(10)).await, 4);
-    relay.stop().await?;
-    let mut keys = sink.keys();
-    keys.sort();
+    let mut keys = fan_out(&db, 4).await?;
     keys.dedup();
     assert_eq!(keys.len(), 4, "two claims, two keys each");
     Ok(())
@@ -343,10 +334,7 @@ async fn a_key_whose_effects_are_poisoned_does_not_hold_the_others_back() -> Tes
         .await?;
     request(&mut client, &deferred()?, &key("k-healthy")).await?;
 
-    let sink = RecordingSink::new();
-    let relay = RunningRelay::start(relay(&db, &sink)?);
-    assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
-    relay.stop().await?;
+    fan_out(&db, 2).await?;
     assert_eq!(
         keys_with_effects(&client).await?.len(),
         2,

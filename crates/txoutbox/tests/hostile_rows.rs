@@ -79,61 +79,69 @@ async fn one_hostile_row_among_thirty(
     })
 }
 
-/// The hostile row was dead-lettered at once, alone, with an error that says `cause`.
-fn assert_failed_alone(outcome: &Outcome, cause: &str) {
-    assert_eq!(outcome.delivered, 30, "every batch-mate is delivered");
-    assert_eq!(outcome.status, "failed", "{}", outcome.last_error);
+/// The hostile row was dead-lettered at once, alone, with an error that says `cause`; a failure
+/// names the `case`.
+fn assert_failed_alone(case: &str, outcome: &Outcome, cause: &str) {
+    assert_eq!(
+        outcome.delivered, 30,
+        "{case}: every batch-mate is delivered"
+    );
+    assert_eq!(outcome.status, "failed", "{case}: {}", outcome.last_error);
     assert!(
         outcome.last_error.contains(cause),
-        "the error names the cause: {}",
+        "{case}: the error names the cause: {}",
         outcome.last_error
     );
     assert!(
         !outcome.last_error.contains("unavailable"),
-        "{}",
+        "{case}: {}",
         outcome.last_error
     );
     assert_eq!(
         outcome.attempts,
         vec![("failed".to_owned(), Some(outcome.last_error.clone()))],
-        "one attempt, logged with its reason"
+        "{case}: one attempt, logged with its reason"
     );
-    assert_eq!(outcome.calls, 0, "its sink was never called");
+    assert_eq!(outcome.calls, 0, "{case}: its sink was never called");
 }
 
-#[tokio::test]
-async fn a_payload_nested_too_deep_fails_its_own_row_and_its_batch_is_delivered() -> TestResult {
-    let db = test_db().await?;
-    let outcome =
-        one_hostile_row_among_thirty(&db, message(&db).stored_payload(&nested_too_deep())).await?;
-    assert_failed_alone(
-        &outcome,
-        "the stored payload is not valid for this relay: recursion limit exceeded",
-    );
-    Ok(())
+/// Which stored column of the hostile row holds the undecodable JSON.
+enum Stored {
+    Payload(String),
+    Headers(String),
 }
 
+/// A payload nested too deep, a payload number beyond f64 and headers nested too deep: each fails
+/// its own row, and the batch claimed with it is delivered (each case on a database of its own).
 #[tokio::test]
-async fn a_payload_number_beyond_f64_fails_its_own_row_and_its_batch_is_delivered() -> TestResult {
-    let db = test_db().await?;
-    let outcome =
-        one_hostile_row_among_thirty(&db, message(&db).stored_payload(r#"{"n": 1e400}"#)).await?;
-    assert_failed_alone(
-        &outcome,
-        "the stored payload is not valid for this relay: number out of range",
-    );
-    Ok(())
-}
-
-#[tokio::test]
-async fn headers_nested_too_deep_fail_their_own_row_and_its_batch_is_delivered() -> TestResult {
-    let db = test_db().await?;
-    let headers = format!(r#"{{"traceparent": {}}}"#, nested_too_deep());
-    let outcome = one_hostile_row_among_thirty(&db, message(&db).stored_headers(&headers)).await?;
-    assert_failed_alone(
-        &outcome,
-        "the stored headers are not valid for this relay (an object of strings): invalid type",
-    );
+async fn an_undecodable_payload_or_headers_fails_its_own_row_and_its_batch_is_delivered(
+) -> TestResult {
+    let cases = [
+        (
+            "a payload nested too deep",
+            Stored::Payload(nested_too_deep()),
+            "the stored payload is not valid for this relay: recursion limit exceeded",
+        ),
+        (
+            "a payload number beyond f64",
+            Stored::Payload(r#"{"n": 1e400}"#.to_owned()),
+            "the stored payload is not valid for this relay: number out of range",
+        ),
+        (
+            "headers nested too deep",
+            Stored::Headers(format!(r#"{{"traceparent": {}}}"#, nested_too_deep())),
+            "the stored headers are not valid for this relay (an object of strings): invalid type",
+        ),
+    ];
+    for (case, stored, cause) in cases {
+        let db = test_db().await?;
+        let hostile = match &stored {
+            Stored::Payload(json) => message(&db).stored_payload(json),
+            Stored::Headers(json) => message(&db).stored_headers(json),
+        };
+        let outcome = one_hostile_row_among_thirty(&db, hostile).await?;
+        assert_failed_alone(case, &outcome, cause);
+    }
     Ok(())
 }
 

@@ -27,6 +27,12 @@ fn shipping() -> Consumer {
     Consumer::new("shipping").expect("valid consumer")
 }
 
+/// A test database with the `shipments` table, a client on it, and the `shipping` consumer.
+async fn shipping_db() -> anyhow::Result<(TestDb, Client, Consumer)> {
+    let (db, client) = db_with_shipments().await?;
+    Ok((db, client, shipping()))
+}
+
 /// The handler's writes for the new message `id`: one shipment and one onward email.
 async fn ship(tx: &Transaction<'_>, mut claim: InboxClaim, id: &str) -> anyhow::Result<()> {
     tx.execute("INSERT INTO shipments (charge_id) VALUES ($1)", &[&id])
@@ -62,8 +68,7 @@ async fn first_delivery(tx: &Transaction<'_>, consumer: &Consumer) -> anyhow::Re
 
 #[tokio::test]
 async fn a_redelivered_message_is_a_duplicate_and_runs_once() -> TestResult {
-    let (_db, mut client) = db_with_shipments().await?;
-    let consumer = shipping();
+    let (_db, mut client, consumer) = shipping_db().await?;
     let mut ran = 0;
     for _ in 0..5 {
         ran += u32::from(deliver(&mut client, &consumer, "msg_1").await?);
@@ -90,8 +95,7 @@ async fn a_redelivered_message_is_a_duplicate_and_runs_once() -> TestResult {
 
 #[tokio::test]
 async fn a_rolled_back_handler_leaves_no_record_and_the_redelivery_runs() -> TestResult {
-    let (_db, mut client) = db_with_shipments().await?;
-    let consumer = shipping();
+    let (_db, mut client, consumer) = shipping_db().await?;
     {
         let tx = client.transaction().await?;
         let _claim = first_delivery(&tx, &consumer).await?;
@@ -157,37 +161,36 @@ async fn race_a_second_delivery(
     Ok(racing)
 }
 
+/// A redelivery racing the first attempt waits for its end: a duplicate once the first commits,
+/// run once the first rolls back. One shipment either way.
 #[tokio::test]
-async fn a_redelivery_racing_the_first_waits_for_its_commit_then_is_a_duplicate() -> TestResult {
-    let (db, mut first) = db_with_shipments().await?;
-    let watcher = db.connect().await?;
-    let consumer = shipping();
-    let tx = first.transaction().await?;
-    let claim = first_delivery(&tx, &consumer).await?;
-    let racing = race_a_second_delivery(&db, &watcher, &consumer).await?;
-    tx.execute("INSERT INTO shipments (charge_id) VALUES ('msg_1')", &[])
-        .await?;
-    claim.complete(&tx).await?;
-    tx.commit().await?;
-    assert!(!racing.await??, "the racing delivery ran the handler again");
-    assert_eq!(count(&watcher, "shipments").await?, 1);
-    Ok(())
-}
-
-#[tokio::test]
-async fn a_redelivery_racing_a_first_attempt_that_rolls_back_runs_the_handler() -> TestResult {
-    let (db, mut first) = db_with_shipments().await?;
-    let watcher = db.connect().await?;
-    let consumer = shipping();
-    let tx = first.transaction().await?;
-    let _claim = first_delivery(&tx, &consumer).await?;
-    let racing = race_a_second_delivery(&db, &watcher, &consumer).await?;
-    tx.rollback().await?;
-    assert!(
-        racing.await??,
-        "the redelivery of a rolled-back message must run"
-    );
-    assert_eq!(count(&watcher, "shipments").await?, 1);
+async fn a_redelivery_racing_the_first_waits_for_it_then_is_a_duplicate_or_runs() -> TestResult {
+    for first_commits in [true, false] {
+        let case = if first_commits {
+            "the first commits"
+        } else {
+            "the first rolls back"
+        };
+        let (db, mut first, consumer) = shipping_db().await?;
+        let watcher = db.connect().await?;
+        let tx = first.transaction().await?;
+        let claim = first_delivery(&tx, &consumer).await?;
+        let racing = race_a_second_delivery(&db, &watcher, &consumer).await?;
+        if first_commits {
+            tx.execute("INSERT INTO shipments (charge_id) VALUES ('msg_1')", &[])
+                .await?;
+            claim.complete(&tx).await?;
+            tx.commit().await?;
+        } else {
+            tx.rollback().await?;
+        }
+        assert_eq!(
+            racing.await??,
+            !first_commits,
+            "{case}: the racing delivery runs the handler only after a rollback"
+        );
+        assert_eq!(count(&watcher, "shipments").await?, 1, "{case}");
+    }
     Ok(())
 }
 
@@ -209,8 +212,7 @@ async fn a_redelivery_that_waits_past_the_lock_timeout_is_a_conflict() -> TestRe
 
 #[tokio::test]
 async fn the_callers_lock_timeout_is_restored_after_receive() -> TestResult {
-    let (_db, mut client) = db_with_shipments().await?;
-    let consumer = shipping();
+    let (_db, mut client, consumer) = shipping_db().await?;
     assert!(deliver(&mut client, &consumer, "msg_1").await?);
     let tx = client.transaction().await?;
     tx.batch_execute("SET LOCAL lock_timeout = '7s'").await?;
@@ -229,8 +231,7 @@ async fn the_callers_lock_timeout_is_restored_after_receive() -> TestResult {
 
 #[tokio::test]
 async fn a_record_committed_after_a_repeatable_read_snapshot_is_a_conflict() -> TestResult {
-    let (db, mut client) = db_with_shipments().await?;
-    let consumer = shipping();
+    let (db, mut client, consumer) = shipping_db().await?;
     let tx = client
         .build_transaction()
         .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -265,8 +266,7 @@ async fn the_deadpool_driver_receives_in_the_callers_transaction() -> TestResult
 
 #[tokio::test]
 async fn onward_effects_carry_keys_derived_from_consumer_message_and_effect() -> TestResult {
-    let (_db, mut client) = db_with_shipments().await?;
-    let consumer = shipping();
+    let (_db, mut client, consumer) = shipping_db().await?;
     assert!(deliver(&mut client, &consumer, "msg_1").await?);
     let key: String = value(&client, "SELECT downstream_key FROM txoutbox_messages").await?;
     assert_eq!(
@@ -278,8 +278,7 @@ async fn onward_effects_carry_keys_derived_from_consumer_message_and_effect() ->
 
 #[tokio::test]
 async fn an_expired_record_is_pruned_and_the_message_is_new_again() -> TestResult {
-    let (_db, mut client) = db_with_shipments().await?;
-    let consumer = shipping();
+    let (_db, mut client, consumer) = shipping_db().await?;
     for i in 0..5 {
         assert!(deliver(&mut client, &consumer, &format!("old_{i}")).await?);
     }
@@ -327,8 +326,7 @@ async fn an_expired_record_is_pruned_and_the_message_is_new_again() -> TestResul
 
 #[tokio::test]
 async fn a_message_given_up_is_recorded_and_its_redelivery_is_a_duplicate() -> TestResult {
-    let (_db, mut client) = db_with_shipments().await?;
-    let consumer = shipping();
+    let (_db, mut client, consumer) = shipping_db().await?;
     let tx = client.transaction().await?;
     assert!(inbox::record_failure(&tx, &consumer, "poison", "bad\0 payload").await?);
     tx.commit().await?;

@@ -22,6 +22,14 @@ async fn problem(response: reqwest::Response, status: u16) -> anyhow::Result<Val
     Ok(document)
 }
 
+/// One order row, with its email and its webhook waiting in the outbox.
+async fn one_order_one_email_one_webhook(client: &tokio_postgres::Client) -> anyhow::Result<()> {
+    assert_eq!(count(client, "orders").await?, 1);
+    assert_eq!(counts_for(client, "email").await?.hot(), 1);
+    assert_eq!(counts_for(client, "webhook").await?.hot(), 1);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_order_is_one_row_one_email_and_one_webhook_in_the_outbox() -> anyhow::Result<()> {
     let s = LocalService::start().await?;
@@ -41,9 +49,7 @@ async fn an_order_is_one_row_one_email_and_one_webhook_in_the_outbox() -> anyhow
     assert_eq!(shown["amount"], 1200);
     assert_eq!(shown["email"], "a@example.com");
 
-    assert_eq!(count(&s.client, "orders").await?, 1);
-    assert_eq!(counts_for(&s.client, "email").await?.hot(), 1);
-    assert_eq!(counts_for(&s.client, "webhook").await?.hot(), 1);
+    one_order_one_email_one_webhook(&s.client).await?;
     let row = s
         .client
         .query_one(
@@ -72,9 +78,7 @@ async fn the_same_key_twice_is_one_order_and_a_replay_of_the_same_body() -> anyh
     assert_eq!(again.headers()["location"], location);
     assert_eq!(again.bytes().await?, first_body);
 
-    assert_eq!(count(&s.client, "orders").await?, 1);
-    assert_eq!(counts_for(&s.client, "email").await?.hot(), 1);
-    assert_eq!(counts_for(&s.client, "webhook").await?.hot(), 1);
+    one_order_one_email_one_webhook(&s.client).await?;
     Ok(())
 }
 
@@ -123,9 +127,7 @@ async fn fifty_concurrent_requests_with_one_key_make_one_order_and_one_set_of_ef
     }
     assert_eq!(fresh, 1, "one request did the work, the others replayed it");
     assert_eq!(bodies.len(), 1, "every 201 is the same answer");
-    assert_eq!(count(&s.client, "orders").await?, 1);
-    assert_eq!(counts_for(&s.client, "email").await?.hot(), 1);
-    assert_eq!(counts_for(&s.client, "webhook").await?.hot(), 1);
+    one_order_one_email_one_webhook(&s.client).await?;
     Ok(())
 }
 

@@ -25,6 +25,13 @@ pub struct Answer {
 }
 
 impl Served {
+    /// A test database, and the dashboard of `config` serving it.
+    pub async fn on_a_test_db(config: DashboardConfig) -> anyhow::Result<(TestDb, Self)> {
+        let db = txoutbox_test_support::test_db().await?;
+        let served = Self::start(&db, config).await?;
+        Ok((db, served))
+    }
+
     pub async fn start(db: &TestDb, config: DashboardConfig) -> anyhow::Result<Self> {
         let app =
             axum::Router::new().nest("/outbox", txoutbox_dashboard::router(db.pool(4)?, config));

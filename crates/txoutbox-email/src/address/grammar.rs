@@ -231,27 +231,25 @@ fn obs_phrase(input: &str) -> IResult<&str, String> {
 
 // obs-local-part  =       word *("." word)
 pub(super) fn obs_local_part(input: &str) -> IResult<&str, String> {
-    map(
-        pair(word, many0(pair(char('.'), word))),
-        |(mut result, rest)| {
-            for (_, word) in rest {
-                result.push('.');
-                result.push_str(&word);
-            }
-            result
-        },
-    )
-    .parse(input)
+    dot_separated(word, input)
 }
 
 // obs-domain      =       atom *("." atom)
 pub(super) fn obs_domain(input: &str) -> IResult<&str, String> {
+    dot_separated(atom, input)
+}
+
+/// `part *("." part)`, the parts joined by their dots.
+fn dot_separated<'a>(
+    part: fn(&'a str) -> IResult<&'a str, String>,
+    input: &'a str,
+) -> IResult<&'a str, String> {
     map(
-        pair(atom, many0(pair(char('.'), atom))),
+        pair(part, many0(pair(char('.'), part))),
         |(mut result, rest)| {
-            for (_, atom) in rest {
+            for (_, next) in rest {
                 result.push('.');
-                result.push_str(&atom);
+                result.push_str(&next);
             }
             result
         },

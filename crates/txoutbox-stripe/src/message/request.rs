@@ -2,6 +2,13 @@
 
 use super::{NewPaymentIntent, NewRefund};
 
+/// The metadata pairs as async-stripe takes them.
+fn stripe_metadata(
+    metadata: &std::collections::BTreeMap<String, String>,
+) -> std::collections::HashMap<String, String> {
+    metadata.clone().into_iter().collect()
+}
+
 impl NewPaymentIntent {
     /// async-stripe's request for this payload.
     pub(crate) fn to_stripe(&self) -> stripe_core::payment_intent::CreatePaymentIntent {
@@ -27,12 +34,7 @@ impl NewPaymentIntent {
             request = request.payment_method(payment_method.as_str());
         }
         if !self.metadata.is_empty() {
-            request = request.metadata(
-                self.metadata
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect::<std::collections::HashMap<_, _>>(),
-            );
+            request = request.metadata(stripe_metadata(&self.metadata));
         }
         if let Some(description) = &self.description {
             request = request.description(description.as_str());
@@ -55,12 +57,7 @@ impl NewRefund {
             request = request.amount(amount);
         }
         if !self.metadata.is_empty() {
-            request = request.metadata(
-                self.metadata
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect::<std::collections::HashMap<_, _>>(),
-            );
+            request = request.metadata(stripe_metadata(&self.metadata));
         }
         request
     }
@@ -88,6 +85,19 @@ mod tests {
         v
     }
 
+    /// `request` goes to `path`, its body exactly the form fields `fields`, in any order.
+    fn assert_form(
+        request: &stripe_client_core::RequestBuilder,
+        path: &str,
+        fields: &[(&str, &str)],
+    ) {
+        assert_eq!(request.path, path);
+        assert_eq!(
+            form(request.body.as_deref().expect("test value")),
+            pairs(fields)
+        );
+    }
+
     #[test]
     fn payment_intent_is_form_encoded_confirmed_with_bracketed_metadata() {
         let request = NewPaymentIntent::new(2000, "USD")
@@ -98,10 +108,10 @@ mod tests {
             .with_off_session(true)
             .to_stripe()
             .build();
-        assert_eq!(request.path, "/payment_intents");
-        assert_eq!(
-            form(request.body.as_deref().expect("test value")),
-            pairs(&[
+        assert_form(
+            &request,
+            "/payment_intents",
+            &[
                 ("amount", "2000"),
                 ("automatic_payment_methods[allow_redirects]", "never"),
                 ("automatic_payment_methods[enabled]", "true"),
@@ -112,7 +122,7 @@ mod tests {
                 ("metadata[order_id]", "42 & more"),
                 ("off_session", "true"),
                 ("payment_method", "pm_card_visa"),
-            ])
+            ],
         );
     }
 
@@ -123,14 +133,14 @@ mod tests {
             .with_metadata("reason", "damaged")
             .to_stripe()
             .build();
-        assert_eq!(request.path, "/refunds");
-        assert_eq!(
-            form(request.body.as_deref().expect("test value")),
-            pairs(&[
+        assert_form(
+            &request,
+            "/refunds",
+            &[
                 ("amount", "500"),
                 ("metadata[reason]", "damaged"),
                 ("payment_intent", "pi_1"),
-            ])
+            ],
         );
     }
 }

@@ -44,10 +44,28 @@ fn key_value_form_with_quotes_survives_stripping() -> Result<()> {
     Ok(())
 }
 
+/// As libpq: `prefer` without an sslmode, and a Unix socket ignores the sslmode (txoutbox keeps
+/// what it was told; tokio-postgres is told to disable TLS there).
 #[test]
-fn default_is_prefer_like_libpq() -> Result<()> {
-    let pg = parse("host=localhost")?;
-    assert_ssl_modes(&pg, SslMode::Prefer, TheirSslMode::Prefer);
+fn the_default_is_prefer_and_unix_sockets_ignore_sslmode_as_libpq_does() -> Result<()> {
+    for (case, text, ours, theirs) in [
+        (
+            "the default",
+            "host=localhost",
+            SslMode::Prefer,
+            TheirSslMode::Prefer,
+        ),
+        (
+            "a Unix socket",
+            "host=/var/run/postgresql sslmode=require",
+            SslMode::Require,
+            TheirSslMode::Disable,
+        ),
+    ] {
+        let pg = parse(text)?;
+        assert_eq!(pg.ssl_mode(), ours, "{case}");
+        assert_eq!(pg.config().get_ssl_mode(), theirs, "{case}");
+    }
     Ok(())
 }
 
@@ -240,13 +258,6 @@ fn an_unknown_sslmode_in_the_environment_names_sslmode() {
 fn a_hostaddr_without_host_names_the_server_for_tls() -> Result<()> {
     let pg = parse("hostaddr=127.0.0.1 sslmode=require")?;
     assert!(matches!(pg.config().get_hosts(), [Host::Tcp(h)] if h == "127.0.0.1"));
-    Ok(())
-}
-
-#[test]
-fn unix_sockets_ignore_sslmode_as_libpq_does() -> Result<()> {
-    let pg = parse("host=/var/run/postgresql sslmode=require")?;
-    assert_ssl_modes(&pg, SslMode::Require, TheirSslMode::Disable);
     Ok(())
 }
 

@@ -68,11 +68,7 @@ impl SslMode {
     }
 }
 
-impl fmt::Display for SslMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+display_as_str!(SslMode);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Verify {

@@ -7,7 +7,6 @@
 //! emits events and spans.
 
 use std::ffi::OsStr;
-use std::fmt;
 use std::io::IsTerminal;
 use std::str::FromStr;
 
@@ -44,11 +43,7 @@ impl LogFormat {
     }
 }
 
-impl fmt::Display for LogFormat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+display_as_str!(LogFormat);
 
 impl FromStr for LogFormat {
     type Err = Error;
