@@ -200,16 +200,39 @@ fn without_text(finished: &Finished, code: &str) -> Finished {
     }
 }
 
+/// Completes a batch on a pooled connection: one statement, or, when the batch delivers rows
+/// with ordering keys, a transaction that first takes those keys' enqueue locks
+/// ([`delivered_ordering_keys`]).
 async fn complete_plain(inner: &Inner, batch: &[Finished]) -> Result<()> {
-    let client = inner.pool.get().await?;
-    let applied = run_complete(
-        &Pooled::new(&client, inner.config.prepared_statements),
-        inner,
-        batch,
-    )
-    .await?;
+    let mut client = inner.pool.get().await?;
+    let prepared = inner.config.prepared_statements;
+    let keys = delivered_ordering_keys(batch);
+    let applied = if keys.is_empty() {
+        run_complete(&Pooled::new(&client, prepared), inner, batch).await?
+    } else {
+        let tx = client.transaction().await?;
+        let conn = Pooled::new(&tx, prepared);
+        store::messages::lock_ordering_keys(&conn, &keys).await?;
+        let applied = run_complete(&conn, inner, batch).await?;
+        tx.commit().await?;
+        applied
+    };
     record_outcomes(inner, &applied, batch.iter());
     Ok(())
+}
+
+/// The ordering keys of the rows a batch delivers. Their completion makes the next row of each
+/// key due, and an enqueue of the key that has not committed yet wrote its row waiting behind
+/// the row delivered (it still saw it) while the completion cannot see that row: the completion
+/// first takes the keys' enqueue locks (`messages/lock_ordering_keys.sql`), in a statement of its
+/// own, so that the completion statement's snapshot, taken once the locks are held, sees every
+/// enqueue of those keys that saw the row still there.
+fn delivered_ordering_keys(batch: &[Finished]) -> Vec<&str> {
+    batch
+        .iter()
+        .filter(|f| matches!(f.outcome, Outcome::Delivered))
+        .filter_map(|f| f.lease.delivery.ordering_key.as_deref())
+        .collect()
 }
 
 /// Writes one hooked outcome with its hook. A hook that fails turns the attempt into a retry
@@ -235,6 +258,10 @@ async fn complete_hooked(inner: &Inner, finished: &Finished) -> Result<()> {
     let mut client = inner.pool.get().await?;
     let tx = client.transaction().await?;
     let prepared = inner.config.prepared_statements;
+    let keys = delivered_ordering_keys(std::slice::from_ref(finished));
+    if !keys.is_empty() {
+        store::messages::lock_ordering_keys(&Pooled::new(&tx, prepared), &keys).await?;
+    }
     let applied = run_complete(
         &Pooled::new(&tx, prepared),
         inner,

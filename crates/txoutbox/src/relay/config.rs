@@ -60,6 +60,7 @@ pub struct RelayConfig {
     pub(crate) pool_size: usize,
     pub(crate) prepared_statements: bool,
     pub(crate) sample_interval: Duration,
+    pub(crate) stranded_sweep_interval: Duration,
     pub(crate) heartbeat_interval: Duration,
     pub(crate) events: super::events::TestEvents,
 }
@@ -92,6 +93,7 @@ impl Default for RelayConfig {
             pool_size: 4,
             prepared_statements: true,
             sample_interval: Duration::from_secs(5),
+            stranded_sweep_interval: Duration::from_secs(10),
             heartbeat_interval: Duration::from_secs(5),
             events: super::events::TestEvents::default(),
         }
@@ -145,6 +147,15 @@ impl RelayConfig {
     /// How often expired leases are taken back (default 1 s).
     pub fn reclaim_interval(&self) -> Duration {
         self.reclaim_interval
+    }
+
+    /// How often the relay looks, a thousand ordering keys at a time, for a row written waiting
+    /// behind an earlier row of its key that is gone, and makes it due (default 10 s; zero: never).
+    /// A safety net for a head deleted by hand or by a path that raced the row's enqueue: the
+    /// relay's completion, discard and purge make the next row due themselves
+    /// ([`unpark_stranded`](super::unpark_stranded) does the whole sweep at once).
+    pub fn stranded_sweep_interval(&self) -> Duration {
+        self.stranded_sweep_interval
     }
 
     /// At shutdown, how long in-flight deliveries may take to finish (default 10 s). The relay
@@ -225,6 +236,12 @@ impl RelayConfig {
     /// Sets [`RelayConfig::reclaim_interval`].
     pub fn with_reclaim_interval(mut self, value: Duration) -> Self {
         self.reclaim_interval = value;
+        self
+    }
+
+    /// Sets [`RelayConfig::stranded_sweep_interval`].
+    pub fn with_stranded_sweep_interval(mut self, value: Duration) -> Self {
+        self.stranded_sweep_interval = value;
         self
     }
 

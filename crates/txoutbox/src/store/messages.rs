@@ -5,7 +5,7 @@
 
 use super::statements::messages::{
     ANALYZE, CLAIM, CLAIM_UNBOUNDED, INSERT, LOCK_ORDERING_KEYS, MARK_STARTED, RECLAIM_EXPIRED,
-    RELEASE_UNSTARTED, SAMPLE_BACKLOG, STATISTICS, UNPARK_FREED,
+    RELEASE_UNSTARTED, SAMPLE_BACKLOG, STATISTICS, UNPARK_FREED, UNPARK_STRANDED,
 };
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::{ToSql, Type};
@@ -216,6 +216,40 @@ pub(crate) async fn unpark_freed(conn: &impl TxExecutor, parked: &[Uuid]) -> Res
         .rows(UNPARK_FREED, &[(&parked, Type::UUID_ARRAY)])
         .await?;
     Ok(rows.len() as u64)
+}
+
+/// What a sweep of the waiting rows did ([`unpark_stranded`]).
+pub(crate) struct Sweep {
+    /// The last ordering key it looked at: where the next sweep starts (`None`: it reached the
+    /// end, the next starts again from the first key).
+    pub last_key: Option<String>,
+    /// Rows it made due: waiting rows with no earlier row of their key left.
+    pub unparked: i64,
+}
+
+/// Makes due the first row of each of up to `keys` ordering keys after `after` when it is still
+/// waiting with nothing ahead of it ([`UNPARK_STRANDED`]).
+pub(crate) async fn unpark_stranded(
+    conn: &impl TxExecutor,
+    after: &str,
+    keys: i64,
+) -> Result<Sweep> {
+    let rows = conn
+        .rows(
+            UNPARK_STRANDED,
+            &[(&after, Type::TEXT), (&keys, Type::INT8)],
+        )
+        .await?;
+    match rows.first() {
+        Some(row) => Ok(Sweep {
+            last_key: row.try_get(0)?,
+            unparked: row.try_get(1)?,
+        }),
+        None => Ok(Sweep {
+            last_key: None,
+            unparked: 0,
+        }),
+    }
 }
 
 /// Marks the at-most-once attempt of row `id` (lease `token`) started; false when the lease is

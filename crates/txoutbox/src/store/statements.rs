@@ -241,6 +241,7 @@ statements! {
         STATS_SAMPLE = "stats_sample",
         STATS_TUPLES = "stats_tuples",
         UNPARK_FREED = "unpark_freed",
+        UNPARK_STRANDED = "unpark_stranded",
     }
     attempt_log {
         ACTIVITY = "activity",
