@@ -202,7 +202,8 @@ impl Sink for HoldK0 {
 /// The enqueue of `k-1` saw `k-0` and wrote `k-1` waiting; `k-0` is delivered before that
 /// enqueue commits. The completion must not decide which row comes next from a snapshot that
 /// misses `k-1`: it waits for the enqueue's ordering-key lock, so `k-1` is due once both
-/// committed. (The relay's sweep of waiting rows, off here, would only find it later.)
+/// committed. (The relay's sweep of waiting rows, off here, would only find it later; the wait
+/// for the lock is long here so that a slow test cannot outlast it.)
 #[tokio::test]
 async fn a_row_enqueued_while_its_head_is_completed_is_due_once_both_commit() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
@@ -214,7 +215,11 @@ async fn a_row_enqueued_while_its_head_is_completed_is_due_once_both_commit() ->
     };
     let relay = RunningRelay::start(
         db.relay()?
-            .config(relay_config().with_stranded_sweep_interval(Duration::ZERO))
+            .config(
+                relay_config()
+                    .with_stranded_sweep_interval(Duration::ZERO)
+                    .with_ordering_lock_wait(Duration::from_secs(60)),
+            )
             .sink("events", sink.clone())
             .build()?,
     );
@@ -248,6 +253,42 @@ async fn a_row_enqueued_while_its_head_is_completed_is_due_once_both_commit() ->
     )
     .await?;
     assert_eq!(waiting, 0, "k-1 is due, claimed or delivered, not waiting");
+    assert_eq!(sink.sink.wait_for(2, Duration::from_secs(20)).await, 2);
+    relay.stop().await?;
+    assert_eq!(sink.sink.keys(), ["k-0", "k-1"]);
+    Ok(())
+}
+
+/// An enqueue transaction that holds its key's lock for long (here: until the test commits it)
+/// does not hold the completion of the key's head back: the completion waits for the lock
+/// (`ordering_lock_wait`, 200 ms), then completes without it, and the relay's sweep makes the
+/// row that enqueue wrote waiting due.
+#[tokio::test]
+async fn a_completion_does_not_wait_for_an_enqueue_that_holds_its_key() -> TestResult {
+    let (db, mut client) = test_db_with_client().await?;
+    enqueue_committed(&mut client, &[ordered("k", 0)?]).await?;
+    let release = Arc::new(tokio::sync::Notify::new());
+    let sink = HoldK0 {
+        release: release.clone(),
+        sink: RecordingSink::new(),
+    };
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(relay_config().with_stranded_sweep_interval(Duration::from_millis(50)))
+            .sink("events", sink.clone())
+            .build()?,
+    );
+    wait_until(&client, |c| c.in_flight >= 1).await?;
+    let mut writer = db.connect().await?;
+    let enqueuing = writer.transaction().await?;
+    enqueue(&enqueuing, &[ordered("k", 1)?]).await?;
+    release.notify_one();
+    eventually_async(
+        "k-0 is delivered while the enqueue holds its key",
+        || async { Ok(status(&client, "k-0").await? == Some(MessageStatus::Delivered)) },
+    )
+    .await?;
+    enqueuing.commit().await?;
     assert_eq!(sink.sink.wait_for(2, Duration::from_secs(20)).await, 2);
     relay.stop().await?;
     assert_eq!(sink.sink.keys(), ["k-0", "k-1"]);

@@ -205,20 +205,62 @@ fn without_text(finished: &Finished, code: &str) -> Finished {
 /// ([`delivered_ordering_keys`]).
 async fn complete_plain(inner: &Inner, batch: &[Finished]) -> Result<()> {
     let mut client = inner.pool.get().await?;
-    let prepared = inner.config.prepared_statements;
     let keys = delivered_ordering_keys(batch);
-    let applied = if keys.is_empty() {
-        run_complete(&Pooled::new(&client, prepared), inner, batch).await?
+    let fenced = if keys.is_empty() {
+        None
     } else {
-        let tx = client.transaction().await?;
-        let conn = Pooled::new(&tx, prepared);
-        store::messages::lock_ordering_keys(&conn, &keys).await?;
-        let applied = run_complete(&conn, inner, batch).await?;
-        tx.commit().await?;
-        applied
+        complete_fenced(&mut client, inner, batch, &keys).await?
+    };
+    let applied = match fenced {
+        Some(applied) => applied,
+        None => {
+            let conn = Pooled::new(&client, inner.config.prepared_statements);
+            run_complete(&conn, inner, batch).await?
+        }
     };
     record_outcomes(inner, &applied, batch.iter());
     Ok(())
+}
+
+/// Completes a batch in a transaction that holds the enqueue locks of `keys` first; `None`
+/// (the transaction rolled back) when one was not had within the relay's `ordering_lock_wait`
+/// (200 ms by default): an enqueue transaction
+/// holds one for long, or waits for one this completion holds. The caller then completes
+/// without the fence; a row that enqueue writes waiting behind a row delivered here is made due
+/// by the relay's sweep (`messages/unpark_stranded.sql`).
+async fn complete_fenced(
+    client: &mut deadpool_postgres::Object,
+    inner: &Inner,
+    batch: &[Finished],
+    keys: &[&str],
+) -> Result<Option<Vec<Uuid>>> {
+    let tx = client.transaction().await?;
+    let conn = Pooled::new(&tx, inner.config.prepared_statements);
+    let wait = inner.config.ordering_lock_wait;
+    let completed = match store::messages::lock_ordering_keys_briefly(&conn, keys, wait).await {
+        Ok(()) => run_complete(&conn, inner, batch).await,
+        Err(e) => Err(e.into()),
+    };
+    match completed {
+        Ok(applied) => {
+            tx.commit().await?;
+            Ok(Some(applied))
+        }
+        Err(e) if lock_not_available(&e) => {
+            tx.rollback().await?;
+            tracing::debug!("ordering keys held by an enqueue; completing without its fence");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A lock wait cut off by `lock_timeout` (SQLSTATE 55P03).
+fn lock_not_available(error: &Error) -> bool {
+    let Error::Database(e) = error else {
+        return false;
+    };
+    e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
 }
 
 /// The ordering keys of the rows a batch delivers. Their completion makes the next row of each
@@ -259,9 +301,23 @@ async fn complete_hooked(inner: &Inner, finished: &Finished) -> Result<()> {
     let tx = client.transaction().await?;
     let prepared = inner.config.prepared_statements;
     let keys = delivered_ordering_keys(std::slice::from_ref(finished));
-    if !keys.is_empty() {
-        store::messages::lock_ordering_keys(&Pooled::new(&tx, prepared), &keys).await?;
-    }
+    let tx = if keys.is_empty() {
+        tx
+    } else {
+        let conn = Pooled::new(&tx, prepared);
+        let wait = inner.config.ordering_lock_wait;
+        match store::messages::lock_ordering_keys_briefly(&conn, &keys, wait)
+            .await
+            .map_err(Error::from)
+        {
+            Ok(()) => tx,
+            Err(e) if lock_not_available(&e) => {
+                tx.rollback().await?;
+                client.transaction().await?
+            }
+            Err(e) => return Err(e),
+        }
+    };
     let applied = run_complete(
         &Pooled::new(&tx, prepared),
         inner,

@@ -61,6 +61,7 @@ pub struct RelayConfig {
     pub(crate) prepared_statements: bool,
     pub(crate) sample_interval: Duration,
     pub(crate) stranded_sweep_interval: Duration,
+    pub(crate) ordering_lock_wait: Duration,
     pub(crate) heartbeat_interval: Duration,
     pub(crate) events: super::events::TestEvents,
 }
@@ -94,6 +95,7 @@ impl Default for RelayConfig {
             prepared_statements: true,
             sample_interval: Duration::from_secs(5),
             stranded_sweep_interval: Duration::from_secs(10),
+            ordering_lock_wait: Duration::from_millis(200),
             heartbeat_interval: Duration::from_secs(5),
             events: super::events::TestEvents::default(),
         }
@@ -156,6 +158,17 @@ impl RelayConfig {
     /// ([`unpark_stranded`](super::unpark_stranded) does the whole sweep at once).
     pub fn stranded_sweep_interval(&self) -> Duration {
         self.stranded_sweep_interval
+    }
+
+    /// How long the completion of a row with an ordering key waits for an enqueue transaction
+    /// that holds the key's lock (default 200 ms), so that the row that enqueue writes behind it
+    /// is seen and made due. Past it the completion goes on without the lock (the transaction
+    /// holds the key for long, or waits for a key this completion holds: keep it below
+    /// Postgres's `deadlock_timeout`, 1 s by default, so the relay, not the caller's
+    /// transaction, gives way) and the row is left to the sweep
+    /// ([`stranded_sweep_interval`](Self::stranded_sweep_interval)).
+    pub fn ordering_lock_wait(&self) -> Duration {
+        self.ordering_lock_wait
     }
 
     /// At shutdown, how long in-flight deliveries may take to finish (default 10 s). The relay
@@ -245,6 +258,12 @@ impl RelayConfig {
         self
     }
 
+    /// Sets [`RelayConfig::ordering_lock_wait`].
+    pub fn with_ordering_lock_wait(mut self, value: Duration) -> Self {
+        self.ordering_lock_wait = value;
+        self
+    }
+
     /// Sets [`RelayConfig::shutdown_grace`].
     pub fn with_shutdown_grace(mut self, value: Duration) -> Self {
         self.shutdown_grace = value;
@@ -330,6 +349,7 @@ impl RelayConfig {
         for (setting, value) in [
             ("poll_interval", self.poll_interval),
             ("reclaim_interval", self.reclaim_interval),
+            ("ordering_lock_wait", self.ordering_lock_wait),
             ("heartbeat_interval", self.heartbeat_interval),
         ] {
             if value.is_zero() {

@@ -4,8 +4,9 @@
 //! `txoutbox_messages_due`; keep it literal.
 
 use super::statements::messages::{
-    ANALYZE, CLAIM, CLAIM_UNBOUNDED, INSERT, LOCK_ORDERING_KEYS, MARK_STARTED, RECLAIM_EXPIRED,
-    RELEASE_UNSTARTED, SAMPLE_BACKLOG, STATISTICS, UNPARK_FREED, UNPARK_STRANDED,
+    ANALYZE, CLAIM, CLAIM_UNBOUNDED, INSERT, LOCK_ORDERING_KEYS, LOCK_ORDERING_KEYS_BRIEFLY,
+    MARK_STARTED, RECLAIM_EXPIRED, RELEASE_UNSTARTED, SAMPLE_BACKLOG, STATISTICS, UNPARK_FREED,
+    UNPARK_STRANDED,
 };
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::{ToSql, Type};
@@ -73,6 +74,24 @@ pub(crate) async fn insert_messages(
 pub(crate) async fn lock_ordering_keys(tx: &impl TxExecutor, keys: &[&str]) -> Result<()> {
     tx.rows(LOCK_ORDERING_KEYS, &[(&keys, Type::TEXT_ARRAY)])
         .await?;
+    Ok(())
+}
+
+/// Takes the enqueue locks of `keys` (ordering keys) for the relay's completion, waiting at most
+/// `wait` for each ([`LOCK_ORDERING_KEYS_BRIEFLY`]); a longer wait fails with SQLSTATE 55P03
+/// (`lock_not_available`) and aborts the transaction.
+pub(crate) async fn lock_ordering_keys_briefly(
+    tx: &impl TxExecutor,
+    keys: &[&str],
+    wait: std::time::Duration,
+) -> Result<()> {
+    // At least 1 ms: a `lock_timeout` of 0 would wait for ever.
+    let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX).max(1);
+    tx.rows(
+        LOCK_ORDERING_KEYS_BRIEFLY,
+        &[(&keys, Type::TEXT_ARRAY), (&wait_ms, Type::INT8)],
+    )
+    .await?;
     Ok(())
 }
 

@@ -222,6 +222,7 @@ statements! {
         INSERT = "insert",
         LIST = "list",
         LOCK_ORDERING_KEYS = "lock_ordering_keys",
+        LOCK_ORDERING_KEYS_BRIEFLY = "lock_ordering_keys_briefly",
         MARK_STARTED = "mark_started",
         PURGE_BATCH = "purge_batch",
         PURGE_COUNTS = "purge_counts",
