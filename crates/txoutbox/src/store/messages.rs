@@ -4,9 +4,9 @@
 //! `txoutbox_messages_due`; keep it literal.
 
 use super::statements::messages::{
-    ANALYZE, CLAIM, CLAIM_UNBOUNDED, INSERT, LOCK_ORDERING_KEYS, LOCK_ORDERING_KEYS_BRIEFLY,
-    MARK_STARTED, RECLAIM_EXPIRED, RELEASE_UNSTARTED, SAMPLE_BACKLOG, STATISTICS, UNPARK_FREED,
-    UNPARK_STRANDED,
+    ANALYZE, CLAIM, CLAIM_UNBOUNDED, INSERT, INSERT_ORDERED, LOCK_ORDERING_KEYS,
+    LOCK_ORDERING_KEYS_BRIEFLY, MARK_STARTED, RECLAIM_EXPIRED, RELEASE_UNSTARTED, SAMPLE_BACKLOG,
+    STATISTICS, UNPARK_FREED, UNPARK_STRANDED,
 };
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::{ToSql, Type};
@@ -24,6 +24,24 @@ pub struct MessageColumns {
     pub headers: Vec<serde_json::Value>,
     pub downstream_keys: Vec<String>,
     pub ordering_keys: Vec<Option<String>>,
+}
+
+impl MessageColumns {
+    /// Whether a message has an ordering key: such a batch is written by the statements that
+    /// write a row behind an earlier row of its key waiting ([`INSERT_ORDERED`] and the key
+    /// completions `*_with_ordered_messages`); the others keep the plainer ones.
+    pub(crate) fn ordered(&self) -> bool {
+        self.ordering_keys.iter().any(Option::is_some)
+    }
+
+    /// The statement that inserts these messages alone: [`INSERT`] or [`INSERT_ORDERED`].
+    pub(crate) fn insert(&self) -> &'static str {
+        if self.ordered() {
+            INSERT_ORDERED
+        } else {
+            INSERT
+        }
+    }
 }
 
 /// The parameters of a message insert, in the order both insert statements take them.
@@ -67,7 +85,7 @@ pub(crate) async fn insert_messages(
     tx: &impl TxExecutor,
     rows: &MessageColumns,
 ) -> Result<Inserted> {
-    Inserted::decode(&tx.rows(INSERT, &columns(rows)).await?)
+    Inserted::decode(&tx.rows(rows.insert(), &columns(rows)).await?)
 }
 
 /// Takes the transaction-scoped advisory locks of `keys` (ordering keys), in a fixed order.
