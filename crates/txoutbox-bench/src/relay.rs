@@ -33,6 +33,11 @@ pub struct DrainArgs {
     /// How many failed ordering heads those rows wait behind (each its own ordering key).
     #[arg(long, default_value_t = 1_000)]
     dead_heads: i64,
+    /// Write the rows behind the failed heads by hand, all due, as rows enqueued before a row
+    /// could be written waiting (or by another program): what the claim's parking costs. By
+    /// default they are enqueued through the library, waiting behind their heads.
+    #[arg(long)]
+    raw_behind: bool,
     /// Rows of delivered history for the claim-cost comparison (0 skips it), e.g. 10000000.
     #[arg(long, default_value_t = 200_000)]
     history: i64,
@@ -53,13 +58,14 @@ impl DrainArgs {
     fn command(&self) -> String {
         format!(
             "$ cargo run --release -p txoutbox-bench -- relay --rows {} --batch {} \
-             --claim-backlog {} --behind-dead-heads {} --dead-heads {} --history {}{}",
+             --claim-backlog {} --behind-dead-heads {} --dead-heads {} --history {}{}{}",
             self.rows,
             self.batch,
             self.claim_backlog,
             self.behind_dead_heads,
             self.dead_heads,
             self.history,
+            if self.raw_behind { " --raw-behind" } else { "" },
             if self.unprepared { " --unprepared" } else { "" }
         )
     }
@@ -92,13 +98,12 @@ const DELETE_DRAIN: &str = "DELETE FROM txoutbox_messages WHERE id IN ( \
      RETURNING id, destination, payload, headers, downstream_key";
 
 /// `n` failed ordering heads and `behind` pending rows queued behind them (same ordering keys,
-/// later `seq`), all due, and due before any backlog row filled after them: the claim meets them
-/// first, as it does when a relay starts or a park ends.
-async fn fill_behind_dead_heads(
-    client: &tokio_postgres::Client,
-    heads: i64,
-    behind: i64,
-) -> Result<()> {
+/// later `seq`), enqueued as a service enqueues them ([`txoutbox::enqueue`], 5 000 a
+/// transaction): written waiting, never due. With `raw`, the rows behind are written by hand
+/// instead, all due, and due before any backlog row filled after them (rows written before
+/// waiting rows existed, or by another program): the claim meets them first and parks them.
+async fn fill_behind_dead_heads(db: &TestDb, heads: i64, behind: i64, raw: bool) -> Result<()> {
+    let mut client = db.connect().await?;
     client
         .execute(
             "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
@@ -109,16 +114,35 @@ async fn fill_behind_dead_heads(
             &[&heads],
         )
         .await?;
-    client
-        .execute(
-            "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
-                 ordering_key, next_attempt_at) \
-             SELECT gen_random_uuid(), 'noop', '{\"n\": 1}', 'behind-' || g, \
-                 'ok-' || (1 + g % $1::bigint), now() - interval '1 minute' \
-             FROM generate_series(1, $2::bigint) g",
-            &[&heads, &behind],
-        )
-        .await?;
+    if raw {
+        client
+            .execute(
+                "INSERT INTO txoutbox_messages (id, destination, payload, downstream_key, \
+                     ordering_key, next_attempt_at) \
+                 SELECT gen_random_uuid(), 'noop', '{\"n\": 1}', 'behind-' || g, \
+                     'ok-' || (1 + g % $1::bigint), now() - interval '1 minute' \
+                 FROM generate_series(1, $2::bigint) g",
+                &[&heads, &behind],
+            )
+            .await?;
+        return Ok(());
+    }
+    let payload = serde_json::json!({ "n": 1 });
+    let mut g = 1;
+    while g <= behind {
+        let end = (g + 5_000).min(behind + 1);
+        let messages = (g..end)
+            .map(|g| {
+                Ok(txoutbox::OutboxMessage::new("noop", &payload)?
+                    .with_downstream_key(format!("behind-{g}"))
+                    .with_ordering_key(format!("ok-{}", 1 + g % heads)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let tx = client.transaction().await?;
+        txoutbox::enqueue(&tx, &messages).await?;
+        tx.commit().await?;
+        g = end;
+    }
     Ok(())
 }
 
@@ -355,34 +379,36 @@ async fn claim_costs(
     println!("    {command}");
     if args.behind_dead_heads > 0 {
         reset(client).await?;
-        fill_behind_dead_heads(client, args.dead_heads, args.behind_dead_heads).await?;
+        fill_behind_dead_heads(db, args.dead_heads, args.behind_dead_heads, args.raw_behind)
+            .await?;
         fill(client, backlog).await?;
         let behind = relay_drain(db, args.batch, backlog, prepared).await?;
         println!(
             "claim cost: same backlog, {} rows pending behind {} failed ordering heads \
-             (the first drain parks them): {behind:>9.0} rows/s, {:.2}x bare",
+             (first drain): {behind:>9.0} rows/s, {:.2}x bare",
             args.behind_dead_heads,
             args.dead_heads,
             behind / bare
         );
         println!("    {command}");
-        // The steady state: the rows behind the dead heads stay in the table, parked.
+        // The steady state: the rows behind the dead heads stay in the table (waiting, or parked
+        // by the first drain when written by hand).
         fill(client, backlog).await?;
         let parked = relay_drain(db, args.batch, backlog, prepared).await?;
         println!(
-            "claim cost: same backlog again, the {} rows behind failed heads parked: \
+            "claim cost: same backlog again, the {} rows behind failed heads still there: \
              {parked:>9.0} rows/s, {:.2}x bare",
             args.behind_dead_heads,
             parked / bare
         );
         println!("    {command}");
         // The same three drains as the time each took: rows of other keys held up by the rows
-        // waiting behind failed heads, on their first meeting and once they are parked.
+        // waiting behind failed heads, on their first meeting and after.
         let secs = |rate: f64| backlog as f64 / rate;
         println!(
             "dead heads: {backlog} rows of other keys drained in {:.2} s alone, {:.2} s with {} \
-             rows waiting behind {} failed heads ({:.2}x alone; the first drain parks them), \
-             {:.2} s again once parked ({:.2}x alone)",
+             rows waiting behind {} failed heads ({:.2}x alone; first drain), \
+             {:.2} s again ({:.2}x alone)",
             secs(bare),
             secs(behind),
             args.behind_dead_heads,

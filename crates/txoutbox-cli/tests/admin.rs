@@ -296,6 +296,41 @@ async fn list_ordering_key_filter_selects_by_ordering_key() -> TestResult {
 }
 
 #[tokio::test]
+async fn show_and_list_say_a_row_behind_its_keys_head_waits_for_the_row_ahead() -> TestResult {
+    let (db, mut client) = test_db_with_client().await?;
+    let head = pending_ordered(&mut client, "email", "w-1", "order-9").await?;
+    let behind = pending_ordered(&mut client, "email", "w-2", "order-9").await?;
+    let text = ok(&db, &["show", &behind.to_string()]).await?;
+    let line = text.lines().find(|l| l.contains("next attempt"));
+    assert!(
+        line.is_some_and(|l| l.trim_end().ends_with("waits for the row ahead")),
+        "{text}"
+    );
+    let text = ok(&db, &["show", &head.to_string()]).await?;
+    assert!(text.contains("next attempt"), "{text}");
+    assert!(!text.contains("waits for the row ahead"), "{text}");
+    let detail: Value =
+        serde_json::from_str(&ok(&db, &["show", &behind.to_string(), "--json"]).await?)?;
+    assert_eq!(detail["waits_for_row_ahead"], true);
+    assert!(detail["next_attempt_at"].is_null(), "{detail}");
+    let rows = json_lines(&ok(&db, &["list", "--json"]).await?)?;
+    let waits: Vec<(&str, &Value)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["downstream_key"].as_str().unwrap_or_default(),
+                &r["waits_for_row_ahead"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        waits,
+        [("w-2", &Value::Bool(true)), ("w-1", &Value::Bool(false))]
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn list_shows_50_rows_unless_told_and_newest_first() -> TestResult {
     let db = test_db().await?;
     let mut ids = Vec::new();

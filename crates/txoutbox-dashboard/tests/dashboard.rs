@@ -817,6 +817,43 @@ async fn only_a_pending_row_shows_a_next_attempt() -> TestResult {
 }
 
 #[tokio::test]
+async fn a_row_behind_its_keys_head_shows_it_waits_for_the_row_ahead() -> TestResult {
+    let (db, mut client) = test_db_with_client().await?;
+    let message = |key: &str| {
+        OutboxMessage::new("sms", &json!({}))
+            .map(|m| m.with_downstream_key(key).with_ordering_key("order-9"))
+    };
+    enqueue_committed(&mut client, &[message("w-1")?, message("w-2")?]).await?;
+    let id_of = |key: &'static str| {
+        let client = &client;
+        async move {
+            let row = client
+                .query_one(
+                    "SELECT id FROM txoutbox_messages WHERE downstream_key = $1",
+                    &[&key],
+                )
+                .await?;
+            anyhow::Ok(row.get::<_, Uuid>(0))
+        }
+    };
+    let (head, behind) = (id_of("w-1").await?, id_of("w-2").await?);
+    let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
+    for (id, waits) in [(head, false), (behind, true)] {
+        let html = dash.page(&format!("/messages/{id}")).await?;
+        assert!(html.contains("Next attempt"), "{id}: {html}");
+        assert_eq!(
+            html.contains("waits for the row ahead"),
+            waits,
+            "{id}: {html}"
+        );
+        let api: Value = serde_json::from_str(&dash.page(&format!("/api/messages/{id}")).await?)?;
+        assert_eq!(api["waits_for_row_ahead"], waits, "{api}");
+        assert_eq!(api["next_attempt_at"].is_null(), waits, "{api}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueued() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
     let scope = Scope::new("charges")?;

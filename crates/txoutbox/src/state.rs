@@ -6,9 +6,17 @@
 
 use std::str::FromStr;
 
+use chrono::{DateTime, Datelike, Utc};
 use serde::Serialize;
 
 use crate::admin::AdminError;
+
+/// Whether a pending row's `next_attempt_at` is the far-future instant a row is written with
+/// when it waits behind an earlier row of its ordering key (9999-12-31 00:00:00+00, in
+/// `messages/insert.sql`): it is not due at any time, but when the row ahead leaves.
+pub(crate) fn waits_for_row_ahead(next_attempt_at: &DateTime<Utc>) -> bool {
+    next_attempt_at.year() >= 9999
+}
 
 /// Where a message is in its life. The names are the `status` column's values; `delivered` rows
 /// are those the relay moved to `txoutbox_delivered`.
@@ -16,7 +24,8 @@ use crate::admin::AdminError;
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum MessageStatus {
-    /// Waiting for delivery (due at `next_attempt_at`).
+    /// Waiting for delivery: due at `next_attempt_at`, or, for a row enqueued behind an earlier
+    /// row of its ordering key, once that row has left the hot table.
     Pending,
     /// Leased by a relay that is delivering it.
     InFlight,

@@ -177,7 +177,9 @@ fn show_text(out: &mut String, detail: &txoutbox::admin::MessageDetail) -> Resul
         ("attempts", m.attempts.to_string()),
         ("enqueued", time(&m.created_at)),
     ];
-    if let Some(at) = &m.next_attempt_at {
+    if m.waits_for_row_ahead {
+        fields.push(("next attempt", "waits for the row ahead".to_owned()));
+    } else if let Some(at) = &m.next_attempt_at {
         fields.push(("next attempt", time(at)));
     }
     if let Some(at) = &m.delivered_at {

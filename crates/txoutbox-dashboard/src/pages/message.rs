@@ -211,7 +211,11 @@ fn summary(detail: &ShownMessage, trace_url: Option<&str>) -> Markup {
                 dt { "Downstream key" } dd { code { (m.downstream_key) } }
                 dt { "Ordering key" } dd { @match &m.ordering_key { Some(k) => code { (k) }, None => "none" } }
                 dt { "Enqueued" } dd { (time(m.created_at)) }
-                @if let Some(at) = m.next_attempt_at { dt { "Next attempt" } dd { (time(at)) } }
+                @if m.waits_for_row_ahead {
+                    dt { "Next attempt" } dd { "waits for the row ahead" }
+                } @else if let Some(at) = m.next_attempt_at {
+                    dt { "Next attempt" } dd { (time(at)) }
+                }
                 @if let Some(at) = m.delivered_at { dt { "Delivered" } dd { (time(at)) } }
                 @if let Some(e) = &m.last_error { dt { "Last error" } dd class="error" { (e) } }
                 @if let Some(owner) = &m.lease_owner { dt { "Lease" } dd { (owner) @if let Some(at) = m.lease_expires_at { " until " (time(at)) } } }

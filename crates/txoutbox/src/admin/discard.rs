@@ -25,6 +25,7 @@ use super::filter::FilterParams;
 use super::refusals::{check_max, not_found};
 use super::replay::Candidate;
 use super::{AdminError, ReplaySelection, SkippedMessage, DEFAULT_REPLAY_BATCH};
+use crate::outbox::lock_ordering_keys;
 use crate::state::MessageStatus;
 use crate::store::admin as store;
 
@@ -254,6 +255,15 @@ async fn discard_batch(
     }
     let ids: Vec<Uuid> = batch.discarded.iter().map(|d| d.id).collect();
     let note = discard_note(reason, options.operator.as_deref());
+    // The discard makes the next row of each key due: an enqueue of the key that has not
+    // committed wrote its row waiting behind these; the keys' locks let it commit first, so
+    // the discard's statement sees it.
+    let keys: Vec<Option<String>> = batch
+        .discarded
+        .iter()
+        .map(|d| d.ordering_key.clone())
+        .collect();
+    lock_ordering_keys(&mut &*tx, &keys).await?;
     store::discard::discard(tx, &ids, reason, &note).await?;
     store::notify(tx).await?;
     Ok(batch)

@@ -33,8 +33,12 @@ pub struct MessageSummary {
     pub attempts: i32,
     /// When it was enqueued.
     pub created_at: DateTime<Utc>,
-    /// When it is next due (pending rows only: no other row will be tried again).
+    /// When it is next due (pending rows only: no other row will be tried again; none for a
+    /// row that waits for the row ahead).
     pub next_attempt_at: Option<DateTime<Utc>>,
+    /// A pending row enqueued behind an earlier row of its ordering key, still there: it is due
+    /// when that row leaves the hot table (delivered, discarded or purged), not at a time.
+    pub waits_for_row_ahead: bool,
     /// When it was delivered (delivered rows only).
     pub delivered_at: Option<DateTime<Utc>>,
     /// The last failure's text (hot rows only).

@@ -200,16 +200,81 @@ fn without_text(finished: &Finished, code: &str) -> Finished {
     }
 }
 
+/// Completes a batch on a pooled connection: one statement, or, when the batch delivers rows
+/// with ordering keys, a transaction that first takes those keys' enqueue locks
+/// ([`delivered_ordering_keys`]).
 async fn complete_plain(inner: &Inner, batch: &[Finished]) -> Result<()> {
-    let client = inner.pool.get().await?;
-    let applied = run_complete(
-        &Pooled::new(&client, inner.config.prepared_statements),
-        inner,
-        batch,
-    )
-    .await?;
+    let mut client = inner.pool.get().await?;
+    let keys = delivered_ordering_keys(batch);
+    let fenced = if keys.is_empty() {
+        None
+    } else {
+        complete_fenced(&mut client, inner, batch, &keys).await?
+    };
+    let applied = match fenced {
+        Some(applied) => applied,
+        None => {
+            let conn = Pooled::new(&client, inner.config.prepared_statements);
+            run_complete(&conn, inner, batch).await?
+        }
+    };
     record_outcomes(inner, &applied, batch.iter());
     Ok(())
+}
+
+/// Completes a batch in a transaction that holds the enqueue locks of `keys` first; `None`
+/// (the transaction rolled back) when one was not had within the relay's `ordering_lock_wait`
+/// (200 ms by default): an enqueue transaction
+/// holds one for long, or waits for one this completion holds. The caller then completes
+/// without the fence; a row that enqueue writes waiting behind a row delivered here is made due
+/// by the relay's sweep (`messages/unpark_stranded.sql`).
+async fn complete_fenced(
+    client: &mut deadpool_postgres::Object,
+    inner: &Inner,
+    batch: &[Finished],
+    keys: &[&str],
+) -> Result<Option<Vec<Uuid>>> {
+    let tx = client.transaction().await?;
+    let conn = Pooled::new(&tx, inner.config.prepared_statements);
+    let wait = inner.config.ordering_lock_wait;
+    let completed = match store::messages::lock_ordering_keys_briefly(&conn, keys, wait).await {
+        Ok(()) => run_complete(&conn, inner, batch).await,
+        Err(e) => Err(e.into()),
+    };
+    match completed {
+        Ok(applied) => {
+            tx.commit().await?;
+            Ok(Some(applied))
+        }
+        Err(e) if lock_not_available(&e) => {
+            tx.rollback().await?;
+            tracing::debug!("ordering keys held by an enqueue; completing without its fence");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A lock wait cut off by `lock_timeout` (SQLSTATE 55P03).
+fn lock_not_available(error: &Error) -> bool {
+    let Error::Database(e) = error else {
+        return false;
+    };
+    e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+}
+
+/// The ordering keys of the rows a batch delivers. Their completion makes the next row of each
+/// key due, and an enqueue of the key that has not committed yet wrote its row waiting behind
+/// the row delivered (it still saw it) while the completion cannot see that row: the completion
+/// first takes the keys' enqueue locks (`messages/lock_ordering_keys.sql`), in a statement of its
+/// own, so that the completion statement's snapshot, taken once the locks are held, sees every
+/// enqueue of those keys that saw the row still there.
+fn delivered_ordering_keys(batch: &[Finished]) -> Vec<&str> {
+    batch
+        .iter()
+        .filter(|f| matches!(f.outcome, Outcome::Delivered))
+        .filter_map(|f| f.lease.delivery.ordering_key.as_deref())
+        .collect()
 }
 
 /// Writes one hooked outcome with its hook. A hook that fails turns the attempt into a retry
@@ -235,6 +300,24 @@ async fn complete_hooked(inner: &Inner, finished: &Finished) -> Result<()> {
     let mut client = inner.pool.get().await?;
     let tx = client.transaction().await?;
     let prepared = inner.config.prepared_statements;
+    let keys = delivered_ordering_keys(std::slice::from_ref(finished));
+    let tx = if keys.is_empty() {
+        tx
+    } else {
+        let conn = Pooled::new(&tx, prepared);
+        let wait = inner.config.ordering_lock_wait;
+        match store::messages::lock_ordering_keys_briefly(&conn, &keys, wait)
+            .await
+            .map_err(Error::from)
+        {
+            Ok(()) => tx,
+            Err(e) if lock_not_available(&e) => {
+                tx.rollback().await?;
+                client.transaction().await?
+            }
+            Err(e) => return Err(e),
+        }
+    };
     let applied = run_complete(
         &Pooled::new(&tx, prepared),
         inner,

@@ -60,6 +60,8 @@ pub struct RelayConfig {
     pub(crate) pool_size: usize,
     pub(crate) prepared_statements: bool,
     pub(crate) sample_interval: Duration,
+    pub(crate) stranded_sweep_interval: Duration,
+    pub(crate) ordering_lock_wait: Duration,
     pub(crate) heartbeat_interval: Duration,
     pub(crate) events: super::events::TestEvents,
 }
@@ -92,6 +94,8 @@ impl Default for RelayConfig {
             pool_size: 4,
             prepared_statements: true,
             sample_interval: Duration::from_secs(5),
+            stranded_sweep_interval: Duration::from_secs(10),
+            ordering_lock_wait: Duration::from_millis(200),
             heartbeat_interval: Duration::from_secs(5),
             events: super::events::TestEvents::default(),
         }
@@ -145,6 +149,26 @@ impl RelayConfig {
     /// How often expired leases are taken back (default 1 s).
     pub fn reclaim_interval(&self) -> Duration {
         self.reclaim_interval
+    }
+
+    /// How often the relay looks, a thousand ordering keys at a time, for a row written waiting
+    /// behind an earlier row of its key that is gone, and makes it due (default 10 s; zero: never).
+    /// A safety net for a head deleted by hand or by a path that raced the row's enqueue: the
+    /// relay's completion, discard and purge make the next row due themselves
+    /// ([`unpark_stranded`](super::unpark_stranded) does the whole sweep at once).
+    pub fn stranded_sweep_interval(&self) -> Duration {
+        self.stranded_sweep_interval
+    }
+
+    /// How long the completion of a row with an ordering key waits for an enqueue transaction
+    /// that holds the key's lock (default 200 ms), so that the row that enqueue writes behind it
+    /// is seen and made due. Past it the completion goes on without the lock (the transaction
+    /// holds the key for long, or waits for a key this completion holds: keep it below
+    /// Postgres's `deadlock_timeout`, 1 s by default, so the relay, not the caller's
+    /// transaction, gives way) and the row is left to the sweep
+    /// ([`stranded_sweep_interval`](Self::stranded_sweep_interval)).
+    pub fn ordering_lock_wait(&self) -> Duration {
+        self.ordering_lock_wait
     }
 
     /// At shutdown, how long in-flight deliveries may take to finish (default 10 s). The relay
@@ -225,6 +249,18 @@ impl RelayConfig {
     /// Sets [`RelayConfig::reclaim_interval`].
     pub fn with_reclaim_interval(mut self, value: Duration) -> Self {
         self.reclaim_interval = value;
+        self
+    }
+
+    /// Sets [`RelayConfig::stranded_sweep_interval`].
+    pub fn with_stranded_sweep_interval(mut self, value: Duration) -> Self {
+        self.stranded_sweep_interval = value;
+        self
+    }
+
+    /// Sets [`RelayConfig::ordering_lock_wait`].
+    pub fn with_ordering_lock_wait(mut self, value: Duration) -> Self {
+        self.ordering_lock_wait = value;
         self
     }
 
@@ -313,6 +349,7 @@ impl RelayConfig {
         for (setting, value) in [
             ("poll_interval", self.poll_interval),
             ("reclaim_interval", self.reclaim_interval),
+            ("ordering_lock_wait", self.ordering_lock_wait),
             ("heartbeat_interval", self.heartbeat_interval),
         ] {
             if value.is_zero() {

@@ -1,6 +1,6 @@
 //! The relay's background work beside the claim loop: the LISTEN task, taking back expired
-//! leases, sampling the backlog gauges, and gathering the hot table's statistics while it has
-//! none. Each runs until `stop` is notified.
+//! leases, making due the waiting rows left with nothing ahead, sampling the backlog gauges, and
+//! gathering the hot table's statistics while it has none. Each runs until `stop` is notified.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +23,9 @@ pub(super) fn spawn(inner: &Arc<Inner>, stop: &Arc<Notify>) -> JoinSet<()> {
         ));
     }
     background.spawn(reclaimer(inner.clone(), stop.clone()));
+    if !inner.config.stranded_sweep_interval.is_zero() {
+        background.spawn(stranded_sweeper(inner.clone(), stop.clone()));
+    }
     background.spawn(statistics(inner.clone(), stop.clone()));
     if !inner.config.sample_interval.is_zero() {
         background.spawn(sampler(inner.clone(), stop.clone()));
@@ -49,6 +52,63 @@ async fn reclaimer(inner: Arc<Inner>, stop: Arc<Notify>) {
                 inner.wake.notify_one();
             }
             Err(e) => tracing::debug!(error = %e, "lease reclaim failed; will try again"),
+        }
+    }
+}
+
+/// Ordering keys a sweep looks at: the next sweep goes on from the last.
+const STRANDED_SWEEP_KEYS: i64 = 1000;
+
+/// Every `stranded_sweep_interval`, makes due the first row of up to [`STRANDED_SWEEP_KEYS`]
+/// ordering keys when it still waits with nothing ahead of it, going round the keys sweep after
+/// sweep (`messages/unpark_stranded.sql`), and wakes the claimer when it did. A safety net: the
+/// paths that take a head out of the hot table make the next row due themselves.
+async fn stranded_sweeper(inner: Arc<Inner>, stop: Arc<Notify>) {
+    let mut after = String::new();
+    loop {
+        tokio::select! {
+            _ = stop.notified() => return,
+            _ = tokio::time::sleep(inner.config.stranded_sweep_interval) => {}
+        }
+        let swept = async {
+            let client = inner.pool.get().await?;
+            let conn = Pooled::unnamed(&client);
+            Ok::<_, Error>(
+                store::messages::unpark_stranded(&conn, &after, STRANDED_SWEEP_KEYS).await?,
+            )
+        };
+        match swept.await {
+            Ok(sweep) => {
+                after = sweep.last_key.unwrap_or_default();
+                if sweep.unparked > 0 {
+                    tracing::warn!(
+                        rows = sweep.unparked,
+                        "made due rows that waited behind an ordering head no longer there"
+                    );
+                    inner.wake.notify_one();
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "waiting-row sweep failed; will try again"),
+        }
+    }
+}
+
+/// Makes due every row written waiting behind an earlier row of its ordering key that is no
+/// longer in the hot table (a head deleted by hand, or by a path that raced the row's
+/// enqueue); returns how many. Relays do it a thousand keys at a time, every
+/// [`stranded_sweep_interval`](super::RelayConfig::stranded_sweep_interval); exposed for
+/// operators and tests.
+pub async fn unpark_stranded(pool: &deadpool_postgres::Pool) -> Result<u64> {
+    let client = pool.get().await?;
+    let conn = Pooled::unnamed(&client);
+    let mut after = String::new();
+    let mut total = 0;
+    loop {
+        let sweep = store::messages::unpark_stranded(&conn, &after, STRANDED_SWEEP_KEYS).await?;
+        total += u64::try_from(sweep.unparked).unwrap_or(0);
+        match sweep.last_key {
+            Some(key) => after = key,
+            None => return Ok(total),
         }
     }
 }

@@ -54,7 +54,7 @@ pub use config::{
 };
 #[doc(hidden)]
 pub use events::RelayEvent;
-pub use maintenance::reclaim_expired;
+pub use maintenance::{reclaim_expired, unpark_stranded};
 
 use give_back::storable;
 use held::{Held, Stage};

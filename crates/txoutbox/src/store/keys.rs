@@ -2,9 +2,11 @@
 //! (with the request's outbox rows), prune expired keys.
 
 use super::statements::idempotency_keys::{
-    AWAITING_FAN_OUT, CLAIM, COMPLETE_INSERT, COMPLETE_INSERT_WITH_MESSAGES, COMPLETE_TAKE_OVER,
-    COMPLETE_TAKE_OVER_WITH_MESSAGES, COMPLETE_UPDATE, COMPLETE_UPDATE_WITH_MESSAGES, FAN_OUT,
-    LOCK_TRY, LOCK_WAIT, LOOKUP, LOOKUP_RESTORE, PRUNE_EXPIRED,
+    AWAITING_FAN_OUT, CLAIM, COMPLETE_INSERT, COMPLETE_INSERT_WITH_MESSAGES,
+    COMPLETE_INSERT_WITH_ORDERED_MESSAGES, COMPLETE_TAKE_OVER, COMPLETE_TAKE_OVER_WITH_MESSAGES,
+    COMPLETE_TAKE_OVER_WITH_ORDERED_MESSAGES, COMPLETE_UPDATE, COMPLETE_UPDATE_WITH_MESSAGES,
+    COMPLETE_UPDATE_WITH_ORDERED_MESSAGES, FAN_OUT, LOCK_TRY, LOCK_WAIT, LOOKUP, LOOKUP_RESTORE,
+    PRUNE_EXPIRED,
 };
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
@@ -14,11 +16,25 @@ use super::driver::{self, FoundRow, LockRow};
 use super::messages::{self, MessageColumns};
 use super::{Result, TxExecutor};
 
-/// How a key is stored, by [`KeyWrite`]: without and with outbox rows to write now.
-const STORE: [(&str, &str); 3] = [
-    (COMPLETE_INSERT, COMPLETE_INSERT_WITH_MESSAGES),
-    (COMPLETE_TAKE_OVER, COMPLETE_TAKE_OVER_WITH_MESSAGES),
-    (COMPLETE_UPDATE, COMPLETE_UPDATE_WITH_MESSAGES),
+/// How a key is stored, by [`KeyWrite`]: without outbox rows to write now, with rows none of
+/// which has an ordering key, and with rows among which one has (written waiting behind an
+/// earlier row of their key).
+const STORE: [(&str, &str, &str); 3] = [
+    (
+        COMPLETE_INSERT,
+        COMPLETE_INSERT_WITH_MESSAGES,
+        COMPLETE_INSERT_WITH_ORDERED_MESSAGES,
+    ),
+    (
+        COMPLETE_TAKE_OVER,
+        COMPLETE_TAKE_OVER_WITH_MESSAGES,
+        COMPLETE_TAKE_OVER_WITH_ORDERED_MESSAGES,
+    ),
+    (
+        COMPLETE_UPDATE,
+        COMPLETE_UPDATE_WITH_MESSAGES,
+        COMPLETE_UPDATE_WITH_ORDERED_MESSAGES,
+    ),
 ];
 
 /// What [`lock_and_lookup`] found behind the key's lock.
@@ -155,9 +171,11 @@ pub struct CompleteKey<'a> {
 
 impl CompleteKey<'_> {
     pub(super) fn statement(&self) -> &'static str {
-        let (alone, with_rows) = STORE[self.write as usize];
+        let (alone, with_rows, with_ordered_rows) = STORE[self.write as usize];
         if self.messages.ids.is_empty() {
             alone
+        } else if self.messages.ordered() {
+            with_ordered_rows
         } else {
             with_rows
         }

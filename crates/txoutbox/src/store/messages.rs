@@ -4,8 +4,9 @@
 //! `txoutbox_messages_due`; keep it literal.
 
 use super::statements::messages::{
-    ANALYZE, CLAIM, CLAIM_UNBOUNDED, INSERT, LOCK_ORDERING_KEYS, MARK_STARTED, RECLAIM_EXPIRED,
-    RELEASE_UNSTARTED, SAMPLE_BACKLOG, STATISTICS, UNPARK_FREED,
+    ANALYZE, CLAIM, CLAIM_UNBOUNDED, INSERT, INSERT_ORDERED, LOCK_ORDERING_KEYS,
+    LOCK_ORDERING_KEYS_BRIEFLY, MARK_STARTED, RECLAIM_EXPIRED, RELEASE_UNSTARTED, SAMPLE_BACKLOG,
+    STATISTICS, UNPARK_FREED, UNPARK_STRANDED,
 };
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::{ToSql, Type};
@@ -23,6 +24,24 @@ pub struct MessageColumns {
     pub headers: Vec<serde_json::Value>,
     pub downstream_keys: Vec<String>,
     pub ordering_keys: Vec<Option<String>>,
+}
+
+impl MessageColumns {
+    /// Whether a message has an ordering key: such a batch is written by the statements that
+    /// write a row behind an earlier row of its key waiting ([`INSERT_ORDERED`] and the key
+    /// completions `*_with_ordered_messages`); the others keep the plainer ones.
+    pub(crate) fn ordered(&self) -> bool {
+        self.ordering_keys.iter().any(Option::is_some)
+    }
+
+    /// The statement that inserts these messages alone: [`INSERT`] or [`INSERT_ORDERED`].
+    pub(crate) fn insert(&self) -> &'static str {
+        if self.ordered() {
+            INSERT_ORDERED
+        } else {
+            INSERT
+        }
+    }
 }
 
 /// The parameters of a message insert, in the order both insert statements take them.
@@ -66,13 +85,31 @@ pub(crate) async fn insert_messages(
     tx: &impl TxExecutor,
     rows: &MessageColumns,
 ) -> Result<Inserted> {
-    Inserted::decode(&tx.rows(INSERT, &columns(rows)).await?)
+    Inserted::decode(&tx.rows(rows.insert(), &columns(rows)).await?)
 }
 
 /// Takes the transaction-scoped advisory locks of `keys` (ordering keys), in a fixed order.
 pub(crate) async fn lock_ordering_keys(tx: &impl TxExecutor, keys: &[&str]) -> Result<()> {
     tx.rows(LOCK_ORDERING_KEYS, &[(&keys, Type::TEXT_ARRAY)])
         .await?;
+    Ok(())
+}
+
+/// Takes the enqueue locks of `keys` (ordering keys) for the relay's completion, waiting at most
+/// `wait` for each ([`LOCK_ORDERING_KEYS_BRIEFLY`]); a longer wait fails with SQLSTATE 55P03
+/// (`lock_not_available`) and aborts the transaction.
+pub(crate) async fn lock_ordering_keys_briefly(
+    tx: &impl TxExecutor,
+    keys: &[&str],
+    wait: std::time::Duration,
+) -> Result<()> {
+    // At least 1 ms: a `lock_timeout` of 0 would wait for ever.
+    let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX).max(1);
+    tx.rows(
+        LOCK_ORDERING_KEYS_BRIEFLY,
+        &[(&keys, Type::TEXT_ARRAY), (&wait_ms, Type::INT8)],
+    )
+    .await?;
     Ok(())
 }
 
@@ -216,6 +253,40 @@ pub(crate) async fn unpark_freed(conn: &impl TxExecutor, parked: &[Uuid]) -> Res
         .rows(UNPARK_FREED, &[(&parked, Type::UUID_ARRAY)])
         .await?;
     Ok(rows.len() as u64)
+}
+
+/// What a sweep of the waiting rows did ([`unpark_stranded`]).
+pub(crate) struct Sweep {
+    /// The last ordering key it looked at: where the next sweep starts (`None`: it reached the
+    /// end, the next starts again from the first key).
+    pub last_key: Option<String>,
+    /// Rows it made due: waiting rows with no earlier row of their key left.
+    pub unparked: i64,
+}
+
+/// Makes due the first row of each of up to `keys` ordering keys after `after` when it is still
+/// waiting with nothing ahead of it ([`UNPARK_STRANDED`]).
+pub(crate) async fn unpark_stranded(
+    conn: &impl TxExecutor,
+    after: &str,
+    keys: i64,
+) -> Result<Sweep> {
+    let rows = conn
+        .rows(
+            UNPARK_STRANDED,
+            &[(&after, Type::TEXT), (&keys, Type::INT8)],
+        )
+        .await?;
+    match rows.first() {
+        Some(row) => Ok(Sweep {
+            last_key: row.try_get(0)?,
+            unparked: row.try_get(1)?,
+        }),
+        None => Ok(Sweep {
+            last_key: None,
+            unparked: 0,
+        }),
+    }
 }
 
 /// Marks the at-most-once attempt of row `id` (lease `token`) started; false when the lease is

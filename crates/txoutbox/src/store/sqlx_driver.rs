@@ -175,7 +175,7 @@ async fn complete_key(
 }
 
 async fn insert_messages(conn: &mut PgConnection, rows: &MessageColumns) -> StoreResult<Inserted> {
-    let inserted = bind_columns(sqlx::query(statements::messages::INSERT), rows)
+    let inserted = bind_columns(sqlx::query(rows.insert()), rows)
         .fetch_all(&mut *conn)
         .await?;
     Ok(Inserted::decode(&inserted)?)

@@ -199,6 +199,16 @@ pub(crate) async fn key_messages(
 /// The 14 columns every message listing starts with.
 fn summary(row: &Row) -> Result<MessageSummary, AdminError> {
     let status: MessageStatus = row.try_get::<_, String>(3)?.parse()?;
+    // Only a pending row will be tried again: a failed or unknown row keeps the column's last
+    // value, which no relay acts on.
+    let next_attempt_at: Option<DateTime<Utc>> = if status == MessageStatus::Pending {
+        row.try_get(8)?
+    } else {
+        None
+    };
+    let waits_for_row_ahead = next_attempt_at
+        .as_ref()
+        .is_some_and(crate::state::waits_for_row_ahead);
     Ok(MessageSummary {
         id: row.try_get(0)?,
         seq: row.try_get(1)?,
@@ -208,13 +218,8 @@ fn summary(row: &Row) -> Result<MessageSummary, AdminError> {
         ordering_key: row.try_get(5)?,
         attempts: row.try_get(6)?,
         created_at: row.try_get(7)?,
-        // Only a pending row will be tried again: a failed or unknown row keeps the column's
-        // last value, which no relay acts on.
-        next_attempt_at: if status == MessageStatus::Pending {
-            row.try_get(8)?
-        } else {
-            None
-        },
+        next_attempt_at: next_attempt_at.filter(|_| !waits_for_row_ahead),
+        waits_for_row_ahead,
         delivered_at: row.try_get(9)?,
         last_error: row.try_get(10)?,
         lease_owner: row.try_get(11)?,

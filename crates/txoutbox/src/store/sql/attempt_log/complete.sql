@@ -9,7 +9,10 @@
 -- start; V4), every other attempt is a row of the log (an outcome that changed no row, because
 -- its lease was lost, is logged as `lease_lost`). Inputs are matched to rows by (id, lease
 -- token), so two outcomes of one row (an old lease's and a new one's) never collide. The next
--- row of a delivered row's ordering key is unparked.
+-- row of a delivered row's ordering key is made due (`unparked`: it was written waiting, or
+-- parked); a batch that delivers rows with ordering keys is run in a transaction that took
+-- those keys' enqueue locks first (`messages/lock_ordering_keys.sql`), so this statement's
+-- snapshot holds every row enqueued behind them.
 -- Returns the ids whose completion took effect. A lease token is set only while a row is
 -- in flight (claim sets it; completion, reclaim and replay clear it), so matching the token is
 -- the whole fence: no `status = 'in_flight'` test, which would steer the planner to the lease

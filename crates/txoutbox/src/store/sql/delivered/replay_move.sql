@@ -1,6 +1,9 @@
 -- Moves delivered rows $1 back into the hot table as pending, with downstream keys $2. They get
--- a new `seq`: a redelivery queues behind the rows of its ordering key that wait now. The
--- delivering attempt a row carries (V4) moves to the attempt log, so the history stays whole.
+-- a new `seq`: a redelivery queues behind the rows of its ordering key that wait now, and, as
+-- `messages/insert.sql` writes it (under the same ordering-key locks), a row with an earlier row
+-- of its key (in the hot table or earlier among these) is written waiting (`next_attempt_at`
+-- 9999-12-31 00:00:00+00) until that row leaves. The delivering attempt a row carries (V4) moves
+-- to the attempt log, so the history stays whole.
 --
 -- Parameters:
 -- $1 ids: uuid[]
@@ -19,6 +22,13 @@ kept AS (
         attempt_started_at, delivered_at FROM moved WHERE relay IS NOT NULL)
 INSERT INTO txoutbox_messages (id, destination, payload, headers, downstream_key,
     ordering_key, status, attempts, next_attempt_at, created_at)
-SELECT id, destination, payload, headers, downstream_key, ordering_key, 'pending', 0, now(),
-    created_at FROM moved ORDER BY seq
+SELECT r.id, r.destination, r.payload, r.headers, r.downstream_key, r.ordering_key, 'pending', 0,
+    CASE WHEN r.ordering_key IS NULL THEN now()
+        WHEN r.nth > 1 OR EXISTS (SELECT 1 FROM txoutbox_messages p
+            WHERE p.ordering_key = r.ordering_key) THEN TIMESTAMPTZ '9999-12-31 00:00:00+00'
+        ELSE now() END,
+    r.created_at
+FROM (SELECT m.*, row_number() OVER (PARTITION BY m.ordering_key ORDER BY m.seq) AS nth
+    FROM moved m) r
+ORDER BY r.seq
 RETURNING id

@@ -1,9 +1,9 @@
 -- Discards the hot rows $1 (locked and checked `failed` or `unknown` by the caller) with the
 -- operator's reason $2: moves them to `txoutbox_discarded`, logs one operator action per row
 -- (attempt 0, relay `operator`, outcome `discarded`, the text $3: the reason, and who gave it when
--- known), and ends the park
--- of the next pending row of each one's ordering key (the claim parks rows behind a head for
--- 30 s; the head is gone, so the next row is due at once). Returns the ids discarded.
+-- known), and makes the next pending row of each one's ordering key due at once (it was written
+-- waiting behind the head, or parked by a claim; the caller took the keys' enqueue locks, so a
+-- row enqueued behind the head is seen). Returns the ids discarded.
 --
 -- Parameters:
 -- $1 ids: uuid[]

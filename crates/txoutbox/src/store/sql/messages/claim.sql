@@ -2,6 +2,11 @@
 -- hold and the rows this relay still holds an attempt of ($4). A row with an ordering key is
 -- claimable only when no earlier row of its key is still in the hot table.
 --
+-- A row enqueued behind an earlier row of its key is written waiting (`messages/insert.sql`:
+-- `next_attempt_at` 9999-12-31), out of the due range: the claim never reads it. What follows
+-- about rows waiting behind a blocked head is for rows due anyway (written before rows were
+-- written waiting, or by another program).
+--
 -- The claim locks the first $1 due rows (those of other relays skipped) and no more: every row
 -- it locks and does not take costs a lock record, and the next claim locks it again. When some
 -- of them wait behind an earlier row of their ordering key, the claim takes the others and

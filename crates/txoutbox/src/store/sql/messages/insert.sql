@@ -1,5 +1,7 @@
 -- Inserts a batch of messages; a (destination, downstream key) already present is skipped.
--- Returns the id and destination of each row written.
+-- Returns the id and destination of each row written. For a batch without ordering keys: a
+-- batch with one is written by `messages/insert_ordered.sql`, which writes a row behind an
+-- earlier row of its key waiting.
 --
 -- Parameters:
 -- $1 ids: uuid[]

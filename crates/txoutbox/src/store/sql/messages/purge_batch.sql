@@ -1,7 +1,8 @@
 -- Deletes one batch ($3) of hot rows of status $1 (`failed` or `unknown`) whose last activity is
--- older than $2, with their attempt-log rows, and ends the park of the next pending row of each
--- one's ordering key (the row ahead of it is gone: it is due at once). Rows a relay or an
--- operator holds are skipped.
+-- older than $2, with their attempt-log rows, and makes the next pending row of each one's
+-- ordering key due (waiting or parked, the row ahead of it is gone: it is due at once; a row
+-- whose enqueue commits after this statement's snapshot is found by the relay's sweep,
+-- `messages/unpark_stranded.sql`). Rows a relay or an operator holds are skipped.
 --
 -- Parameters:
 -- $1 status: text
