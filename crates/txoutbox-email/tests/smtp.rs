@@ -335,8 +335,12 @@ async fn a_server_that_never_answers_is_a_timeout_whose_outcome_is_unknown() -> 
         },
     )?;
     let delivery = delivery("silent")?;
-    let started = std::time::Instant::now();
-    let err = sink.deliver(&delivery).await.expect_err("no answer");
+    // A hang guard, not a bound on speed: the server holds the connection for ever, so only the
+    // sink's own timeout can end the call.
+    let err = tokio::time::timeout(Duration::from_secs(60), sink.deliver(&delivery))
+        .await
+        .map_err(|_| anyhow::anyhow!("the sink's timeout never ended the call"))?
+        .expect_err("no answer");
     holder.abort();
     // The message may have been taken: retried with the same Message-ID by an at-least-once
     // destination, `unknown` for an at-most-once one, never dead-lettered.
@@ -344,11 +348,8 @@ async fn a_server_that_never_answers_is_a_timeout_whose_outcome_is_unknown() -> 
         matches!(err, txoutbox::sink::DeliveryError::Indeterminate { .. }),
         "{err:?}"
     );
-    assert!(err.to_string().contains("no answer"), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "bounded by the timeout"
-    );
+    // The configured timeout is what ended it, and the error says so.
+    assert!(err.to_string().contains("no answer within 300ms"), "{err}");
     Ok(())
 }
 

@@ -16,7 +16,11 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::watch;
+
+/// The server's send buffer, in bytes (the kernel doubles it).
+const SEND_BUFFER: u32 = 16 * 1024;
 
 /// What the server does once it has read a whole request (head and `Content-Length` body).
 #[derive(Debug, Clone)]
@@ -24,7 +28,8 @@ pub enum Behaviour {
     /// Writes these bytes (see [`response`]) and closes the connection.
     Answer(Vec<u8>),
     /// Writes `head` (a status line and headers, ending in a blank line), then `chunk` again and
-    /// again until the client goes away: a body without end.
+    /// again until the client goes away: a body without end. How much of it the server wrote
+    /// before the client left is [`RawHttpServer::body_written_until_the_client_left`].
     Endless {
         /// The status line and headers, `\r\n\r\n` included.
         head: Vec<u8>,
@@ -41,25 +46,44 @@ pub enum Behaviour {
 pub struct RawHttpServer {
     addr: SocketAddr,
     requests: Arc<AtomicUsize>,
+    /// The body bytes of [`Behaviour::Endless`] written to a connection whose client has left.
+    left: watch::Receiver<Option<u64>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// What one connection shares with the server.
+#[derive(Clone)]
+struct Tally {
+    requests: Arc<AtomicUsize>,
+    left: Arc<watch::Sender<Option<u64>>>,
 }
 
 impl RawHttpServer {
     /// Listens on a free port of 127.0.0.1, behaving as `behaviour` to every request.
     pub async fn start(behaviour: Behaviour) -> Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let socket = TcpSocket::new_v4()?;
+        // Accepted connections inherit it: a small send buffer that does not grow keeps what
+        // the server counts as written close to what the client took.
+        socket.set_send_buffer_size(SEND_BUFFER)?;
+        socket.bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let listener = socket.listen(64)?;
         let addr = listener.local_addr()?;
         let requests = Arc::new(AtomicUsize::new(0));
-        let counter = requests.clone();
+        let (left_tx, left) = watch::channel(None);
+        let tally = Tally {
+            requests: requests.clone(),
+            left: Arc::new(left_tx),
+        };
         let task = tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
             while let Ok((socket, _)) = listener.accept().await {
-                connections.spawn(serve(socket, behaviour.clone(), counter.clone()));
+                connections.spawn(serve(socket, behaviour.clone(), tally.clone()));
             }
         });
         Ok(Self {
             addr,
             requests,
+            left,
             task,
         })
     }
@@ -77,6 +101,17 @@ impl RawHttpServer {
     /// How many whole requests the server has read: the proof that a request did arrive.
     pub fn requests_read(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
+    }
+
+    /// For [`Behaviour::Endless`]: waits until a client has gone away (its connection refused
+    /// the next write) and returns how many body bytes the server wrote to it before. A client
+    /// can read no more than that, so a count below the `Content-Length` announced proves the
+    /// client left before the body's end. It is more than the client read: the two sockets'
+    /// buffers hold the rest. Never returns while no client leaves: wrap it in a timeout.
+    pub async fn body_written_until_the_client_left(&self) -> Result<u64> {
+        let mut left = self.left.clone();
+        let written = left.wait_for(Option::is_some).await?;
+        Ok(written.unwrap_or_default())
     }
 }
 
@@ -110,11 +145,11 @@ pub async fn closed_port() -> Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-async fn serve(mut socket: TcpStream, behaviour: Behaviour, requests: Arc<AtomicUsize>) {
+async fn serve(mut socket: TcpStream, behaviour: Behaviour, tally: Tally) {
     if read_request(&mut socket).await.is_err() {
         return;
     }
-    requests.fetch_add(1, Ordering::SeqCst);
+    tally.requests.fetch_add(1, Ordering::SeqCst);
     match behaviour {
         Behaviour::Answer(bytes) => {
             let _ = socket.write_all(&bytes).await;
@@ -124,7 +159,12 @@ async fn serve(mut socket: TcpStream, behaviour: Behaviour, requests: Arc<Atomic
             if socket.write_all(&head).await.is_err() {
                 return;
             }
-            while socket.write_all(&chunk).await.is_ok() {}
+            let mut written = 0u64;
+            // `write`, not `write_all`: the bytes of a chunk the client took before it left count.
+            while let Ok(n @ 1..) = socket.write(&chunk).await {
+                written += n as u64;
+            }
+            tally.left.send_replace(Some(written));
         }
         Behaviour::Silent => std::future::pending::<()>().await,
         Behaviour::Drop => drop(socket),

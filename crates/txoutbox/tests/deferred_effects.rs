@@ -288,7 +288,11 @@ async fn take_over_at_every_level(
     }
     let sink = RecordingSink::new();
     let relay = RunningRelay::start(relay(&db, &sink)?);
-    sink.wait_for(expected.len(), Duration::from_secs(10)).await;
+    assert_eq!(
+        sink.wait_for(expected.len(), Duration::from_secs(10)).await,
+        expected.len(),
+        "deliveries before the relay stopped"
+    );
     relay.stop().await?;
     assert_eq!(count(&client, EFFECTS_ON_KEYS).await?, 0);
     expected.sort();
