@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use txoutbox::admin::MessageStatus;
-use txoutbox::relay::RelayEvent;
+use txoutbox::relay::{RelayEvent, WAKE_CHANNEL};
 use txoutbox::{begin, Begin, OutboxMessage, Scope};
 use txoutbox_test_support::factory::{message, pending_many};
-use txoutbox_test_support::relay::{RecordingSink, RunningRelay};
+use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
 use txoutbox_test_support::request::empty_created;
 use txoutbox_test_support::request::{charge_fingerprint, key};
 use txoutbox_test_support::{
@@ -176,5 +176,43 @@ async fn a_claim_does_not_wait_for_the_fan_out_beside_it() -> TestResult {
     assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
     locker.batch_execute("ROLLBACK").await?;
     relay.stop().await?;
+    Ok(())
+}
+
+/// A relay whose fan-outs find no deferred effects answers each wake-up with a claim and no
+/// fan-out beside it: it looks for deferred effects at most once per 50 ms between wake-ups
+/// (and at its poll, an hour here), not once per commit.
+#[tokio::test]
+async fn wake_ups_without_deferred_effects_do_not_each_send_a_fan_out() -> TestResult {
+    let (db, client) = test_db_with_client().await?;
+    let mut events = RelayEvents::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(events.config(relay_config().with_poll_interval(Duration::from_secs(3600))))
+            .sink("email", RecordingSink::new())
+            .build()?,
+    );
+    events.idle().await?;
+    events.clear();
+    let from = events.seen().len();
+    let started = std::time::Instant::now();
+    for _ in 0..100 {
+        client
+            .batch_execute(&format!("NOTIFY {WAKE_CHANNEL}"))
+            .await?;
+        events.idle().await?;
+    }
+    relay.stop().await?;
+    events.wait_for(|e| *e == RelayEvent::Stopping).await?;
+    let elapsed = started.elapsed();
+    let lookups = events.seen()[from..]
+        .iter()
+        .filter(|e| **e == RelayEvent::LookedForEffects)
+        .count();
+    let bound = elapsed.as_millis() as usize / 50 + 2;
+    assert!(
+        lookups <= bound,
+        "{lookups} fan-outs for 100 wake-ups in {elapsed:?} (at most {bound})"
+    );
     Ok(())
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::{fan_out, flow, Inner, Lease};
+use super::{fan_out, flow, Inner, Lease, RelayEvent};
 use crate::error::Result;
 use crate::sink::Delivery;
 use crate::store::{self, Pooled};
@@ -89,12 +89,22 @@ pub(super) async fn claim(
     })
 }
 
+/// What a fan-out beside the claims did.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Fanned {
+    /// It found deferred effects (it fanned some out, or keys are left).
+    pub found: bool,
+    /// Keys are left to fan out.
+    pub more: bool,
+}
+
 /// Fans out deferred effects on a connection of its own, beside the claims, so that no claim
 /// waits for it. When it wrote rows it wakes the claim loop: a claim sent before its commit
 /// cannot see them. (Its commit does not wait for the WAL flush; the claim that takes its rows
 /// starts after it committed, and that claim's flush makes the fan-out durable too.) Returns
-/// whether keys are left to fan out.
-pub(super) async fn fan_out_beside(inner: Arc<Inner>) -> bool {
+/// whether it found deferred effects and whether keys are left to fan out.
+pub(super) async fn fan_out_beside(inner: Arc<Inner>) -> Fanned {
+    inner.config.events.emit(RelayEvent::LookedForEffects);
     let fanned = async {
         let client = inner.pool.get().await?;
         let conn = Pooled::new(&client, inner.config.prepared_statements);
@@ -105,12 +115,15 @@ pub(super) async fn fan_out_beside(inner: Arc<Inner>) -> bool {
             if done.wrote {
                 inner.wake.notify_one();
             }
-            done.more
+            Fanned {
+                found: done.wrote || done.more,
+                more: done.more,
+            }
         }
         Err(e) => {
             // The effects wait on their key rows for the next fan-out.
             tracing::warn!(error = %e, "fan-out of deferred effects failed; will try again");
-            false
+            Fanned::default()
         }
     }
 }

@@ -27,9 +27,9 @@ use futures::StreamExt;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::claim::{claim, fan_out_beside, Claimed};
+use super::claim::{claim, fan_out_beside, Claimed, Fanned};
 use super::dispatch::Dispatch;
-use super::{flow, RelayReport, CLAIM_WAIT, FAN_OUT_INTERVAL};
+use super::{flow, RelayReport, CLAIM_WAIT, FAN_OUT_INTERVAL, FAN_OUT_ON_WAKE_FOR};
 use crate::error::Result;
 
 /// The most claims an idle relay has out at once.
@@ -51,7 +51,14 @@ pub(super) struct ClaimLoop<'a> {
     fan_out_due: bool,
     last_fan_out: Instant,
     /// The fan-out out, if any; it answers whether keys are left to fan out.
-    fanning: Option<JoinHandle<bool>>,
+    fanning: Option<JoinHandle<Fanned>>,
+    /// When a fan-out last found deferred effects: for [`FAN_OUT_ON_WAKE_FOR`] after it, every
+    /// wake-up fans out; past it, a wake-up only claims (the fan-out follows within
+    /// [`FAN_OUT_INTERVAL`] of the last, and at every poll).
+    effects_seen: Option<Instant>,
+    /// A wake-up came without a fan-out: one is sent [`FAN_OUT_INTERVAL`] after the last, so a
+    /// service that begins to defer effects waits no longer than that for its first.
+    fan_out_owed: bool,
     /// The claims out, not back yet.
     in_flight: FuturesUnordered<Sent>,
     /// The rows the claims out may take, together.
@@ -77,6 +84,8 @@ impl<'a> ClaimLoop<'a> {
             fan_out_due: true,
             last_fan_out: Instant::now(),
             fanning: None,
+            effects_seen: None,
+            fan_out_owed: false,
             in_flight: FuturesUnordered::new(),
             wanted: 0,
             backlog: true,
@@ -136,9 +145,9 @@ impl<'a> ClaimLoop<'a> {
                         return self.stop(at).await;
                     }
                 }
-                more = fanned(&mut self.fanning) => self.fanned(more),
+                done = fanned(&mut self.fanning) => self.fanned(done),
                 _ = wake.notified(), if overlap => {
-                    self.fan_out_due = true;
+                    self.woken();
                     let want = self.dispatch.room().saturating_sub(self.wanted);
                     if want == 0 || !self.send(want, true).await {
                         self.again = true; // claim once the claims out are back
@@ -155,19 +164,35 @@ impl<'a> ClaimLoop<'a> {
         let wait = self
             .next_change
             .map_or(config.poll_interval, |d| d.min(config.poll_interval));
-        let until = Instant::now() + wait;
+        let mut until = Instant::now() + wait;
+        if self.fan_out_owed {
+            until = until.min(self.last_fan_out + FAN_OUT_INTERVAL);
+        }
         let wake = self.dispatch.inner.wake.clone();
         loop {
             tokio::select! {
                 biased;
                 _ = shutdown.as_mut() => return Some(Instant::now()),
                 // Rows it wrote wake the loop up; keys left, or a wake-up during it, go on.
-                more = fanned(&mut self.fanning) => { self.fanned(more); continue; }
-                _ = wake.notified() => {}
-                _ = tokio::time::sleep_until(until) => {}
+                done = fanned(&mut self.fanning) => { self.fanned(done); continue; }
+                _ = wake.notified() => self.woken(),
+                _ = tokio::time::sleep_until(until) => self.fan_out_due = true,
             }
-            self.fan_out_due = true;
             return None;
+        }
+    }
+
+    /// A wake-up: it fans out too only while deferred effects were seen lately, so a service
+    /// that defers none is not sent a fan-out beside every claim a commit wakes; else the
+    /// fan-out is owed, sent with the next claim or [`FAN_OUT_INTERVAL`] after the last.
+    fn woken(&mut self) {
+        if self
+            .effects_seen
+            .is_some_and(|at| at.elapsed() < FAN_OUT_ON_WAKE_FOR)
+        {
+            self.fan_out_due = true;
+        } else {
+            self.fan_out_owed = true;
         }
     }
 
@@ -175,6 +200,7 @@ impl<'a> ClaimLoop<'a> {
     fn fan_out(&mut self) {
         if self.fanning.is_none() {
             self.fan_out_due = false;
+            self.fan_out_owed = false;
             self.last_fan_out = Instant::now();
             self.fanning = Some(tokio::spawn(fan_out_beside(self.dispatch.inner.clone())));
         }
@@ -182,9 +208,12 @@ impl<'a> ClaimLoop<'a> {
 
     /// The fan-out out came back: another follows when it left keys to fan out, or when one
     /// became due while it ran.
-    fn fanned(&mut self, more: bool) {
+    fn fanned(&mut self, done: Fanned) {
         self.fanning = None;
-        if more || self.fan_out_due {
+        if done.found {
+            self.effects_seen = Some(Instant::now());
+        }
+        if done.more || self.fan_out_due {
             self.fan_out();
         }
     }
@@ -306,9 +335,9 @@ impl<'a> ClaimLoop<'a> {
 }
 
 /// Waits for the fan-out out; never resolves when there is none.
-async fn fanned(fanning: &mut Option<JoinHandle<bool>>) -> bool {
+async fn fanned(fanning: &mut Option<JoinHandle<Fanned>>) -> Fanned {
     match fanning {
-        Some(fanning) => fanning.await.unwrap_or(false),
+        Some(fanning) => fanning.await.unwrap_or_default(),
         None => std::future::pending().await,
     }
 }

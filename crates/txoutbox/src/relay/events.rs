@@ -33,6 +33,8 @@ pub enum RelayEvent {
         /// Keys fanned out.
         n: usize,
     },
+    /// A fan-out looked for deferred effects (before it knows whether it finds any).
+    LookedForEffects,
     /// The shutdown signal arrived: no more claims; the relay drains and returns.
     Stopping,
 }
