@@ -200,7 +200,10 @@ async fn wake_ups_without_deferred_effects_do_not_each_send_a_fan_out() -> TestR
         client
             .batch_execute(&format!("NOTIFY {WAKE_CHANNEL}"))
             .await?;
-        events.idle().await?;
+        // The next idle claim not yet waited for (the wake-up's, or one before it): `idle()`
+        // would forget one that ended before it was called, and wait for a wake-up that never
+        // comes.
+        events.wait_for(|e| *e == RelayEvent::Idle).await?;
     }
     relay.stop().await?;
     events.wait_for(|e| *e == RelayEvent::Stopping).await?;
