@@ -194,6 +194,7 @@ statements! {
         "messages/parts/error_class",
         "messages/parts/error_filter",
         "messages/parts/filter",
+        "messages/parts/insert_waiting",
     }
     idempotency_keys {
         AWAITING_FAN_OUT = "awaiting_fan_out",
