@@ -236,22 +236,39 @@ async fn complete_fenced(
 ) -> Result<Option<Vec<Uuid>>> {
     let tx = client.transaction().await?;
     let conn = Pooled::new(&tx, inner.config.prepared_statements);
-    let wait = inner.config.ordering_lock_wait;
-    let completed = match store::messages::lock_ordering_keys_briefly(&conn, keys, wait).await {
-        Ok(()) => run_complete(&conn, inner, batch).await,
-        Err(e) => Err(e.into()),
+    let completed = match fence(&conn, inner, keys).await {
+        Ok(true) => run_complete(&conn, inner, batch).await.map(Some),
+        other => other.map(|_| None),
     };
     match completed {
-        Ok(applied) => {
+        Ok(Some(applied)) => {
             tx.commit().await?;
             Ok(Some(applied))
         }
-        Err(e) if lock_not_available(&e) => {
+        Err(e) if !lock_not_available(&e) => Err(e),
+        _ => {
             tx.rollback().await?;
             tracing::debug!("ordering keys held by an enqueue; completing without its fence");
             Ok(None)
         }
-        Err(e) => Err(e),
+    }
+}
+
+/// Takes the enqueue locks of `keys` in the transaction of `conn`, waiting at most the relay's
+/// `ordering_lock_wait` for each; false when one was not had in time (the transaction is then
+/// aborted: roll it back).
+async fn fence(conn: &impl TxExecutor, inner: &Inner, keys: &[&str]) -> Result<bool> {
+    let wait = inner.config.ordering_lock_wait;
+    match store::messages::lock_ordering_keys_briefly(conn, keys, wait).await {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            let e = Error::from(e);
+            if lock_not_available(&e) {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
     }
 }
 
@@ -301,22 +318,11 @@ async fn complete_hooked(inner: &Inner, finished: &Finished) -> Result<()> {
     let tx = client.transaction().await?;
     let prepared = inner.config.prepared_statements;
     let keys = delivered_ordering_keys(std::slice::from_ref(finished));
-    let tx = if keys.is_empty() {
+    let tx = if keys.is_empty() || fence(&Pooled::new(&tx, prepared), inner, &keys).await? {
         tx
     } else {
-        let conn = Pooled::new(&tx, prepared);
-        let wait = inner.config.ordering_lock_wait;
-        match store::messages::lock_ordering_keys_briefly(&conn, &keys, wait)
-            .await
-            .map_err(Error::from)
-        {
-            Ok(()) => tx,
-            Err(e) if lock_not_available(&e) => {
-                tx.rollback().await?;
-                client.transaction().await?
-            }
-            Err(e) => return Err(e),
-        }
+        tx.rollback().await?;
+        client.transaction().await?
     };
     let applied = run_complete(
         &Pooled::new(&tx, prepared),
