@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
-use rustls::client::danger::ServerCertVerifier;
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -17,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::verify::{AcceptAny, CaNotInRoots, Roots};
+use super::verify::{CaNotInRoots, Roots, ServerCerts};
 use crate::error::{Error, Result};
 
 /// libpq's `sslmode`: whether TLS is used, and what of the server's certificate is checked.
@@ -84,8 +83,8 @@ pub(super) fn client_config(
 ) -> Result<rustls::ClientConfig> {
     let provider = crate::sink::crypto_provider();
     let identity = client_auth.map(read_identity).transpose()?;
-    let verifier: Arc<dyn ServerCertVerifier> = match (verify, root) {
-        (Verify::None, _) | (_, None) => Arc::new(AcceptAny(provider.clone())),
+    let roots = match (verify, root) {
+        (Verify::None, _) | (_, None) => None,
         (verify, Some(root)) => {
             let anchors = read_certs(root, "sslrootcert")?;
             let roots = root_store(&anchors, root)?;
@@ -93,13 +92,17 @@ pub(super) fn client_config(
                 WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                     .build()
                     .map_err(|e| Error::Config(format!("sslrootcert: {}: {e}", root.display())))?;
-            Arc::new(Roots {
+            Some(Roots {
                 webpki,
                 anchors,
                 full: verify == Verify::Full,
             })
         }
     };
+    let verifier = Arc::new(ServerCerts {
+        provider: provider.clone(),
+        roots,
+    });
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Config(format!("TLS: {e}")))?

@@ -1,6 +1,6 @@
-//! Which server certificates a connection accepts, as libpq does: any (`prefer`, and `require`
-//! without a CA: [`AcceptAny`]), or those of the CAs in `sslrootcert` ([`Roots`]: `verify-ca`,
-//! and with the host name `verify-full`), a certificate listed there itself included. That last
+//! Which server certificates a connection accepts, as libpq does ([`ServerCerts`]): any
+//! (`prefer`, and `require` without a CA), or those of the CAs in `sslrootcert` ([`Roots`]:
+//! `verify-ca`, and with the host name `verify-full`), a certificate listed there itself included. That last
 //! case is the self-signed certificate the PostgreSQL documentation makes (`openssl req -x509`),
 //! which is `CA:TRUE`: webpki refuses a CA's certificate as a server's, OpenSSL trusts it as the
 //! anchor it is. The handshake's signatures are checked in every case.
@@ -22,54 +22,14 @@ use x509_cert::Certificate;
 type Verified = std::result::Result<ServerCertVerified, rustls::Error>;
 type Signature = std::result::Result<HandshakeSignatureValid, rustls::Error>;
 
-/// Accepts any certificate (`prefer`, and `require` without a CA): the handshake's signatures are
-/// still checked, so the channel is encrypted to the holder of the certificate's key.
+/// The one verifier of every mode: the server's certificate is accepted as it is (`prefer`, and
+/// `require` without a CA: `roots` unset) or checked by [`Roots`]; the handshake's signatures are
+/// checked in every case, with the provider's algorithms, so the channel is encrypted to the
+/// holder of the certificate's key.
 #[derive(Debug)]
-pub(super) struct AcceptAny(pub(super) Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AcceptAny {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Verified {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Signature {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Signature {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+pub(super) struct ServerCerts {
+    pub(super) provider: Arc<CryptoProvider>,
+    pub(super) roots: Option<Roots>,
 }
 
 /// `verify-ca` (`full` unset) and `verify-full`: a certificate that is one of `sslrootcert`'s
@@ -82,7 +42,7 @@ pub(super) struct Roots {
     pub(super) full: bool,
 }
 
-impl ServerCertVerifier for Roots {
+impl ServerCertVerifier for ServerCerts {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -91,14 +51,17 @@ impl ServerCertVerifier for Roots {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Verified {
-        if self
+        let Some(roots) = &self.roots else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        if roots
             .anchors
             .iter()
             .any(|a| a.as_ref() == end_entity.as_ref())
         {
-            return anchor(end_entity, server_name, now, self.full);
+            return anchor(end_entity, server_name, now, roots.full);
         }
-        match self
+        match roots
             .webpki
             .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
         {
@@ -106,7 +69,7 @@ impl ServerCertVerifier for Roots {
             // the chain is good.
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) if !self.full => Ok(ServerCertVerified::assertion()),
+            )) if !roots.full => Ok(ServerCertVerified::assertion()),
             // webpki's refusal of a CA's certificate as a server's, said as such.
             Err(rustls::Error::InvalidCertificate(CertificateError::Other(_)))
                 if is_ca(end_entity) =>
@@ -125,7 +88,8 @@ impl ServerCertVerifier for Roots {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Signature {
-        self.webpki.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -134,11 +98,14 @@ impl ServerCertVerifier for Roots {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Signature {
-        self.webpki.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
