@@ -8,7 +8,7 @@ use crate::downstream_key::{check_downstream_key, derive_claim_downstream_key};
 use crate::error::{Error, Result};
 use crate::key::IdempotencyKey;
 use crate::outbox::OutboxMessage;
-use crate::outbox::{check_name, lock_ordering_keys, message_columns, ordering_keys, Enqueued};
+use crate::outbox::{check_name, lock_ordering_keys, message_columns, Enqueued};
 use crate::store::driver::{CommitTx, StoreError, WriteTx};
 use crate::store::keys;
 use crate::telemetry::TRACEPARENT;
@@ -172,10 +172,7 @@ impl Claim {
         response: &StoredResponse,
     ) -> Result<Enqueued> {
         let stored = self.stored(response)?;
-        let ordering = ordering_keys(&stored.rows.ordering_keys);
-        if !ordering.is_empty() {
-            crate::store::driver::Committing::lock_ordering_keys(&mut tx, &ordering).await?;
-        }
+        lock_ordering_keys(&mut tx.statements(), &stored.rows.ordering_keys).await?;
         let statement = stored.statement(&self, true);
         let (written, committed) = tx.complete_key_and_commit(&statement).await;
         let written = written.map_err(refused)?;

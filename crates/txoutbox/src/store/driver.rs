@@ -307,11 +307,9 @@ impl<T: TxExecutor> BusinessRows for &T {
 
 /// What committing the caller's transaction takes, as one driver does it (sealed).
 pub trait Committing: Send + Sized {
-    /// The ordering keys' locks, before the key is stored.
-    fn lock_ordering_keys<'a>(
-        &'a mut self,
-        keys: &'a [&'a str],
-    ) -> impl Future<Output = StoreResult<()>> + Send + 'a;
+    /// The transaction as the write path's statements see it: where the ordering keys are
+    /// locked, before the key is stored.
+    fn statements(&mut self) -> impl Statements + '_;
 
     /// The key stored and the transaction committed: in one round trip where the driver
     /// pipelines. Returns the statement's result and the commit's; the commit's means something
@@ -435,12 +433,8 @@ impl Finish for deadpool_postgres::Transaction<'_> {
 
 /// tokio-postgres and deadpool: the statement and the COMMIT pipelined in one round trip.
 impl<T: CommitExecutor + Finish> Committing for T {
-    fn lock_ordering_keys<'a>(
-        &'a mut self,
-        keys: &'a [&'a str],
-    ) -> impl Future<Output = StoreResult<()>> + Send + 'a {
-        let tx: &'a T = self;
-        async move { Ok(messages::lock_ordering_keys(tx, keys).await?) }
+    fn statements(&mut self) -> impl Statements + '_ {
+        &*self
     }
 
     fn complete_key_and_commit<'a>(

@@ -348,11 +348,8 @@ fn depth(conn: &PgConnection) -> usize {
 /// statement that fails (a savepoint opened with plain SQL, TXK03, included) is followed by a
 /// ROLLBACK, not a COMMIT: nothing is committed, and the connection is left clean.
 impl Committing for sqlx::Transaction<'_, Postgres> {
-    fn lock_ordering_keys<'a>(
-        &'a mut self,
-        keys: &'a [&'a str],
-    ) -> impl Future<Output = StoreResult<()>> + Send + 'a {
-        lock_ordering_keys(self, keys)
+    fn statements(&mut self) -> impl Statements + '_ {
+        self
     }
 
     fn complete_key_and_commit<'a>(
