@@ -12,7 +12,7 @@
 //! [`THROTTLE_WINDOW`] ([`Flow::answered`]). After a pause each relay ramps back up, one more
 //! call in flight per delivery. Outcomes feed the shared row back ([`feedback`]): consecutive
 //! retryable failures open the breaker, a delivered probe closes it, a tripped window throttles
-//! the destination. The transitions are a pure function ([`Shared::apply`]) of the row's state
+//! the destination. The transitions are a pure function ([`BreakerColumns::apply`]) of the row's state
 //! and the batch's outcomes, in finishing order.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -20,12 +20,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-pub(super) use shared::Shared;
 use tokio::time::Instant;
 
 use super::{Finished, Inner};
 use crate::error::Result;
-use crate::store::destinations::{self, BreakerRow};
+use crate::store::destinations::{self, BreakerColumns, BreakerRow};
 use crate::store::Pooled;
 
 /// How long a relay remembers a destination's answers when it judges whether the downstream as
@@ -337,7 +336,7 @@ impl Flow {
             .unwrap_or(true)
     }
 
-    fn settle(&self, destination: &str, shared: &Shared) {
+    fn settle(&self, destination: &str, shared: &BreakerColumns) {
         if let Ok(mut local) = self.local.lock() {
             if shared.breaker == "closed" && shared.failures == 0 {
                 local.suspect.remove(destination);
@@ -424,21 +423,10 @@ pub(super) async fn feedback(
     let rows = destinations::lock_breakers(&conn, &destinations).await?;
     let mut updated: Vec<BreakerRow> = Vec::new();
     for (row, now) in rows {
-        let destination = row.destination;
-        let current = Shared {
-            breaker: match row.breaker.as_str() {
-                "open" => "open",
-                "half_open" => "half_open",
-                _ => "closed",
-            },
-            failures: row.failures,
-            opens: row.opens,
-            open_until: row.open_until,
-            open_reason: row.open_reason,
-            probe_until: row.probe_until,
-            throttled_until: row.throttled_until,
-            throttle_reason: row.throttle_reason,
-        };
+        let BreakerRow {
+            destination,
+            columns: current,
+        } = row;
         let policy = inner.policy(&destination);
         let next = current.clone().apply(
             &signals[destination.as_str()],
@@ -457,14 +445,7 @@ pub(super) async fn feedback(
             }
             updated.push(BreakerRow {
                 destination,
-                breaker: next.breaker.to_owned(),
-                failures: next.failures,
-                opens: next.opens,
-                open_until: next.open_until,
-                open_reason: next.open_reason,
-                probe_until: next.probe_until,
-                throttled_until: next.throttled_until,
-                throttle_reason: next.throttle_reason,
+                columns: next,
             });
         }
     }

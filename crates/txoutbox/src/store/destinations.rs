@@ -41,12 +41,12 @@ pub(crate) async fn ensure_destinations(
     Ok(())
 }
 
-/// A destination's breaker and throttle columns.
-#[derive(Debug, Clone)]
-pub(crate) struct BreakerRow {
-    pub destination: String,
-    /// `closed`, `open` or `half_open`.
-    pub breaker: String,
+/// A destination's breaker and throttle columns (their transitions are the relay's:
+/// `relay/flow/shared.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct BreakerColumns {
+    /// `closed`, `open` or `half_open` (any other value is read as `closed`).
+    pub breaker: &'static str,
     pub failures: i32,
     pub opens: i32,
     pub open_until: Option<DateTime<Utc>>,
@@ -55,6 +55,13 @@ pub(crate) struct BreakerRow {
     /// No call until then: the downstream throttled (Retry-After).
     pub throttled_until: Option<DateTime<Utc>>,
     pub throttle_reason: Option<String>,
+}
+
+/// A destination's row: its name and its breaker and throttle columns.
+#[derive(Debug, Clone)]
+pub(crate) struct BreakerRow {
+    pub destination: String,
+    pub columns: BreakerColumns,
 }
 
 /// Locks the breaker columns of `destinations` (in the caller's transaction) and reads them,
@@ -71,14 +78,20 @@ pub(crate) async fn lock_breakers(
         let row_now = row.try_get("now")?;
         let breaker = BreakerRow {
             destination: row.try_get("destination")?,
-            breaker: row.try_get("breaker")?,
-            failures: row.try_get("failures")?,
-            opens: row.try_get("opens")?,
-            open_until: row.try_get("open_until")?,
-            open_reason: row.try_get("open_reason")?,
-            probe_until: row.try_get("probe_until")?,
-            throttled_until: row.try_get("throttled_until")?,
-            throttle_reason: row.try_get("throttle_reason")?,
+            columns: BreakerColumns {
+                breaker: match row.try_get::<_, &str>("breaker")? {
+                    "open" => "open",
+                    "half_open" => "half_open",
+                    _ => "closed",
+                },
+                failures: row.try_get("failures")?,
+                opens: row.try_get("opens")?,
+                open_until: row.try_get("open_until")?,
+                open_reason: row.try_get("open_reason")?,
+                probe_until: row.try_get("probe_until")?,
+                throttled_until: row.try_get("throttled_until")?,
+                throttle_reason: row.try_get("throttle_reason")?,
+            },
         };
         breakers.push((breaker, row_now));
     }
@@ -88,18 +101,17 @@ pub(crate) async fn lock_breakers(
 /// Writes the breaker columns of destinations locked by [`lock_breakers`].
 pub(crate) async fn update_breakers(tx: &impl TxExecutor, updated: &[BreakerRow]) -> Result<()> {
     let names: Vec<&str> = updated.iter().map(|s| s.destination.as_str()).collect();
-    let breakers: Vec<&str> = updated.iter().map(|s| s.breaker.as_str()).collect();
-    let failures: Vec<i32> = updated.iter().map(|s| s.failures).collect();
-    let opens: Vec<i32> = updated.iter().map(|s| s.opens).collect();
-    let open_until: Vec<Option<DateTime<Utc>>> = updated.iter().map(|s| s.open_until).collect();
-    let reasons: Vec<Option<&str>> = updated.iter().map(|s| s.open_reason.as_deref()).collect();
-    let probe_until: Vec<Option<DateTime<Utc>>> = updated.iter().map(|s| s.probe_until).collect();
+    let columns = || updated.iter().map(|s| &s.columns);
+    let breakers: Vec<&str> = columns().map(|c| c.breaker).collect();
+    let failures: Vec<i32> = columns().map(|c| c.failures).collect();
+    let opens: Vec<i32> = columns().map(|c| c.opens).collect();
+    let open_until: Vec<Option<DateTime<Utc>>> = columns().map(|c| c.open_until).collect();
+    let reasons: Vec<Option<&str>> = columns().map(|c| c.open_reason.as_deref()).collect();
+    let probe_until: Vec<Option<DateTime<Utc>>> = columns().map(|c| c.probe_until).collect();
     let throttled_until: Vec<Option<DateTime<Utc>>> =
-        updated.iter().map(|s| s.throttled_until).collect();
-    let throttle_reasons: Vec<Option<&str>> = updated
-        .iter()
-        .map(|s| s.throttle_reason.as_deref())
-        .collect();
+        columns().map(|c| c.throttled_until).collect();
+    let throttle_reasons: Vec<Option<&str>> =
+        columns().map(|c| c.throttle_reason.as_deref()).collect();
     tx.rows(
         UPDATE_BREAKERS,
         &[

@@ -1,5 +1,6 @@
-//! The shared row's breaker and throttle columns, and their transitions: a pure function of the
-//! row's state and a batch's outcomes, in finishing order.
+//! The transitions of the shared row's breaker and throttle columns ([`BreakerColumns`], as the
+//! store reads and writes them): a pure function of the row's state and a batch's outcomes, in
+//! finishing order.
 
 use std::time::Duration;
 
@@ -7,24 +8,13 @@ use chrono::{DateTime, Utc};
 
 use super::Signal;
 use crate::relay::config::Breaker;
+use crate::store::destinations::BreakerColumns;
 
-/// The breaker and throttle columns of a destination's row.
-#[derive(Debug, Clone, PartialEq)]
-pub(in crate::relay) struct Shared {
-    pub breaker: &'static str,
-    pub failures: i32,
-    pub opens: i32,
-    pub open_until: Option<DateTime<Utc>>,
-    pub open_reason: Option<String>,
-    pub probe_until: Option<DateTime<Utc>>,
-    pub throttled_until: Option<DateTime<Utc>>,
-    pub throttle_reason: Option<String>,
-}
-
-impl Shared {
+/// The transitions of a destination's breaker and throttle columns.
+impl BreakerColumns {
     /// A destination's row as created: the breaker closed, no failure counted, no throttle.
-    pub(in crate::relay) fn closed() -> Shared {
-        Shared {
+    pub(in crate::relay) fn closed() -> BreakerColumns {
+        BreakerColumns {
             breaker: "closed",
             failures: 0,
             opens: 0,
@@ -43,17 +33,17 @@ impl Shared {
         signals: &[Signal],
         breaker: Option<&Breaker>,
         now: DateTime<Utc>,
-    ) -> Shared {
+    ) -> BreakerColumns {
         let after =
             |d: Duration| now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
         for signal in signals {
             match *signal {
                 Signal::Delivered => {
                     // The throttle stands: a call that left before it may still be delivered.
-                    self = Shared {
+                    self = BreakerColumns {
                         throttled_until: self.throttled_until,
                         throttle_reason: self.throttle_reason,
-                        ..Shared::closed()
+                        ..BreakerColumns::closed()
                     };
                 }
                 Signal::Inconclusive => {

@@ -11,7 +11,7 @@ fn at(secs: i64) -> DateTime<Utc> {
 #[test]
 fn the_breaker_opens_at_the_threshold_and_not_before() {
     let policy = Breaker::default();
-    let nine = Shared::closed().apply(&[FAIL; 9], Some(&policy), at(0));
+    let nine = BreakerColumns::closed().apply(&[FAIL; 9], Some(&policy), at(0));
     assert_eq!((nine.breaker, nine.failures), ("closed", 9));
     let ten = nine.apply(&[FAIL], Some(&policy), at(1));
     assert_eq!(ten.breaker, "open");
@@ -27,49 +27,49 @@ fn the_breaker_opens_at_the_threshold_and_not_before() {
 #[test]
 fn a_delivery_resets_the_count_and_closes() {
     let policy = Breaker::default();
-    let s = Shared::closed().apply(
+    let s = BreakerColumns::closed().apply(
         &[FAIL, FAIL, FAIL, Signal::Delivered, FAIL],
         Some(&policy),
         at(0),
     );
     assert_eq!((s.breaker, s.failures), ("closed", 1));
-    let half = Shared {
+    let half = BreakerColumns {
         breaker: "half_open",
         opens: 2,
         probe_until: Some(at(30)),
-        ..Shared::closed()
+        ..BreakerColumns::closed()
     };
     assert_eq!(
         half.apply(&[Signal::Delivered], Some(&policy), at(1)),
-        Shared::closed()
+        BreakerColumns::closed()
     );
 }
 
 #[test]
 fn a_refused_row_frees_a_probe_and_says_nothing_else() {
     let policy = Breaker::default();
-    let half = Shared {
+    let half = BreakerColumns {
         breaker: "half_open",
         failures: 10,
         opens: 1,
         open_reason: Some("10 consecutive failures; next probe in 5s".into()),
         probe_until: Some(at(30)),
-        ..Shared::closed()
+        ..BreakerColumns::closed()
     };
     let after = half
         .clone()
         .apply(&[Signal::Inconclusive], Some(&policy), at(1));
     assert_eq!(
         after,
-        Shared {
+        BreakerColumns {
             probe_until: None,
             ..half
         },
         "the probe is free at once; the breaker neither closes nor counts"
     );
-    let counting = Shared {
+    let counting = BreakerColumns {
         failures: 4,
-        ..Shared::closed()
+        ..BreakerColumns::closed()
     };
     assert_eq!(
         counting
@@ -87,16 +87,16 @@ fn a_failed_probe_opens_again_for_twice_as_long_up_to_the_cap() {
         cool_down: Duration::from_secs(5),
         max_cool_down: Duration::from_secs(12),
     };
-    let half = Shared {
+    let half = BreakerColumns {
         breaker: "half_open",
         failures: 3,
         opens: 1,
-        ..Shared::closed()
+        ..BreakerColumns::closed()
     };
     let again = half.apply(&[FAIL], Some(&policy), at(0));
     assert_eq!((again.breaker, again.opens), ("open", 2));
     assert_eq!(again.open_until, Some(at(10)));
-    let third = Shared {
+    let third = BreakerColumns {
         breaker: "half_open",
         ..again
     }
@@ -204,7 +204,7 @@ fn a_throttle_pauses_until_the_time_asked_and_leaves_the_breaker_alone() {
         throttled: 8,
         answers: 10,
     };
-    let s = Shared::closed().apply(&[FAIL, FAIL, throttle(3)], Some(&policy), at(0));
+    let s = BreakerColumns::closed().apply(&[FAIL, FAIL, throttle(3)], Some(&policy), at(0));
     assert_eq!((s.breaker, s.failures), ("closed", 2));
     assert_eq!(s.throttled_until, Some(at(3)));
     assert!(s
