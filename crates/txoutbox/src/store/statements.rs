@@ -187,6 +187,7 @@ statements! {
         "idempotency_keys/parts/insert_key",
         "idempotency_keys/parts/kept_effects",
         "idempotency_keys/parts/messages",
+        "idempotency_keys/parts/messages_end",
         "idempotency_keys/parts/ordered_messages",
         "idempotency_keys/parts/take_over_key",
         "idempotency_keys/parts/update_key",

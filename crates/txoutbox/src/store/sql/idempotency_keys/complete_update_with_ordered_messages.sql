@@ -45,6 +45,4 @@
 -- $17 ordering_keys: text[]
 \i idempotency_keys/parts/ordered_messages.sql
 \i idempotency_keys/parts/update_key.sql
-RETURNING k.xmin = pg_current_xact_id()::xid AS outermost)
-SELECT (SELECT array_agg(id) FROM messages), (SELECT array_agg(destination) FROM messages),
-\i idempotency_keys/parts/checks.sql
+\i idempotency_keys/parts/messages_end.sql
