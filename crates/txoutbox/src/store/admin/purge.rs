@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
-use super::value;
+use super::{value, Param};
 use crate::admin::AdminError;
 use crate::state::MessageStatus;
 
@@ -82,35 +82,22 @@ pub(crate) async fn delete_batch(
     doomed: Doomed,
     batch: i64,
 ) -> Result<(u64, u64), AdminError> {
-    let row = match doomed {
-        Doomed::Delivered(cutoff) => {
+    let (statement, cutoff, status) = match doomed {
+        Doomed::Delivered(cutoff) => (PURGE_DELIVERED_BATCH, cutoff, None),
+        Doomed::Discarded(cutoff) => (PURGE_DISCARDED_BATCH, cutoff, None),
+        Doomed::Hot(status, cutoff) => (PURGE_HOT_BATCH, cutoff, Some(status.as_str())),
+    };
+    let cutoff: Param = (&cutoff, Type::TIMESTAMPTZ);
+    let batch: Param = (&batch, Type::INT8);
+    let row = match status {
+        // The hot table's statement takes the status first.
+        Some(status) => {
+            let status: Param = (&status, Type::TEXT);
             client
-                .query_typed_one(
-                    PURGE_DELIVERED_BATCH,
-                    &[(&cutoff, Type::TIMESTAMPTZ), (&batch, Type::INT8)],
-                )
+                .query_typed_one(statement, &[status, cutoff, batch])
                 .await?
         }
-        Doomed::Discarded(cutoff) => {
-            client
-                .query_typed_one(
-                    PURGE_DISCARDED_BATCH,
-                    &[(&cutoff, Type::TIMESTAMPTZ), (&batch, Type::INT8)],
-                )
-                .await?
-        }
-        Doomed::Hot(status, cutoff) => {
-            client
-                .query_typed_one(
-                    PURGE_HOT_BATCH,
-                    &[
-                        (&status.as_str(), Type::TEXT),
-                        (&cutoff, Type::TIMESTAMPTZ),
-                        (&batch, Type::INT8),
-                    ],
-                )
-                .await?
-        }
+        None => client.query_typed_one(statement, &[cutoff, batch]).await?,
     };
     let (rows, attempts): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
     Ok((rows as u64, attempts as u64))
