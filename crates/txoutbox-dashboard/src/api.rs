@@ -2,16 +2,16 @@
 //! users and roles, redacted the same way.
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{FromRequest, Path, RawQuery, Request, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use txoutbox::admin::{DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection, StoredJson};
+use txoutbox::admin::{MessageStatus, ReplaySelection, StoredJson};
 use uuid::Uuid;
 
-use crate::auth::{Caller, Principal};
-use crate::pages::{discard_options, pause_reason, shown_flow, shown_message, shown_response};
+use crate::auth::Caller;
+use crate::pages::{pause_reason, shown_flow, shown_message, shown_response, MessageAction};
 use crate::query::{page, pairs, storable, value, FilterFields};
 use crate::redact::{Redaction, Shown};
 use crate::{json, Failure, Shared};
@@ -129,21 +129,21 @@ pub(crate) async fn message(State(app): State<Shared>, Path(id): Path<String>) -
 /// How to replay, as the API takes it (every field optional).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-struct ReplayBody {
-    new_key: bool,
-    include_delivered: bool,
-    dry_run: bool,
+pub(crate) struct ReplayBody {
+    pub(crate) new_key: bool,
+    pub(crate) include_delivered: bool,
+    pub(crate) dry_run: bool,
     /// Refuse (409, nothing changed) when more rows than this match.
-    max_rows: Option<u64>,
+    pub(crate) max_rows: Option<u64>,
     /// Replay these ids (all or none) instead of a filter.
-    ids: Option<Vec<Uuid>>,
-    filter: Option<FilterBody>,
+    pub(crate) ids: Option<Vec<Uuid>>,
+    pub(crate) filter: Option<FilterBody>,
 }
 
 /// The `/messages` filter as JSON.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-struct FilterBody {
+pub(crate) struct FilterBody {
     status: Option<String>,
     destination: Option<String>,
     since: Option<String>,
@@ -157,22 +157,40 @@ struct FilterBody {
 /// How to discard, as the API takes it: a reason, and ids or a filter.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-struct DiscardBody {
+pub(crate) struct DiscardBody {
     /// Why the rows are closed without delivery (required, not blank).
-    reason: Option<String>,
-    dry_run: bool,
+    pub(crate) reason: Option<String>,
+    pub(crate) dry_run: bool,
     /// Refuse (409, nothing changed) when more rows than this match.
-    max_rows: Option<u64>,
+    pub(crate) max_rows: Option<u64>,
     /// Discard these ids (all or none) instead of a filter.
-    ids: Option<Vec<Uuid>>,
-    filter: Option<FilterBody>,
+    pub(crate) ids: Option<Vec<Uuid>>,
+    pub(crate) filter: Option<FilterBody>,
 }
 
+/// A JSON body (blank: every field's default); one that is not valid is a 400.
 fn body<T: Default + DeserializeOwned>(bytes: &Bytes) -> Result<T, Failure> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
     serde_json::from_slice(bytes).map_err(|e| Failure::BadRequest(format!("bad JSON body: {e}")))
+}
+
+/// The request's [`body`], for a handler that reads nothing before it: a body that is not valid
+/// is answered as [`problem`] says.
+pub(crate) struct JsonBody<T>(T);
+
+impl<T: Default + DeserializeOwned> FromRequest<Shared> for JsonBody<T> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, app: &Shared) -> Result<Self, Response> {
+        let bytes = Bytes::from_request(request, app)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        body(&bytes)
+            .map(JsonBody)
+            .map_err(|failure| problem(&failure))
+    }
 }
 
 /// The rows a replay or discard body names: its ids, or its filter (none: every row).
@@ -205,17 +223,6 @@ fn selection(
     }
 }
 
-fn options(body: &ReplayBody, who: &Principal) -> ReplayOptions {
-    ReplayOptions {
-        new_key: body.new_key,
-        include_delivered: body.include_delivered,
-        dry_run: body.dry_run,
-        max_rows: body.max_rows,
-        operator: Some(who.name.clone()),
-        ..ReplayOptions::default()
-    }
-}
-
 /// Refuses a selection in the body of an action on the message its path names: an operator who
 /// sent `ids` or a `filter` meant other rows than the one the action would touch.
 fn path_names_the_message<I, F>(ids: &Option<I>, filter: &Option<F>) -> Result<(), Failure> {
@@ -227,71 +234,47 @@ fn path_names_the_message<I, F>(ids: &Option<I>, filter: &Option<F>) -> Result<(
     Ok(())
 }
 
-/// `POST /api/messages/{id}/replay` with an optional body `{"new_key": true}`.
-pub(crate) async fn replay_one(
-    Caller { app, who, .. }: Caller,
-    Path(id): Path<String>,
-    bytes: Bytes,
-) -> Response {
-    answer(
-        async {
-            let id = parse_id(&id)?;
-            let body: ReplayBody = body(&bytes)?;
-            path_names_the_message(&body.ids, &body.filter)?;
-            app.replay(&ReplaySelection::Ids(vec![id]), &options(&body, &who))
-                .await
-        }
-        .await,
-    )
-}
-
-/// `POST /api/replay` with `{"filter": {...}, "dry_run": true}` or `{"ids": [...]}`.
-pub(crate) async fn replay(Caller { app, who, .. }: Caller, bytes: Bytes) -> Response {
-    answer(
-        async {
-            let body: ReplayBody = body(&bytes)?;
-            let selection = selection(&body.ids, &body.filter, &app.redaction)?;
-            app.replay(&selection, &options(&body, &who)).await
-        }
-        .await,
-    )
-}
-
-fn discard_body_options(body: &DiscardBody, who: &Principal) -> Result<DiscardOptions, Failure> {
-    Ok(DiscardOptions {
-        dry_run: body.dry_run,
-        max_rows: body.max_rows,
-        ..discard_options(body.reason.as_deref(), who)?
-    })
-}
-
+/// `POST /api/messages/{id}/replay` with an optional body `{"new_key": true}`, and
 /// `POST /api/messages/{id}/discard` with `{"reason": "…"}` (and optionally `"dry_run": true`).
-pub(crate) async fn discard_one(
+/// The body is read after the id, so that an id that names no message is a 404 whatever the
+/// body.
+pub(crate) async fn act_on_one<A: MessageAction>(
     Caller { app, who, .. }: Caller,
     Path(id): Path<String>,
     bytes: Bytes,
-) -> Response {
+) -> Response
+where
+    A::Report: Serialize,
+{
     answer(
         async {
             let id = parse_id(&id)?;
-            let body: DiscardBody = body(&bytes)?;
-            path_names_the_message(&body.ids, &body.filter)?;
-            let options = discard_body_options(&body, &who)?;
-            app.discard(&ReplaySelection::Ids(vec![id]), &options).await
+            let body: A::Body = body(&bytes)?;
+            let (ids, filter) = A::named(&body);
+            path_names_the_message(ids, filter)?;
+            let options = A::from_body(&body, &who)?;
+            options.run(&app, &ReplaySelection::Ids(vec![id])).await
         }
         .await,
     )
 }
 
+/// `POST /api/replay` with `{"filter": {...}, "dry_run": true}` or `{"ids": [...]}`, and
 /// `POST /api/discard` with `{"filter": {...}, "dry_run": true, "reason": "…"}` or
 /// `{"ids": [...], "reason": "…"}`.
-pub(crate) async fn discard(Caller { app, who, .. }: Caller, bytes: Bytes) -> Response {
+pub(crate) async fn act_on_selected<A: MessageAction>(
+    Caller { app, who, .. }: Caller,
+    JsonBody(body): JsonBody<A::Body>,
+) -> Response
+where
+    A::Report: Serialize,
+{
     answer(
         async {
-            let body: DiscardBody = body(&bytes)?;
-            let selection = selection(&body.ids, &body.filter, &app.redaction)?;
-            let options = discard_body_options(&body, &who)?;
-            app.discard(&selection, &options).await
+            let (ids, filter) = A::named(&body);
+            let selection = selection(ids, filter, &app.redaction)?;
+            let options = A::from_body(&body, &who)?;
+            options.run(&app, &selection).await
         }
         .await,
     )
@@ -328,7 +311,7 @@ pub(crate) async fn relays(State(app): State<Shared>) -> Response {
 /// How to pause, as the API takes it.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-struct PauseBody {
+pub(crate) struct PauseBody {
     /// Why no relay may call the destination (required, not blank).
     reason: Option<String>,
     /// Pause a destination nothing names yet (one about to be used).
@@ -338,7 +321,7 @@ struct PauseBody {
 /// How to resume, as the API takes it (an empty body or `{}` will do).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-struct ResumeBody {
+pub(crate) struct ResumeBody {
     /// Skip the check that something names the destination.
     force: bool,
 }
@@ -350,11 +333,10 @@ struct ResumeBody {
 pub(crate) async fn pause_destination(
     Caller { app, who, .. }: Caller,
     Path(destination): Path<String>,
-    bytes: Bytes,
+    JsonBody(body): JsonBody<PauseBody>,
 ) -> Response {
     answer(
         async {
-            let body: PauseBody = body(&bytes)?;
             let reason = pause_reason(body.reason.as_deref())?;
             app.pause(&destination, reason, &who, body.force).await
         }
@@ -367,15 +349,9 @@ pub(crate) async fn pause_destination(
 pub(crate) async fn resume_destination(
     Caller { app, who, .. }: Caller,
     Path(destination): Path<String>,
-    bytes: Bytes,
+    JsonBody(body): JsonBody<ResumeBody>,
 ) -> Response {
-    answer(
-        async {
-            let body: ResumeBody = body(&bytes)?;
-            app.resume(&destination, &who, body.force).await
-        }
-        .await,
-    )
+    answer(app.resume(&destination, &who, body.force).await)
 }
 
 /// `GET /api/keys?scope=…&key=…`: the key row (its stored response redacted, or its body

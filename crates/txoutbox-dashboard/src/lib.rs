@@ -184,10 +184,16 @@ pub fn router(pool: deadpool_postgres::Pool, config: DashboardConfig) -> Router 
         .route("/api/stats", get(api::stats))
         .route("/api/messages", get(api::messages))
         .route("/api/messages/{id}", get(api::message))
-        .route("/api/messages/{id}/replay", post(api::replay_one))
-        .route("/api/replay", post(api::replay))
-        .route("/api/messages/{id}/discard", post(api::discard_one))
-        .route("/api/discard", post(api::discard))
+        .route(
+            "/api/messages/{id}/replay",
+            post(api::act_on_one::<ReplayOptions>),
+        )
+        .route("/api/replay", post(api::act_on_selected::<ReplayOptions>))
+        .route(
+            "/api/messages/{id}/discard",
+            post(api::act_on_one::<DiscardOptions>),
+        )
+        .route("/api/discard", post(api::act_on_selected::<DiscardOptions>))
         .route("/api/destinations", get(api::destinations))
         .route(
             "/api/destinations/{destination}/pause",

@@ -6,6 +6,7 @@ use axum::body::Bytes;
 use axum::extract::Path;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{html, Markup};
+use serde::de::DeserializeOwned;
 use txoutbox::admin::{
     DestinationFlow, DiscardOptions, DiscardReport, DiscardedMessage, MessageStatus, ReplayOptions,
     ReplayReport, ReplaySelection, ReplayedMessage, SkippedMessage,
@@ -13,6 +14,7 @@ use txoutbox::admin::{
 use uuid::Uuid;
 
 use super::{error_page, hidden_fields, layout, link, render};
+use crate::api::{DiscardBody, FilterBody, ReplayBody};
 use crate::auth::{Base, Caller, Principal};
 use crate::query::{encode, pairs, segment, storable, value, FilterFields};
 use crate::{App, Failure};
@@ -62,10 +64,7 @@ fn options(pairs: &[(String, String)], who: &Principal) -> ReplayOptions {
 
 /// The options of a discard by `who` with the reason the form or body gave: refused (400) when
 /// it is blank, before anything is read.
-pub(crate) fn discard_options(
-    reason: Option<&str>,
-    who: &Principal,
-) -> Result<DiscardOptions, Failure> {
+fn discard_options(reason: Option<&str>, who: &Principal) -> Result<DiscardOptions, Failure> {
     let reason = reason.map(str::trim).unwrap_or_default();
     if reason.is_empty() {
         return Err(Failure::BadRequest(
@@ -140,14 +139,20 @@ impl ReportRow for DiscardedMessage {
     }
 }
 
-/// Replay and discard (by their options), for the handlers that are the same for both: one
-/// message (the path's) and the selected rows.
+/// Replay and discard (by their options), for the handlers, the pages' and the API's, that are
+/// the same for both: one message (the path's) and the selected rows.
 pub(crate) trait MessageAction: Sized {
     type Report;
+    /// Its body in the API.
+    type Body: Default + DeserializeOwned;
     /// What its refusal of an empty selection asks to tick the rows to.
     const VERB: &'static str;
     /// The options from the form's fields, as `who`.
     fn from_form(pairs: &[(String, String)], who: &Principal) -> Result<Self, Failure>;
+    /// The options from the API's body, as `who`.
+    fn from_body(body: &Self::Body, who: &Principal) -> Result<Self, Failure>;
+    /// The ids and the filter the API's body names (one of them, or neither: every row).
+    fn named(body: &Self::Body) -> (&Option<Vec<Uuid>>, &Option<FilterBody>);
     /// Runs the action on `selection`.
     async fn run(&self, app: &App, selection: &ReplaySelection) -> Result<Self::Report, Failure>;
     /// The page after it.
@@ -156,9 +161,23 @@ pub(crate) trait MessageAction: Sized {
 
 impl MessageAction for ReplayOptions {
     type Report = ReplayReport;
+    type Body = ReplayBody;
     const VERB: &'static str = "replay";
     fn from_form(pairs: &[(String, String)], who: &Principal) -> Result<Self, Failure> {
         Ok(options(pairs, who))
+    }
+    fn from_body(body: &ReplayBody, who: &Principal) -> Result<Self, Failure> {
+        Ok(ReplayOptions {
+            new_key: body.new_key,
+            include_delivered: body.include_delivered,
+            dry_run: body.dry_run,
+            max_rows: body.max_rows,
+            operator: Some(who.name.clone()),
+            ..ReplayOptions::default()
+        })
+    }
+    fn named(body: &ReplayBody) -> (&Option<Vec<Uuid>>, &Option<FilterBody>) {
+        (&body.ids, &body.filter)
     }
     async fn run(&self, app: &App, selection: &ReplaySelection) -> Result<ReplayReport, Failure> {
         app.replay(selection, self).await
@@ -171,9 +190,20 @@ impl MessageAction for ReplayOptions {
 
 impl MessageAction for DiscardOptions {
     type Report = DiscardReport;
+    type Body = DiscardBody;
     const VERB: &'static str = "discard";
     fn from_form(pairs: &[(String, String)], who: &Principal) -> Result<Self, Failure> {
         discard_options(value(pairs, "reason"), who)
+    }
+    fn from_body(body: &DiscardBody, who: &Principal) -> Result<Self, Failure> {
+        Ok(DiscardOptions {
+            dry_run: body.dry_run,
+            max_rows: body.max_rows,
+            ..discard_options(body.reason.as_deref(), who)?
+        })
+    }
+    fn named(body: &DiscardBody) -> (&Option<Vec<Uuid>>, &Option<FilterBody>) {
+        (&body.ids, &body.filter)
     }
     async fn run(&self, app: &App, selection: &ReplaySelection) -> Result<DiscardReport, Failure> {
         app.discard(selection, self).await

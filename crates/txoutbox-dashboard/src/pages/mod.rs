@@ -14,8 +14,8 @@ mod overview;
 mod relays;
 
 pub(crate) use actions::{
-    act_on_one, act_on_selected, discard_filter, discard_options, pause_destination, pause_reason,
-    replay_filter, resume_destination,
+    act_on_one, act_on_selected, discard_filter, pause_destination, pause_reason, replay_filter,
+    resume_destination, MessageAction,
 };
 pub(crate) use failures::failures;
 pub(crate) use keys::{keys, shown_response};
