@@ -1,9 +1,9 @@
 //! Which server certificates a connection accepts, as libpq does ([`ServerCerts`]): any
 //! (`prefer`, and `require` without a CA), or those of the CAs in `sslrootcert` ([`Roots`]:
-//! `verify-ca`, and with the host name `verify-full`), a certificate listed there itself included. That last
-//! case is the self-signed certificate the PostgreSQL documentation makes (`openssl req -x509`),
-//! which is `CA:TRUE`: webpki refuses a CA's certificate as a server's, OpenSSL trusts it as the
-//! anchor it is. The handshake's signatures are checked in every case.
+//! `verify-ca`, and with the host name `verify-full`), a certificate listed there itself
+//! included. That last case is the self-signed certificate the PostgreSQL documentation makes
+//! (`openssl req -x509`), which is `CA:TRUE`: webpki refuses a CA's certificate as a server's,
+//! OpenSSL trusts it as the anchor it is. The handshake's signatures are checked in every case.
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -12,8 +12,8 @@
 //! [`THROTTLE_WINDOW`] ([`Flow::answered`]). After a pause each relay ramps back up, one more
 //! call in flight per delivery. Outcomes feed the shared row back ([`feedback`]): consecutive
 //! retryable failures open the breaker, a delivered probe closes it, a tripped window throttles
-//! the destination. The transitions are a pure function ([`BreakerColumns::apply`]) of the row's state
-//! and the batch's outcomes, in finishing order.
+//! the destination. The transitions are a pure function ([`BreakerColumns::apply`]) of the
+//! row's state and the batch's outcomes, in finishing order.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
