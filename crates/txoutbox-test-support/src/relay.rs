@@ -234,6 +234,34 @@ impl Sink for SlowSink {
     }
 }
 
+/// Fails the row with one downstream key for good; records and delivers every other row.
+#[derive(Debug, Clone)]
+pub struct FailsKey {
+    key: String,
+    /// The deliveries of the other rows.
+    pub delivered: RecordingSink,
+}
+
+impl FailsKey {
+    /// A sink that fails the row with downstream key `key` with a permanent error.
+    pub fn new(key: &str) -> Self {
+        Self {
+            key: key.to_owned(),
+            delivered: RecordingSink::new(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for FailsKey {
+    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
+        if d.downstream_key == self.key {
+            return Err(DeliveryError::permanent("rejected"));
+        }
+        self.delivered.deliver(d).await
+    }
+}
+
 /// A relay for a drain a Postgres restart lands in: small batches (16, as many in flight), a
 /// lease of 2 s and a reclaim every 200 ms, so the rows held when the server went away come back
 /// soon after it is up again.

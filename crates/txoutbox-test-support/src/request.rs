@@ -23,8 +23,13 @@ pub fn charge_fingerprint(amount: i64) -> Fingerprint {
 /// A `201 Created` with no header and an empty body: the stored answer of a request whose
 /// answer the test does not look at.
 pub fn empty_created() -> txoutbox::StoredResponse {
+    empty_answer(201)
+}
+
+/// An answer of `status` with no header and an empty body.
+pub fn empty_answer(status: u16) -> txoutbox::StoredResponse {
     txoutbox::StoredResponse {
-        status: 201,
+        status,
         headers: vec![],
         body: vec![],
     }

@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 use txoutbox::admin::{self, DiscardOptions, MessageStatus, ReplayOptions, ReplaySelection};
+use txoutbox::relay::RelayConfig;
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 use txoutbox::{enqueue, OutboxMessage};
-use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
+use txoutbox_test_support::relay::{relay_config, FailsKey, RecordingSink, RunningRelay};
 use txoutbox_test_support::request::enqueue_committed;
 use txoutbox_test_support::select::{column, value};
 use txoutbox_test_support::{
-    eventually_async, status, test_db_with_client, wait_until, RelayEvents,
+    eventually_async, status, test_db_with_client, wait_until, RelayEvents, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
@@ -38,6 +39,28 @@ async fn due(client: &Client) -> anyhow::Result<Vec<String>> {
     .await
 }
 
+/// The test relay's timings with the sweep of waiting rows every 50 ms.
+fn sweeping() -> RelayConfig {
+    relay_config().with_stranded_sweep_interval(Duration::from_millis(50))
+}
+
+/// A relay (`config`) started with `sink` for the `events` destination.
+fn events_relay(db: &TestDb, config: RelayConfig, sink: impl Sink) -> anyhow::Result<RunningRelay> {
+    Ok(RunningRelay::start(
+        db.relay()?.config(config).sink("events", sink).build()?,
+    ))
+}
+
+/// Runs a relay (`config`) that records the `events` deliveries until `n` were made, then stops it; the
+/// downstream keys, in call order.
+async fn deliver_events(db: &TestDb, config: RelayConfig, n: usize) -> anyhow::Result<Vec<String>> {
+    let sink = RecordingSink::new();
+    let relay = events_relay(db, config, sink.clone())?;
+    assert_eq!(sink.wait_for(n, Duration::from_secs(20)).await, n);
+    relay.stop().await?;
+    Ok(sink.keys())
+}
+
 #[tokio::test]
 async fn rows_behind_a_live_head_are_not_due_and_follow_it_in_order() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
@@ -47,29 +70,11 @@ async fn rows_behind_a_live_head_are_not_due_and_follow_it_in_order() -> TestRes
     enqueue_committed(&mut client, &[ordered("j", 0)?, ordered("j", 1)?]).await?;
     assert_eq!(due(&client).await?, ["j-0", "k-0"]);
 
-    let sink = RecordingSink::new();
-    let relay = RunningRelay::start(db.relay()?.sink("events", sink.clone()).build()?);
-    assert_eq!(sink.wait_for(5, Duration::from_secs(20)).await, 5);
-    relay.stop().await?;
-    let keys = sink.keys();
+    let keys = deliver_events(&db, relay_config(), 5).await?;
     let of = |k: &str| -> Vec<&String> { keys.iter().filter(|d| d.starts_with(k)).collect() };
     assert_eq!(of("k-"), ["k-0", "k-1", "k-2"]);
     assert_eq!(of("j-"), ["j-0", "j-1"]);
     Ok(())
-}
-
-/// Fails `a-0` for good; delivers the others.
-#[derive(Clone, Default)]
-struct FailsA0(RecordingSink);
-
-#[async_trait::async_trait]
-impl Sink for FailsA0 {
-    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
-        if d.downstream_key == "a-0" {
-            return Err(DeliveryError::permanent("rejected"));
-        }
-        self.0.deliver(d).await
-    }
 }
 
 /// The row versions of the rows behind `a-0` (`xmin`, which every update changes), in order.
@@ -82,12 +87,18 @@ async fn versions_behind_a0(client: &Client) -> anyhow::Result<Vec<String>> {
     .await
 }
 
-/// `a-0` dead-lettered by a relay with 50 rows behind it, and 30 rows of other keys delivered
-/// meanwhile; the relay stopped.
-async fn dead_head_with_rows_behind(
-    client: &mut Client,
-    db: &txoutbox_test_support::TestDb,
-) -> anyhow::Result<(FailsA0, Vec<String>)> {
+/// `a-0`, dead-lettered by a relay with 50 rows behind it while 30 rows of other keys were
+/// delivered, and what that left: the relay is stopped.
+struct DeadHead {
+    /// The id of `a-0`.
+    id: uuid::Uuid,
+    /// The relay's sink.
+    sink: FailsKey,
+    /// The versions of the rows behind `a-0` before the relay ran ([`versions_behind_a0`]).
+    versions: Vec<String>,
+}
+
+async fn dead_head_with_rows_behind(client: &mut Client, db: &TestDb) -> anyhow::Result<DeadHead> {
     let behind: Vec<OutboxMessage> = (0..=50)
         .map(|n| ordered("a", n))
         .collect::<Result<_, _>>()?;
@@ -98,24 +109,32 @@ async fn dead_head_with_rows_behind(
     enqueue_committed(client, &others).await?;
     let versions = versions_behind_a0(client).await?;
 
-    let sink = FailsA0::default();
+    let sink = FailsKey::new("a-0");
     let mut events = RelayEvents::new();
     let relay = events.start(db.relay()?.sink("events", sink.clone()))?;
-    assert_eq!(sink.0.wait_for(30, Duration::from_secs(20)).await, 30);
+    assert_eq!(
+        sink.delivered.wait_for(30, Duration::from_secs(20)).await,
+        30
+    );
     wait_until(client, |c| c.failed >= 1).await?;
     // Two more claims, the second begun after the head was dead-lettered.
     events.claims(2).await?;
     relay.stop().await?;
-    Ok((sink, versions))
+    let id = value(
+        client,
+        "SELECT id FROM txoutbox_messages WHERE downstream_key = 'a-0'",
+    )
+    .await?;
+    Ok(DeadHead { id, sink, versions })
 }
 
 #[tokio::test]
 async fn rows_behind_a_dead_head_are_never_claimed_nor_updated_while_other_keys_drain() -> TestResult
 {
     let (db, mut client) = test_db_with_client().await?;
-    let (sink, versions) = dead_head_with_rows_behind(&mut client, &db).await?;
+    let DeadHead { sink, versions, .. } = dead_head_with_rows_behind(&mut client, &db).await?;
     assert!(
-        sink.0.keys().iter().all(|k| !k.starts_with("a-")),
+        sink.delivered.keys().iter().all(|k| !k.starts_with("a-")),
         "nothing behind the dead head was delivered"
     );
     assert_eq!(status(&client, "a-0").await?, Some(MessageStatus::Failed));
@@ -136,34 +155,20 @@ async fn rows_behind_a_dead_head_are_never_claimed_nor_updated_while_other_keys_
 #[tokio::test]
 async fn discarding_a_dead_head_delivers_the_rows_behind_it_in_order() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let (_, _) = dead_head_with_rows_behind(&mut client, &db).await?;
-    let head: uuid::Uuid = value(
-        &client,
-        "SELECT id FROM txoutbox_messages WHERE downstream_key = 'a-0'",
-    )
-    .await?;
+    let head = dead_head_with_rows_behind(&mut client, &db).await?.id;
     let options = DiscardOptions::new("refunded by hand");
     admin::discard(&mut client, &ReplaySelection::Ids(vec![head]), &options).await?;
     assert_eq!(due(&client).await?, ["a-1"]);
 
-    let sink = RecordingSink::new();
-    let relay = RunningRelay::start(db.relay()?.sink("events", sink.clone()).build()?);
-    assert_eq!(sink.wait_for(50, Duration::from_secs(20)).await, 50);
-    relay.stop().await?;
     let expected: Vec<String> = (1..=50).map(|n| format!("a-{n}")).collect();
-    assert_eq!(sink.keys(), expected);
+    assert_eq!(deliver_events(&db, relay_config(), 50).await?, expected);
     Ok(())
 }
 
 #[tokio::test]
 async fn a_replayed_dead_head_is_delivered_then_the_rows_behind_it_in_order() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let (_, _) = dead_head_with_rows_behind(&mut client, &db).await?;
-    let head: uuid::Uuid = value(
-        &client,
-        "SELECT id FROM txoutbox_messages WHERE downstream_key = 'a-0'",
-    )
-    .await?;
+    let head = dead_head_with_rows_behind(&mut client, &db).await?.id;
     admin::replay(
         &mut client,
         &ReplaySelection::Ids(vec![head]),
@@ -173,17 +178,13 @@ async fn a_replayed_dead_head_is_delivered_then_the_rows_behind_it_in_order() ->
     .await?;
     assert_eq!(due(&client).await?, ["a-0"]);
 
-    let sink = RecordingSink::new();
-    let relay = RunningRelay::start(db.relay()?.sink("events", sink.clone()).build()?);
-    assert_eq!(sink.wait_for(51, Duration::from_secs(20)).await, 51);
-    relay.stop().await?;
     let expected: Vec<String> = (0..=50).map(|n| format!("a-{n}")).collect();
-    assert_eq!(sink.keys(), expected);
+    assert_eq!(deliver_events(&db, relay_config(), 51).await?, expected);
     Ok(())
 }
 
 /// Holds the delivery of `k-0` until `release` is notified; records every delivery.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 struct HoldK0 {
     release: Arc<tokio::sync::Notify>,
     sink: RecordingSink,
@@ -199,6 +200,25 @@ impl Sink for HoldK0 {
     }
 }
 
+/// `k-0` committed and taken by a relay (`config`) whose sink holds it, `k-1` enqueued by a
+/// transaction of `writer` left open, then `k-0` let through: the relay, its sink and that
+/// transaction.
+async fn k0_completing_while_k1_is_enqueued<'w>(
+    db: &TestDb,
+    client: &mut Client,
+    writer: &'w mut Client,
+    config: RelayConfig,
+) -> anyhow::Result<(RunningRelay, HoldK0, tokio_postgres::Transaction<'w>)> {
+    enqueue_committed(client, &[ordered("k", 0)?]).await?;
+    let sink = HoldK0::default();
+    let relay = events_relay(db, config, sink.clone())?;
+    wait_until(client, |c| c.in_flight >= 1).await?;
+    let enqueuing = writer.transaction().await?;
+    enqueue(&enqueuing, &[ordered("k", 1)?]).await?;
+    sink.release.notify_one();
+    Ok((relay, sink, enqueuing))
+}
+
 /// The enqueue of `k-1` saw `k-0` and wrote `k-1` waiting; `k-0` is delivered before that
 /// enqueue commits. The completion must not decide which row comes next from a snapshot that
 /// misses `k-1`: it waits for the enqueue's ordering-key lock, so `k-1` is due once both
@@ -207,28 +227,12 @@ impl Sink for HoldK0 {
 #[tokio::test]
 async fn a_row_enqueued_while_its_head_is_completed_is_due_once_both_commit() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    enqueue_committed(&mut client, &[ordered("k", 0)?]).await?;
-    let release = Arc::new(tokio::sync::Notify::new());
-    let sink = HoldK0 {
-        release: release.clone(),
-        sink: RecordingSink::new(),
-    };
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(
-                relay_config()
-                    .with_stranded_sweep_interval(Duration::ZERO)
-                    .with_ordering_lock_wait(Duration::from_secs(60)),
-            )
-            .sink("events", sink.clone())
-            .build()?,
-    );
-    wait_until(&client, |c| c.in_flight >= 1).await?;
-
     let mut writer = db.connect().await?;
-    let enqueuing = writer.transaction().await?;
-    enqueue(&enqueuing, &[ordered("k", 1)?]).await?;
-    release.notify_one();
+    let config = relay_config()
+        .with_stranded_sweep_interval(Duration::ZERO)
+        .with_ordering_lock_wait(Duration::from_secs(60));
+    let (relay, sink, enqueuing) =
+        k0_completing_while_k1_is_enqueued(&db, &mut client, &mut writer, config).await?;
     // The completion of k-0 either waits for the enqueue's lock or, without that fence, has
     // already committed: either way it ran while k-1 was not committed.
     eventually_async("k-0's completion waited or went through", || async {
@@ -266,23 +270,9 @@ async fn a_row_enqueued_while_its_head_is_completed_is_due_once_both_commit() ->
 #[tokio::test]
 async fn a_completion_does_not_wait_for_an_enqueue_that_holds_its_key() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    enqueue_committed(&mut client, &[ordered("k", 0)?]).await?;
-    let release = Arc::new(tokio::sync::Notify::new());
-    let sink = HoldK0 {
-        release: release.clone(),
-        sink: RecordingSink::new(),
-    };
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(relay_config().with_stranded_sweep_interval(Duration::from_millis(50)))
-            .sink("events", sink.clone())
-            .build()?,
-    );
-    wait_until(&client, |c| c.in_flight >= 1).await?;
     let mut writer = db.connect().await?;
-    let enqueuing = writer.transaction().await?;
-    enqueue(&enqueuing, &[ordered("k", 1)?]).await?;
-    release.notify_one();
+    let (relay, sink, enqueuing) =
+        k0_completing_while_k1_is_enqueued(&db, &mut client, &mut writer, sweeping()).await?;
     eventually_async(
         "k-0 is delivered while the enqueue holds its key",
         || async { Ok(status(&client, "k-0").await? == Some(MessageStatus::Delivered)) },
@@ -295,17 +285,23 @@ async fn a_completion_does_not_wait_for_an_enqueue_that_holds_its_key() -> TestR
     Ok(())
 }
 
+/// Deletes the row with downstream key `key` as a person at a `psql` prompt would.
+async fn delete_by_hand(client: &Client, key: &str) -> anyhow::Result<()> {
+    client
+        .execute(
+            "DELETE FROM txoutbox_messages WHERE downstream_key = $1",
+            &[&key],
+        )
+        .await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_waiting_row_whose_head_was_deleted_by_hand_is_made_due_by_the_sweep() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
     enqueue_committed(&mut client, &[ordered("k", 0)?, ordered("k", 1)?]).await?;
     enqueue_committed(&mut client, &[ordered("j", 0)?, ordered("j", 1)?]).await?;
-    client
-        .execute(
-            "DELETE FROM txoutbox_messages WHERE downstream_key = 'k-0'",
-            &[],
-        )
-        .await?;
+    delete_by_hand(&client, "k-0").await?;
     assert_eq!(due(&client).await?, ["j-0"]);
     let unparked = txoutbox::relay::unpark_stranded(&db.pool(1)?).await?;
     assert_eq!(unparked, 1);
@@ -317,22 +313,8 @@ async fn a_waiting_row_whose_head_was_deleted_by_hand_is_made_due_by_the_sweep()
 async fn a_relay_sweeps_waiting_rows_left_with_nothing_ahead() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
     enqueue_committed(&mut client, &[ordered("k", 0)?, ordered("k", 1)?]).await?;
-    client
-        .execute(
-            "DELETE FROM txoutbox_messages WHERE downstream_key = 'k-0'",
-            &[],
-        )
-        .await?;
-    let sink = RecordingSink::new();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(relay_config().with_stranded_sweep_interval(Duration::from_millis(50)))
-            .sink("events", sink.clone())
-            .build()?,
-    );
-    assert_eq!(sink.wait_for(1, Duration::from_secs(20)).await, 1);
-    relay.stop().await?;
-    assert_eq!(sink.keys(), ["k-1"]);
+    delete_by_hand(&client, "k-0").await?;
+    assert_eq!(deliver_events(&db, sweeping(), 1).await?, ["k-1"]);
     Ok(())
 }
 
@@ -345,8 +327,8 @@ async fn ordered_request(
     effects: i32,
     one_round_trip: bool,
 ) -> TestResult {
-    use txoutbox::{begin, Begin, Scope, StoredResponse};
-    use txoutbox_test_support::request::{charge_fingerprint, key};
+    use txoutbox::{begin, Begin, Scope};
+    use txoutbox_test_support::request::{charge_fingerprint, empty_created, key};
     let scope = Scope::new("orders")?.with_deferred_effects();
     let tx = client.transaction().await?;
     let Begin::New(mut claim) = begin(&tx, &scope, &key(k), &charge_fingerprint(1)).await? else {
@@ -359,11 +341,7 @@ async fn ordered_request(
                 .with_ordering_key("customer-7"),
         )?;
     }
-    let response = StoredResponse {
-        status: 201,
-        headers: vec![],
-        body: vec![],
-    };
+    let response = empty_created();
     if one_round_trip {
         claim.commit(tx, &response).await?;
     } else {
@@ -409,27 +387,13 @@ async fn ordered_effects_of_requests_wait_behind_the_row_ahead_of_their_key() ->
     Ok(())
 }
 
-/// Fails `a-1` for good; delivers the others.
-#[derive(Clone, Default)]
-struct FailsA1(RecordingSink);
-
-#[async_trait::async_trait]
-impl Sink for FailsA1 {
-    async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
-        if d.downstream_key == "a-1" {
-            return Err(DeliveryError::permanent("rejected"));
-        }
-        self.0.deliver(d).await
-    }
-}
-
 #[tokio::test]
 async fn a_delivered_row_replayed_behind_a_dead_row_of_its_key_waits_behind_it() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
     enqueue_committed(&mut client, &[ordered("a", 0)?, ordered("a", 1)?]).await?;
-    let sink = FailsA1::default();
+    let sink = FailsKey::new("a-1");
     let relay = RunningRelay::start(db.relay()?.sink("events", sink.clone()).build()?);
-    assert_eq!(sink.0.wait_for(1, Duration::from_secs(20)).await, 1);
+    assert_eq!(sink.delivered.wait_for(1, Duration::from_secs(20)).await, 1);
     wait_until(&client, |c| c.failed >= 1).await?;
     relay.stop().await?;
     // a-0, delivered, is replayed: it queues behind a-1, dead.
