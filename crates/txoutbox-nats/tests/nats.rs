@@ -20,10 +20,9 @@ use txoutbox_test_support::relay::{
     assert_lease_must_hold_the_timeout, fail_raw_payload, short_lease, RunningRelay,
 };
 use txoutbox_test_support::request::enqueue_committed;
-use txoutbox_test_support::select::value_with;
 use txoutbox_test_support::{
-    delivered_attempts, eventually_some, free_port, log_of, logged, test_db, test_db_with_client,
-    wait_until,
+    delivered_attempts, eventually_some, free_port, log_of, logged, receipt_of, test_db,
+    test_db_with_client, wait_until,
 };
 
 type TestResult = anyhow::Result<()>;
@@ -79,12 +78,9 @@ async fn enqueue(client: &mut Client, message: NatsMessage, key: &str) -> TestRe
 }
 
 async fn receipt(client: &Client, key: &str) -> anyhow::Result<PublishReceipt> {
-    let text: String = value_with(
-        client,
-        "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = $1",
-        &[&key],
-    )
-    .await?;
+    let text = receipt_of(client, key)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("{key} was delivered without a receipt"))?;
     Ok(PublishReceipt::parse(&text)?)
 }
 

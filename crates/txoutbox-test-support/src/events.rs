@@ -153,14 +153,22 @@ pub fn is_claim(event: &RelayEvent) -> bool {
 impl RelayEvents {
     /// Builds and starts the relay of `builder` with the test timings of
     /// [`relay_config`](crate::relay::relay_config) (replacing any configuration set on it), its
-    /// events sent here. A test that needs other timings uses [`config`](Self::config).
+    /// events sent here. A test that needs other timings uses [`start_with`](Self::start_with).
     pub fn start(
         &self,
         builder: txoutbox::relay::RelayBuilder,
     ) -> Result<crate::relay::RunningRelay> {
-        let relay = builder
-            .config(self.config(crate::relay::relay_config()))
-            .build()?;
+        self.start_with(builder, crate::relay::relay_config())
+    }
+
+    /// [`start`](Self::start) with the timings `config` (replacing any configuration set on
+    /// `builder`).
+    pub fn start_with(
+        &self,
+        builder: txoutbox::relay::RelayBuilder,
+        config: RelayConfig,
+    ) -> Result<crate::relay::RunningRelay> {
+        let relay = builder.config(self.config(config)).build()?;
         Ok(crate::relay::RunningRelay::start(relay))
     }
 }

@@ -83,6 +83,6 @@ mod rows;
 pub mod select;
 pub use rows::{
     assert_keys_derived_from_the_inbox, attempts_of, delivered_attempts, downstream_key_of, log_of,
-    logged, row_status, wait_for_key, wait_for_row, wait_until_for, LogEntry,
+    logged, receipt_of, row_status, wait_for_key, wait_for_row, wait_until_for, LogEntry,
 };
 pub mod process;

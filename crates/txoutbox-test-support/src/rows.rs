@@ -81,6 +81,17 @@ pub async fn wait_until_for(
     }
 }
 
+/// The receipt stored with the delivered row whose downstream key is `downstream_key` (`None`
+/// when its sink gave none); fails when no delivered row has that key.
+pub async fn receipt_of(client: &Client, downstream_key: &str) -> Result<Option<String>> {
+    crate::select::value_with(
+        client,
+        "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = $1",
+        &[&downstream_key],
+    )
+    .await
+}
+
 /// The `attempts` of every row in the delivered history, ascending: how many calls each
 /// delivered row took.
 pub async fn delivered_attempts(client: &Client) -> Result<Vec<i32>> {

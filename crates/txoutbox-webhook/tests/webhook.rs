@@ -17,10 +17,9 @@ use txoutbox_test_support::abort_after_a_call;
 use txoutbox_test_support::raw_http::{closed_port, response, Behaviour, RawHttpServer};
 use txoutbox_test_support::relay::{fail_raw_payload, short_lease, RunningRelay};
 use txoutbox_test_support::request::enqueue_committed;
-use txoutbox_test_support::select::value;
 use txoutbox_test_support::LoopbackServer;
 use txoutbox_test_support::{
-    counts, delivered_attempts, eventually_some, log_of, test_db, test_db_with_client,
+    counts, delivered_attempts, eventually_some, log_of, receipt_of, test_db, test_db_with_client,
     wait_for_key, wait_until,
 };
 use txoutbox_webhook::{verify, Webhook, WebhookConfig, WebhookSecret, WebhookSink};
@@ -214,8 +213,10 @@ async fn delivered_webhook_is_signed_verifiably_and_carries_the_downstream_key()
     wait_for_key(&client, "evt-1", Delivered).await?;
     assert_eq!(counts(&client).await?.delivered, 1);
     relay.stop().await?;
-    let receipt: String = value(&client, "SELECT receipt FROM txoutbox_delivered").await?;
-    assert_eq!(receipt, "HTTP 200; x-request-id: req-1");
+    assert_eq!(
+        receipt_of(&client, "evt-1").await?.as_deref(),
+        Some("HTTP 200; x-request-id: req-1")
+    );
     Ok(())
 }
 

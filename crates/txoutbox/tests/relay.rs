@@ -18,14 +18,14 @@ use txoutbox_test_support::factory::pending_many;
 use txoutbox_test_support::hooks::{charge_status, charges_table, MarkCharge};
 use txoutbox_test_support::relay::relay_config;
 use txoutbox_test_support::relay::{
-    quick_retry, CrashableRelay, RecordingSink, RunningRelay, ScriptedSink, SlowSink,
+    quick_retry, CrashableRelay, FailsKey, RecordingSink, RunningRelay, ScriptedSink, SlowSink,
 };
 use txoutbox_test_support::request::enqueue_committed;
 use txoutbox_test_support::select::{column, column_pairs, value};
 use txoutbox_test_support::{
     assert_outcomes, counts, drain_across_a_restart, eventually, eventually_async,
-    kill_after_a_call, leased_by, status, test_db_with_client, test_db_with_sql, wait_for_count,
-    wait_until, Cluster, RelayEvent, RelayEvents, TestDb,
+    kill_after_a_call, leased_by, log_of, receipt_of, status, test_db_with_client,
+    test_db_with_sql, wait_for_count, wait_until, Cluster, RelayEvent, RelayEvents, TestDb,
 };
 
 type TestResult = anyhow::Result<()>;
@@ -40,12 +40,7 @@ async fn committed_rows_are_delivered_and_leave_the_hot_table() -> TestResult {
     let after = counts(&client).await?;
     assert_eq!(after.hot(), 0);
     assert_eq!(after.delivered, 100);
-    let receipt: String = value(
-        &client,
-        "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = 'k-7'",
-    )
-    .await?;
-    assert_eq!(receipt, "ok:k-7");
+    assert_eq!(receipt_of(&client, "k-7").await?.as_deref(), Some("ok:k-7"));
     Ok(())
 }
 
@@ -77,24 +72,50 @@ async fn attempt_log(client: &Client, key: &str) -> anyhow::Result<Vec<(String, 
         .collect())
 }
 
+/// Three relays delivering `destination` rows to `sink`, started.
+fn three_relays(
+    db: &TestDb,
+    destination: &str,
+    sink: &(impl Sink + Clone),
+) -> anyhow::Result<Vec<RunningRelay>> {
+    (0..3)
+        .map(|_| {
+            Ok(RunningRelay::start(
+                db.relay()?.sink(destination, sink.clone()).build()?,
+            ))
+        })
+        .collect()
+}
+
+/// Stops every relay of `relays`, one after the other.
+async fn stop_all(relays: Vec<RunningRelay>) -> TestResult {
+    for relay in relays {
+        relay.stop().await?;
+    }
+    Ok(())
+}
+
+/// A transaction of `client` holding the row locks that `locking` (a `SELECT … FOR UPDATE`)
+/// takes, until it ends.
+async fn holding<'c>(
+    client: &'c mut Client,
+    locking: &str,
+) -> anyhow::Result<tokio_postgres::Transaction<'c>> {
+    let tx = client.transaction().await?;
+    tx.execute(locking, &[]).await?;
+    Ok(tx)
+}
+
 #[tokio::test]
 async fn ten_thousand_rows_three_relays_each_delivered_exactly_once() -> TestResult {
     let (db, client) = db_with_pending("email", "bulk", 10_000).await?;
     let sink = RecordingSink::new();
-    let relays: Vec<RunningRelay> = (0..3)
-        .map(|_| {
-            Ok(RunningRelay::start(
-                db.relay()?.sink("email", sink.clone()).build()?,
-            ))
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let relays = three_relays(&db, "email", &sink)?;
     assert_eq!(
         sink.wait_for(10_000, Duration::from_secs(120)).await,
         10_000
     );
-    for relay in relays {
-        relay.stop().await?;
-    }
+    stop_all(relays).await?;
     let mut keys: Vec<String> = sink.keys();
     assert_eq!(keys.len(), 10_000, "no row delivered twice");
     keys.sort();
@@ -324,12 +345,12 @@ async fn a_panicking_sink_fails_that_row_only_and_retryably() -> TestResult {
     relay.stop().await?;
     let log = attempt_log(&client, "boom-0").await?;
     assert_eq!(log[0].0, "retry");
-    let error: String = value(
-        &client,
-        "SELECT error FROM txoutbox_attempts WHERE outcome = 'retry'",
-    )
-    .await?;
-    assert_eq!(error, "the sink panicked: sink bug");
+    let retries: Vec<Option<String>> = log_of(&client, Retry)
+        .await?
+        .into_iter()
+        .map(|entry| entry.error)
+        .collect();
+    assert_eq!(retries, [Some("the sink panicked: sink bug".to_owned())]);
     Ok(())
 }
 
@@ -388,17 +409,9 @@ async fn rows_of_one_ordering_key_arrive_in_commit_order_under_three_relays() ->
         }
     }
     let sink = JitterSink::default();
-    let relays: Vec<RunningRelay> = (0..3)
-        .map(|_| {
-            Ok(RunningRelay::start(
-                db.relay()?.sink("events", sink.clone()).build()?,
-            ))
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let relays = three_relays(&db, "events", &sink)?;
     assert_eq!(sink.0.wait_for(300, Duration::from_secs(60)).await, 300);
-    for relay in relays {
-        relay.stop().await?;
-    }
+    stop_all(relays).await?;
     for k in 0..10 {
         let seqs: Vec<i64> = sink
             .0
@@ -430,26 +443,15 @@ async fn a_dead_head_blocks_its_ordering_key_only() -> TestResult {
     }
     enqueue(&tx, &messages).await?;
     tx.commit().await?;
-    #[derive(Clone, Default)]
-    struct FailsA0(RecordingSink);
-    #[async_trait::async_trait]
-    impl Sink for FailsA0 {
-        async fn deliver(&self, d: &Delivery) -> Result<Receipt, DeliveryError> {
-            if d.downstream_key == "a-0" {
-                return Err(DeliveryError::permanent("rejected"));
-            }
-            self.0.deliver(d).await
-        }
-    }
-    let sink = FailsA0::default();
+    let sink = FailsKey::new("a-0");
     let mut events = RelayEvents::new();
     let relay = events.start(db.relay()?.sink("events", sink.clone()))?;
-    assert_eq!(sink.0.wait_for(2, Duration::from_secs(10)).await, 2);
+    assert_eq!(sink.delivered.wait_for(2, Duration::from_secs(10)).await, 2);
     wait_until(&client, |c| c.failed >= 1).await?;
     // A claim begun after the head was dead-lettered: a-1, taken, would be called by the stop.
     events.claims(2).await?;
     relay.stop().await?;
-    let keys: Vec<String> = sink.0.keys();
+    let keys: Vec<String> = sink.delivered.keys();
     assert_eq!(
         keys,
         ["b-0", "b-1"],
@@ -517,17 +519,15 @@ async fn a_claim_that_raced_the_heads_completion_does_not_hold_the_next_row_back
     enqueue_committed(&mut client, &[message(1)?]).await?;
 
     let mut gate = db.connect().await?;
-    let gate = gate.transaction().await?;
-    gate.execute(
+    let gate = holding(
+        &mut gate,
         "SELECT 1 FROM txoutbox_destinations WHERE destination = 'gate' FOR UPDATE",
-        &[],
     )
     .await?;
     let mut head = db.connect().await?;
-    let head = head.transaction().await?;
-    head.execute(
+    let head = holding(
+        &mut head,
         "SELECT 1 FROM txoutbox_messages WHERE downstream_key = 'k-0' FOR UPDATE",
-        &[],
     )
     .await?;
     release.notify_one();
@@ -744,18 +744,12 @@ async fn poll_only_mode_delivers_without_listen() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
     let sink = RecordingSink::new();
     let mut events = RelayEvents::new();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(
-                events.config(
-                    RelayConfig::default()
-                        .with_wake(WakeMode::PollOnly)
-                        .with_poll_interval(Duration::from_millis(100)),
-                ),
-            )
-            .sink("email", sink.clone())
-            .build()?,
-    );
+    let relay = events.start_with(
+        db.relay()?.sink("email", sink.clone()),
+        RelayConfig::default()
+            .with_wake(WakeMode::PollOnly)
+            .with_poll_interval(Duration::from_millis(100)),
+    )?;
     // The first claim found nothing: the rows are found by a poll.
     events.wait_for(|e| *e == RelayEvent::Idle).await?;
     pending_many(&mut client, "email", "poll", 3).await?;
@@ -798,20 +792,15 @@ async fn a_completion_hook_commits_with_the_completion() -> TestResult {
     let hook = MarkCharge::failing();
     let sink = RecordingSink::new();
     let mut events = RelayEvents::new();
-    let relay = RunningRelay::start(
+    let relay = events.start_with(
         db.relay()?
-            .config(
-                events.config(
-                    RelayConfig::default()
-                        .with_lease(Duration::from_millis(500))
-                        .with_poll_interval(Duration::from_millis(50))
-                        .with_reclaim_interval(Duration::from_millis(100)),
-                ),
-            )
             .sink("stripe", sink.clone())
-            .hook("stripe", hook.clone())
-            .build()?,
-    );
+            .hook("stripe", hook.clone()),
+        RelayConfig::default()
+            .with_lease(Duration::from_millis(500))
+            .with_poll_interval(Duration::from_millis(50))
+            .with_reclaim_interval(Duration::from_millis(100)),
+    )?;
     assert_eq!(sink.wait_for(1, Duration::from_secs(10)).await, 1);
     // The first attempt's completion, with its failing hook, is done.
     events

@@ -186,12 +186,10 @@ async fn a_claim_does_not_wait_for_the_fan_out_beside_it() -> TestResult {
 async fn wake_ups_without_deferred_effects_do_not_each_send_a_fan_out() -> TestResult {
     let (db, client) = test_db_with_client().await?;
     let mut events = RelayEvents::new();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(events.config(relay_config().with_poll_interval(Duration::from_secs(3600))))
-            .sink("email", RecordingSink::new())
-            .build()?,
-    );
+    let relay = events.start_with(
+        db.relay()?.sink("email", RecordingSink::new()),
+        relay_config().with_poll_interval(Duration::from_secs(3600)),
+    )?;
     events.idle().await?;
     events.clear();
     let from = events.seen().len();

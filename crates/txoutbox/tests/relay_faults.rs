@@ -20,7 +20,6 @@ use txoutbox::{
 use txoutbox_test_support::factory::db_with_pending;
 use txoutbox_test_support::factory::{pending, pending_many};
 use txoutbox_test_support::hooks::{charge_status, charges_table, MarkCharge};
-use txoutbox_test_support::relay::relay_config;
 use txoutbox_test_support::relay::{quick_retry, RecordingSink, RunningRelay};
 use txoutbox_test_support::select::{column_pairs, value, value_with};
 use txoutbox_test_support::{
@@ -616,9 +615,8 @@ async fn an_at_most_once_call_without_an_answer_is_unknown_and_not_repeated() ->
         DeliveryError::indeterminate("timed out after sending"),
     )]);
     let mut events = RelayEvents::new();
-    let relay = RunningRelay::start(
+    let relay = events.start(
         db.relay()?
-            .config(events.config(relay_config()))
             .sink("sms", sms.clone())
             .sink("push", push.clone())
             .policy(
@@ -628,9 +626,8 @@ async fn an_at_most_once_call_without_an_answer_is_unknown_and_not_repeated() ->
                     ..quick_retry(5)
                 },
             )
-            .policy("push", quick_retry(5))
-            .build()?,
-    );
+            .policy("push", quick_retry(5)),
+    )?;
     let reached = wait_until(&client, |c| c.unknown >= 1 && c.delivered >= 1).await?;
     // A claim that began after both outcomes were written: had it taken a row again, the stop
     // would let its call finish.
@@ -1298,19 +1295,13 @@ async fn rows_waiting_for_a_slot_are_given_back_uncalled_at_shutdown() -> TestRe
         release: Arc::new(tokio::sync::Semaphore::new(0)),
     };
     let mut events = RelayEvents::new();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .config(
-                events.config(
-                    RelayConfig::default()
-                        .with_concurrency(1)
-                        .with_batch_size(20)
-                        .with_poll_interval(Duration::from_millis(50)),
-                ),
-            )
-            .sink("sms", sink.clone())
-            .build()?,
-    );
+    let relay = events.start_with(
+        db.relay()?.sink("sms", sink.clone()),
+        RelayConfig::default()
+            .with_concurrency(1)
+            .with_batch_size(20)
+            .with_poll_interval(Duration::from_millis(50)),
+    )?;
     // A first call answered at once: the relay knows its sinks are fast, so its next claim takes
     // more rows than its one slot, and the rest wait in its queue.
     pending(&mut client, "sms", "first").await?;

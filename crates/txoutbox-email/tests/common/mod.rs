@@ -10,7 +10,7 @@ use txoutbox::admin::MessageStatus;
 use txoutbox::sink::Delivery;
 use txoutbox_email::{Email, DESTINATION};
 use txoutbox_test_support::request::enqueue_committed;
-use txoutbox_test_support::{test_db_with_client, wait_for_key, TestDb};
+use txoutbox_test_support::{receipt_of, test_db_with_client, wait_for_key, TestDb};
 
 /// Long enough for a loaded CI machine, short enough to fail fast.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -54,13 +54,7 @@ pub async fn enqueue(client: &mut Client, email: &Email, key: &str) -> anyhow::R
 /// Waits until the row with downstream key `key` was delivered; returns its receipt.
 pub async fn delivered_receipt(client: &Client, key: &str) -> anyhow::Result<Option<String>> {
     wait_for_key(client, key, MessageStatus::Delivered).await?;
-    Ok(client
-        .query_one(
-            "SELECT receipt FROM txoutbox_delivered WHERE downstream_key = $1",
-            &[&key],
-        )
-        .await?
-        .get(0))
+    receipt_of(client, key).await
 }
 
 /// The attempt log of the row with downstream key `key`: (attempt, outcome, error), in order.
