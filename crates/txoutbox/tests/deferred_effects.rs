@@ -19,8 +19,8 @@ use txoutbox_test_support::{
 type TestResult = anyhow::Result<()>;
 
 use txoutbox_test_support::request::{
-    at_once, charge_fingerprint as fingerprint, db_with_orders, key, store_key_without_the_lock,
-    the_one_that_did_the_work,
+    at_once, charge_fingerprint as fingerprint, db_with_orders, empty_answer, key,
+    store_key_without_the_lock, the_one_that_did_the_work,
 };
 use txoutbox_test_support::select::{column, value_with};
 
@@ -79,11 +79,7 @@ async fn request(
             Ok(response)
         }
         Begin::Replay(stored) => Ok(stored),
-        Begin::Mismatch | Begin::InFlight => Ok(StoredResponse {
-            status: 409,
-            headers: vec![],
-            body: vec![],
-        }),
+        Begin::Mismatch | Begin::InFlight => Ok(empty_answer(409)),
     }
 }
 

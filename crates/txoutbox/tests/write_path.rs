@@ -9,7 +9,7 @@ use txoutbox::{
     begin, enqueue, idempotency::KeyError, relay::RelayWaker, Begin, Error, Fingerprint,
     IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
-use txoutbox_test_support::request::empty_created;
+use txoutbox_test_support::request::{empty_answer, empty_created};
 use txoutbox_test_support::{count, keys_expired, test_db, test_db_with_client, Cluster};
 
 type TestResult = anyhow::Result<()>;
@@ -77,16 +77,8 @@ async fn charge_at(
             Ok(response)
         }
         Begin::Replay(stored) => Ok(stored),
-        Begin::Mismatch => Ok(StoredResponse {
-            status: 422,
-            headers: vec![],
-            body: vec![],
-        }),
-        Begin::InFlight => Ok(StoredResponse {
-            status: 409,
-            headers: vec![],
-            body: vec![],
-        }),
+        Begin::Mismatch => Ok(empty_answer(422)),
+        Begin::InFlight => Ok(empty_answer(409)),
     }
 }
 
@@ -561,14 +553,7 @@ async fn server_errors_are_not_stored() -> TestResult {
         panic!("new key");
     };
     let err = claim
-        .complete(
-            &tx,
-            &StoredResponse {
-                status: 503,
-                headers: vec![],
-                body: vec![],
-            },
-        )
+        .complete(&tx, &empty_answer(503))
         .await
         .expect_err("5xx refused");
     assert!(matches!(err, Error::Invalid(_)));
