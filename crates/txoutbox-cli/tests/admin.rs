@@ -17,7 +17,7 @@ use txoutbox::{
     relay::{DestinationPolicy, RelayConfig, Semantics},
     sink::{Delivery, DeliveryError, Receipt, Sink},
 };
-use txoutbox_test_support::factory::{message, pending, pending_ordered};
+use txoutbox_test_support::factory::{pending, pending_many, pending_ordered};
 use txoutbox_test_support::process::succeeded;
 use txoutbox_test_support::relay::{
     quick_retry, relay_config, RecordingSink, RunningRelay, ScriptedSink,
@@ -64,11 +64,13 @@ fn sorted(ids: &[Uuid]) -> Vec<String> {
     ids
 }
 
-/// `txoutbox list --json ARGS`: the ids listed, sorted.
-async fn listed(db: &TestDb, args: &[&str]) -> anyhow::Result<Vec<String>> {
+/// Fails unless `txoutbox list --json ARGS` lists exactly the rows `expected`.
+async fn assert_lists(db: &TestDb, args: &[&str], expected: &[Uuid]) -> TestResult {
     let mut all = vec!["list", "--json"];
     all.extend_from_slice(args);
-    Ok(ids_of(&json_lines(&ok(db, &all).await?)?))
+    let listed = ids_of(&json_lines(&ok(db, &all).await?)?);
+    assert_eq!(listed, sorted(expected), "list {args:?}");
+    Ok(())
 }
 
 /// Delivers every pending row of `destination` with a real relay.
@@ -90,6 +92,28 @@ async fn dead_letter(db: &TestDb, client: &Client, destination: &str, n: usize) 
     wait_until_for(client, destination, |c| c.failed == n as i64).await?;
     relay.stop().await?;
     Ok(())
+}
+
+/// A row of `destination` with downstream key `key`, dead-lettered by a real relay; its id.
+async fn dead_lettered(
+    db: &TestDb,
+    client: &mut Client,
+    destination: &str,
+    key: &str,
+) -> anyhow::Result<Uuid> {
+    let id = pending(&mut *client, destination, key).await?;
+    dead_letter(db, client, destination, 1).await?;
+    Ok(id)
+}
+
+/// One row in each of three states, put there by real relays: `f-1` failed (destination
+/// `doomed`), then `d-1` delivered, then `p-1` pending (destination `email`); their ids.
+async fn failed_delivered_pending(db: &TestDb, client: &mut Client) -> anyhow::Result<[Uuid; 3]> {
+    let failed = dead_lettered(db, client, "doomed", "f-1").await?;
+    let delivered = pending(&mut *client, "email", "d-1").await?;
+    deliver(db, client, "email").await?;
+    let pending = pending(&mut *client, "email", "p-1").await?;
+    Ok([failed, delivered, pending])
 }
 
 /// A downstream that never answers: its rows stay in flight under the relay's lease.
@@ -141,11 +165,7 @@ async fn make_unknown(db: &TestDb, client: &Client, destination: &str, n: i64) -
 #[tokio::test]
 async fn list_shows_every_state_in_an_aligned_table() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let failed = pending(&mut client, "doomed", "f-1").await?;
-    dead_letter(&db, &client, "doomed", 1).await?;
-    let delivered = pending(&mut client, "email", "d-1").await?;
-    deliver(&db, &client, "email").await?;
-    let pending = pending(&mut client, "email", "p-1").await?;
+    let [failed, delivered, pending] = failed_delivered_pending(&db, &mut client).await?;
 
     let out = ok(&db, &["list"]).await?;
     let lines: Vec<&str> = out.lines().collect();
@@ -197,25 +217,12 @@ async fn list_json_is_one_object_per_line() -> TestResult {
 #[tokio::test]
 async fn list_status_filter_selects_one_state() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let failed = pending(&mut client, "doomed", "f-1").await?;
-    dead_letter(&db, &client, "doomed", 1).await?;
-    let delivered = pending(&mut client, "email", "d-1").await?;
-    deliver(&db, &client, "email").await?;
-    let pending = pending(&mut client, "email", "p-1").await?;
-    assert_eq!(
-        listed(&db, &["--status", "failed"]).await?,
-        sorted(&[failed])
-    );
-    assert_eq!(
-        listed(&db, &["--status", "delivered"]).await?,
-        sorted(&[delivered])
-    );
-    assert_eq!(
-        listed(&db, &["--status", "pending"]).await?,
-        sorted(&[pending])
-    );
-    assert_eq!(listed(&db, &["--status", "in-flight"]).await?, sorted(&[]));
-    assert_eq!(listed(&db, &["--status", "unknown"]).await?, sorted(&[]));
+    let [failed, delivered, pending] = failed_delivered_pending(&db, &mut client).await?;
+    assert_lists(&db, &["--status", "failed"], &[failed]).await?;
+    assert_lists(&db, &["--status", "delivered"], &[delivered]).await?;
+    assert_lists(&db, &["--status", "pending"], &[pending]).await?;
+    assert_lists(&db, &["--status", "in-flight"], &[]).await?;
+    assert_lists(&db, &["--status", "unknown"], &[]).await?;
     Ok(())
 }
 
@@ -225,7 +232,7 @@ async fn list_status_filter_finds_unknown_rows() -> TestResult {
     let sms = pending(&mut client, "sms", "s-1").await?;
     make_unknown(&db, &client, "sms", 1).await?;
     pending(&mut client, "email", "p-1").await?;
-    assert_eq!(listed(&db, &["--status", "unknown"]).await?, sorted(&[sms]));
+    assert_lists(&db, &["--status", "unknown"], &[sms]).await?;
     Ok(())
 }
 
@@ -234,11 +241,8 @@ async fn list_destination_filter_selects_one_destination() -> TestResult {
     let db = test_db().await?;
     let email = pending(&db, "email", "e-1").await?;
     pending(&db, "sms", "s-1").await?;
-    assert_eq!(
-        listed(&db, &["--destination", "email"]).await?,
-        sorted(&[email])
-    );
-    assert_eq!(listed(&db, &["--destination", "fax"]).await?, sorted(&[]));
+    assert_lists(&db, &["--destination", "email"], &[email]).await?;
+    assert_lists(&db, &["--destination", "fax"], &[]).await?;
     Ok(())
 }
 
@@ -254,18 +258,15 @@ async fn list_since_and_until_take_durations_ago_and_rfc3339_times() -> TestResu
             &[&old],
         )
         .await?;
-    assert_eq!(listed(&db, &["--since", "2h"]).await?, sorted(&[new]));
-    assert_eq!(listed(&db, &["--until", "2h"]).await?, sorted(&[old]));
-    assert_eq!(listed(&db, &["--since", "4h"]).await?, sorted(&[old, new]));
+    assert_lists(&db, &["--since", "2h"], &[new]).await?;
+    assert_lists(&db, &["--until", "2h"], &[old]).await?;
+    assert_lists(&db, &["--since", "4h"], &[old, new]).await?;
     let at = |hours: i64| {
         (chrono::Utc::now() - chrono::Duration::hours(hours))
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     };
-    assert_eq!(
-        listed(&db, &["--since", &at(4), "--until", &at(1)]).await?,
-        sorted(&[old])
-    );
-    assert_eq!(listed(&db, &["--since", &at(1)]).await?, sorted(&[new]));
+    assert_lists(&db, &["--since", &at(4), "--until", &at(1)], &[old]).await?;
+    assert_lists(&db, &["--since", &at(1)], &[new]).await?;
     Ok(())
 }
 
@@ -274,10 +275,7 @@ async fn list_key_filter_selects_by_downstream_key() -> TestResult {
     let db = test_db().await?;
     let wanted = pending(&db, "email", "receipt-42").await?;
     pending(&db, "email", "receipt-43").await?;
-    assert_eq!(
-        listed(&db, &["--key", "receipt-42"]).await?,
-        sorted(&[wanted])
-    );
+    assert_lists(&db, &["--key", "receipt-42"], &[wanted]).await?;
     Ok(())
 }
 
@@ -288,10 +286,7 @@ async fn list_ordering_key_filter_selects_by_ordering_key() -> TestResult {
     let b = pending_ordered(&mut client, "email", "o-2", "order-7").await?;
     pending_ordered(&mut client, "email", "o-3", "order-8").await?;
     pending(&mut client, "email", "o-4").await?;
-    assert_eq!(
-        listed(&db, &["--ordering-key", "order-7"]).await?,
-        sorted(&[a, b])
-    );
+    assert_lists(&db, &["--ordering-key", "order-7"], &[a, b]).await?;
     Ok(())
 }
 
@@ -333,16 +328,7 @@ async fn show_and_list_say_a_row_behind_its_keys_head_waits_for_the_row_ahead() 
 #[tokio::test]
 async fn list_shows_50_rows_unless_told_and_newest_first() -> TestResult {
     let db = test_db().await?;
-    let mut ids = Vec::new();
-    for i in 0..60 {
-        ids.push(
-            message(&db)
-                .destination("email")
-                .key(&format!("k-{i}"))
-                .create()
-                .await?,
-        );
-    }
+    let ids = pending_many(&db, "email", "k", 60).await?;
     let rows = json_lines(&ok(&db, &["list", "--json"]).await?)?;
     assert_eq!(rows.len(), 50);
     let rows = json_lines(&ok(&db, &["list", "--json", "--limit", "7"]).await?)?;
@@ -416,8 +402,7 @@ async fn show_of_an_unknown_id_exits_1_with_one_line() -> TestResult {
 #[tokio::test]
 async fn replay_keeps_the_downstream_key_and_a_relay_delivers_it_again() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let id = pending(&mut client, "stripe", "charge-1").await?;
-    dead_letter(&db, &client, "stripe", 1).await?;
+    let id = dead_lettered(&db, &mut client, "stripe", "charge-1").await?;
 
     let out = ok(&db, &["replay", &id.to_string()]).await?;
     assert!(out.starts_with("replayed 1 message\n"), "{out}");
@@ -458,8 +443,7 @@ async fn replay_keeps_the_downstream_key_and_a_relay_delivers_it_again() -> Test
 #[tokio::test]
 async fn replay_with_a_new_key_delivers_with_the_new_key_it_recorded() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let id = pending(&mut client, "stripe", "charge-1").await?;
-    dead_letter(&db, &client, "stripe", 1).await?;
+    let id = dead_lettered(&db, &mut client, "stripe", "charge-1").await?;
 
     let out = ok(&db, &["replay", "--new-key", &id.to_string()]).await?;
     assert!(out.contains("charge-1 -> "), "old -> new shown: {out}");
@@ -576,10 +560,7 @@ async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
         &[&id],
     )
     .await?;
-    assert_eq!(
-        listed(&db, &["--status", "in-flight"]).await?,
-        sorted(&[id])
-    );
+    assert_lists(&db, &["--status", "in-flight"], &[id]).await?;
 
     let out = txoutbox(&db, &["replay", &id.to_string()]).await?;
     let (code, err) = one_line_error(&out);
@@ -603,8 +584,7 @@ async fn replay_refuses_a_row_a_relay_is_delivering() -> TestResult {
 #[tokio::test]
 async fn replay_dry_run_prints_what_would_be_replayed_and_changes_nothing() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let id = pending(&mut client, "stripe", "charge-1").await?;
-    dead_letter(&db, &client, "stripe", 1).await?;
+    let id = dead_lettered(&db, &mut client, "stripe", "charge-1").await?;
 
     for args in [
         vec!["replay", "--dry-run", "--new-key", &id.to_string()],
@@ -623,8 +603,7 @@ async fn replay_dry_run_prints_what_would_be_replayed_and_changes_nothing() -> T
 #[tokio::test]
 async fn replay_by_filter_takes_failed_rows_and_unknown_ones_only_when_asked() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let failed = pending(&mut client, "stripe", "charge-1").await?;
-    dead_letter(&db, &client, "stripe", 1).await?;
+    let failed = dead_lettered(&db, &mut client, "stripe", "charge-1").await?;
     let unknown = pending(&mut client, "sms", "sms-1").await?;
     make_unknown(&db, &client, "sms", 1).await?;
     let pending = pending(&mut client, "email", "mail-1").await?;
@@ -653,11 +632,9 @@ async fn replay_by_filter_takes_failed_rows_and_unknown_ones_only_when_asked() -
 #[tokio::test]
 async fn replay_by_filter_takes_only_the_matching_failed_rows() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let old = pending(&mut client, "stripe", "charge-old").await?;
-    let new = pending(&mut client, "stripe", "charge-new").await?;
-    let other = pending(&mut client, "webhook", "hook-1").await?;
-    dead_letter(&db, &client, "stripe", 2).await?;
-    dead_letter(&db, &client, "webhook", 1).await?;
+    let old = dead_lettered(&db, &mut client, "stripe", "charge-old").await?;
+    let new = dead_lettered(&db, &mut client, "stripe", "charge-new").await?;
+    let other = dead_lettered(&db, &mut client, "webhook", "hook-1").await?;
     client
         .execute(
             "UPDATE txoutbox_messages SET created_at = now() - interval '2 days' WHERE id = $1",
@@ -674,13 +651,7 @@ async fn replay_by_filter_takes_only_the_matching_failed_rows() -> TestResult {
 #[tokio::test]
 async fn replay_of_more_than_ten_rows_needs_yes() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    for i in 0..12 {
-        message(&mut client)
-            .destination("doomed")
-            .key(&format!("d-{i}"))
-            .create()
-            .await?;
-    }
+    pending_many(&mut client, "doomed", "d", 12).await?;
     dead_letter(&db, &client, "doomed", 12).await?;
 
     let out = txoutbox(&db, &["replay", "--destination", "doomed"]).await?;
@@ -702,8 +673,7 @@ async fn replay_of_more_than_ten_rows_needs_yes() -> TestResult {
 #[tokio::test]
 async fn replay_of_an_unknown_id_exits_1_and_changes_nothing() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let id = pending(&mut client, "stripe", "charge-1").await?;
-    dead_letter(&db, &client, "stripe", 1).await?;
+    let id = dead_lettered(&db, &mut client, "stripe", "charge-1").await?;
     let missing = Uuid::now_v7();
     let out = txoutbox(&db, &["replay", &id.to_string(), &missing.to_string()]).await?;
     let (code, err) = one_line_error(&out);
@@ -774,8 +744,7 @@ async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult 
     let old = pending(&mut client, "email", "old").await?;
     let recent = pending(&mut client, "email", "recent").await?;
     deliver(&db, &client, "email").await?;
-    let failed = pending(&mut client, "doomed", "doomed-1").await?;
-    dead_letter(&db, &client, "doomed", 1).await?;
+    let failed = dead_lettered(&db, &mut client, "doomed", "doomed-1").await?;
     // Time passing: the old row was delivered eight days ago.
     delivered_days_ago(&client, old, 8).await?;
     store_expired_key(&mut client, "expired-key").await?;
@@ -958,8 +927,7 @@ async fn purging_a_failed_head_lets_the_row_behind_it_be_claimed_at_once() -> Te
 #[tokio::test]
 async fn stats_counts_by_status_and_destination_with_the_failure_rate() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    pending(&mut client, "doomed", "f-1").await?;
-    dead_letter(&db, &client, "doomed", 1).await?;
+    dead_lettered(&db, &mut client, "doomed", "f-1").await?;
     pending(&mut client, "email", "d-1").await?;
     pending(&mut client, "email", "d-2").await?;
     deliver(&db, &client, "email").await?;
@@ -1093,8 +1061,7 @@ async fn discarding_a_dead_lettered_head_lets_a_running_relay_deliver_the_row_be
 #[tokio::test]
 async fn a_discard_is_shown_with_its_reason_listed_and_counted() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let id = pending(&mut client, "pay", "k-1").await?;
-    dead_letter(&db, &client, "pay", 1).await?;
+    let id = dead_lettered(&db, &mut client, "pay", "k-1").await?;
     ok(
         &db,
         &[
@@ -1122,11 +1089,8 @@ async fn a_discard_is_shown_with_its_reason_listed_and_counted() -> TestResult {
         "{text}"
     );
 
-    assert_eq!(
-        listed(&db, &["--status", "discarded"]).await?,
-        sorted(&[id])
-    );
-    assert!(listed(&db, &["--status", "failed"]).await?.is_empty());
+    assert_lists(&db, &["--status", "discarded"], &[id]).await?;
+    assert_lists(&db, &["--status", "failed"], &[]).await?;
 
     let stats: Value = serde_json::from_str(&ok(&db, &["stats", "--json"]).await?)?;
     assert_eq!(stats["total"]["discarded"], 1);
@@ -1160,13 +1124,7 @@ async fn discard_refuses_pending_rows_and_needs_a_reason_changing_nothing() -> T
 #[tokio::test]
 async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    for i in 0..11 {
-        message(&mut client)
-            .destination("pay")
-            .key(&format!("k-{i}"))
-            .create()
-            .await?;
-    }
+    pending_many(&mut client, "pay", "k", 11).await?;
     dead_letter(&db, &client, "pay", 11).await?;
 
     let out = txoutbox(
@@ -1221,8 +1179,7 @@ async fn discard_by_filter_needs_yes_above_ten_rows_and_dry_run_changes_nothing(
 #[tokio::test]
 async fn a_discarded_row_is_not_replayed() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let id = pending(&mut client, "pay", "k-1").await?;
-    dead_letter(&db, &client, "pay", 1).await?;
+    let id = dead_lettered(&db, &mut client, "pay", "k-1").await?;
     ok(&db, &["discard", &id.to_string(), "--reason", "not wanted"]).await?;
     let out = txoutbox(&db, &["replay", &id.to_string()]).await?;
     let (code, err) = one_line_error(&out);
