@@ -654,23 +654,24 @@ async fn business_refusal_is_stored_and_replayed() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A pool whose connections go, as `user` (and its password, if any), to a port nothing
+/// listens on: connecting is refused at once; each wait is bounded to 2 s.
+fn pool_of_nothing(user: &str) -> anyhow::Result<deadpool_postgres::Pool> {
+    let port = txoutbox_test_support::free_port()?;
+    let pg = txoutbox::pg::PgConfig::parse(&format!("postgres://{user}@127.0.0.1:{port}/nothing"))?;
+    Ok(
+        deadpool_postgres::Pool::builder(pg.manager(deadpool_postgres::ManagerConfig::default()))
+            .max_size(2)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(Duration::from_secs(2)))
+            .wait_timeout(Some(Duration::from_secs(2)))
+            .build()?,
+    )
+}
+
 #[tokio::test]
 async fn unreachable_postgres_is_503_with_retry_after() -> anyhow::Result<()> {
-    // A port nothing listens on: connecting is refused at once.
-    let port = txoutbox_test_support::free_port()?;
-    let mut pg = tokio_postgres::Config::new();
-    pg.host("127.0.0.1")
-        .port(port)
-        .user("nobody")
-        .dbname("nothing");
-    let manager = deadpool_postgres::Manager::new(pg, tokio_postgres::NoTls);
-    let pool = deadpool_postgres::Pool::builder(manager)
-        .max_size(2)
-        .runtime(deadpool_postgres::Runtime::Tokio1)
-        .create_timeout(Some(Duration::from_secs(2)))
-        .wait_timeout(Some(Duration::from_secs(2)))
-        .build()?;
-    let s = serve(pool, None).await?;
+    let s = serve(pool_of_nothing("nobody")?, None).await?;
     let response = s.post(Some(&key()), &json!({"quantity": 1})).await?;
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()["retry-after"], "1");
@@ -683,18 +684,7 @@ async fn unreachable_postgres_is_503_with_retry_after() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn a_503s_detail_says_when_to_retry_and_holds_no_driver_text() -> anyhow::Result<()> {
-    let port = txoutbox_test_support::free_port()?;
-    let pg = txoutbox::pg::PgConfig::parse(&format!(
-        "postgres://nobody:s3cret@127.0.0.1:{port}/nothing"
-    ))?;
-    let pool =
-        deadpool_postgres::Pool::builder(pg.manager(deadpool_postgres::ManagerConfig::default()))
-            .max_size(2)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .create_timeout(Some(Duration::from_secs(2)))
-            .wait_timeout(Some(Duration::from_secs(2)))
-            .build()?;
-    let s = serve(pool, None).await?;
+    let s = serve(pool_of_nothing("nobody:s3cret")?, None).await?;
     let response = s.post(Some(&key()), &json!({"quantity": 1})).await?;
     assert_eq!(response.status(), 503);
     let body = problem(response).await?;

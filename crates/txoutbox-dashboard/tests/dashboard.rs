@@ -14,6 +14,7 @@ use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
 use txoutbox_test_support::request::enqueue_committed;
+use txoutbox_test_support::select::value_with;
 use txoutbox_test_support::{
     downstream_key_of, row_status, test_db, test_db_with_client, test_db_with_sql, wait_for_row,
     TestDb,
@@ -510,18 +511,15 @@ async fn message_filters_narrow_the_list() -> TestResult {
 #[tokio::test]
 async fn pagination_is_stable_while_rows_are_inserted() -> TestResult {
     let db = test_db().await?;
-    let mut first = Vec::new();
-    for i in 0..7 {
-        first.push(
-            message(&db)
-                .destination("email")
-                .key(&format!("old-{i}"))
-                .payload(json!({}))
-                .create()
-                .await?
-                .to_string(),
-        );
-    }
+    let mut first: Vec<String> = message(&db)
+        .destination("email")
+        .key("old")
+        .payload(json!({}))
+        .create_many(7)
+        .await?
+        .iter()
+        .map(Uuid::to_string)
+        .collect();
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
 
     let mut seen = Vec::new();
@@ -824,19 +822,9 @@ async fn a_row_behind_its_keys_head_shows_it_waits_for_the_row_ahead() -> TestRe
             .map(|m| m.with_downstream_key(key).with_ordering_key("order-9"))
     };
     enqueue_committed(&mut client, &[message("w-1")?, message("w-2")?]).await?;
-    let id_of = |key: &'static str| {
-        let client = &client;
-        async move {
-            let row = client
-                .query_one(
-                    "SELECT id FROM txoutbox_messages WHERE downstream_key = $1",
-                    &[&key],
-                )
-                .await?;
-            anyhow::Ok(row.get::<_, Uuid>(0))
-        }
-    };
-    let (head, behind) = (id_of("w-1").await?, id_of("w-2").await?);
+    let id_of = "SELECT id FROM txoutbox_messages WHERE downstream_key = $1";
+    let head: Uuid = value_with(&client, id_of, &[&"w-1"]).await?;
+    let behind: Uuid = value_with(&client, id_of, &[&"w-2"]).await?;
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
     for (id, waits) in [(head, false), (behind, true)] {
         let html = dash.page(&format!("/messages/{id}")).await?;

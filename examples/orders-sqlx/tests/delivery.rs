@@ -3,6 +3,7 @@
 
 use txoutbox::standard_webhooks::WebhookSecret;
 use txoutbox_test_support::relay::RunningRelay;
+use txoutbox_test_support::select::value_with;
 use txoutbox_test_support::smtp::SmtpServer;
 use txoutbox_test_support::wait_until;
 use txoutbox_test_support::webhook::WebhookReceiver;
@@ -36,26 +37,22 @@ async fn a_relay_delivers_an_orders_email_and_webhook_once_under_their_keys() ->
     wait_until(&s.client, |c| c.delivered == 2).await?;
     relay.stop().await?;
 
-    let key_of = |destination: &'static str| {
-        let client = &s.client;
-        async move {
-            let row = client
-                .query_one(
-                    "SELECT downstream_key FROM txoutbox_delivered WHERE destination = $1",
-                    &[&destination],
-                )
-                .await?;
-            anyhow::Ok(row.get::<_, String>(0))
-        }
-    };
+    let key_of = "SELECT downstream_key FROM txoutbox_delivered WHERE destination = $1";
     let mail = smtp.messages()?;
     assert_eq!(mail.len(), 1, "one receipt");
     assert_eq!(
         mail[0].header("Idempotency-Key"),
-        Some(key_of("email").await?.as_str())
+        Some(
+            value_with::<String>(&s.client, key_of, &[&"email"])
+                .await?
+                .as_str()
+        )
     );
     let calls = receiver.calls("orders");
     assert_eq!(calls.len(), 1, "one webhook call");
-    assert_eq!(calls[0].webhook_id, key_of("webhook").await?);
+    assert_eq!(
+        calls[0].webhook_id,
+        value_with::<String>(&s.client, key_of, &[&"webhook"]).await?
+    );
     Ok(())
 }
