@@ -20,6 +20,9 @@ use txoutbox_test_support::{
     counts, counts_for, eventually_async, eventually_some, test_db, TestDb,
 };
 
+mod support;
+use support::{ok, txoutbox as run};
+
 const SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
 /// A relay process, killed when dropped.
@@ -83,6 +86,21 @@ fn delivered_once(calls: &[Call], rows: usize) {
     assert_eq!(delivered.len(), rows, "none delivered twice");
 }
 
+/// Waits (at most `limit`) until `rows` rows of `path` were delivered, and checks that each was
+/// delivered once ([`delivered_once`]); every call `path` got.
+async fn delivered_exactly_once(
+    receiver: &WebhookReceiver,
+    path: &str,
+    rows: usize,
+    limit: Duration,
+) -> Vec<Call> {
+    let delivered = receiver.wait_delivered(path, rows, limit).await;
+    assert_eq!(delivered, rows, "{path}: rows delivered within {limit:?}");
+    let calls = receiver.calls(path);
+    delivered_once(&calls, rows);
+    calls
+}
+
 #[tokio::test]
 async fn two_relays_share_one_rate_limit() -> anyhow::Result<()> {
     let db = test_db().await?;
@@ -91,12 +109,7 @@ async fn two_relays_share_one_rate_limit() -> anyhow::Result<()> {
     let limit = ["--rate-limit", "webhook:*=20/s"];
     let _a = RelayProcess::start(&db, addr, &["webhook:x"], &limit)?;
     let _b = RelayProcess::start(&db, addr, &["webhook:x"], &limit)?;
-    let delivered = receiver
-        .wait_delivered("webhook:x", 400, Duration::from_secs(40))
-        .await;
-    assert_eq!(delivered, 400);
-    let calls = receiver.calls("webhook:x");
-    delivered_once(&calls, 400);
+    let calls = delivered_exactly_once(&receiver, "webhook:x", 400, Duration::from_secs(40)).await;
     let times: Vec<Duration> = calls.iter().map(|c| c.at).collect();
     let client = db.connect().await?;
     // At most 20 a second, +10 % (a burst of 2 tokens), over every 1 s window of the claims that
@@ -167,20 +180,11 @@ async fn a_downstream_throttling_every_call_pauses_the_whole_destination() -> an
     )?;
     // While paused, the pause shows in `txoutbox stats`.
     eventually_some("the downstream's throttle in `txoutbox stats`", || async {
-        let stats = txoutbox()
-            .arg("stats")
-            .env("DATABASE_URL", db.url())
-            .output()?;
-        let shown = String::from_utf8_lossy(&stats.stdout);
+        let shown = ok(&db, &["stats"]).await?;
         Ok((shown.contains("FLOW CONTROL") && shown.contains("Retry-After")).then_some(()))
     })
     .await?;
-    let delivered = receiver
-        .wait_delivered("webhook:x", 100, Duration::from_secs(30))
-        .await;
-    assert_eq!(delivered, 100);
-    let calls = receiver.calls("webhook:x");
-    delivered_once(&calls, 100);
+    let calls = delivered_exactly_once(&receiver, "webhook:x", 100, Duration::from_secs(30)).await;
     // A row's next call comes no sooner than the Retry-After its last answer announced.
     for answer in calls.iter().filter(|c| c.status == 429) {
         let announced = Duration::from_secs(answer.retry_after.unwrap_or(0));
@@ -376,8 +380,9 @@ async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyho
     let paths = ["webhook:x", "webhook:y"];
     let _a = RelayProcess::start(&db, addr, &paths, &[])?;
     let _b = RelayProcess::start(&db, addr, &paths, &[])?;
-    let pause = txoutbox()
-        .args([
+    ok(
+        &db,
+        &[
             "pause",
             "webhook:x",
             "--reason",
@@ -386,15 +391,9 @@ async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyho
             "alice",
             // No row names the destination yet: its rows come after the pause.
             "--force",
-        ])
-        .env("DATABASE_URL", db.url())
-        .output()?;
-    assert_eq!(
-        pause.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&pause.stderr)
-    );
+        ],
+    )
+    .await?;
     enqueue_rows(&db, "webhook:x", 20).await?;
     enqueue_rows(&db, "webhook:y", 20).await?;
     assert_eq!(
@@ -422,11 +421,7 @@ async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyho
         0,
         "the paused destination is not called"
     );
-    let stats = txoutbox()
-        .arg("stats")
-        .env("DATABASE_URL", db.url())
-        .output()?;
-    let shown = String::from_utf8_lossy(&stats.stdout);
+    let shown = ok(&db, &["stats"]).await?;
     assert!(
         shown.contains("paused by alice") && shown.contains("receiver incident"),
         "{shown}"
@@ -444,23 +439,8 @@ async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyho
         "paused rows wait unleased and spend no attempt"
     );
 
-    let resume = txoutbox()
-        .args(["resume", "webhook:x", "--by", "bob"])
-        .env("DATABASE_URL", db.url())
-        .output()?;
-    assert_eq!(
-        resume.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&resume.stderr)
-    );
-    assert_eq!(
-        receiver
-            .wait_delivered("webhook:x", 20, Duration::from_secs(15))
-            .await,
-        20
-    );
-    delivered_once(&receiver.calls("webhook:x"), 20);
+    ok(&db, &["resume", "webhook:x", "--by", "bob"]).await?;
+    delivered_exactly_once(&receiver, "webhook:x", 20, Duration::from_secs(15)).await;
     let log: Vec<(String, String)> = column_pairs(
         &client,
         "SELECT outcome, error FROM txoutbox_attempts \
@@ -478,10 +458,7 @@ async fn an_operator_pauses_and_resumes_a_destination_for_every_relay() -> anyho
         ]
     );
     // Resuming what is not paused is one clear line and exit 1.
-    let again = txoutbox()
-        .args(["resume", "webhook:x"])
-        .env("DATABASE_URL", db.url())
-        .output()?;
+    let again = run(&db, &["resume", "webhook:x"]).await?;
     assert_eq!(again.status.code(), Some(1));
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(
@@ -529,10 +506,7 @@ async fn a_pause_of_a_destination_nothing_names_exits_2_with_the_known_ones_and_
     let db = test_db().await?;
     message(&db).destination("stripe").create().await?;
     message(&db).destination("email").create().await?;
-    let out = txoutbox()
-        .args(["pause", "emial", "--reason", "SMTP incident"])
-        .env("DATABASE_URL", db.url())
-        .output()?;
+    let out = run(&db, &["pause", "emial", "--reason", "SMTP incident"]).await?;
     assert_eq!(out.status.code(), Some(2));
     assert!(
         out.stdout.is_empty(),
@@ -555,16 +529,11 @@ async fn a_pause_of_a_destination_nothing_names_exits_2_with_the_known_ones_and_
 #[tokio::test]
 async fn a_forced_pause_pauses_a_destination_before_its_first_row() -> anyhow::Result<()> {
     let db = test_db().await?;
-    let out = txoutbox()
-        .args(["pause", "sms", "--reason", "not live yet", "--force"])
-        .env("DATABASE_URL", db.url())
-        .output()?;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(
+        &db,
+        &["pause", "sms", "--reason", "not live yet", "--force"],
+    )
+    .await?;
     assert_eq!(paused(&db, "sms").await?, Some(true));
     Ok(())
 }
@@ -574,10 +543,7 @@ async fn a_resume_of_a_destination_nothing_names_exits_2_with_the_known_ones() -
 {
     let db = test_db().await?;
     message(&db).destination("email").create().await?;
-    let out = txoutbox()
-        .args(["resume", "emial"])
-        .env("DATABASE_URL", db.url())
-        .output()?;
+    let out = run(&db, &["resume", "emial"]).await?;
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("closest first: email"), "{err}");
