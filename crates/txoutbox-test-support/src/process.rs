@@ -2,7 +2,9 @@
 //! ([`terminate`]: SIGTERM, then its exit code), and reading its HTTP endpoints ([`http_get`],
 //! [`wait_for_get`]: a plain HTTP/1.1 GET, polled until its answer says what the test waits for),
 //! and what it prints ([`first_stdout_line`], [`stdout_lines`], [`succeeded`], [`one_error_line`]).
+//! [`service_command`] is the command that starts an example service as a child.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Output};
@@ -13,6 +15,25 @@ use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::WAIT_LIMIT;
+
+/// The command that starts the service binary `exe` listening on `bind` (its `BIND`), in this
+/// process's environment less `CRASH_AT` (a crash point is the caller's to give in `env`) with
+/// `env` set over it, no stdin, and killed when dropped. The caller says what becomes of its
+/// stdout.
+pub fn service_command<K: AsRef<OsStr>, V: AsRef<OsStr>>(
+    exe: impl AsRef<OsStr>,
+    bind: &str,
+    env: impl IntoIterator<Item = (K, V)>,
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(exe);
+    command
+        .env("BIND", bind)
+        .env_remove("CRASH_AT")
+        .envs(env)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    command
+}
 
 /// Sends SIGTERM to `child` and waits (at most 20 s) for its exit code; kills it and fails when
 /// it does not stop.

@@ -10,7 +10,7 @@ use anyhow::Context;
 use txoutbox::standard_webhooks::WebhookSecret;
 use txoutbox_test_support::DemoDatabase;
 
-use crate::demo::{count_eml, free_addr, var, ServiceProcess};
+use crate::demo::{count_eml, count_in, free_addr, var, ServiceProcess};
 
 /// The shipping service of the demo: where it runs, what it is given, its process.
 pub(crate) struct ShippingPeer {
@@ -105,13 +105,7 @@ impl ShippingPeer {
 
     /// The shipments and the shipping emails written (`None` when they go over SMTP_URL).
     pub(crate) async fn written(&self) -> anyhow::Result<(i64, Option<usize>)> {
-        let pg = txoutbox::pg::PgConfig::parse(&self.database_url)?;
-        let (db, connection) = pg.connect().await?;
-        tokio::spawn(txoutbox::pg::drive(connection));
-        let shipments: i64 = db
-            .query_one("SELECT count(*) FROM shipments", &[])
-            .await?
-            .get(0);
+        let shipments = count_in(&self.database_url, "SELECT count(*) FROM shipments").await?;
         let emails = match &self.mail_dir {
             Some(dir) => Some(count_eml(dir)?),
             None => None,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use txoutbox_client::{IdempotentClient, RetryPolicy};
+use txoutbox_test_support::process::service_command;
 use txoutbox_test_support::{fake_stripe::FakeStripe, DemoDatabase};
 
 use crate::chain::ShippingPeer;
@@ -31,18 +32,9 @@ impl ServiceProcess {
         env: &[(String, String)],
         args: &[&str],
     ) -> anyhow::Result<Self> {
-        let mut command = tokio::process::Command::new(exe);
-        command
+        let mut child = service_command(exe, &addr.to_string(), env.iter().map(|(k, v)| (k, v)))
             .args(args)
-            .env("BIND", addr.to_string())
-            .env_remove("CRASH_AT")
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .kill_on_drop(true);
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let mut child = command
             .spawn()
             .with_context(|| format!("starting {}", exe.display()))?;
         let started = Instant::now();
@@ -308,18 +300,22 @@ async fn delivered(
     Ok((shown, emails))
 }
 
-/// "What exists now": the charges, PaymentIntents and emails, and the client's attempts.
-async fn report(peers: &Peers, story: &Story) -> anyhow::Result<()> {
-    let pg = txoutbox::pg::PgConfig::parse(&peers.database_url)?;
+/// The count `sql` (a `SELECT count(*)`) reads from the database at `database_url`, on a
+/// connection of its own.
+pub(crate) async fn count_in(database_url: &str, sql: &str) -> anyhow::Result<i64> {
+    let pg = txoutbox::pg::PgConfig::parse(database_url)?;
     let (db, connection) = pg.connect().await?;
     tokio::spawn(txoutbox::pg::drive(connection));
-    let charges: i64 = db
-        .query_one(
-            "SELECT count(*) FROM charges WHERE customer_id = 'cus_demo'",
-            &[],
-        )
-        .await?
-        .get(0);
+    Ok(db.query_one(sql, &[]).await?.get(0))
+}
+
+/// "What exists now": the charges, PaymentIntents and emails, and the client's attempts.
+async fn report(peers: &Peers, story: &Story) -> anyhow::Result<()> {
+    let charges = count_in(
+        &peers.database_url,
+        "SELECT count(*) FROM charges WHERE customer_id = 'cus_demo'",
+    )
+    .await?;
     println!("\nWhat exists now:");
     println!("  charges:         {charges} ({})", story.charge_id);
     match &peers.fake {

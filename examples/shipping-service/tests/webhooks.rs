@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use shipping_service::{serve, CrashPoint, Settings};
 use txoutbox::sink::{Delivery, Sink};
 use txoutbox::standard_webhooks::{sign, unix_seconds, WebhookSecret};
-use txoutbox_test_support::process::wait_for_listener;
+use txoutbox_test_support::process::{service_command, wait_for_listener};
 use txoutbox_test_support::relay::RunningRelay;
 use txoutbox_test_support::request::enqueue_committed;
 use txoutbox_test_support::select::value;
@@ -310,16 +310,16 @@ fn child(
     addr: SocketAddr,
     crash_at: Option<CrashPoint>,
 ) -> anyhow::Result<tokio::process::Child> {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_shipping-service"));
+    let env = [
+        ("DATABASE_URL", db.url()),
+        ("WEBHOOK_SECRET", SECRET.to_owned()),
+        ("MAIL_DIR", std::env::temp_dir().display().to_string()),
+    ];
+    let exe = env!("CARGO_BIN_EXE_shipping-service");
+    let mut command = service_command(exe, &addr.to_string(), env);
     command
-        .env("DATABASE_URL", db.url())
-        .env("BIND", addr.to_string())
-        .env("WEBHOOK_SECRET", SECRET)
-        .env("MAIL_DIR", std::env::temp_dir())
         .env_remove("SMTP_URL")
-        .env_remove("CRASH_AT")
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true);
+        .stdout(std::process::Stdio::null());
     if let Some(point) = crash_at {
         command.env("CRASH_AT", point.as_str());
     }

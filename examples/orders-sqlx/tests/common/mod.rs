@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
+use txoutbox_test_support::process::service_command;
 use txoutbox_test_support::{test_db, ConnInfo, LoopbackServer, TestDb};
 
 /// `DATABASE_URL` for sqlx: a `postgres://` URL (sqlx reads no key=value string), a socket
@@ -117,17 +118,11 @@ impl ServiceProcess {
     /// Starts the binary on a free port with `env` and waits for its "listening on" line (at
     /// most 60 s: it migrates first).
     pub async fn start(env: &[(&str, &str)]) -> anyhow::Result<Self> {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_orders-sqlx"));
-        command
-            .env("BIND", "127.0.0.1:0")
-            .env_remove("CRASH_AT")
-            .stdin(Stdio::null())
+        let exe = env!("CARGO_BIN_EXE_orders-sqlx");
+        let mut child = service_command(exe, "127.0.0.1:0", env.iter().copied())
             .stdout(Stdio::piped())
-            .kill_on_drop(true);
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        let mut child = command.spawn().context("starting orders-sqlx")?;
+            .spawn()
+            .context("starting orders-sqlx")?;
         let stdout = child.stdout.take().context("the child's stdout")?;
         let mut lines = BufReader::new(stdout).lines();
         let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
