@@ -11,8 +11,8 @@ use txoutbox::{Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope};
 use txoutbox_test_support::process::OwnedChild;
 use txoutbox_test_support::process::{http_get, terminate, wait_for_get};
 use txoutbox_test_support::prometheus::sample;
-use txoutbox_test_support::request::empty_created;
 use txoutbox_test_support::request::enqueue_committed;
+use txoutbox_test_support::request::{empty_created, new_claim};
 #[cfg(feature = "otel")]
 use txoutbox_test_support::select::column_pairs;
 use txoutbox_test_support::webhook::WebhookReceiver;
@@ -318,16 +318,13 @@ async fn a_traceparent_given_at_enqueue_reaches_the_webhook_receiver() -> anyhow
     let mut client = db.connect().await?;
     let tx = client.transaction().await?;
     let key = IdempotencyKey::parse("request-0000000001")?;
-    let Begin::New(mut claim) = txoutbox::begin(
+    let mut claim = new_claim(
         &tx,
         &Scope::new("orders")?,
         &key,
         &Fingerprint::new("POST", "/orders", b"{}"),
     )
-    .await?
-    else {
-        anyhow::bail!("a fresh key was not new");
-    };
+    .await?;
     claim.with_traceparent(request_trace)?;
     claim.enqueue(
         "notify",
@@ -493,9 +490,7 @@ async fn the_write_path_counts_enqueues_replays_mismatches_and_conflicts() -> an
     let body = Fingerprint::new("POST", "/orders", b"{}");
     let mut client = db.connect().await?;
     let tx = client.transaction().await?;
-    let Begin::New(mut claim) = txoutbox::begin(&tx, &scope, &key, &body).await? else {
-        anyhow::bail!("a fresh key was not new");
-    };
+    let mut claim = new_claim(&tx, &scope, &key, &body).await?;
     claim.enqueue(
         "notify",
         OutboxMessage::new("request", &webhook_payload("r"))?,
@@ -801,16 +796,13 @@ async fn with_otel_the_current_span_is_the_context_stored_at_enqueue() -> anyhow
     let mut client = db.connect().await?;
     async {
         let tx = client.transaction().await?;
-        let Begin::New(mut claim) = txoutbox::begin(
+        let mut claim = new_claim(
             &tx,
             &Scope::new("orders")?,
             &IdempotencyKey::parse("request-otel-000001")?,
             &Fingerprint::new("POST", "/orders", b"{}"),
         )
-        .await?
-        else {
-            anyhow::bail!("a fresh key was not new");
-        };
+        .await?;
         claim.enqueue(
             "notify",
             OutboxMessage::new("request", &webhook_payload("r"))?,

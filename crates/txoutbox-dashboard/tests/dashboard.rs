@@ -8,12 +8,12 @@ use serde_json::{json, Value};
 use tokio_postgres::Client;
 use txoutbox::admin::MessageStatus;
 use txoutbox::{
-    sink::DeliveryError, Begin, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse,
+    sink::DeliveryError, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
 use txoutbox_dashboard::{DashboardConfig, User};
 use txoutbox_test_support::factory::message;
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
-use txoutbox_test_support::request::enqueue_committed;
+use txoutbox_test_support::request::{enqueue_committed, new_claim};
 use txoutbox_test_support::select::value_with;
 use txoutbox_test_support::{
     downstream_key_of, row_status, test_db, test_db_with_client, test_db_with_sql, wait_for_row,
@@ -847,16 +847,13 @@ async fn keys_page_shows_the_stored_response_and_the_messages_its_request_enqueu
     let scope = Scope::new("charges")?;
     let key = IdempotencyKey::parse("req-42-0000000000")?;
     let tx = client.transaction().await?;
-    let Begin::New(mut claim) = txoutbox::begin(
+    let mut claim = new_claim(
         &tx,
         &scope,
         &key,
         &Fingerprint::new("POST", "/charge", b"{}"),
     )
-    .await?
-    else {
-        anyhow::bail!("a new key");
-    };
+    .await?;
     let receipt = OutboxMessage::new("email", &json!({"email": "alice@example.com"}))?;
     let charge = OutboxMessage::new("stripe", &json!({"amount": 5}))?;
     let (receipt_id, charge_id) = (receipt.id(), charge.id());

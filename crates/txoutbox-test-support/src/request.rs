@@ -20,6 +20,20 @@ pub fn charge_fingerprint(amount: i64) -> Fingerprint {
     )
 }
 
+/// Begins the request of key `k` that the test knows to be new (or expired): its claim. Fails
+/// when [`begin`](txoutbox::begin) answers anything else.
+pub async fn new_claim(
+    tx: impl txoutbox::WriteTx,
+    scope: &txoutbox::Scope,
+    k: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+) -> Result<txoutbox::Claim> {
+    match txoutbox::begin(tx, scope, k, fingerprint).await? {
+        txoutbox::Begin::New(claim) => Ok(claim),
+        other => anyhow::bail!("the key {} is not new: {other:?}", k.as_str()),
+    }
+}
+
 /// A `201 Created` with no header and an empty body: the stored answer of a request whose
 /// answer the test does not look at.
 pub fn empty_created() -> txoutbox::StoredResponse {

@@ -6,10 +6,10 @@
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Transaction};
-use txoutbox::{begin, Begin, Error, OutboxMessage, Scope, StoredResponse};
+use txoutbox::{Error, OutboxMessage, Scope, StoredResponse};
 use txoutbox_test_support::count;
 use txoutbox_test_support::request::{
-    charge_fingerprint as fingerprint, db_with_orders, key, store_key_without_the_lock,
+    charge_fingerprint as fingerprint, db_with_orders, key, new_claim, store_key_without_the_lock,
 };
 
 type TestResult = anyhow::Result<()>;
@@ -48,11 +48,7 @@ async fn commit_in_a_savepoint(
     k: &str,
 ) -> anyhow::Result<Error> {
     let inner = outer.transaction().await?;
-    let Begin::New(mut claim) =
-        begin(&inner, &Scope::new("charges")?, &key(k), &fingerprint(1)).await?
-    else {
-        panic!("a new key");
-    };
+    let mut claim = new_claim(&inner, &Scope::new("charges")?, &key(k), &fingerprint(1)).await?;
     inner
         .execute("INSERT INTO orders (note) VALUES ('inner')", &[])
         .await?;
@@ -120,9 +116,7 @@ async fn any_failed_commit_in_a_savepoint_leaves_the_outer_transaction_aborted()
     let k = key("k-savepoint-conflict");
     let mut outer = outer_after_a_write(&mut client).await?;
     let inner = outer.transaction().await?;
-    let Begin::New(claim) = begin(&inner, &scope, &k, &fingerprint(1)).await? else {
-        panic!("a new key");
-    };
+    let claim = new_claim(&inner, &scope, &k, &fingerprint(1)).await?;
     // A request of a txoutbox before V5 stores the key meanwhile, without the lock: the
     // statement fails before the savepoint is looked at.
     store_key_without_the_lock(&db.connect().await?, &k).await?;
@@ -155,16 +149,13 @@ async fn a_commit_refused_in_a_deadpool_savepoint_aborts_the_outer_and_pools_a_c
             .execute("INSERT INTO orders (note) VALUES ('outer-before')", &[])
             .await?;
         let inner = outer.transaction().await?;
-        let Begin::New(mut claim) = begin(
+        let mut claim = new_claim(
             &inner,
             &Scope::new("charges")?,
             &key("k-pooled-savepoint"),
             &fingerprint(1),
         )
-        .await?
-        else {
-            panic!("a new key");
-        };
+        .await?;
         claim.enqueue("receipt", OutboxMessage::new("email", &1)?)?;
         let err = claim.commit(inner, &created()).await.expect_err("refused");
         assert!(err.to_string().contains("savepoint"), "{err}");
@@ -191,10 +182,7 @@ async fn a_failed_commit_of_the_outermost_transaction_pools_a_clean_connection()
     {
         let mut conn = pool.get().await?;
         let tx = conn.transaction().await?;
-        let Begin::New(claim) = begin(&tx, &Scope::new("charges")?, &k, &fingerprint(1)).await?
-        else {
-            panic!("a new key");
-        };
+        let claim = new_claim(&tx, &Scope::new("charges")?, &k, &fingerprint(1)).await?;
         tx.execute("INSERT INTO orders (note) VALUES ('refused')", &[])
             .await?;
         observer

@@ -19,7 +19,7 @@ use txoutbox_test_support::{
 type TestResult = anyhow::Result<()>;
 
 use txoutbox_test_support::request::{
-    at_once, charge_fingerprint as fingerprint, db_with_orders, empty_answer, key,
+    at_once, charge_fingerprint as fingerprint, db_with_orders, empty_answer, key, new_claim,
     store_key_without_the_lock, the_one_that_did_the_work,
 };
 use txoutbox_test_support::select::{column, value_with};
@@ -121,9 +121,7 @@ async fn a_deferred_request_writes_one_row_and_the_relay_delivers_its_effects() 
     let scope = deferred()?;
     let k = key("k-one-row");
     let tx = client.transaction().await?;
-    let Begin::New(mut claim) = begin(&tx, &scope, &k, &fingerprint(100)).await? else {
-        panic!("a new key");
-    };
+    let mut claim = new_claim(&tx, &scope, &k, &fingerprint(100)).await?;
     let keys = [
         claim.downstream_key("charge"),
         claim.downstream_key("receipt"),
@@ -237,9 +235,7 @@ async fn request_at(
         .isolation_level(level)
         .start()
         .await?;
-    let Begin::New(mut claim) = begin(&tx, &scope, k, &fingerprint(1)).await? else {
-        panic!("a new or expired key is claimed");
-    };
+    let mut claim = new_claim(&tx, &scope, k, &fingerprint(1)).await?;
     let downstream = n.map(|_| claim.downstream_key("charge"));
     if let Some(n) = n {
         claim.enqueue(
@@ -347,10 +343,7 @@ async fn a_key_whose_effects_are_poisoned_does_not_hold_the_others_back() -> Tes
 async fn ordered_and_self_keyed_effects_are_written_at_once_in_a_deferred_scope() -> TestResult {
     let (_db, mut client) = db_with_orders().await?;
     let tx = client.transaction().await?;
-    let Begin::New(mut claim) = begin(&tx, &deferred()?, &key("k-mixed"), &fingerprint(1)).await?
-    else {
-        panic!("a new key");
-    };
+    let mut claim = new_claim(&tx, &deferred()?, &key("k-mixed"), &fingerprint(1)).await?;
     claim.enqueue(
         "ordered",
         OutboxMessage::new("stripe", &1)?.with_ordering_key("customer-7"),
@@ -379,9 +372,7 @@ async fn commit_stores_the_key_and_commits_with_a_deadpool_transaction() -> Test
         let mut conn = pool.get().await?;
         let tx = conn.transaction().await?;
         let k = key(&format!("k-pool-{round}"));
-        let Begin::New(mut claim) = begin(&tx, &scope, &k, &fingerprint(1)).await? else {
-            panic!("a new key");
-        };
+        let mut claim = new_claim(&tx, &scope, &k, &fingerprint(1)).await?;
         tx.execute("INSERT INTO orders (note) VALUES ('pooled')", &[])
             .await?;
         claim.enqueue("receipt", OutboxMessage::new("email", &round)?)?;
@@ -406,9 +397,7 @@ async fn a_key_stored_first_by_a_request_without_the_lock_is_a_409_and_commits_n
     let scope = deferred()?;
     let k = key("k-rolling-upgrade");
     let tx = client.transaction().await?;
-    let Begin::New(mut claim) = begin(&tx, &scope, &k, &fingerprint(1)).await? else {
-        panic!("a new key");
-    };
+    let mut claim = new_claim(&tx, &scope, &k, &fingerprint(1)).await?;
     let id = order(&tx, &mut claim, &k).await?;
     store_key_without_the_lock(&db.connect().await?, &k).await?;
     let err = claim
@@ -428,9 +417,7 @@ async fn waiting_for_the_key_past_the_lock_timeout_is_in_flight() -> TestResult 
     let scope = deferred()?.with_lock_timeout(Duration::from_millis(100))?;
     let k = key("k-held");
     let holder = first.transaction().await?;
-    let Begin::New(_claim) = begin(&holder, &scope, &k, &fingerprint(1)).await? else {
-        panic!("a new key");
-    };
+    let _claim = new_claim(&holder, &scope, &k, &fingerprint(1)).await?;
     let mut second = db.connect().await?;
     let tx = second.transaction().await?;
     assert!(matches!(
@@ -465,9 +452,7 @@ async fn a_request_with_more_effects_than_a_key_row_carries_writes_them_as_rows(
     for (n, effects) in [(1, MAX_DEFERRED_EFFECTS), (2, MAX_DEFERRED_EFFECTS + 1)] {
         let tx = client.transaction().await?;
         let k = key(&format!("k-many-{n}"));
-        let Begin::New(mut claim) = begin(&tx, &deferred()?, &k, &fingerprint(n)).await? else {
-            panic!("a new key");
-        };
+        let mut claim = new_claim(&tx, &deferred()?, &k, &fingerprint(n)).await?;
         for i in 0..effects {
             claim.enqueue(&format!("effect-{i}"), OutboxMessage::new("email", &i)?)?;
         }

@@ -327,13 +327,11 @@ async fn ordered_request(
     effects: i32,
     one_round_trip: bool,
 ) -> TestResult {
-    use txoutbox::{begin, Begin, Scope};
-    use txoutbox_test_support::request::{charge_fingerprint, empty_created, key};
+    use txoutbox::Scope;
+    use txoutbox_test_support::request::{charge_fingerprint, empty_created, key, new_claim};
     let scope = Scope::new("orders")?.with_deferred_effects();
     let tx = client.transaction().await?;
-    let Begin::New(mut claim) = begin(&tx, &scope, &key(k), &charge_fingerprint(1)).await? else {
-        anyhow::bail!("{k} is a new key");
-    };
+    let mut claim = new_claim(&tx, &scope, &key(k), &charge_fingerprint(1)).await?;
     for n in 0..effects {
         claim.enqueue(
             &format!("event-{n}"),

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use txoutbox::admin::MessageStatus;
 use txoutbox::relay::{RelayEvent, WAKE_CHANNEL};
-use txoutbox::{begin, Begin, OutboxMessage, Scope};
+use txoutbox::{OutboxMessage, Scope};
 use txoutbox_test_support::factory::{message, pending_many};
 use txoutbox_test_support::relay::{relay_config, RecordingSink, RunningRelay};
 use txoutbox_test_support::request::empty_created;
-use txoutbox_test_support::request::{charge_fingerprint, key};
+use txoutbox_test_support::request::{charge_fingerprint, key, new_claim};
 use txoutbox_test_support::{
     counts, eventually_async, is_claim, test_db, test_db_with_client, RelayEvents, TestDb,
 };
@@ -88,10 +88,7 @@ async fn a_relay_reports_the_deferred_effects_it_fans_out() -> TestResult {
     let scope = Scope::new("charges")?.with_deferred_effects();
     for name in ["k-1", "k-2"] {
         let tx = client.transaction().await?;
-        let Begin::New(mut claim) = begin(&tx, &scope, &key(name), &charge_fingerprint(1)).await?
-        else {
-            anyhow::bail!("{name} is a new key");
-        };
+        let mut claim = new_claim(&tx, &scope, &key(name), &charge_fingerprint(1)).await?;
         claim.enqueue(
             "receipt",
             OutboxMessage::new("email", &serde_json::json!({"key": name}))?,

@@ -15,7 +15,8 @@ use txoutbox_test_support::{count, keys_expired, test_db, test_db_with_client, C
 type TestResult = anyhow::Result<()>;
 
 use txoutbox_test_support::request::{
-    at_once, charge_fingerprint as charge_fp, db_with_orders, key, the_one_that_did_the_work,
+    at_once, charge_fingerprint as charge_fp, db_with_orders, key, new_claim,
+    the_one_that_did_the_work,
 };
 use txoutbox_test_support::select::{column, value};
 
@@ -122,9 +123,7 @@ async fn key_held_by_a_concurrent_request_is_in_flight_then_replayed() -> TestRe
     let scope = Scope::new("charges")?.with_lock_timeout(Duration::from_millis(200))?;
     let k = key("k-inflight");
     let tx1 = first.transaction().await?;
-    let Begin::New(claim) = begin(&tx1, &scope, &k, &charge_fp(1)).await? else {
-        panic!("the first request claims the key");
-    };
+    let claim = new_claim(&tx1, &scope, &k, &charge_fp(1)).await?;
     let tx2 = second.transaction().await?;
     assert!(matches!(
         begin(&tx2, &scope, &k, &charge_fp(1)).await?,
@@ -159,9 +158,7 @@ async fn error_before_commit_leaves_nothing_and_retry_succeeds_once() -> TestRes
     let k = key("k-rollback");
     {
         let tx = client.transaction().await?;
-        let Begin::New(mut claim) = begin(&tx, &scope, &k, &charge_fp(5)).await? else {
-            panic!("new key");
-        };
+        let mut claim = new_claim(&tx, &scope, &k, &charge_fp(5)).await?;
         tx.execute("INSERT INTO orders (note) VALUES ('x')", &[])
             .await?;
         claim.enqueue("stripe", OutboxMessage::new("stripe", &1)?)?;
@@ -186,9 +183,7 @@ async fn dropped_connection_before_commit_leaves_nothing() -> TestResult {
     let driver = tokio::spawn(connection);
     let pid: i32 = value(&client, "SELECT pg_backend_pid()").await?;
     let tx = client.transaction().await?;
-    let Begin::New(mut claim) = begin(&tx, &scope, &k, &charge_fp(5)).await? else {
-        panic!("new key");
-    };
+    let mut claim = new_claim(&tx, &scope, &k, &charge_fp(5)).await?;
     tx.execute("INSERT INTO orders (note) VALUES ('x')", &[])
         .await?;
     claim.enqueue("stripe", OutboxMessage::new("stripe", &1)?)?;
@@ -375,9 +370,7 @@ async fn charge_telling_keys(
     k: &IdempotencyKey,
 ) -> anyhow::Result<(String, String)> {
     let tx = client.transaction().await?;
-    let Begin::New(mut claim) = begin(&tx, scope, k, &charge_fp(1)).await? else {
-        anyhow::bail!("the key should be new");
-    };
+    let mut claim = new_claim(&tx, scope, k, &charge_fp(1)).await?;
     tx.execute("INSERT INTO orders (note) VALUES ($1)", &[&k.as_str()])
         .await?;
     claim.enqueue(
@@ -486,9 +479,7 @@ async fn an_enqueue_deduplicated_away_is_reported() -> TestResult {
     // Within a request: a message given a key already in the outbox is skipped, and told.
     let scope = Scope::new("charges")?;
     let tx = client.transaction().await?;
-    let Begin::New(mut claim) = begin(&tx, &scope, &key("k-dup"), &charge_fp(1)).await? else {
-        anyhow::bail!("the key should be new");
-    };
+    let mut claim = new_claim(&tx, &scope, &key("k-dup"), &charge_fp(1)).await?;
     let duplicate = OutboxMessage::new("email", &3)?.with_downstream_key("digest-1");
     let fresh = OutboxMessage::new("stripe", &4)?;
     claim.enqueue("digest", duplicate.clone())?;
@@ -549,9 +540,7 @@ async fn server_errors_are_not_stored() -> TestResult {
     let (_db, mut client) = db_with_orders().await?;
     let scope = Scope::new("charges")?;
     let tx = client.transaction().await?;
-    let Begin::New(claim) = begin(&tx, &scope, &key("k-500"), &charge_fp(1)).await? else {
-        panic!("new key");
-    };
+    let claim = new_claim(&tx, &scope, &key("k-500"), &charge_fp(1)).await?;
     let err = claim
         .complete(&tx, &empty_answer(503))
         .await
@@ -573,9 +562,7 @@ async fn business_4xx_outcomes_are_stored_and_replayed() -> TestResult {
         body: br#"{"error":"insufficient inventory"}"#.to_vec(),
     };
     let tx = client.transaction().await?;
-    let Begin::New(claim) = begin(&tx, &scope, &k, &charge_fp(1)).await? else {
-        panic!("new key");
-    };
+    let claim = new_claim(&tx, &scope, &k, &charge_fp(1)).await?;
     claim.complete(&tx, &short).await?;
     tx.commit().await?;
     let tx = client.transaction().await?;
@@ -590,16 +577,13 @@ async fn sql_metacharacters_in_every_field_are_stored_verbatim() -> TestResult {
     let scope = Scope::new(evil)?;
     let k = key("';DROP_TABLE_orders;--");
     let tx = client.transaction().await?;
-    let Begin::New(mut claim) = begin(
+    let mut claim = new_claim(
         &tx,
         &scope,
         &k,
         &Fingerprint::new(evil, evil, evil.as_bytes()),
     )
-    .await?
-    else {
-        panic!("new key");
-    };
+    .await?;
     claim.enqueue(
         evil,
         OutboxMessage::new(evil, &serde_json::json!({ evil: evil }))?
@@ -684,10 +668,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() -> TestResult {
 async fn the_same_effect_name_twice_is_refused() -> TestResult {
     let (_db, mut client) = db_with_orders().await?;
     let tx = client.transaction().await?;
-    let Begin::New(mut claim) = begin(&tx, &Scope::new("s")?, &key("k"), &charge_fp(1)).await?
-    else {
-        panic!("new key");
-    };
+    let mut claim = new_claim(&tx, &Scope::new("s")?, &key("k"), &charge_fp(1)).await?;
     claim.enqueue("email", OutboxMessage::new("email", &1)?)?;
     assert!(matches!(
         claim.enqueue("email", OutboxMessage::new("email", &2)?),
@@ -831,9 +812,7 @@ async fn a_claim_completed_in_another_transaction_is_an_internal_error_not_a_cli
     let mut other = db.connect().await?;
     let scope = Scope::new("charges")?;
     let tx = client.transaction().await?;
-    let Begin::New(claim) = begin(&tx, &scope, &key("k-elsewhere"), &charge_fp(1)).await? else {
-        panic!("new key");
-    };
+    let claim = new_claim(&tx, &scope, &key("k-elsewhere"), &charge_fp(1)).await?;
     // The key row is not committed, so the other connection's transaction cannot see it.
     let elsewhere = other.transaction().await?;
     let err = claim
