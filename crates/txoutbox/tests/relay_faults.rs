@@ -134,25 +134,57 @@ async fn drain_email_reading_the_hot_table(
     Ok((sink, HotTableReads::now(client).await?.since(before)))
 }
 
+/// What a relay left of one `webhook` row, `poison`, among rows of `email` that deliver.
+struct Poisoned {
+    /// The counts once the poison was dead-lettered and every good row delivered.
+    reached: Counts,
+    /// The sink of the good rows.
+    good: RecordingSink,
+}
+
+/// Writes `poison`, whose every call fails with `error` (dead-lettered after `attempts`), and
+/// `good` rows of `email` (keys `good-{i}`), and runs a relay until both happened.
+async fn poison_among_good(
+    db: &TestDb,
+    client: &mut tokio_postgres::Client,
+    error: DeliveryError,
+    attempts: u32,
+    good: usize,
+) -> anyhow::Result<Poisoned> {
+    pending(&mut *client, "webhook", "poison").await?;
+    pending_many(&mut *client, "email", "good", good).await?;
+    let poison = Failing(RecordingSink::new(), error);
+    let good_sink = RecordingSink::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .sink("webhook", poison)
+            .sink("email", good_sink.clone())
+            .policy("webhook", quick_retry(attempts))
+            .build()?,
+    );
+    let delivered = good as i64;
+    let reached = wait_until(client, |c| c.failed >= 1 && c.delivered >= delivered).await?;
+    relay.stop().await?;
+    Ok(Poisoned {
+        reached,
+        good: good_sink,
+    })
+}
+
+/// The `last_error` of the row `poison`.
+async fn last_error_of_the_poison(client: &tokio_postgres::Client) -> anyhow::Result<String> {
+    value(
+        client,
+        "SELECT last_error FROM txoutbox_messages WHERE downstream_key = 'poison'",
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    pending(&mut client, "webhook", "poison").await?;
-    pending_many(&mut client, "email", "good", 10).await?;
-    let poison = Failing(
-        RecordingSink::new(),
-        DeliveryError::retryable("HTTP 500: \0\0\u{1}binary\0body"),
-    );
-    let good = RecordingSink::new();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("webhook", poison.clone())
-            .sink("email", good.clone())
-            .policy("webhook", quick_retry(3))
-            .build()?,
-    );
-    let reached = wait_until(&client, |c| c.failed >= 1 && c.delivered >= 10).await?;
-    relay.stop().await?;
+    let error = DeliveryError::retryable("HTTP 500: \0\0\u{1}binary\0body");
+    let Poisoned { reached, good } = poison_among_good(&db, &mut client, error, 3, 10).await?;
     assert_eq!(
         reached.failed, 1,
         "the poisoned row is dead-lettered on its own"
@@ -163,11 +195,7 @@ async fn a_downstream_error_full_of_nul_bytes_fails_its_row_alone() -> TestResul
         "each good row was handed to its sink once: {:?}",
         calls_per_key(&good)
     );
-    let error: String = value(
-        &client,
-        "SELECT last_error FROM txoutbox_messages WHERE downstream_key = 'poison'",
-    )
-    .await?;
+    let error = last_error_of_the_poison(&client).await?;
     assert!(error.contains("binary"), "{error}");
     assert!(!error.contains('\0'));
     // Every attempt is in the log.
@@ -211,32 +239,16 @@ async fn a_completion_the_database_refuses_does_not_hold_its_batch() -> TestResu
                FOR EACH ROW EXECUTE FUNCTION refuse_marker();",
     )
     .await?;
-    pending(&mut client, "webhook", "poison").await?;
-    pending_many(&mut client, "email", "good", 20).await?;
-    let poison = Failing(RecordingSink::new(), DeliveryError::retryable("refuse-me"));
-    let good = RecordingSink::new();
-    let relay = RunningRelay::start(
-        db.relay()?
-            .sink("webhook", poison.clone())
-            .sink("email", good.clone())
-            .policy("webhook", quick_retry(2))
-            .build()?,
-    );
-    let reached = wait_until(&client, |c| c.delivered >= 20 && c.failed >= 1).await?;
-    relay.stop().await?;
+    let error = DeliveryError::retryable("refuse-me");
+    let Poisoned { reached, good } = poison_among_good(&db, &mut client, error, 2, 20).await?;
     assert_eq!(reached.delivered, 20);
     assert!(calls_per_key(&good).values().all(|&n| n == 1));
     assert_eq!(
         reached.failed, 1,
         "the refused row is retried and dead-lettered on its own"
     );
-    let error: String = value(
-        &client,
-        "SELECT last_error FROM txoutbox_messages WHERE downstream_key = 'poison'",
-    )
-    .await?;
     assert_eq!(
-        error,
+        last_error_of_the_poison(&client).await?,
         "the failed outcome's text could not be stored (SQLSTATE 22023)"
     );
     Ok(())
