@@ -10,12 +10,15 @@ use txoutbox::relay::{
 };
 use txoutbox::sink::{Delivery, DeliveryError, Receipt, Sink};
 use txoutbox_test_support::factory::db_with_pending;
-use txoutbox_test_support::factory::pending_many;
+use txoutbox_test_support::factory::pending;
 use txoutbox_test_support::factory::{message, nested_too_deep};
 use txoutbox_test_support::relay::{relay_config, RunningRelay};
 use txoutbox_test_support::{eventually, eventually_async, status, TestDb};
 
 type TestResult = anyhow::Result<()>;
+
+/// How long the tests wait for a probe to reach the downstream.
+const PROBE_WAIT: Duration = Duration::from_secs(30);
 
 /// A downstream that fails every call of a row whose key starts with `bad` (a 503 without
 /// `Retry-After`: retryable, counted by the breaker), refuses every row whose key starts with
@@ -130,10 +133,8 @@ async fn open_breaker_with(
 async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -> TestResult {
     let (_db, mut client, downstream, relay) = open_breaker().await?;
     let enqueued = Instant::now();
-    pending_many(&mut client, "x", "good", 1).await?;
-    let probed = downstream
-        .first_call("good-0", Duration::from_secs(30))
-        .await;
+    pending(&mut client, "x", "good-0").await?;
+    let probed = downstream.first_call("good-0", PROBE_WAIT).await;
     relay.stop().await?;
     let probed = probed.ok_or_else(|| anyhow::anyhow!("the healthy row was never called"))?;
     let failing_probes: Vec<String> = downstream
@@ -154,8 +155,8 @@ async fn a_half_open_breaker_probes_with_a_row_never_tried_not_a_failing_one() -
 #[tokio::test(flavor = "multi_thread")]
 async fn a_locked_row_never_tried_does_not_stop_the_probe() -> TestResult {
     let (db, mut client, downstream, relay) = open_breaker().await?;
-    pending_many(&mut client, "x", "locked", 1).await?;
-    pending_many(&mut client, "x", "good", 1).await?;
+    pending(&mut client, "x", "locked-0").await?;
+    pending(&mut client, "x", "good-0").await?;
     let mut holder = db.connect().await?;
     let hold = holder.transaction().await?;
     let locked = hold
@@ -165,9 +166,7 @@ async fn a_locked_row_never_tried_does_not_stop_the_probe() -> TestResult {
         )
         .await?;
     assert_eq!(locked.len(), 1, "the row is held");
-    let probed = downstream
-        .first_call("good-0", Duration::from_secs(30))
-        .await;
+    let probed = downstream.first_call("good-0", PROBE_WAIT).await;
     hold.rollback().await?;
     relay.stop().await?;
     assert!(
@@ -185,14 +184,10 @@ async fn a_locked_row_never_tried_does_not_stop_the_probe() -> TestResult {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_probe_that_draws_a_refused_row_lets_the_next_probe_go_at_once() -> TestResult {
     let (_db, mut client, downstream, relay) = open_breaker_with_a_minute_lease().await?;
-    pending_many(&mut client, "x", "poison", 1).await?;
-    pending_many(&mut client, "x", "good", 1).await?;
-    let refused = downstream
-        .first_call("poison-0", Duration::from_secs(30))
-        .await;
-    let probed = downstream
-        .first_call("good-0", Duration::from_secs(30))
-        .await;
+    pending(&mut client, "x", "poison-0").await?;
+    pending(&mut client, "x", "good-0").await?;
+    let refused = downstream.first_call("poison-0", PROBE_WAIT).await;
+    let probed = downstream.first_call("good-0", PROBE_WAIT).await;
     relay.stop().await?;
     assert!(refused.is_some(), "the refused row was the first probe");
     assert!(
@@ -248,10 +243,8 @@ async fn a_probe_that_draws_an_undecodable_row_lets_the_next_probe_go_at_once() 
         .stored_payload(&nested_too_deep())
         .create()
         .await?;
-    pending_many(&mut client, "x", "good", 1).await?;
-    let probed = downstream
-        .first_call("good-0", Duration::from_secs(30))
-        .await;
+    pending(&mut client, "x", "good-0").await?;
+    let probed = downstream.first_call("good-0", PROBE_WAIT).await;
     relay.stop().await?;
     assert_eq!(
         status(&client, "hostile").await?,
@@ -277,17 +270,15 @@ async fn a_probe_given_back_at_shutdown_lets_the_next_relay_probe_at_once() -> T
             .with_shutdown_grace(Duration::from_millis(200)),
     )
     .await?;
-    pending_many(&mut client, "x", "hang", 1).await?;
-    let hung = downstream
-        .first_call("hang-0", Duration::from_secs(30))
-        .await;
+    pending(&mut client, "x", "hang-0").await?;
+    let hung = downstream.first_call("hang-0", PROBE_WAIT).await;
     let report = relay.stop().await?;
     assert!(hung.is_some(), "the row that hangs was the probe");
     assert_eq!(
         report.released, 1,
         "the hung probe was given back at shutdown"
     );
-    pending_many(&mut client, "x", "good", 1).await?;
+    pending(&mut client, "x", "good-0").await?;
     let next = RunningRelay::start(
         db.relay()?
             .config(
@@ -299,9 +290,7 @@ async fn a_probe_given_back_at_shutdown_lets_the_next_relay_probe_at_once() -> T
             .policy("x", one_second_breaker())
             .build()?,
     );
-    let probed = downstream
-        .first_call("good-0", Duration::from_secs(30))
-        .await;
+    let probed = downstream.first_call("good-0", PROBE_WAIT).await;
     next.stop().await?;
     assert!(
         probed.is_some(),

@@ -8,7 +8,6 @@ use tokio_postgres::Client;
 use txoutbox::admin::AttemptOutcome::{Delivered, Failed, Released, Retry, Unknown};
 use txoutbox::admin::MessageStatus;
 use txoutbox::{
-    enqueue,
     relay::{DestinationPolicy, RelayConfig, Semantics, WakeMode},
     sink::{Delivery, DeliveryError, Receipt, Sink},
     OutboxMessage,
@@ -400,12 +399,10 @@ async fn rows_of_one_ordering_key_arrive_in_commit_order_under_three_relays() ->
     // 10 keys, 30 rows each, committed interleaved, one transaction per row.
     for i in 0..30 {
         for k in 0..10 {
-            let tx = client.transaction().await?;
             let message = OutboxMessage::new("events", &serde_json::json!({ "key": k, "seq": i }))?
                 .with_downstream_key(format!("order-{k}-{i}"))
                 .with_ordering_key(format!("account-{k}"));
-            enqueue(&tx, &[message]).await?;
-            tx.commit().await?;
+            enqueue_committed(&mut client, &[message]).await?;
         }
     }
     let sink = JitterSink::default();
@@ -432,7 +429,6 @@ async fn rows_of_one_ordering_key_arrive_in_commit_order_under_three_relays() ->
 #[tokio::test]
 async fn a_dead_head_blocks_its_ordering_key_only() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let tx = client.transaction().await?;
     let mut messages = Vec::new();
     for (key, n) in [("a", 0), ("a", 1), ("b", 0), ("b", 1)] {
         messages.push(
@@ -441,8 +437,7 @@ async fn a_dead_head_blocks_its_ordering_key_only() -> TestResult {
                 .with_ordering_key(key),
         );
     }
-    enqueue(&tx, &messages).await?;
-    tx.commit().await?;
+    enqueue_committed(&mut client, &messages).await?;
     let sink = FailsKey::new("a-0");
     let mut events = RelayEvents::new();
     let relay = events.start(db.relay()?.sink("events", sink.clone()))?;
