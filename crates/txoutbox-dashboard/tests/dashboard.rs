@@ -169,6 +169,21 @@ impl Dashboard {
             .await?;
         Ok((res.status(), res.text().await?))
     }
+
+    /// POST the list form with the rows `ids` selected and the fields `extra`, as `user`:
+    /// (status, body).
+    async fn post_selection(
+        &self,
+        path: &str,
+        ids: &[Uuid],
+        extra: &[(&str, &str)],
+        user: Option<(&str, &str)>,
+    ) -> anyhow::Result<(StatusCode, String)> {
+        let ids: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+        let mut form: Vec<(&str, &str)> = ids.iter().map(|id| ("ids", id.as_str())).collect();
+        form.extend_from_slice(extra);
+        self.post_form(path, &form, user).await
+    }
 }
 
 fn form_body(form: &[(&str, &str)]) -> String {
@@ -1080,13 +1095,8 @@ async fn a_selection_is_replayed_from_the_list_form() -> TestResult {
         fail(&client, id, "402 card declined").await?;
     }
     let dash = Dashboard::start(&db, users()?).await?;
-    let (a_s, b_s) = (a.to_string(), b.to_string());
     let (status, html) = dash
-        .post_form(
-            "/replay",
-            &[("ids", &a_s), ("ids", &b_s), ("new_key", "1")],
-            ALICE,
-        )
+        .post_selection("/replay", &[a, b], &[("new_key", "1")], ALICE)
         .await?;
     assert_eq!(status, StatusCode::OK, "{html}");
     assert_eq!(status_of(&client, a).await?, "pending");
@@ -1168,12 +1178,34 @@ async fn failed_rows(client: &mut Client, n: usize, prefix: &str) -> anyhow::Res
     Ok(ids)
 }
 
+/// A dashboard with the [`users`] over one pending row of each `(destination, downstream key)`
+/// of `rows`: the database, a client of it and the dashboard.
+async fn dashboard_over(rows: &[(&str, &str)]) -> anyhow::Result<(TestDb, Client, Dashboard)> {
+    let (db, mut client) = test_db_with_client().await?;
+    for (destination, key) in rows {
+        pending_empty(&mut client, destination, key).await?;
+    }
+    let dash = Dashboard::start(&db, users()?).await?;
+    Ok((db, client, dash))
+}
+
+/// `N` failed `stripe` rows (keys `s-{i}`, see [`failed_rows`]) under a dashboard with the
+/// [`users`]: the database, a client of it, the dashboard and the rows' ids.
+async fn failed_rows_on_a_dashboard<const N: usize>(
+) -> anyhow::Result<(TestDb, Client, Dashboard, [Uuid; N])> {
+    let (db, mut client) = test_db_with_client().await?;
+    let rows = failed_rows(&mut client, N, "s").await?;
+    let dash = Dashboard::start(&db, users()?).await?;
+    let rows = rows
+        .try_into()
+        .map_err(|rows: Vec<Uuid>| anyhow::anyhow!("{} rows, not {N}", rows.len()))?;
+    Ok((db, client, dash, rows))
+}
+
 #[tokio::test]
 async fn a_row_discarded_from_its_page_is_closed_and_its_history_has_the_reason_and_the_user(
 ) -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    let id = failed_rows(&mut client, 1, "s").await?[0];
-    let dash = Dashboard::start(&db, users()?).await?;
+    let (_db, client, dash, [id]) = failed_rows_on_a_dashboard().await?;
 
     let (_, html) = dash.get_as(&format!("/messages/{id}"), ALICE).await?;
     assert!(
@@ -1208,22 +1240,15 @@ async fn a_row_discarded_from_its_page_is_closed_and_its_history_has_the_reason_
 
 #[tokio::test]
 async fn a_selection_is_discarded_from_the_list_form() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    let rows = failed_rows(&mut client, 3, "s").await?;
-    let dash = Dashboard::start(&db, users()?).await?;
+    let (_db, client, dash, rows) = failed_rows_on_a_dashboard::<3>().await?;
 
     let (_, html) = dash.get_as("/messages", ALICE).await?;
     assert!(
         html.contains(r#"formaction="/outbox/discard">Discard selected</button>"#),
         "{html}"
     );
-    let (a, b) = (rows[0].to_string(), rows[1].to_string());
     let (status, html) = dash
-        .post_form(
-            "/discard",
-            &[("ids", &a), ("ids", &b), ("reason", "test data")],
-            ALICE,
-        )
+        .post_selection("/discard", &rows[..2], &[("reason", "test data")], ALICE)
         .await?;
     assert_eq!(status, StatusCode::OK, "{html}");
     assert!(html.contains("Discarded <strong>2</strong>"), "{html}");
@@ -1323,11 +1348,11 @@ async fn a_pending_row_is_not_discarded_and_says_why_changing_nothing() -> TestR
         "{html}"
     );
     // One refused row refuses the whole selection.
-    let (w, f) = (waiting.to_string(), failed.to_string());
     let (status, html) = dash
-        .post_form(
+        .post_selection(
             "/discard",
-            &[("ids", &f), ("ids", &w), ("reason", "not wanted")],
+            &[failed, waiting],
+            &[("reason", "not wanted")],
             ALICE,
         )
         .await?;
@@ -1339,9 +1364,7 @@ async fn a_pending_row_is_not_discarded_and_says_why_changing_nothing() -> TestR
 
 #[tokio::test]
 async fn a_discard_without_a_reason_is_a_400_and_changes_nothing() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    let id = failed_rows(&mut client, 1, "s").await?[0];
-    let dash = Dashboard::start(&db, users()?).await?;
+    let (_db, client, dash, [id]) = failed_rows_on_a_dashboard().await?;
     let id_s = id.to_string();
 
     for (path, form) in [
@@ -1373,9 +1396,7 @@ async fn a_discard_without_a_reason_is_a_400_and_changes_nothing() -> TestResult
 /// other rows than the one it would touch. Nothing changes.
 #[tokio::test]
 async fn an_action_on_one_message_refuses_a_selection_in_its_body() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    let rows = failed_rows(&mut client, 2, "s").await?;
-    let dash = Dashboard::start(&db, users()?).await?;
+    let (_db, client, dash, rows) = failed_rows_on_a_dashboard::<2>().await?;
     let (id, other) = (rows[0], rows[1].to_string());
     for (action, body) in [
         ("replay", json!({"ids": [other]})),
@@ -1395,9 +1416,7 @@ async fn an_action_on_one_message_refuses_a_selection_in_its_body() -> TestResul
 
 #[tokio::test]
 async fn discard_through_the_api_one_row_and_by_filter_with_a_dry_run() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    let rows = failed_rows(&mut client, 3, "s").await?;
-    let dash = Dashboard::start(&db, users()?).await?;
+    let (_db, client, dash, rows) = failed_rows_on_a_dashboard::<3>().await?;
 
     let res = dash
         .request(
@@ -1453,9 +1472,7 @@ async fn discard_through_the_api_one_row_and_by_filter_with_a_dry_run() -> TestR
 
 #[tokio::test]
 async fn a_viewer_sees_no_discard_and_a_forged_discard_is_403() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    let id = failed_rows(&mut client, 1, "s").await?[0];
-    let dash = Dashboard::start(&db, users()?).await?;
+    let (_db, client, dash, [id]) = failed_rows_on_a_dashboard().await?;
 
     for path in [
         "/messages".to_owned(),
@@ -1496,9 +1513,7 @@ async fn a_viewer_sees_no_discard_and_a_forged_discard_is_403() -> TestResult {
 
 #[tokio::test]
 async fn a_cross_site_discard_is_refused_and_changes_nothing() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    let id = failed_rows(&mut client, 1, "s").await?[0];
-    let dash = Dashboard::start(&db, users()?).await?;
+    let (_db, client, dash, [id]) = failed_rows_on_a_dashboard().await?;
     let path = format!("/messages/{id}/discard");
     let form = "reason=win+a+prize";
 
@@ -1577,9 +1592,7 @@ fn overview_row<'a>(html: &'a str, destination: &str) -> &'a str {
 #[tokio::test]
 async fn a_destination_paused_from_the_overview_is_paused_and_logged_with_the_user_and_reason(
 ) -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    pending_empty(&mut client, "stripe", "s-1").await?;
-    let dash = Dashboard::start(&db, users()?).await?;
+    let (_db, client, dash) = dashboard_over(&[("stripe", "s-1")]).await?;
 
     let (_, html) = dash.get_as("", ALICE).await?;
     let row = overview_row(&html, "stripe");
@@ -1635,11 +1648,9 @@ async fn a_destination_paused_from_the_overview_is_paused_and_logged_with_the_us
 #[tokio::test]
 async fn a_paused_destination_resumed_from_the_overview_is_open_again_and_logged_with_the_user(
 ) -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    pending_empty(&mut client, "stripe", "s-1").await?;
+    let (_db, mut client, dash) = dashboard_over(&[("stripe", "s-1")]).await?;
     txoutbox::admin::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob"))
         .await?;
-    let dash = Dashboard::start(&db, users()?).await?;
 
     let (status, body) = dash
         .post_form("/destinations/stripe/resume", &[], ALICE)
@@ -1668,9 +1679,7 @@ async fn a_paused_destination_resumed_from_the_overview_is_open_again_and_logged
 
 #[tokio::test]
 async fn resuming_a_destination_that_is_not_paused_says_so_and_changes_nothing() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    pending_empty(&mut client, "stripe", "s-1").await?;
-    let dash = Dashboard::start(&db, users()?).await?;
+    let (_db, client, dash) = dashboard_over(&[("stripe", "s-1")]).await?;
 
     let (status, html) = dash
         .post_form("/destinations/stripe/resume", &[], ALICE)
@@ -1697,10 +1706,7 @@ async fn resuming_a_destination_that_is_not_paused_says_so_and_changes_nothing()
 
 #[tokio::test]
 async fn an_api_pause_of_a_destination_nothing_names_is_a_400_with_the_known_ones() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    pending_empty(&mut client, "stripe", "s-1").await?;
-    pending_empty(&mut client, "email", "e-1").await?;
-    let dash = Dashboard::start(&db, users()?).await?;
+    let (_db, client, dash) = dashboard_over(&[("stripe", "s-1"), ("email", "e-1")]).await?;
 
     let res = dash
         .post_json(
@@ -1756,9 +1762,7 @@ async fn a_configured_destination_or_a_forced_one_is_paused_before_its_first_row
 
 #[tokio::test]
 async fn a_pause_without_a_reason_is_a_400_and_pauses_nothing() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    pending_empty(&mut client, "stripe", "s-1").await?;
-    let dash = Dashboard::start(&db, users()?).await?;
+    let (_db, client, dash) = dashboard_over(&[("stripe", "s-1")]).await?;
 
     for form in [vec![("reason", "   ")], vec![]] {
         let (status, html) = dash
@@ -1853,12 +1857,9 @@ async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> Tes
 
 #[tokio::test]
 async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    pending_empty(&mut client, "stripe", "s-1").await?;
-    pending_empty(&mut client, "email", "e-1").await?;
+    let (_db, mut client, dash) = dashboard_over(&[("stripe", "s-1"), ("email", "e-1")]).await?;
     txoutbox::admin::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob"))
         .await?;
-    let dash = Dashboard::start(&db, users()?).await?;
 
     let (_, html) = dash.get_as("", VICTOR).await?;
     assert!(html.contains("Stripe incident"), "a viewer sees the pause");
@@ -1903,12 +1904,9 @@ async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResul
 
 #[tokio::test]
 async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    pending_empty(&mut client, "stripe", "s-1").await?;
-    pending_empty(&mut client, "email", "e-1").await?;
+    let (_db, mut client, dash) = dashboard_over(&[("stripe", "s-1"), ("email", "e-1")]).await?;
     txoutbox::admin::pause_destination(&mut client, "email", "SMTP relay down", Some("bob"))
         .await?;
-    let dash = Dashboard::start(&db, users()?).await?;
     let form = "reason=win+a+prize";
 
     let forged = dash
@@ -1957,9 +1955,7 @@ async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestRe
 
 #[tokio::test]
 async fn pause_list_and_resume_through_the_api() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
-    pending_empty(&mut client, "stripe", "s-1").await?;
-    let dash = Dashboard::start(&db, users()?).await?;
+    let (_db, client, dash) = dashboard_over(&[("stripe", "s-1")]).await?;
 
     let res = dash
         .post_json(
