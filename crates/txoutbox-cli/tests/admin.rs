@@ -106,12 +106,23 @@ async fn dead_lettered(
     Ok(id)
 }
 
+/// A row of `destination` with downstream key `key`, delivered by a real relay; its id.
+async fn delivered_row(
+    db: &TestDb,
+    client: &mut Client,
+    destination: &str,
+    key: &str,
+) -> anyhow::Result<Uuid> {
+    let id = pending(&mut *client, destination, key).await?;
+    deliver(db, client, destination).await?;
+    Ok(id)
+}
+
 /// One row in each of three states, put there by real relays: `f-1` failed (destination
 /// `doomed`), then `d-1` delivered, then `p-1` pending (destination `email`); their ids.
 async fn failed_delivered_pending(db: &TestDb, client: &mut Client) -> anyhow::Result<[Uuid; 3]> {
     let failed = dead_lettered(db, client, "doomed", "f-1").await?;
-    let delivered = pending(&mut *client, "email", "d-1").await?;
-    deliver(db, client, "email").await?;
+    let delivered = delivered_row(db, client, "email", "d-1").await?;
     let pending = pending(&mut *client, "email", "p-1").await?;
     Ok([failed, delivered, pending])
 }
@@ -508,8 +519,7 @@ async fn replay_of_a_delivered_row_needs_include_delivered_and_moves_it_back() -
 #[tokio::test]
 async fn replay_of_a_delivered_row_whose_effect_was_enqueued_again_needs_a_new_key() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let first = pending(&mut client, "email", "digest-1").await?;
-    deliver(&db, &client, "email").await?;
+    let first = delivered_row(&db, &mut client, "email", "digest-1").await?;
     // The same effect enqueued again after its delivery: a hot row now carries the key.
     let again = pending(&mut client, "email", "digest-1").await?;
 
@@ -784,8 +794,7 @@ async fn purge_deletes_old_delivered_rows_and_expired_keys_only() -> TestResult 
 #[tokio::test]
 async fn purge_retention_and_skip_keys_are_honoured() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let id = pending(&mut client, "email", "two-days").await?;
-    deliver(&db, &client, "email").await?;
+    let id = delivered_row(&db, &mut client, "email", "two-days").await?;
     delivered_days_ago(&client, id, 2).await?;
     store_expired_key(&mut client, "expired-key").await?;
 
@@ -807,8 +816,7 @@ async fn purge_retention_and_skip_keys_are_honoured() -> TestResult {
 #[tokio::test]
 async fn purge_dry_run_counts_and_deletes_nothing() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let id = pending(&mut client, "email", "old").await?;
-    deliver(&db, &client, "email").await?;
+    let id = delivered_row(&db, &mut client, "email", "old").await?;
     delivered_days_ago(&client, id, 8).await?;
     store_expired_key(&mut client, "expired-key").await?;
 
@@ -839,8 +847,7 @@ async fn age_row(client: &Client, id: Uuid, days: i32) -> TestResult {
 #[tokio::test]
 async fn purge_keeps_failed_and_discarded_rows_90_days_and_delivered_ones_7() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let delivered = pending(&mut client, "email", "d-10").await?;
-    deliver(&db, &client, "email").await?;
+    let delivered = delivered_row(&db, &mut client, "email", "d-10").await?;
     delivered_days_ago(&client, delivered, 10).await?;
     let old_failed = pending(&mut client, "pay", "f-100").await?;
     let young_failed = pending(&mut client, "pay", "f-10").await?;
