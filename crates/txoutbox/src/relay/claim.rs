@@ -33,8 +33,7 @@ pub(super) async fn claim(
     held: Vec<Uuid>,
     bounds: &flow::Bounds,
 ) -> Result<Claimed> {
-    let client = inner.pool.get().await?;
-    let conn = Pooled::new(&client, inner.config.prepared_statements);
+    let prepared = inner.config.prepared_statements;
     let mut due = store::messages::ClaimDue {
         limit: want as i64,
         owner: &inner.config.owner,
@@ -46,12 +45,22 @@ pub(super) async fn claim(
         // last claim saw no destination with a flow-control state.
         unbounded: bounds.destinations.is_empty() && !inner.flow_seen.load(Ordering::Relaxed),
     };
-    let mut claimed = store::messages::claim_due(&conn, &due).await?;
-    if claimed.flow {
+    let mut claimed = None;
+    if due.unbounded {
+        // On a session of the claim pool: its plan is generic, built once.
+        let client = inner.claim_pool.get().await?;
+        let lean = store::messages::claim_due(&Pooled::new(&client, prepared), &due).await?;
         // A destination has a state now: claim within the bounds.
-        due.unbounded = false;
-        claimed = store::messages::claim_due(&conn, &due).await?;
+        claimed = (!lean.flow).then_some(lean);
     }
+    let claimed = match claimed {
+        Some(claimed) => claimed,
+        None => {
+            due.unbounded = false;
+            let client = inner.pool.get().await?;
+            store::messages::claim_due(&Pooled::new(&client, prepared), &due).await?
+        }
+    };
     inner
         .flow_seen
         .store(claimed.gates.is_some(), Ordering::Relaxed);
@@ -65,7 +74,14 @@ pub(super) async fn claim(
     if !claimed.parked_ids.is_empty() {
         // The claim has committed its rows: a failure here must not lose them, and the park it
         // would end runs out by itself.
-        if let Err(e) = store::messages::unpark_freed(&conn, &claimed.parked_ids).await {
+        let unparked = async {
+            let client = inner.pool.get().await?;
+            store::messages::unpark_freed(&Pooled::new(&client, prepared), &claimed.parked_ids)
+                .await?;
+            Ok::<(), crate::error::Error>(())
+        }
+        .await;
+        if let Err(e) = unparked {
             tracing::debug!(error = %e, "could not end the park of rows whose head is gone");
         }
     }

@@ -6,7 +6,7 @@
 //! `with_*` methods, so a new knob breaks no caller); `policy` the per-destination rules;
 //! `builder` the [`RelayBuilder`] and its checks.
 
-mod builder;
+pub(super) mod builder;
 mod policy;
 
 use std::time::Duration;
@@ -182,7 +182,8 @@ impl RelayConfig {
         self.completion_batch
     }
 
-    /// Connections in the relay's pool (default 4).
+    /// Connections in the relay's pool (default 4, at least 2), besides the listener's and up
+    /// to two for its claims while it bounds no destination.
     pub fn pool_size(&self) -> usize {
         self.pool_size
     }

@@ -104,6 +104,9 @@ pub struct Relay {
 struct Inner {
     pg: PgConfig,
     pool: deadpool_postgres::Pool,
+    /// The sessions of the claims of a relay that bounds no destination (generic plans:
+    /// `config::builder::CLAIM_SESSION`).
+    claim_pool: deadpool_postgres::Pool,
     config: RelayConfig,
     sinks: HashMap<String, Arc<dyn Sink>>,
     hooks: HashMap<String, Arc<dyn CompletionHook>>,

@@ -12,6 +12,7 @@ use super::policy::check_policy;
 use super::{DestinationPolicy, RelayConfig};
 use crate::error::{Error, Result};
 use crate::pg::PgConfig;
+use crate::relay::claim_loop::CLAIMS_IN_FLIGHT;
 use crate::relay::{Inner, Relay};
 use crate::sink::{CompletionHook, Sink};
 
@@ -88,39 +89,22 @@ impl RelayBuilder {
                 }
             }
         }
-        // Custom plans: the claim's and completion's best plans depend on their array sizes and
-        // on the hot table's size now, which a custom plan reads from the table itself while a
-        // generic plan keeps what it saw when first built. Generic plans would save the
-        // planning (about 0.6 of the claim's 0.9 ms at 1 000 msg/s), but a completion planned
-        // generically on an empty table walked the whole due index for every row it could
-        // unpark: 117 s for one batch of 100 once the table held 200 000 rows. No
-        // JIT: the claim's estimated cost grows with the backlog (its bounded-destination branch
-        // is costed for every destination the planner guesses), so past about 50 000 due rows it
-        // crossed `jit_above_cost` and every claim spent some 80 ms compiling a plan that runs in
-        // 4 ms. (Bitmap scans stay: a relay session without them drained 15-25 % slower, its
-        // claims updating their rows in key order rather than heap order; the claim's plan over a
-        // table without statistics is the relay's statistics check's to mend.) The relay sets
-        // its own statement timeout, so a role's lower one cannot stop it claiming, and no
-        // statement of the relay outlives a lease.
-        let mut pg = self.pg.clone();
-        let options = pg.config().get_options().unwrap_or("").to_owned();
         let statement_timeout = self.config.lease.max(Duration::from_secs(5)).as_millis();
-        pg.config_mut().options(
-            format!(
-                "{options} -c plan_cache_mode=force_custom_plan -c jit=off \
-                 -c statement_timeout={statement_timeout}"
-            )
-            .trim(),
-        );
-        let pool = pg
-            .pool_builder(self.config.pool_size.max(2))
-            .wait_timeout(Some(Duration::from_secs(10)))
-            .build()
-            .map_err(|e| Error::Config(format!("relay pool: {e}")))?;
+        let pool = session_pool(
+            &self.pg,
+            &format!("{RELAY_SESSION} -c statement_timeout={statement_timeout}"),
+            self.config.pool_size.max(2),
+        )?;
+        let claim_pool = session_pool(
+            &self.pg,
+            &format!("{CLAIM_SESSION} -c statement_timeout={statement_timeout}"),
+            CLAIMS_IN_FLIGHT,
+        )?;
         Ok(Relay {
             inner: Arc::new(Inner {
                 pg: self.pg,
                 pool,
+                claim_pool,
                 config: self.config,
                 sinks: self.sinks,
                 hooks: self.hooks,
@@ -135,4 +119,41 @@ impl RelayBuilder {
             }),
         })
     }
+}
+
+/// The settings of the relay's sessions but its claims'. Custom plans: the completion's best
+/// plans depend on its array sizes and on the hot table's size now, which a custom plan reads
+/// from the table itself while a generic plan keeps what it saw when first built: a completion
+/// planned generically on an empty table walked the whole due index for every row it could
+/// unpark, 117 s for one batch of 100 once the table held 200 000 rows. No JIT: the claim's
+/// estimated cost grows with the backlog (its bounded-destination branch is costed for every
+/// destination the planner guesses), so past about 50 000 due rows it crossed `jit_above_cost`
+/// and every claim spent some 80 ms compiling a plan that runs in 4 ms. (Bitmap scans stay: a
+/// relay session without them drained 15-25 % slower, its claims updating their rows in key
+/// order rather than heap order; a custom plan over a table without statistics is the relay's
+/// statistics check's to mend.) The relay sets its own statement timeout, so a role's lower one
+/// cannot stop it claiming, and no statement of the relay outlives a lease.
+const RELAY_SESSION: &str = "-c plan_cache_mode=force_custom_plan -c jit=off";
+
+/// The settings of the sessions that send the claim of a relay that bounds no destination
+/// (`messages/claim_unbounded.sql`): one generic plan, built once a session and again after
+/// each ANALYZE of the table, where a custom plan would be planned at every claim (about 1 of
+/// a small claim's 1.5 ms, the most of an idle relay's commit-to-sink time). No sequential scan
+/// and no sort of the table, so that even a plan built over a table analyzed empty reads every
+/// row through an index (the due index in due order, the ordering index, the primary key): a
+/// plan that cannot go wrong whatever the statistics say, where a custom plan over the same
+/// stale statistics scans the whole table at every claim.
+pub(crate) const CLAIM_SESSION: &str =
+    "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off -c enable_sort=off -c jit=off";
+
+/// A pool of sessions opened with `settings` after the caller's own options.
+fn session_pool(pg: &PgConfig, settings: &str, size: usize) -> Result<deadpool_postgres::Pool> {
+    let mut pg = pg.clone();
+    let options = pg.config().get_options().unwrap_or("").to_owned();
+    pg.config_mut()
+        .options(format!("{options} {settings}").trim());
+    pg.pool_builder(size)
+        .wait_timeout(Some(Duration::from_secs(10)))
+        .build()
+        .map_err(|e| Error::Config(format!("relay pool: {e}")))
 }
