@@ -45,17 +45,18 @@ pub(super) async fn claim(
         // last claim saw no destination with a flow-control state.
         unbounded: bounds.destinations.is_empty() && !inner.flow_seen.load(Ordering::Relaxed),
     };
-    let mut claimed = None;
-    if due.unbounded {
+    let lean = if due.unbounded {
         // On a session of the claim pool: its plan is generic, built once.
         let client = inner.claim_pool.get().await?;
-        let lean = store::messages::claim_due(&Pooled::new(&client, prepared), &due).await?;
-        // A destination has a state now: claim within the bounds.
-        claimed = (!lean.flow).then_some(lean);
-    }
-    let claimed = match claimed {
-        Some(claimed) => claimed,
-        None => {
+        Some(store::messages::claim_due(&Pooled::new(&client, prepared), &due).await?)
+    } else {
+        None
+    };
+    let claimed = match lean {
+        Some(lean) if !lean.flow => lean,
+        // This relay bounds a destination, or one has a flow-control state now: claim within
+        // the bounds.
+        _ => {
             due.unbounded = false;
             let client = inner.pool.get().await?;
             store::messages::claim_due(&Pooled::new(&client, prepared), &due).await?

@@ -121,18 +121,18 @@ impl RelayBuilder {
     }
 }
 
-/// The settings of the relay's sessions but its claims'. Custom plans: the completion's best
-/// plans depend on its array sizes and on the hot table's size now, which a custom plan reads
-/// from the table itself while a generic plan keeps what it saw when first built: a completion
-/// planned generically on an empty table walked the whole due index for every row it could
-/// unpark, 117 s for one batch of 100 once the table held 200 000 rows. No JIT: the claim's
+/// The settings of the relay's sessions but those of [`CLAIM_SESSION`]. Custom plans: the
+/// completion's best plans depend on its array sizes and on the hot table's size now, which a
+/// custom plan reads from the table itself while a generic plan keeps what it saw when first built:
+/// a completion planned generically on an empty table walked the whole due index for every row it
+/// could unpark, 117 s for one batch of 100 once the table held 200 000 rows. No JIT: the claim's
 /// estimated cost grows with the backlog (its bounded-destination branch is costed for every
-/// destination the planner guesses), so past about 50 000 due rows it crossed `jit_above_cost`
-/// and every claim spent some 80 ms compiling a plan that runs in 4 ms. (Bitmap scans stay: a
-/// relay session without them drained 15-25 % slower, its claims updating their rows in key
-/// order rather than heap order; a custom plan over a table without statistics is the relay's
-/// statistics check's to mend.) The relay sets its own statement timeout, so a role's lower one
-/// cannot stop it claiming, and no statement of the relay outlives a lease.
+/// destination the planner guesses), so past about 50 000 due rows it crossed `jit_above_cost` and
+/// every claim spent some 80 ms compiling a plan that runs in 4 ms. (Bitmap scans stay: a relay
+/// session without them drained 15-25 % slower, its claims updating their rows in key order rather
+/// than heap order; a custom plan over a table without statistics is the relay's statistics check's
+/// to mend.) The relay sets its own statement timeout, so a role's lower one cannot stop it
+/// claiming, and no statement of the relay outlives a lease.
 const RELAY_SESSION: &str = "-c plan_cache_mode=force_custom_plan -c jit=off";
 
 /// The settings of the sessions that send the claim of a relay that bounds no destination
