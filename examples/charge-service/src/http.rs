@@ -9,6 +9,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use example_support::{check_amount, check_text};
 use serde::Deserialize;
 use serde_json::json;
 use txoutbox::{relay::RelayWaker, Scope};
@@ -97,10 +98,7 @@ impl App {
     }
 
     fn crash_point(&self, point: CrashPoint) {
-        if self.inner.crash_at == Some(point) {
-            eprintln!("CRASH_AT={}: aborting", point.as_str());
-            std::process::abort();
-        }
+        example_support::crash_at(self.inner.crash_at, point, CrashPoint::as_str);
     }
 }
 
@@ -108,9 +106,8 @@ impl App {
 /// problem document.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
-/// The largest amount accepted, in the currency's smallest unit: Stripe's own limit (eight
-/// digits). A larger one is refused here with a 400, not by Stripe after the charge is stored.
-pub const MAX_AMOUNT: i64 = 99_999_999;
+/// The largest amount accepted, in the currency's smallest unit (a larger one is a 400).
+pub use example_support::MAX_AMOUNT;
 
 /// The service's routes.
 pub fn router(app: App) -> Router {
@@ -144,33 +141,13 @@ fn invalid(detail: impl Into<String>) -> Problem {
     )
 }
 
-/// A text field: 1..=`max` bytes, not blank, no control characters (Postgres text and JSON
-/// payloads cannot hold a NUL, and none of these fields has a use for one).
-fn check_text(field: &str, value: &str, max: usize) -> Result<(), Problem> {
-    if value.trim().is_empty() {
-        return Err(invalid(format!("{field} is empty")));
-    }
-    if value.len() > max {
-        return Err(invalid(format!("{field} is longer than {max} bytes")));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(invalid(format!("{field} contains a control character")));
-    }
-    Ok(())
-}
-
 /// Every refusal of a charge is a 400 problem document, decided before anything is written:
 /// a client error is never a 5xx that a client would retry.
 fn check_charge(charge: &ChargeRequest) -> Result<(), Problem> {
-    check_text("customer_id", &charge.customer_id, 255)?;
-    check_text("email", &charge.email, 254)?;
-    check_text("currency", &charge.currency, 3)?;
-    if !(1..=MAX_AMOUNT).contains(&charge.amount) {
-        return Err(invalid(format!(
-            "amount must be from 1 to {MAX_AMOUNT} (in the currency's smallest unit), not {}",
-            charge.amount
-        )));
-    }
+    check_text("customer_id", &charge.customer_id, 255).map_err(invalid)?;
+    check_text("email", &charge.email, 254).map_err(invalid)?;
+    check_text("currency", &charge.currency, 3).map_err(invalid)?;
+    check_amount(charge.amount).map_err(invalid)?;
     if charge.currency.len() != 3 || !charge.currency.bytes().all(|b| b.is_ascii_alphabetic()) {
         return Err(invalid(
             "currency must be a three-letter ISO code such as \"eur\"",

@@ -131,34 +131,11 @@ impl Settings {
 /// Applies txoutbox's migrations, then the service's own, each under an advisory lock so that
 /// instances starting at once apply them once.
 pub async fn migrate(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<()> {
-    let (mut client, connection) = pg.connect().await?;
-    tokio::spawn(txoutbox::pg::drive(connection));
-    txoutbox::migrate(&mut client).await?;
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
-        .await?;
-    let report = embedded::migrations::runner()
-        .set_migration_table_name(HISTORY_TABLE)
-        .run_async(&mut client)
-        .await;
-    let unlocked = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
-        .await;
-    report.context("applying the charge-service migrations")?;
-    unlocked?;
-    Ok(())
+    let runner = embedded::migrations::runner();
+    example_support::migrate(pg, runner, HISTORY_TABLE, MIGRATION_LOCK, "charge-service").await
 }
 
-/// The HTTP pool: bounded waits, so an unreachable Postgres is a quick 503 rather than a hang.
-pub fn pool(pg: &txoutbox::pg::PgConfig, size: usize) -> anyhow::Result<deadpool_postgres::Pool> {
-    Ok(pg
-        .pool_builder(size)
-        .create_timeout(Some(Duration::from_secs(2)))
-        .build()?)
-}
-
-/// The relay's lease: a crashed instance's claims come back within seconds, not half a minute.
-pub const RELAY_LEASE: Duration = Duration::from_secs(10);
+pub use example_support::{pool, RELAY_LEASE};
 
 /// The longest one Stripe call or one SMTP delivery may take. Well below [`RELAY_LEASE`]: a call
 /// still running when its lease ends is claimed and made again by the next relay (a slow SMTP
@@ -187,13 +164,8 @@ pub fn relay(
         .context("the relay's Stripe sink (STRIPE_SECRET_KEY, STRIPE_API_BASE)")?
         .with_timeout(SINK_TIMEOUT);
     let email = email_sink().context("the relay's email sink")?;
-    let config = txoutbox::relay::RelayConfig::default()
-        .with_lease(RELAY_LEASE)
-        .with_poll_interval(Duration::from_millis(250))
-        .with_reclaim_interval(Duration::from_millis(500))
-        .with_shutdown_grace(Duration::from_secs(3));
     let mut builder = txoutbox::relay::Relay::builder(pg.clone())
-        .config(config)
+        .config(example_support::relay_config())
         .sink(txoutbox_stripe::DESTINATION, stripe)
         .sink(txoutbox_email::DESTINATION, email);
     let mut hook = ChargeHook::default();
@@ -246,15 +218,6 @@ pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> an
         None
     };
     let app = App::new(pool.clone(), settings.crash_at)?;
-    let listener = tokio::net::TcpListener::bind(settings.bind)
-        .await
-        .with_context(|| format!("binding {}", settings.bind))?;
-    tracing::info!(addr = %listener.local_addr()?, relay = settings.relay, "charge-service listening");
-    // Scripts and tests wait for this line to know the port.
-    println!("listening on http://{}", listener.local_addr()?);
-    // One stop for the relay and the HTTP server, triggered when `shutdown` resolves.
-    let stop = txoutbox::relay::Shutdown::new();
-    let relay_task = relay.map(|relay| tokio::spawn(relay.run(stop.wait())));
     let mut routes = router(app);
     if !settings.dashboard_users.is_empty() {
         routes = routes.nest("/outbox", dashboard(pool.clone(), settings.dashboard_users));
@@ -262,13 +225,5 @@ pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> an
     if let Some(handle) = settings.metrics {
         routes = routes.route("/metrics", txoutbox_axum::prometheus::route(handle));
     }
-    let server = axum::serve(listener, routes).with_graceful_shutdown(stop.wait());
-    let server = tokio::spawn(async move { server.await });
-    shutdown.await;
-    stop.trigger();
-    server.await??;
-    if let Some(task) = relay_task {
-        task.await??;
-    }
-    Ok(())
+    example_support::serve(settings.bind, "charge-service", routes, relay, shutdown).await
 }

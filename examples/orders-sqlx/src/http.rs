@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
+use example_support::{check_amount, check_text};
 use serde::Deserialize;
 use serde_json::json;
 use txoutbox::Scope;
@@ -20,8 +21,8 @@ use crate::queries;
 /// problem document.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
-/// The largest amount accepted, in the currency's smallest unit.
-pub const MAX_AMOUNT: i64 = 99_999_999;
+/// The largest amount accepted, in the currency's smallest unit (a larger one is a 422).
+pub use example_support::MAX_AMOUNT;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -93,32 +94,12 @@ fn parse(body: &[u8]) -> Result<NewOrder, Problem> {
     })
 }
 
-/// A text field: not blank, at most `max` bytes, no control characters (Postgres text cannot
-/// hold a NUL, and none of these fields has a use for one).
-fn check_text(field: &str, value: &str, max: usize) -> Result<(), Problem> {
-    if value.trim().is_empty() {
-        return Err(invalid(format!("{field} is empty")));
-    }
-    if value.len() > max {
-        return Err(invalid(format!("{field} is longer than {max} bytes")));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(invalid(format!("{field} contains a control character")));
-    }
-    Ok(())
-}
-
 /// Every refusal is a 422 decided before the transaction opens: not stored with the key, the
 /// same body is refused the same way on every retry.
 fn check(order: &NewOrder, id: Uuid) -> Result<Effects, Problem> {
-    check_text("customer_id", &order.customer_id, 255)?;
-    check_text("email", &order.email, 254)?;
-    if !(1..=MAX_AMOUNT).contains(&order.amount) {
-        return Err(invalid(format!(
-            "amount must be from 1 to {MAX_AMOUNT}, not {}",
-            order.amount
-        )));
-    }
+    check_text("customer_id", &order.customer_id, 255).map_err(invalid)?;
+    check_text("email", &order.email, 254).map_err(invalid)?;
+    check_amount(order.amount).map_err(invalid)?;
     let receipt = txoutbox_email::Email::new(
         "Orders <orders@orders-sqlx.example>",
         order.email.clone(),
@@ -163,8 +144,7 @@ async fn create_order(State(app): State<App>, request: Idempotent) -> Result<Res
     );
     let response = request.complete(tx, claim, answer).await?;
     if app.inner.crash_after_commit {
-        eprintln!("CRASH_AT=after_commit: aborting");
-        std::process::abort();
+        example_support::crash("after_commit");
     }
     Ok(response)
 }

@@ -98,16 +98,7 @@ pub async fn serve(
     let pool = pool(&settings.database_url, 16)?;
     migrate(&pool).await?;
     let app = App::new(pool.clone(), settings.crash_after_commit)?;
-    let listener = tokio::net::TcpListener::bind(settings.bind)
-        .await
-        .with_context(|| format!("binding {}", settings.bind))?;
-    let addr = listener.local_addr()?;
-    tracing::info!(%addr, "orders-sqlx listening");
-    // Scripts and tests wait for this line to know the port.
-    println!("listening on http://{addr}");
-    axum::serve(listener, router(app))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    example_support::serve(settings.bind, "orders-sqlx", router(app), None, shutdown).await?;
     pool.close().await;
     Ok(())
 }

@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use example_support::check_text;
 use serde::Deserialize;
 use serde_json::json;
 use txoutbox::inbox::Consumer;
@@ -97,10 +98,7 @@ impl App {
     }
 
     fn crash_point(&self, point: CrashPoint) {
-        if self.inner.crash_at == Some(point) {
-            eprintln!("CRASH_AT={}: aborting", point.as_str());
-            std::process::abort();
-        }
+        example_support::crash_at(self.inner.crash_at, point, CrashPoint::as_str);
     }
 }
 
@@ -138,22 +136,6 @@ fn invalid(detail: impl Into<String>) -> Problem {
     )
 }
 
-/// A text field: not empty, at most `max` bytes, no control characters.
-fn check_text(field: &str, value: &str, max: usize) -> Result<(), Problem> {
-    if value.trim().is_empty() {
-        return Err(invalid(format!("data.{field} is empty")));
-    }
-    if value.len() > max {
-        return Err(invalid(format!("data.{field} is longer than {max} bytes")));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(invalid(format!(
-            "data.{field} contains a control character"
-        )));
-    }
-    Ok(())
-}
-
 /// The "your order ships" email of a charge's shipment.
 fn ships_email(
     charge: &ChargeSucceeded,
@@ -181,8 +163,8 @@ async fn receive_webhook(State(app): State<App>, hook: SignedWebhook) -> Result<
     let charge = if event.event_type == EVENT_TYPE {
         let charge: ChargeSucceeded = serde_json::from_value(event.data)
             .map_err(|e| invalid(format!("a charge.succeeded event's data: {e}")))?;
-        check_text("charge_id", &charge.charge_id, 255)?;
-        check_text("email", &charge.email, 254)?;
+        check_text("data.charge_id", &charge.charge_id, 255).map_err(invalid)?;
+        check_text("data.email", &charge.email, 254).map_err(invalid)?;
         Some(charge)
     } else {
         None

@@ -93,34 +93,16 @@ pub fn split_secrets(value: &str) -> Vec<String> {
 /// Applies txoutbox's migrations, then the service's own, each under an advisory lock so that
 /// instances starting at once apply them once.
 pub async fn migrate(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<()> {
-    let (mut client, connection) = pg.connect().await?;
-    tokio::spawn(txoutbox::pg::drive(connection));
-    txoutbox::migrate(&mut client).await?;
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
-        .await?;
-    let report = embedded::migrations::runner()
-        .set_migration_table_name(HISTORY_TABLE)
-        .run_async(&mut client)
-        .await;
-    let unlocked = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
-        .await;
-    report.context("applying the shipping-service migrations")?;
-    unlocked?;
-    Ok(())
+    let runner = embedded::migrations::runner();
+    example_support::migrate(
+        pg,
+        runner,
+        HISTORY_TABLE,
+        MIGRATION_LOCK,
+        "shipping-service",
+    )
+    .await
 }
-
-/// The HTTP pool: bounded waits, so an unreachable Postgres is a quick 503 rather than a hang.
-pub fn pool(pg: &txoutbox::pg::PgConfig, size: usize) -> anyhow::Result<deadpool_postgres::Pool> {
-    Ok(pg
-        .pool_builder(size)
-        .create_timeout(Some(Duration::from_secs(2)))
-        .build()?)
-}
-
-/// The relay's lease: a crashed instance's claims come back within seconds.
-pub const RELAY_LEASE: Duration = Duration::from_secs(10);
 
 /// The relay with the email sink (from the environment: `SMTP_URL`, else `MAIL_DIR`), each
 /// delivery bounded well below the lease.
@@ -130,13 +112,8 @@ pub fn relay(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<txoutbox::relay::Rel
         ..txoutbox_email::SmtpConfig::default()
     })
     .context("the relay's email sink (SMTP_URL or MAIL_DIR)")?;
-    let config = txoutbox::relay::RelayConfig::default()
-        .with_lease(RELAY_LEASE)
-        .with_poll_interval(Duration::from_millis(250))
-        .with_reclaim_interval(Duration::from_millis(500))
-        .with_shutdown_grace(Duration::from_secs(3));
     Ok(txoutbox::relay::Relay::builder(pg.clone())
-        .config(config)
+        .config(example_support::relay_config())
         .sink(txoutbox_email::DESTINATION, email)
         .build()?)
 }
@@ -146,7 +123,7 @@ pub fn relay(pg: &txoutbox::pg::PgConfig) -> anyhow::Result<txoutbox::relay::Rel
 pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let pg = txoutbox::pg::PgConfig::parse(&settings.database_url).context("DATABASE_URL")?;
     let app = App::new(
-        pool(&pg, 32)?,
+        example_support::pool(&pg, 32)?,
         settings.webhook_secrets.iter().map(String::as_str),
         settings.crash_at,
     )?;
@@ -156,21 +133,6 @@ pub async fn serve(settings: Settings, shutdown: impl Future<Output = ()>) -> an
     } else {
         None
     };
-    let listener = tokio::net::TcpListener::bind(settings.bind)
-        .await
-        .with_context(|| format!("binding {}", settings.bind))?;
-    tracing::info!(addr = %listener.local_addr()?, relay = settings.relay, "shipping-service listening");
-    // Scripts and tests wait for this line to know the port.
-    println!("listening on http://{}", listener.local_addr()?);
-    let stop = txoutbox::relay::Shutdown::new();
-    let relay_task = relay.map(|relay| tokio::spawn(relay.run(stop.wait())));
-    let server = axum::serve(listener, router(app)).with_graceful_shutdown(stop.wait());
-    let server = tokio::spawn(async move { server.await });
-    shutdown.await;
-    stop.trigger();
-    server.await??;
-    if let Some(task) = relay_task {
-        task.await??;
-    }
-    Ok(())
+    let routes = router(app);
+    example_support::serve(settings.bind, "shipping-service", routes, relay, shutdown).await
 }
