@@ -422,12 +422,13 @@ async fn measure(
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
+                let order = requests::order(client_no, n);
                 match &mut client {
                     Client::Deadpool(client) => {
-                        requests::one_request(client, &scope, &waker, mode, client_no, n).await?
+                        requests::one_request(client, &scope, &waker, mode, order).await?
                     }
                     Client::Sqlx(conn) => {
-                        sqlx_requests::one_request(conn, &scope, mode, client_no, n).await?
+                        sqlx_requests::one_request(conn, &scope, mode, order).await?
                     }
                 }
                 if counting.load(Ordering::Relaxed) {

@@ -46,16 +46,14 @@ struct KeyedOrder<'a> {
     amount: i64,
 }
 
-/// One request of `mode`, as client `client_no`'s `n`th.
+/// One request of `mode`, for one order (customer, amount).
 pub(super) async fn one_request(
     client: &mut deadpool_postgres::Object,
     scope: &Scope,
     waker: &RelayWaker,
     mode: Mode,
-    client_no: usize,
-    n: u64,
+    (customer, amount): (String, i64),
 ) -> Result<()> {
-    let (customer, amount) = order(client_no, n);
     if matches!(mode, Mode::HandWrittenOneRow | Mode::HandWrittenTwoTrips) {
         let two_trips = mode == Mode::HandWrittenTwoTrips;
         return hand_written_one_row(client, scope, &customer, amount, two_trips).await;
@@ -67,9 +65,8 @@ pub(super) async fn one_request(
         tx.commit().await?;
         return Ok(());
     }
-    let key = IdempotencyKey::parse(&uuid::Uuid::now_v7().to_string())?;
-    let body = format!(r#"{{"customer":"{customer}","amount":{amount}}}"#);
-    let fingerprint = Fingerprint::new("POST", "/orders", body.as_bytes());
+    let key = fresh_key()?;
+    let fingerprint = order_fingerprint(&customer, amount);
     let keyed = KeyedOrder {
         scope,
         key: &key,
@@ -129,6 +126,17 @@ pub(super) async fn one_request(
 /// The customer and the amount of client `client_no`'s `n`th order.
 pub(super) fn order(client_no: usize, n: u64) -> (String, i64) {
     (format!("customer-{client_no}"), (n % 10_000) as i64)
+}
+
+/// A fresh idempotency key (a UUIDv7), as a client sends with each new request.
+pub(super) fn fresh_key() -> Result<IdempotencyKey> {
+    Ok(IdempotencyKey::parse(&uuid::Uuid::now_v7().to_string())?)
+}
+
+/// The fingerprint of an order request (`POST /orders` with the order's JSON body).
+pub(super) fn order_fingerprint(customer: &str, amount: i64) -> Fingerprint {
+    let body = format!(r#"{{"customer":"{customer}","amount":{amount}}}"#);
+    Fingerprint::new("POST", "/orders", body.as_bytes())
 }
 
 /// The response an order request stores: 201 with the order's id.
@@ -205,8 +213,7 @@ async fn hand_written_one_row(
     two_trips: bool,
 ) -> Result<()> {
     let key = uuid::Uuid::now_v7().to_string();
-    let body = format!(r#"{{"customer":"{customer}","amount":{amount}}}"#);
-    let fingerprint = Fingerprint::new("POST", "/orders", body.as_bytes());
+    let fingerprint = order_fingerprint(customer, amount);
     let scope = scope.name();
     let (lock, lookup, insert, store) = (
         client.prepare_cached(HAND_LOCK).await?,

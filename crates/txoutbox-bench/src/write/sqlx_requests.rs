@@ -4,20 +4,18 @@
 
 use anyhow::Result;
 use sqlx::Connection;
-use txoutbox::{Begin, Fingerprint, IdempotencyKey, Scope};
+use txoutbox::{Begin, Scope};
 
-use super::requests::{effects, order, order_response, INSERT_ORDER};
+use super::requests::{effects, fresh_key, order_fingerprint, order_response, INSERT_ORDER};
 use super::Mode;
 
-/// One request of the sqlx `mode`, as client `client_no`'s `n`th.
+/// One request of the sqlx `mode`, for one order (customer, amount).
 pub(super) async fn one_request(
     conn: &mut sqlx::PgConnection,
     scope: &Scope,
     mode: Mode,
-    client_no: usize,
-    n: u64,
+    (customer, amount): (String, i64),
 ) -> Result<()> {
-    let (customer, amount) = order(client_no, n);
     let mut tx = conn.begin().await?;
     if mode == Mode::SqlxBusiness {
         sqlx::query(INSERT_ORDER)
@@ -28,9 +26,8 @@ pub(super) async fn one_request(
         tx.commit().await?;
         return Ok(());
     }
-    let key = IdempotencyKey::parse(&uuid::Uuid::now_v7().to_string())?;
-    let body = format!(r#"{{"customer":"{customer}","amount":{amount}}}"#);
-    let fingerprint = Fingerprint::new("POST", "/orders", body.as_bytes());
+    let key = fresh_key()?;
+    let fingerprint = order_fingerprint(&customer, amount);
     let Begin::New(mut claim) = txoutbox::begin(&mut tx, scope, &key, &fingerprint).await? else {
         anyhow::bail!("a fresh key was not new");
     };
