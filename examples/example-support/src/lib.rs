@@ -1,7 +1,7 @@
 //! What the example services (`charge-service`, `shipping-service`, `orders-sqlx`) share, so
 //! that each example shows its own business and not the same set-up three times: their
-//! migrations under an advisory lock, their pool, their relay's timing, the check of a text
-//! field, and the serve-until-shutdown loop.
+//! migrations under an advisory lock, their pool, their relay's timing, the checks of a text
+//! field and of an amount, the `CRASH_AT` abort, and the serve-until-shutdown loop.
 //!
 //! ```no_run
 //! # async fn demo(routes: axum::Router) -> anyhow::Result<()> {
