@@ -3,8 +3,8 @@
 //! once with a readable error and one attempt logged, and delivers the rows claimed with it; a
 //! key row's undecodable stored response fails its own request, not the others.
 
-use txoutbox::sink::{Completion, CompletionHook, Delivery};
 use txoutbox::{begin, Begin, Error, Scope, StoredResponse};
+use txoutbox_test_support::hooks::{charge_status, charges_table, MarkCharge};
 use txoutbox_test_support::request::{charge_fingerprint, key};
 
 use txoutbox::admin::MessageStatus;
@@ -241,25 +241,6 @@ async fn a_column_the_driver_cannot_decode_is_undecodable_not_an_outage() -> Tes
     Ok(())
 }
 
-/// Records the downstream key of every completion it is handed.
-#[derive(Clone, Default)]
-struct RecordingHook(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
-
-#[async_trait::async_trait]
-impl CompletionHook for RecordingHook {
-    async fn completed(
-        &self,
-        _tx: &tokio_postgres::Transaction<'_>,
-        delivery: &Delivery,
-        _completion: &Completion,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        if let Ok(mut seen) = self.0.lock() {
-            seen.push(delivery.downstream_key.clone());
-        }
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn an_undecodable_row_of_a_hooked_destination_fails_without_calling_the_hook() -> TestResult {
     let (db, client) = test_db_with_client().await?;
@@ -269,12 +250,15 @@ async fn an_undecodable_row_of_a_hooked_destination_fails_without_calling_the_ho
         .create()
         .await?;
     message(&db).key("ordinary").create_many(5).await?;
-    let hook = RecordingHook::default();
+    let ordinary: Vec<String> = (0..5).map(|i| format!("ordinary-{i}")).collect();
+    let mut charged: Vec<&str> = ordinary.iter().map(String::as_str).collect();
+    charged.push("hostile");
+    charges_table(&client, &charged).await?;
     let relay = RunningRelay::start(
         db.relay()?
             .config(relay_config())
             .sink("test", RecordingSink::new())
-            .hook("test", hook.clone())
+            .hook("test", MarkCharge::default())
             .build()?,
     );
     let reached = wait_until(&client, |c| c.delivered >= 5 && c.failed >= 1).await?;
@@ -284,11 +268,13 @@ async fn an_undecodable_row_of_a_hooked_destination_fails_without_calling_the_ho
         status(&client, "hostile").await?,
         Some(MessageStatus::Failed)
     );
-    let mut seen = hook.0.lock().map(|s| s.clone()).unwrap_or_default();
-    seen.sort();
+    // The hook marks the charge of each row it is called for, delivered or dead-lettered.
+    for key in &ordinary {
+        assert_eq!(charge_status(&client, key).await?, "succeeded", "{key}");
+    }
     assert_eq!(
-        seen,
-        (0..5).map(|i| format!("ordinary-{i}")).collect::<Vec<_>>(),
+        charge_status(&client, "hostile").await?,
+        "pending",
         "the hook saw the delivered rows only"
     );
     Ok(())
