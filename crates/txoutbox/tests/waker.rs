@@ -38,34 +38,45 @@ async fn next_hint(hints: &mut UnboundedReceiver<()>) -> TestResult {
         .ok_or_else(|| anyhow::anyhow!("the listener is gone"))
 }
 
-/// A waker over a business pool of one connection, and that connection, held: the pool cannot
-/// send a hint, only a connection of the waker's own can.
-async fn waker_beside_a_held_pool(
-    db: &TestDb,
-) -> anyhow::Result<(RelayWaker, deadpool_postgres::Object)> {
+/// A listener, and a waker over a business pool of one connection with that connection held:
+/// the pool cannot send a hint, only a connection of the waker's own can.
+struct HeldPool {
+    listener: tokio_postgres::Client,
+    received: UnboundedReceiver<()>,
+    waker: RelayWaker,
+    _held: deadpool_postgres::Object,
+}
+
+/// A [`HeldPool`] whose waker has sent one hint, received.
+async fn hinted_beside_a_held_pool(db: &TestDb) -> anyhow::Result<HeldPool> {
+    let (listener, mut received) = hints(db).await?;
     let pool = db.pool(1)?;
     let held = pool.get().await?;
-    Ok((RelayWaker::spawn(pool), held))
+    let waker = RelayWaker::spawn(pool);
+    waker.wake();
+    next_hint(&mut received).await?;
+    Ok(HeldPool {
+        listener,
+        received,
+        waker,
+        _held: held,
+    })
 }
 
 #[tokio::test]
 async fn a_hint_goes_out_while_every_business_connection_is_held() -> TestResult {
     let db = test_db().await?;
-    let (_listener, mut received) = hints(&db).await?;
-    let (waker, _held) = waker_beside_a_held_pool(&db).await?;
-    waker.wake();
-    next_hint(&mut received).await
+    hinted_beside_a_held_pool(&db).await?;
+    Ok(())
 }
 
 #[tokio::test]
 async fn the_hint_connection_is_opened_again_after_the_server_drops_it() -> TestResult {
     let db = test_db().await?;
-    let (listener, mut received) = hints(&db).await?;
     // The pool cannot stand in: only a new connection of the waker's own can send the hint.
-    let (waker, _held) = waker_beside_a_held_pool(&db).await?;
-    waker.wake();
-    next_hint(&mut received).await?;
-    let dropped: i64 = listener
+    let mut held = hinted_beside_a_held_pool(&db).await?;
+    let dropped: i64 = held
+        .listener
         .query_one(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
              WHERE datname = current_database() AND pid <> pg_backend_pid() \
@@ -75,6 +86,6 @@ async fn the_hint_connection_is_opened_again_after_the_server_drops_it() -> Test
         .await?
         .get(0);
     assert_eq!(dropped, 1, "the waker's connection was found and dropped");
-    waker.wake();
-    next_hint(&mut received).await
+    held.waker.wake();
+    next_hint(&mut held.received).await
 }
