@@ -102,14 +102,29 @@ async fn fan_out(db: &TestDb, n: usize) -> anyhow::Result<Vec<String>> {
     Ok(keys)
 }
 
-/// [`relay`], sending its test events to `events`.
-fn watched(db: &TestDb, sink: &RecordingSink, events: &RelayEvents) -> anyhow::Result<Relay> {
-    Ok(db
-        .relay()?
-        .config(events.config(relay_config()))
-        .sink("stripe", sink.clone())
-        .sink("email", sink.clone())
-        .build()?)
+/// A running relay like [`relay`]'s, with the test timings, its test events watched.
+struct Watched {
+    sink: RecordingSink,
+    events: RelayEvents,
+    relay: RunningRelay,
+}
+
+/// Starts a [`Watched`] relay over `db`.
+fn watched(db: &TestDb) -> anyhow::Result<Watched> {
+    let sink = RecordingSink::new();
+    let events = RelayEvents::new();
+    let relay = RunningRelay::start(
+        db.relay()?
+            .config(events.config(relay_config()))
+            .sink("stripe", sink.clone())
+            .sink("email", sink.clone())
+            .build()?,
+    );
+    Ok(Watched {
+        sink,
+        events,
+        relay,
+    })
 }
 
 const EFFECTS_ON_KEYS: &str = "SELECT coalesce(sum(jsonb_array_length(effects)), 0)::int8 \
@@ -174,9 +189,11 @@ async fn fifty_concurrent_deferred_requests_with_one_key_make_one_set_of_effects
     assert_eq!(count(&observer, "orders").await?, 1);
     assert_eq!(count(&observer, EFFECTS_ON_KEYS).await?, 2);
 
-    let sink = RecordingSink::new();
-    let mut events = RelayEvents::new();
-    let relay = RunningRelay::start(watched(&db, &sink, &events)?);
+    let Watched {
+        sink,
+        mut events,
+        relay,
+    } = watched(&db)?;
     assert_eq!(sink.wait_for(2, Duration::from_secs(10)).await, 2);
     // Nothing more comes: one set of effects. (A claim begun after the deliveries; a row it
     // took would be called before the stop returns.)
@@ -430,9 +447,11 @@ async fn waiting_for_the_key_past_the_lock_timeout_is_in_flight() -> TestResult 
 #[tokio::test]
 async fn effects_deferred_while_a_relay_runs_are_fanned_out_and_delivered() -> TestResult {
     let (db, mut client) = db_with_orders().await?;
-    let sink = RecordingSink::new();
-    let mut events = RelayEvents::new();
-    let relay = RunningRelay::start(watched(&db, &sink, &events)?);
+    let Watched {
+        sink,
+        mut events,
+        relay,
+    } = watched(&db)?;
     // The relay has started and found nothing; the requests come later, with no hint.
     events.wait_for(|e| *e == RelayEvent::Idle).await?;
     let scope = deferred()?;
