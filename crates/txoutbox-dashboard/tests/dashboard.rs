@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use reqwest::{Method, StatusCode};
+use reqwest::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 use txoutbox::admin::MessageStatus;
@@ -49,12 +49,8 @@ impl Dashboard {
         })
     }
 
-    fn request(
-        &self,
-        method: Method,
-        path: &str,
-        user: Option<(&str, &str)>,
-    ) -> reqwest::RequestBuilder {
+    /// A request as `user`.
+    fn request(&self, method: Method, path: &str, user: Login) -> reqwest::RequestBuilder {
         let req = self.http.request(method, format!("{}{path}", self.base));
         match user {
             Some((name, password)) => req.basic_auth(name, Some(password)),
@@ -62,23 +58,19 @@ impl Dashboard {
         }
     }
 
+    /// A POST as `user`, marked as sent from another site.
+    fn cross_site(&self, path: &str, user: Login) -> reqwest::RequestBuilder {
+        self.request(Method::POST, path, user)
+            .header("sec-fetch-site", "cross-site")
+    }
+
     /// A request with no body, as `user`.
-    async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        user: Option<(&str, &str)>,
-    ) -> anyhow::Result<reqwest::Response> {
+    async fn send(&self, method: Method, path: &str, user: Login) -> anyhow::Result<Response> {
         Ok(self.request(method, path, user).send().await?)
     }
 
     /// POST a JSON body as `user`.
-    async fn post_json(
-        &self,
-        path: &str,
-        body: &Value,
-        user: Option<(&str, &str)>,
-    ) -> anyhow::Result<reqwest::Response> {
+    async fn post_json(&self, path: &str, body: &Value, user: Login) -> anyhow::Result<Response> {
         Ok(self
             .request(Method::POST, path, user)
             .json(body)
@@ -86,32 +78,16 @@ impl Dashboard {
             .await?)
     }
 
-    /// POST with no body as `user`, marked as sent from another site.
-    async fn cross_site(
+    /// The API's pause of `destination` for `reason`, as `user`.
+    async fn api_pause(
         &self,
-        path: &str,
-        user: Option<(&str, &str)>,
-    ) -> anyhow::Result<reqwest::Response> {
-        Ok(self
-            .request(Method::POST, path, user)
-            .header("sec-fetch-site", "cross-site")
-            .send()
-            .await?)
-    }
-
-    /// POST a JSON body as `user`, marked as sent from another site.
-    async fn cross_site_json(
-        &self,
-        path: &str,
-        body: &Value,
-        user: Option<(&str, &str)>,
-    ) -> anyhow::Result<reqwest::Response> {
-        Ok(self
-            .request(Method::POST, path, user)
-            .header("sec-fetch-site", "cross-site")
-            .json(body)
-            .send()
-            .await?)
+        destination: &str,
+        reason: &str,
+        user: Login,
+    ) -> anyhow::Result<Response> {
+        let path = format!("/api/destinations/{destination}/pause");
+        self.post_json(&path, &json!({ "reason": reason }), user)
+            .await
     }
 
     /// POST an encoded form as `user`, with this `Origin` header.
@@ -120,8 +96,8 @@ impl Dashboard {
         path: &str,
         form: &'static str,
         origin: &str,
-        user: Option<(&str, &str)>,
-    ) -> anyhow::Result<reqwest::Response> {
+        user: Login,
+    ) -> anyhow::Result<Response> {
         Ok(self
             .request(Method::POST, path, user)
             .header("content-type", "application/x-www-form-urlencoded")
@@ -132,11 +108,7 @@ impl Dashboard {
     }
 
     /// GET as `user`: (status, body).
-    async fn get_as(
-        &self,
-        path: &str,
-        user: Option<(&str, &str)>,
-    ) -> anyhow::Result<(StatusCode, String)> {
+    async fn get_as(&self, path: &str, user: Login) -> anyhow::Result<(StatusCode, String)> {
         let res = self.request(Method::GET, path, user).send().await?;
         Ok((res.status(), res.text().await?))
     }
@@ -157,7 +129,7 @@ impl Dashboard {
         &self,
         path: &str,
         form: &[(&str, &str)],
-        user: Option<(&str, &str)>,
+        user: Login,
     ) -> anyhow::Result<(StatusCode, String)> {
         let body = form_body(form);
         let res = self
@@ -170,6 +142,16 @@ impl Dashboard {
         Ok((res.status(), res.text().await?))
     }
 
+    /// POST an action's form with its `reason` alone, as `user`: (status, body).
+    async fn post_reason(
+        &self,
+        path: &str,
+        reason: &str,
+        user: Login,
+    ) -> anyhow::Result<(StatusCode, String)> {
+        self.post_form(path, &[("reason", reason)], user).await
+    }
+
     /// POST the list form with the rows `ids` selected and the fields `extra`, as `user`:
     /// (status, body).
     async fn post_selection(
@@ -177,7 +159,7 @@ impl Dashboard {
         path: &str,
         ids: &[Uuid],
         extra: &[(&str, &str)],
-        user: Option<(&str, &str)>,
+        user: Login,
     ) -> anyhow::Result<(StatusCode, String)> {
         let ids: Vec<String> = ids.iter().map(Uuid::to_string).collect();
         let mut form: Vec<(&str, &str)> = ids.iter().map(|id| ("ids", id.as_str())).collect();
@@ -203,10 +185,12 @@ fn users() -> anyhow::Result<DashboardConfig> {
     })
 }
 
-const ALICE: Option<(&str, &str)> = Some(("alice", "op-secret"));
-const VICTOR: Option<(&str, &str)> = Some(("victor", "view-secret"));
+/// A user's name and password for basic auth, or none.
+type Login = Option<(&'static str, &'static str)>;
 
-/// Puts a row where a relay's permanent failure would: failed, with its error and attempt.
+const ALICE: Login = Some(("alice", "op-secret"));
+const VICTOR: Login = Some(("victor", "view-secret"));
+
 /// A pending row to `destination` with downstream key `key` and an empty payload.
 async fn pending_empty(client: &mut Client, destination: &str, key: &str) -> anyhow::Result<Uuid> {
     message(client)
@@ -217,6 +201,20 @@ async fn pending_empty(client: &mut Client, destination: &str, key: &str) -> any
         .await
 }
 
+/// A [`pending_empty`] row for each `(destination, downstream key)` of `rows`, in order; their
+/// ids.
+async fn pending_rows<const N: usize>(
+    client: &mut Client,
+    rows: [(&str, &str); N],
+) -> anyhow::Result<[Uuid; N]> {
+    let mut ids = [Uuid::nil(); N];
+    for (id, (destination, key)) in ids.iter_mut().zip(rows) {
+        *id = pending_empty(client, destination, key).await?;
+    }
+    Ok(ids)
+}
+
+/// Puts a row where a relay's permanent failure would: failed, with its error and attempt.
 async fn fail(client: &Client, id: Uuid, error: &str) -> TestResult {
     settle(client, id, "failed", error).await
 }
@@ -270,7 +268,7 @@ fn ids_in(rows: &Value) -> Vec<String> {
 // pages
 
 /// Asserts `res` is a 400 whose problem's `error` contains `says`; the problem, for more checks.
-async fn bad_request(res: reqwest::Response, says: &str) -> anyhow::Result<Value> {
+async fn bad_request(res: Response, says: &str) -> anyhow::Result<Value> {
     assert_eq!(
         res.status(),
         StatusCode::BAD_REQUEST,
@@ -621,10 +619,16 @@ async fn message_page_shows_payload_headers_keys_trace_link_and_attempts() -> Te
 #[tokio::test]
 async fn failures_are_grouped_by_destination_and_normalised_error() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let a = pending_empty(&mut client, "stripe", "s-1").await?;
-    let b = pending_empty(&mut client, "stripe", "s-2").await?;
-    let c = pending_empty(&mut client, "stripe", "s-3").await?;
-    let d = pending_empty(&mut client, "email", "e-1").await?;
+    let [a, b, c, d] = pending_rows(
+        &mut client,
+        [
+            ("stripe", "s-1"),
+            ("stripe", "s-2"),
+            ("stripe", "s-3"),
+            ("email", "e-1"),
+        ],
+    )
+    .await?;
     fail(
         &client,
         a,
@@ -822,10 +826,12 @@ async fn an_unknown_row_is_on_the_failures_page_in_its_own_group_with_its_action
 #[tokio::test]
 async fn only_a_pending_row_shows_a_next_attempt() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let pending = pending_empty(&mut client, "sms", "p-1").await?;
-    let failed = pending_empty(&mut client, "sms", "f-1").await?;
+    let [pending, failed, unknown] = pending_rows(
+        &mut client,
+        [("sms", "p-1"), ("sms", "f-1"), ("sms", "u-1")],
+    )
+    .await?;
     fail(&client, failed, "400 bad number").await?;
-    let unknown = pending_empty(&mut client, "sms", "u-1").await?;
     settle(&client, unknown, "unknown", "timed out after sending").await?;
     let dash = Dashboard::start(&db, DashboardConfig::default()).await?;
     for (id, shown) in [(pending, true), (failed, false), (unknown, false)] {
@@ -1208,9 +1214,9 @@ async fn a_row_discarded_from_its_page_is_closed_and_its_history_has_the_reason_
     assert!(html.contains(r#"name="reason" required"#), "{html}");
 
     let (status, body) = dash
-        .post_form(
+        .post_reason(
             &format!("/messages/{id}/discard"),
-            &[("reason", "refunded by hand")],
+            "refunded by hand",
             ALICE,
         )
         .await?;
@@ -1312,20 +1318,14 @@ async fn discard_of_everything_a_filter_matches_shows_a_dry_run_count_then_disca
 
 #[tokio::test]
 async fn a_pending_row_is_not_discarded_and_says_why_changing_nothing() -> TestResult {
-    let (db, mut client) = test_db_with_client().await?;
+    let (_db, mut client, dash, [failed]) = failed_rows_on_a_dashboard().await?;
     let waiting = pending_empty(&mut client, "stripe", "s-pending").await?;
-    let failed = failed_rows(&mut client, 1, "s").await?[0];
-    let dash = Dashboard::start(&db, users()?).await?;
 
     let (_, html) = dash.get_as(&format!("/messages/{waiting}"), ALICE).await?;
     assert!(!html.contains("/discard\""), "no discard offered: {html}");
 
     let (status, html) = dash
-        .post_form(
-            &format!("/messages/{waiting}/discard"),
-            &[("reason", "not wanted")],
-            ALICE,
-        )
+        .post_reason(&format!("/messages/{waiting}/discard"), "not wanted", ALICE)
         .await?;
     assert_eq!(status, StatusCode::CONFLICT, "{html}");
     assert!(
@@ -1505,11 +1505,9 @@ async fn a_cross_site_discard_is_refused_and_changes_nothing() -> TestResult {
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     let forged = dash
-        .cross_site_json(
-            "/api/discard",
-            &json!({"ids": [id], "reason": "win a prize"}),
-            ALICE,
-        )
+        .cross_site("/api/discard", ALICE)
+        .json(&json!({"ids": [id], "reason": "win a prize"}))
+        .send()
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     assert_eq!(status_of(&client, id).await?, "failed");
@@ -1587,11 +1585,7 @@ async fn a_destination_paused_from_the_overview_is_paused_and_logged_with_the_us
     assert!(!row.contains("/resume"), "not paused: {row}");
 
     let (status, body) = dash
-        .post_form(
-            "/destinations/stripe/pause",
-            &[("reason", "Stripe incident 42")],
-            ALICE,
-        )
+        .post_reason("/destinations/stripe/pause", "Stripe incident 42", ALICE)
         .await?;
     assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
     assert_eq!(
@@ -1691,13 +1685,7 @@ async fn resuming_a_destination_that_is_not_paused_says_so_and_changes_nothing()
 async fn an_api_pause_of_a_destination_nothing_names_is_a_400_with_the_known_ones() -> TestResult {
     let (_db, client, dash) = dashboard_over(&[("stripe", "s-1"), ("email", "e-1")]).await?;
 
-    let res = dash
-        .post_json(
-            "/api/destinations/strpie/pause",
-            &json!({"reason": "Stripe incident"}),
-            ALICE,
-        )
-        .await?;
+    let res = dash.api_pause("strpie", "Stripe incident", ALICE).await?;
     let problem = bad_request(res, r#"destination "strpie""#).await?;
     assert_eq!(
         problem["known_destinations"],
@@ -1718,13 +1706,7 @@ async fn a_configured_destination_or_a_forced_one_is_paused_before_its_first_row
     };
     let dash = Dashboard::start(&db, config).await?;
 
-    let configured = dash
-        .post_json(
-            "/api/destinations/sms/pause",
-            &json!({"reason": "not live yet"}),
-            ALICE,
-        )
-        .await?;
+    let configured = dash.api_pause("sms", "not live yet", ALICE).await?;
     assert_eq!(configured.status(), StatusCode::OK);
     let forced = dash
         .post_json(
@@ -1855,11 +1837,7 @@ async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResul
     assert!(html.contains("Pause…") && html.contains("Resume"), "{html}");
 
     let (status, _) = dash
-        .post_form(
-            "/destinations/email/pause",
-            &[("reason", "viewer's wish")],
-            VICTOR,
-        )
+        .post_reason("/destinations/email/pause", "viewer's wish", VICTOR)
         .await?;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, _) = dash
@@ -1901,14 +1879,15 @@ async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestRe
         )
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
-    let forged = dash.cross_site("/destinations/email/resume", ALICE).await?;
+    let forged = dash
+        .cross_site("/destinations/email/resume", ALICE)
+        .send()
+        .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     let forged = dash
-        .cross_site_json(
-            "/api/destinations/stripe/pause",
-            &json!({"reason": "win a prize"}),
-            ALICE,
-        )
+        .cross_site("/api/destinations/stripe/pause", ALICE)
+        .json(&json!({"reason": "win a prize"}))
+        .send()
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     assert_eq!(pause_of(&client, "stripe").await?, None);
@@ -1940,13 +1919,7 @@ async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestRe
 async fn pause_list_and_resume_through_the_api() -> TestResult {
     let (_db, client, dash) = dashboard_over(&[("stripe", "s-1")]).await?;
 
-    let res = dash
-        .post_json(
-            "/api/destinations/stripe/pause",
-            &json!({"reason": "Stripe incident"}),
-            ALICE,
-        )
-        .await?;
+    let res = dash.api_pause("stripe", "Stripe incident", ALICE).await?;
     assert_eq!(res.status(), StatusCode::OK);
     let flow: Value = res.json().await?;
     assert_eq!(flow["destination"], "stripe");
@@ -2012,9 +1985,9 @@ async fn a_destination_named_with_colons_slashes_or_spaces_is_paused_and_resumed
         ("partner/eu west", "partner%2Feu%20west"),
     ] {
         let (status, body) = dash
-            .post_form(
+            .post_reason(
                 &format!("/destinations/{path}/pause"),
-                &[("reason", "downstream migration")],
+                "downstream migration",
                 ALICE,
             )
             .await?;
@@ -2117,7 +2090,9 @@ async fn a_cross_site_post_is_refused_and_changes_nothing() -> TestResult {
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     let forged = dash
-        .cross_site_json("/api/replay", &json!({"ids": [id]}), ALICE)
+        .cross_site("/api/replay", ALICE)
+        .json(&json!({"ids": [id]}))
+        .send()
         .await?;
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     assert_eq!(status_of(&client, id).await?, "failed");
