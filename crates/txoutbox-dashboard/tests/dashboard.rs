@@ -113,6 +113,13 @@ impl Dashboard {
         Ok((res.status(), res.text().await?))
     }
 
+    /// Fails unless GET `path` as `user` answers `status`; names the body when it does not.
+    async fn assert_get(&self, path: &str, user: Login, status: u16) -> TestResult {
+        let (got, body) = self.get_as(path, user).await?;
+        assert_eq!(got, status, "GET {path}: {body}");
+        Ok(())
+    }
+
     /// GET that must answer 200; the body.
     async fn page(&self, path: &str) -> anyhow::Result<String> {
         let (status, body) = self.get_as(path, None).await?;
@@ -150,6 +157,18 @@ impl Dashboard {
         user: Login,
     ) -> anyhow::Result<(StatusCode, String)> {
         self.post_form(path, &[("reason", reason)], user).await
+    }
+
+    /// The overview's pause form of the destination at `path` (its name, percent-encoded) with
+    /// `reason`, as `user`: (status, body).
+    async fn form_pause(
+        &self,
+        path: &str,
+        reason: &str,
+        user: Login,
+    ) -> anyhow::Result<(StatusCode, String)> {
+        self.post_reason(&format!("/destinations/{path}/pause"), reason, user)
+            .await
     }
 
     /// POST the list form with the rows `ids` selected and the fields `extra`, as `user`:
@@ -439,8 +458,7 @@ async fn the_overview_charts_the_last_hour_day_or_week_with_axes() -> TestResult
             "{window}"
         );
     }
-    let (status, _) = dash.get_as("?window=1y", None).await?;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
+    dash.assert_get("?window=1y", None, 400).await?;
     Ok(())
 }
 
@@ -473,12 +491,9 @@ async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
             );
         }
     }
-    let (status, _) = dash.get_as("/messages/not-an-id", None).await?;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    let (status, _) = dash
-        .get_as(&format!("/messages/{}", Uuid::now_v7()), None)
-        .await?;
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    dash.assert_get("/messages/not-an-id", None, 404).await?;
+    let unknown = format!("/messages/{}", Uuid::now_v7());
+    dash.assert_get(&unknown, None, 404).await?;
     Ok(())
 }
 
@@ -524,8 +539,8 @@ async fn message_filters_narrow_the_list() -> TestResult {
     assert!(shows(&html, email));
     let html = dash.page("/messages?until=1h").await?;
     assert!(!shows(&html, email), "enqueued less than an hour ago");
-    let (status, _) = dash.get_as("/messages?since=yesterday", None).await?;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
+    dash.assert_get("/messages?since=yesterday", None, 400)
+        .await?;
     Ok(())
 }
 
@@ -1125,8 +1140,7 @@ async fn hostile_query_values_are_answered_400_not_500() -> TestResult {
         "/api/messages?key=%00",
         "/api/keys?scope=%00&key=k",
     ] {
-        let (status, body) = dash.get_as(path, None).await?;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        dash.assert_get(path, None, 400).await?;
     }
     let res = dash
         .request(Method::POST, "/api/replay", None)
@@ -1147,6 +1161,27 @@ async fn hostile_query_values_are_answered_400_not_500() -> TestResult {
 
 // ---------------------------------------------------------------------------------------------
 // discard
+
+/// Each page that offers row `id`'s actions to an operator, read by the viewer and by alice (both
+/// must answer 200): (path, the viewer's page, alice's page).
+async fn row_pages_as_viewer_and_operator(
+    dash: &Dashboard,
+    id: Uuid,
+) -> anyhow::Result<Vec<(String, String, String)>> {
+    let mut pages = Vec::new();
+    for path in [
+        "/messages".to_owned(),
+        format!("/messages/{id}"),
+        "/failures".to_owned(),
+    ] {
+        let (status, viewers) = dash.get_as(&path, VICTOR).await?;
+        assert_eq!(status, StatusCode::OK, "{path} as the viewer");
+        let (status, operators) = dash.get_as(&path, ALICE).await?;
+        assert_eq!(status, StatusCode::OK, "{path} as alice");
+        pages.push((path, viewers, operators));
+    }
+    Ok(pages)
+}
 
 /// The last attempt-log entry of `id` as the API shows it, read as alice.
 async fn last_attempt(dash: &Dashboard, id: Uuid) -> anyhow::Result<Value> {
@@ -1457,15 +1492,12 @@ async fn discard_through_the_api_one_row_and_by_filter_with_a_dry_run() -> TestR
 async fn a_viewer_sees_no_discard_and_a_forged_discard_is_403() -> TestResult {
     let (_db, client, dash, [id]) = failed_rows_on_a_dashboard().await?;
 
-    for path in [
-        "/messages".to_owned(),
-        format!("/messages/{id}"),
-        "/failures".to_owned(),
-    ] {
-        let (_, html) = dash.get_as(&path, VICTOR).await?;
-        assert!(!html.contains("Discard"), "{path}: {html}");
-        let (_, html) = dash.get_as(&path, ALICE).await?;
-        assert!(html.contains("Discard"), "{path}: an operator may discard");
+    for (path, viewers, operators) in row_pages_as_viewer_and_operator(&dash, id).await? {
+        assert!(!viewers.contains("Discard"), "{path}: {viewers}");
+        assert!(
+            operators.contains("Discard"),
+            "{path}: an operator may discard"
+        );
     }
     let id_s = id.to_string();
     let reason = ("reason", "viewer's wish");
@@ -1494,35 +1526,14 @@ async fn a_viewer_sees_no_discard_and_a_forged_discard_is_403() -> TestResult {
     Ok(())
 }
 
-#[tokio::test]
-async fn a_cross_site_discard_is_refused_and_changes_nothing() -> TestResult {
-    let (_db, client, dash, [id]) = failed_rows_on_a_dashboard().await?;
-    let path = format!("/messages/{id}/discard");
-    let form = "reason=win+a+prize";
-
-    let forged = dash
-        .form_from(&path, form, "https://evil.example", ALICE)
-        .await?;
-    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
-    let forged = dash
-        .cross_site("/api/discard", ALICE)
-        .json(&json!({"ids": [id], "reason": "win a prize"}))
-        .send()
-        .await?;
-    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
-    assert_eq!(status_of(&client, id).await?, "failed");
-
-    // The dashboard's own page (same origin) may.
-    let own = dash
-        .form_from(&path, form, dash.base.trim_end_matches("/outbox"), ALICE)
-        .await?;
-    assert_eq!(own.status(), StatusCode::SEE_OTHER);
-    assert_eq!(status_of(&client, id).await?, "discarded");
-    Ok(())
-}
-
 // ---------------------------------------------------------------------------------------------
 // flow control
+
+/// Pauses `destination` for `reason` as bob, through the admin API rather than the dashboard.
+async fn paused_by_bob(client: &mut Client, destination: &str, reason: &str) -> TestResult {
+    txoutbox::admin::pause_destination(client, destination, reason, Some("bob")).await?;
+    Ok(())
+}
 
 /// A destination's pause as `txoutbox_destinations` holds it: (paused, by, reason); `None`
 /// without a row.
@@ -1585,7 +1596,7 @@ async fn a_destination_paused_from_the_overview_is_paused_and_logged_with_the_us
     assert!(!row.contains("/resume"), "not paused: {row}");
 
     let (status, body) = dash
-        .post_reason("/destinations/stripe/pause", "Stripe incident 42", ALICE)
+        .form_pause("stripe", "Stripe incident 42", ALICE)
         .await?;
     assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
     assert_eq!(
@@ -1626,8 +1637,7 @@ async fn a_destination_paused_from_the_overview_is_paused_and_logged_with_the_us
 async fn a_paused_destination_resumed_from_the_overview_is_open_again_and_logged_with_the_user(
 ) -> TestResult {
     let (_db, mut client, dash) = dashboard_over(&[("stripe", "s-1")]).await?;
-    txoutbox::admin::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob"))
-        .await?;
+    paused_by_bob(&mut client, "stripe", "Stripe incident").await?;
 
     let (status, body) = dash
         .post_form("/destinations/stripe/resume", &[], ALICE)
@@ -1758,8 +1768,7 @@ async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> Tes
             .create()
             .await?;
     }
-    txoutbox::admin::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob"))
-        .await?;
+    paused_by_bob(&mut client, "stripe", "Stripe incident").await?;
     // Where a relay's breaker and rate limit would put them.
     client
         .batch_execute(
@@ -1772,7 +1781,7 @@ async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> Tes
         )
         .await?;
     // A destination paused before its first row is listed too.
-    txoutbox::admin::pause_destination(&mut client, "idle", "not yet live", Some("bob")).await?;
+    paused_by_bob(&mut client, "idle", "not yet live").await?;
     let dash = Dashboard::start(&db, users()?).await?;
 
     let (status, html) = dash.get_as("", VICTOR).await?;
@@ -1823,8 +1832,7 @@ async fn the_overview_shows_each_destinations_flow_state_to_viewers_too() -> Tes
 #[tokio::test]
 async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResult {
     let (_db, mut client, dash) = dashboard_over(&[("stripe", "s-1"), ("email", "e-1")]).await?;
-    txoutbox::admin::pause_destination(&mut client, "stripe", "Stripe incident", Some("bob"))
-        .await?;
+    paused_by_bob(&mut client, "stripe", "Stripe incident").await?;
 
     let (_, html) = dash.get_as("", VICTOR).await?;
     assert!(html.contains("Stripe incident"), "a viewer sees the pause");
@@ -1836,9 +1844,7 @@ async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResul
     let (_, html) = dash.get_as("", ALICE).await?;
     assert!(html.contains("Pause…") && html.contains("Resume"), "{html}");
 
-    let (status, _) = dash
-        .post_reason("/destinations/email/pause", "viewer's wish", VICTOR)
-        .await?;
+    let (status, _) = dash.form_pause("email", "viewer's wish", VICTOR).await?;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, _) = dash
         .post_form("/destinations/stripe/resume", &[], VICTOR)
@@ -1866,8 +1872,7 @@ async fn a_viewer_sees_no_pause_or_resume_and_a_forged_one_is_403() -> TestResul
 #[tokio::test]
 async fn a_cross_site_pause_or_resume_is_refused_and_changes_nothing() -> TestResult {
     let (_db, mut client, dash) = dashboard_over(&[("stripe", "s-1"), ("email", "e-1")]).await?;
-    txoutbox::admin::pause_destination(&mut client, "email", "SMTP relay down", Some("bob"))
-        .await?;
+    paused_by_bob(&mut client, "email", "SMTP relay down").await?;
     let form = "reason=win+a+prize";
 
     let forged = dash
@@ -1984,13 +1989,7 @@ async fn a_destination_named_with_colons_slashes_or_spaces_is_paused_and_resumed
         ("webhook:orders", "webhook:orders"),
         ("partner/eu west", "partner%2Feu%20west"),
     ] {
-        let (status, body) = dash
-            .post_reason(
-                &format!("/destinations/{path}/pause"),
-                "downstream migration",
-                ALICE,
-            )
-            .await?;
+        let (status, body) = dash.form_pause(path, "downstream migration", ALICE).await?;
         assert_eq!(status, StatusCode::SEE_OTHER, "{name}: {body}");
         assert_eq!(
             pause_of(&client, name).await?.map(|p| p.0),
@@ -2034,10 +2033,8 @@ async fn without_credentials_every_answer_is_401_with_a_basic_challenge() -> Tes
             .and_then(|v| v.to_str().ok());
         assert!(challenge.is_some_and(|c| c.starts_with("Basic ")), "{path}");
     }
-    let (status, _) = dash.get_as("", Some(("alice", "wrong"))).await?;
-    assert_eq!(status, StatusCode::UNAUTHORIZED);
-    let (status, _) = dash.get_as("", ALICE).await?;
-    assert_eq!(status, StatusCode::OK);
+    dash.assert_get("", Some(("alice", "wrong")), 401).await?;
+    dash.assert_get("", ALICE, 200).await?;
     Ok(())
 }
 
@@ -2045,21 +2042,17 @@ async fn without_credentials_every_answer_is_401_with_a_basic_challenge() -> Tes
 async fn a_viewer_reads_sees_no_action_and_a_forged_action_is_403() -> TestResult {
     let (_db, client, dash, [id]) = failed_rows_on_a_dashboard().await?;
 
-    for path in [
-        "/messages".to_owned(),
-        format!("/messages/{id}"),
-        "/failures".to_owned(),
-    ] {
-        let (status, html) = dash.get_as(&path, VICTOR).await?;
-        assert_eq!(status, StatusCode::OK);
+    for (path, viewers, operators) in row_pages_as_viewer_and_operator(&dash, id).await? {
         assert!(
-            !html.contains("<button type=\"submit\">Replay"),
-            "{path}: {html}"
+            !viewers.contains("<button type=\"submit\">Replay"),
+            "{path}: {viewers}"
         );
-        assert!(!html.contains("method=\"post\""), "{path}: no action form");
-        let (_, html) = dash.get_as(&path, ALICE).await?;
         assert!(
-            html.contains("method=\"post\""),
+            !viewers.contains("method=\"post\""),
+            "{path}: no action form"
+        );
+        assert!(
+            operators.contains("method=\"post\""),
             "{path}: an operator has actions"
         );
     }
@@ -2079,38 +2072,48 @@ async fn a_viewer_reads_sees_no_action_and_a_forged_action_is_403() -> TestResul
 }
 
 #[tokio::test]
-async fn a_cross_site_post_is_refused_and_changes_nothing() -> TestResult {
-    let (_db, client, dash, [id]) = failed_rows_on_a_dashboard().await?;
-    let path = format!("/messages/{id}/replay");
+async fn a_cross_site_replay_or_discard_is_refused_and_changes_nothing() -> TestResult {
+    // Each row action: its form, its API body, and the row's status once the dashboard's own
+    // page posted the form.
+    for (action, form, body, after) in [
+        ("replay", "", json!({}), "pending"),
+        (
+            "discard",
+            "reason=win+a+prize",
+            json!({"reason": "win a prize"}),
+            "discarded",
+        ),
+    ] {
+        let (_db, client, dash, [id]) = failed_rows_on_a_dashboard().await?;
+        let path = format!("/messages/{id}/{action}");
+        let mut body = body;
+        body["ids"] = json!([id]);
 
-    let forged = dash
-        .request(Method::POST, &path, ALICE)
-        .header("origin", "https://evil.example")
-        .send()
-        .await?;
-    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
-    let forged = dash
-        .cross_site("/api/replay", ALICE)
-        .json(&json!({"ids": [id]}))
-        .send()
-        .await?;
-    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
-    assert_eq!(status_of(&client, id).await?, "failed");
-    let res = dash.send(Method::GET, &path, ALICE).await?;
-    assert_eq!(
-        res.status(),
-        StatusCode::METHOD_NOT_ALLOWED,
-        "actions are POST only"
-    );
+        let forged = dash
+            .form_from(&path, form, "https://evil.example", ALICE)
+            .await?;
+        assert_eq!(forged.status(), StatusCode::FORBIDDEN, "{action}");
+        let forged = dash
+            .cross_site(&format!("/api/{action}"), ALICE)
+            .json(&body)
+            .send()
+            .await?;
+        assert_eq!(forged.status(), StatusCode::FORBIDDEN, "{action}");
+        assert_eq!(status_of(&client, id).await?, "failed", "{action}");
+        let res = dash.send(Method::GET, &path, ALICE).await?;
+        assert_eq!(
+            res.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{action}: actions are POST only"
+        );
 
-    // The dashboard's own page (same origin) may.
-    let own = dash
-        .request(Method::POST, &path, ALICE)
-        .header("origin", dash.base.trim_end_matches("/outbox"))
-        .send()
-        .await?;
-    assert_eq!(own.status(), StatusCode::SEE_OTHER);
-    assert_eq!(status_of(&client, id).await?, "pending");
+        // The dashboard's own page (same origin) may.
+        let own = dash
+            .form_from(&path, form, dash.base.trim_end_matches("/outbox"), ALICE)
+            .await?;
+        assert_eq!(own.status(), StatusCode::SEE_OTHER, "{action}");
+        assert_eq!(status_of(&client, id).await?, after, "{action}");
+    }
     Ok(())
 }
 
