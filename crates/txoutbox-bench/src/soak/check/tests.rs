@@ -106,6 +106,11 @@ fn run(plan: &Plan, expect: &HashMap<usize, Expect>, calls: &[Call], state: &Fin
     violations.iter().map(Violation::to_string).collect()
 }
 
+/// [`run`] with every row of `plan` committed as its writer meant.
+fn run_committed(plan: &Plan, calls: &[Call], state: &Final) -> Vec<String> {
+    run(plan, &committed(plan.rows.len()), calls, state)
+}
+
 fn only(violations: &[String], invariant: &str) {
     assert!(!violations.is_empty(), "no violation, {invariant} expected");
     for v in violations {
@@ -127,14 +132,11 @@ fn a_call_that_carries_another_key_than_its_row_is_a_violation() {
         call(1, "soak-1", 0, "500"),
         call(1, "soak-1", 100, "200"),
     ];
-    assert_eq!(
-        run(&plan, &committed(2), &clean, &state),
-        Vec::<String>::new()
-    );
+    assert_eq!(run_committed(&plan, &clean, &state), Vec::<String>::new());
     let mut per_attempt = clean.clone();
     per_attempt[3].webhook_id = "soak-1-2".into();
     only(
-        &run(&plan, &committed(2), &per_attempt, &state),
+        &run_committed(&plan, &per_attempt, &state),
         "downstream-key",
     );
 }
@@ -146,7 +148,7 @@ fn a_row_that_carries_another_key_than_its_writer_derived_is_a_violation() {
     delivered(&mut state, 0, "6d2d3a3c-0000-5000-8000-000000000000");
     attempts(&mut state, 0, &["delivered"]);
     let calls = [call(0, "6d2d3a3c-0000-5000-8000-000000000000", 0, "200")];
-    only(&run(&plan, &committed(1), &calls, &state), "downstream-key");
+    only(&run_committed(&plan, &calls, &state), "downstream-key");
 }
 
 #[test]
@@ -161,16 +163,13 @@ fn a_failed_row_needs_a_reason_the_plan_explains() {
     attempts(&mut state, 0, &["failed"]);
     attempts(&mut state, 1, &["failed"]);
     let calls = [call(0, "soak-0", 0, "500"), call(1, "soak-1", 0, "422")];
-    let violations = run(&plan, &committed(3), &calls, &state);
+    let violations = run_committed(&plan, &calls, &state);
     only(&violations, "failed-explained");
     assert_eq!(violations.len(), 1, "{violations:?}");
     assert!(violations[0].starts_with("[failed-explained] row 0"));
     // The same row, dead-lettered once its budget was spent.
     state.hot.get_mut(&0).expect("row 0").attempts = MAX_ATTEMPTS as i32;
-    assert_eq!(
-        run(&plan, &committed(3), &calls, &state),
-        Vec::<String>::new()
-    );
+    assert_eq!(run_committed(&plan, &calls, &state), Vec::<String>::new());
 }
 
 #[test]
@@ -181,10 +180,7 @@ fn a_poisoned_row_failed_without_a_refusal_is_a_violation() {
     hot(&mut state, 0, "failed", 1, "the receiver answered 500");
     attempts(&mut state, 0, &["failed"]);
     let calls = [call(0, "soak-0", 0, "500")];
-    only(
-        &run(&plan, &committed(1), &calls, &state),
-        "failed-explained",
-    );
+    only(&run_committed(&plan, &calls, &state), "failed-explained");
 }
 
 #[test]
@@ -224,8 +220,9 @@ fn effects_lost_doubled_or_written_without_a_commit_are_violations() {
 #[test]
 fn unknown_is_for_at_most_once_rows_whose_call_started() {
     let mut plan = plan(3);
-    plan.rows[1].destination = AT_MOST_ONCE;
-    plan.rows[2].destination = AT_MOST_ONCE;
+    for row in &mut plan.rows[1..] {
+        row.destination = AT_MOST_ONCE;
+    }
     let mut state = Final::default();
     for i in 0..3 {
         hot(&mut state, i, "unknown", 1, "timed out");
@@ -233,7 +230,7 @@ fn unknown_is_for_at_most_once_rows_whose_call_started() {
     }
     // Row 0: at-least-once; row 1: called; row 2: never called.
     let calls = [call(0, "soak-0", 0, "reset"), call(1, "soak-1", 0, "reset")];
-    let violations = run(&plan, &committed(3), &calls, &state);
+    let violations = run_committed(&plan, &calls, &state);
     only(&violations, "unknown-called");
     assert_eq!(violations.len(), 2, "{violations:?}");
     assert!(violations[0].starts_with("[unknown-called] row 0"));
