@@ -163,14 +163,11 @@ async fn two_relays_share_one_rate_limit() -> anyhow::Result<()> {
 async fn a_downstream_throttling_every_call_pauses_the_whole_destination() -> anyhow::Result<()> {
     let db = test_db().await?;
     // 429 with Retry-After: 2 for the first 5 s, then 200.
-    let (receiver, addr) = WebhookReceiver::start(|_, since| {
-        if since < Duration::from_secs(5) {
-            (StatusCode::TOO_MANY_REQUESTS, Some(2))
-        } else {
-            (StatusCode::OK, None)
-        }
-    })
-    .await?;
+    let (receiver, addr) =
+        WebhookReceiver::failing_while(StatusCode::TOO_MANY_REQUESTS, Some(2), |_, since| {
+            since < Duration::from_secs(5)
+        })
+        .await?;
     enqueue_rows(&db, "webhook:x", 100).await?;
     let _relay = RelayProcess::start(
         &db,
@@ -237,14 +234,11 @@ async fn an_open_breaker_stops_calling_a_dead_destination_and_the_others_flow() 
         let y_done = y_done.clone();
         move || y_done.load(Ordering::SeqCst) && started.elapsed() >= DOWN
     };
-    let (receiver, addr) = WebhookReceiver::start(move |path, _| {
-        if path == "webhook:x" && !x_back() {
-            (StatusCode::SERVICE_UNAVAILABLE, None)
-        } else {
-            (StatusCode::OK, None)
-        }
-    })
-    .await?;
+    let (receiver, addr) =
+        WebhookReceiver::failing_while(StatusCode::SERVICE_UNAVAILABLE, None, move |path, _| {
+            path == "webhook:x" && !x_back()
+        })
+        .await?;
     enqueue_rows(&db, "webhook:x", 20).await?;
     let _relay = RelayProcess::start(
         &db,
@@ -333,14 +327,11 @@ async fn an_open_breaker_stops_calling_a_dead_destination_and_the_others_flow() 
 async fn the_failure_that_opens_the_breaker_is_the_last_call_before_the_cool_down(
 ) -> anyhow::Result<()> {
     let db = test_db().await?;
-    let (receiver, addr) = WebhookReceiver::start(|path, _| {
-        if path == "webhook:x" {
-            (StatusCode::SERVICE_UNAVAILABLE, None)
-        } else {
-            (StatusCode::OK, None)
-        }
-    })
-    .await?;
+    let (receiver, addr) =
+        WebhookReceiver::failing_while(StatusCode::SERVICE_UNAVAILABLE, None, |path, _| {
+            path == "webhook:x"
+        })
+        .await?;
     enqueue_rows(&db, "webhook:x", 10).await?;
     enqueue_rows(&db, "webhook:y", 3000).await?;
     let _relay = RelayProcess::start(

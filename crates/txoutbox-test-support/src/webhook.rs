@@ -59,6 +59,24 @@ impl WebhookReceiver {
         Ok((receiver, addr))
     }
 
+    /// Starts a receiver that answers `status` (with the `Retry-After` `retry_after`) to each
+    /// call for which `failing(path, since)` holds (as in [`start`](Self::start)'s script), 200
+    /// to the others.
+    pub async fn failing_while(
+        status: StatusCode,
+        retry_after: Option<u64>,
+        failing: impl Fn(&str, Duration) -> bool + Send + Sync + 'static,
+    ) -> Result<(Self, SocketAddr)> {
+        Self::start(move |path, since| {
+            if failing(path, since) {
+                (status, retry_after)
+            } else {
+                (StatusCode::OK, None)
+            }
+        })
+        .await
+    }
+
     /// Starts a receiver that answers 503 to the first `n` calls of each `(path, n)`, 200 to
     /// everything else.
     pub async fn failing_first(failures: &[(&str, u32)]) -> Result<(Self, SocketAddr)> {
@@ -68,9 +86,8 @@ impl WebhookReceiver {
                 .map(|(path, n)| ((*path).to_owned(), *n))
                 .collect(),
         );
-        Self::start(move |path, _| {
-            let fail = left
-                .lock()
+        Self::failing_while(StatusCode::SERVICE_UNAVAILABLE, None, move |path, _| {
+            left.lock()
                 .map(|mut left| match left.get_mut(path) {
                     Some(n) if *n > 0 => {
                         *n -= 1;
@@ -78,12 +95,7 @@ impl WebhookReceiver {
                     }
                     _ => false,
                 })
-                .unwrap_or(false);
-            if fail {
-                (StatusCode::SERVICE_UNAVAILABLE, None)
-            } else {
-                (StatusCode::OK, None)
-            }
+                .unwrap_or(false)
         })
         .await
     }
