@@ -6,7 +6,7 @@
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Transaction};
-use txoutbox::{Error, OutboxMessage, Scope, StoredResponse};
+use txoutbox::{Claim, Error, IdempotencyKey, OutboxMessage, Scope, StoredResponse};
 use txoutbox_test_support::count;
 use txoutbox_test_support::request::{
     charge_fingerprint as fingerprint, db_with_orders, key, new_claim, store_key_without_the_lock,
@@ -42,13 +42,19 @@ async fn write_after_the_error(outer: &tokio_postgres::Transaction<'_>) -> Optio
     )
 }
 
-/// A request in a savepoint of `outer`, stored with `Claim::commit`: the error it is refused with.
-async fn commit_in_a_savepoint(
-    outer: &mut tokio_postgres::Transaction<'_>,
-    k: &str,
-) -> anyhow::Result<Error> {
+/// A savepoint of `outer`, and the request with key `k` (scope `charges`) claimed in it.
+async fn claimed_in_a_savepoint<'a>(
+    outer: &'a mut Transaction<'_>,
+    k: &IdempotencyKey,
+) -> anyhow::Result<(Transaction<'a>, Claim)> {
     let inner = outer.transaction().await?;
-    let mut claim = new_claim(&inner, &Scope::new("charges")?, &key(k), &fingerprint(1)).await?;
+    let claim = new_claim(&inner, &Scope::new("charges")?, k, &fingerprint(1)).await?;
+    Ok((inner, claim))
+}
+
+/// A request in a savepoint of `outer`, stored with `Claim::commit`: the error it is refused with.
+async fn commit_in_a_savepoint(outer: &mut Transaction<'_>, k: &str) -> anyhow::Result<Error> {
+    let (inner, mut claim) = claimed_in_a_savepoint(outer, &key(k)).await?;
     inner
         .execute("INSERT INTO orders (note) VALUES ('inner')", &[])
         .await?;
@@ -112,11 +118,9 @@ async fn the_outer_transaction_commits_nothing_after_a_commit_refused_in_its_sav
 #[tokio::test]
 async fn any_failed_commit_in_a_savepoint_leaves_the_outer_transaction_aborted() -> TestResult {
     let (db, mut client) = db_with_orders().await?;
-    let scope = Scope::new("charges")?;
     let k = key("k-savepoint-conflict");
     let mut outer = outer_after_a_write(&mut client).await?;
-    let inner = outer.transaction().await?;
-    let claim = new_claim(&inner, &scope, &k, &fingerprint(1)).await?;
+    let (inner, claim) = claimed_in_a_savepoint(&mut outer, &k).await?;
     // A request of a txoutbox before V5 stores the key meanwhile, without the lock: the
     // statement fails before the savepoint is looked at.
     store_key_without_the_lock(&db.connect().await?, &k).await?;
