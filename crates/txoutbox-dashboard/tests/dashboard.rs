@@ -11,7 +11,7 @@ use txoutbox::{
     sink::DeliveryError, Fingerprint, IdempotencyKey, OutboxMessage, Scope, StoredResponse,
 };
 use txoutbox_dashboard::{DashboardConfig, User};
-use txoutbox_test_support::factory::message;
+use txoutbox_test_support::factory::{message, pending_ordered};
 use txoutbox_test_support::relay::{RecordingSink, RunningRelay, ScriptedSink};
 use txoutbox_test_support::request::{enqueue_committed, new_claim};
 use txoutbox_test_support::select::value_with;
@@ -500,13 +500,7 @@ async fn every_page_answers_200_under_the_mount_prefix() -> TestResult {
 #[tokio::test]
 async fn message_filters_narrow_the_list() -> TestResult {
     let (db, mut client) = test_db_with_client().await?;
-    let email = message(&mut client)
-        .destination("email")
-        .key("e-1")
-        .ordering_key("order-7")
-        .payload(json!({}))
-        .create()
-        .await?;
+    let email = pending_ordered(&mut client, "email", "e-1", "order-7").await?;
     let stripe = pending_empty(&mut client, "stripe", "s-1").await?;
     let declined = pending_empty(&mut client, "stripe", "s-2").await?;
     fail(&client, stripe, "500 upstream timeout").await?;
