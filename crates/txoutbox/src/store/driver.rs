@@ -243,11 +243,13 @@ pub trait Statements: Send {
     /// The relays' wake-up hint, delivered at commit.
     fn notify(&mut self) -> impl Future<Output = StoreResult<()>> + Send + '_;
 
-    /// An inbox record inserted ([`statements::inbox::RECORD`](super::statements::inbox::RECORD)): its time when it is new, `None` when a
-    /// record holds the message id.
-    fn inbox_insert<'a>(
+    /// An inbox record written ([`inbox::write`]): its time when it is new, `None` when a
+    /// record holds the message id (an insert) or a concurrent delivery took it over first (a
+    /// take-over).
+    fn inbox_write<'a>(
         &'a mut self,
         record: &'a Record<'a>,
+        write: inbox::Write,
     ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a;
 
     /// The record that holds a message id ([`statements::inbox::LOOKUP`](super::statements::inbox::LOOKUP)), restoring the lock timeout.
@@ -256,13 +258,6 @@ pub trait Statements: Send {
         consumer: &'a str,
         message_id: &'a str,
     ) -> impl Future<Output = StoreResult<Option<FoundRecord>>> + Send + 'a;
-
-    /// An expired record taken over ([`statements::inbox::TAKE_OVER`](super::statements::inbox::TAKE_OVER)): its new time, `None` when a
-    /// concurrent delivery took it first.
-    fn inbox_take_over<'a>(
-        &'a mut self,
-        record: &'a Record<'a>,
-    ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a;
 }
 
 /// A driver's part in `BusinessKey`: the service's own lookup of a key's row, and the
@@ -379,12 +374,13 @@ impl<T: TxExecutor> Statements for &T {
         async move { Ok(super::wake::notify(tx).await?) }
     }
 
-    fn inbox_insert<'a>(
+    fn inbox_write<'a>(
         &'a mut self,
         record: &'a Record<'a>,
+        write: inbox::Write,
     ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a {
         let tx: &'a T = self;
-        async move { Ok(inbox::insert(tx, record).await?) }
+        async move { Ok(inbox::write(tx, record, write).await?) }
     }
 
     fn inbox_lookup<'a>(
@@ -394,14 +390,6 @@ impl<T: TxExecutor> Statements for &T {
     ) -> impl Future<Output = StoreResult<Option<FoundRecord>>> + Send + 'a {
         let tx: &'a T = self;
         async move { Ok(inbox::lookup(tx, consumer, message_id).await?) }
-    }
-
-    fn inbox_take_over<'a>(
-        &'a mut self,
-        record: &'a Record<'a>,
-    ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a {
-        let tx: &'a T = self;
-        async move { Ok(inbox::take_over(tx, record).await?) }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::statements::inbox::{COUNT_EXPIRED, LOOKUP, PRUNE_EXPIRED, RECORD, TAKE_OVER};
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
 use super::columns::Column;
 use super::driver::{Statements, StoreResult};
@@ -54,12 +54,29 @@ pub(crate) enum Recorded {
     Vanished,
 }
 
+/// How a record is written: inserted ([`RECORD`], waiting at most the record's lock timeout for
+/// a concurrent delivery of the same id), or over an expired one ([`TAKE_OVER`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    Insert,
+    TakeOver,
+}
+
+impl Write {
+    pub(crate) fn statement(self) -> &'static str {
+        match self {
+            Write::Insert => RECORD,
+            Write::TakeOver => TAKE_OVER,
+        }
+    }
+}
+
 /// Records a message ([`RECORD`]), or reads the live record that holds its id ([`LOOKUP`]), or
 /// takes over an expired one ([`TAKE_OVER`]), on any driver of the write path. The error of a
 /// lock timeout or a serialization failure is the database's, for the caller to read its
 /// SQLSTATE.
 pub(crate) async fn record(tx: &mut impl Statements, r: &Record<'_>) -> StoreResult<Recorded> {
-    if let Some(received) = tx.inbox_insert(r).await? {
+    if let Some(received) = tx.inbox_write(r, Write::Insert).await? {
         return Ok(Recorded::New(received));
     }
     let Some(found) = tx.inbox_lookup(r.consumer, r.message_id).await? else {
@@ -67,7 +84,7 @@ pub(crate) async fn record(tx: &mut impl Statements, r: &Record<'_>) -> StoreRes
     };
     match (found.received_at, found.outcome, found.live) {
         (Some(received), Some(outcome), Some(true)) => Ok(Recorded::Found(received, outcome)),
-        (Some(_), Some(_), Some(false)) => match tx.inbox_take_over(r).await? {
+        (Some(_), Some(_), Some(false)) => match tx.inbox_write(r, Write::TakeOver).await? {
             Some(received) => Ok(Recorded::New(received)),
             None => Ok(Recorded::Vanished),
         },
@@ -75,21 +92,32 @@ pub(crate) async fn record(tx: &mut impl Statements, r: &Record<'_>) -> StoreRes
     }
 }
 
-/// [`RECORD`] on tokio-postgres: the time of a new record, `None` when one holds the id.
-pub(crate) async fn insert(tx: &impl TxExecutor, r: &Record<'_>) -> Result<Option<DateTime<Utc>>> {
-    let rows = tx
-        .rows(
-            RECORD,
-            &[
-                (&r.consumer, Type::TEXT),
-                (&r.message_id, Type::TEXT),
-                (&r.window_secs, Type::FLOAT8),
-                (&r.lock_timeout, Type::TEXT),
-                (&r.outcome, Type::TEXT),
-                (&r.error, Type::TEXT),
-            ],
-        )
-        .await?;
+impl Record<'_> {
+    /// The parameters of `write`'s statement: $1..$5 the record, as both statements take them,
+    /// then [`RECORD`]'s lock timeout ($6).
+    fn params(&self, write: Write) -> Vec<(&(dyn ToSql + Sync), Type)> {
+        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
+            (&self.consumer, Type::TEXT),
+            (&self.message_id, Type::TEXT),
+            (&self.window_secs, Type::FLOAT8),
+            (&self.outcome, Type::TEXT),
+            (&self.error, Type::TEXT),
+        ];
+        if write == Write::Insert {
+            params.push((&self.lock_timeout, Type::TEXT));
+        }
+        params
+    }
+}
+
+/// [`RECORD`] or [`TAKE_OVER`] on tokio-postgres: the time of the record written, `None` when a
+/// record holds the id (an insert) or a concurrent delivery took it first (a take-over).
+pub(crate) async fn write(
+    tx: &impl TxExecutor,
+    r: &Record<'_>,
+    write: Write,
+) -> Result<Option<DateTime<Utc>>> {
+    let rows = tx.rows(write.statement(), &r.params(write)).await?;
     rows.first().map(|row| row.try_get(0)).transpose()
 }
 
@@ -106,27 +134,6 @@ pub(crate) async fn lookup(
         )
         .await?;
     rows.first().map(FoundRecord::decode).transpose()
-}
-
-/// [`TAKE_OVER`] on tokio-postgres: the time of the record taken over, `None` when a concurrent
-/// delivery took it first.
-pub(crate) async fn take_over(
-    tx: &impl TxExecutor,
-    r: &Record<'_>,
-) -> Result<Option<DateTime<Utc>>> {
-    let rows = tx
-        .rows(
-            TAKE_OVER,
-            &[
-                (&r.consumer, Type::TEXT),
-                (&r.message_id, Type::TEXT),
-                (&r.window_secs, Type::FLOAT8),
-                (&r.outcome, Type::TEXT),
-                (&r.error, Type::TEXT),
-            ],
-        )
-        .await?;
-    rows.first().map(|row| row.try_get(0)).transpose()
 }
 
 /// Deletes up to `batch` expired records; returns how many.

@@ -18,7 +18,7 @@ use sqlx_core::transaction::TransactionManager;
 
 use super::driver::{locked, FoundRow, LockRow};
 use super::driver::{BusinessRows, Committing, Statements, StoreError, StoreResult};
-use super::inbox::{FoundRecord, Record};
+use super::inbox::{FoundRecord, Record, Write};
 use super::keys::{ClaimKey, CompleteKey, Locked, Refused};
 use super::messages::{Inserted, MessageColumns};
 use super::statements::{self, idempotency_keys};
@@ -81,34 +81,28 @@ async fn lock_and_lookup(
     key: &str,
     lock_timeout: &str,
 ) -> StoreResult<Option<Locked>> {
-    let tried = sqlx::query(idempotency_keys::LOCK_TRY)
-        .bind(scope)
-        .bind(key)
+    // Each statement takes the key as $1, $2 (the wait its timeout as $3).
+    let on_key = |statement: &'static str| sqlx::query(statement).bind(scope).bind(key);
+    let tried = on_key(idempotency_keys::LOCK_TRY)
         .fetch_optional(&mut *conn)
         .await?;
     let Some(tried) = tried else {
         return Ok(None);
     };
     let (lock, found) = if tried.try_get::<bool, _>(0)? {
-        let found = sqlx::query(idempotency_keys::LOOKUP)
-            .bind(scope)
-            .bind(key)
+        let found = on_key(idempotency_keys::LOOKUP)
             .fetch_optional(&mut *conn)
             .await?;
         (tried, found)
     } else {
-        let waited = sqlx::query(idempotency_keys::LOCK_WAIT)
-            .bind(scope)
-            .bind(key)
+        let waited = on_key(idempotency_keys::LOCK_WAIT)
             .bind(lock_timeout)
             .fetch_optional(&mut *conn)
             .await?;
         let Some(waited) = waited else {
             return Ok(None);
         };
-        let found = sqlx::query(idempotency_keys::LOOKUP_RESTORE)
-            .bind(scope)
-            .bind(key)
+        let found = on_key(idempotency_keys::LOOKUP_RESTORE)
             .fetch_optional(&mut *conn)
             .await?;
         (waited, found)
@@ -196,19 +190,25 @@ async fn notify(conn: &mut PgConnection) -> StoreResult<()> {
     Ok(())
 }
 
-async fn inbox_insert(
+/// `write`'s statement: the record ($1..$5, as both statements take it), then [`RECORD`]'s lock
+/// timeout ($6).
+///
+/// [`RECORD`]: statements::inbox::RECORD
+async fn inbox_write(
     conn: &mut PgConnection,
     r: &Record<'_>,
+    write: Write,
 ) -> StoreResult<Option<DateTime<Utc>>> {
-    let row = sqlx::query(statements::inbox::RECORD)
+    let mut query = sqlx::query(write.statement())
         .bind(r.consumer)
         .bind(r.message_id)
         .bind(r.window_secs)
-        .bind(r.lock_timeout)
         .bind(r.outcome)
-        .bind(r.error)
-        .fetch_optional(&mut *conn)
-        .await?;
+        .bind(r.error);
+    if write == Write::Insert {
+        query = query.bind(r.lock_timeout);
+    }
+    let row = query.fetch_optional(&mut *conn).await?;
     Ok(row.map(|row| row.try_get(0)).transpose()?)
 }
 
@@ -223,21 +223,6 @@ async fn inbox_lookup(
         .fetch_optional(&mut *conn)
         .await?;
     Ok(row.as_ref().map(FoundRecord::decode).transpose()?)
-}
-
-async fn inbox_take_over(
-    conn: &mut PgConnection,
-    r: &Record<'_>,
-) -> StoreResult<Option<DateTime<Utc>>> {
-    let row = sqlx::query(statements::inbox::TAKE_OVER)
-        .bind(r.consumer)
-        .bind(r.message_id)
-        .bind(r.window_secs)
-        .bind(r.outcome)
-        .bind(r.error)
-        .fetch_optional(&mut *conn)
-        .await?;
-    Ok(row.map(|row| row.try_get(0)).transpose()?)
 }
 
 /// The statements on a sqlx connection inside a transaction: the same for a bare connection and
@@ -287,11 +272,12 @@ macro_rules! statements_on {
                 notify(self)
             }
 
-            fn inbox_insert<'a>(
+            fn inbox_write<'a>(
                 &'a mut self,
                 record: &'a Record<'a>,
+                write: Write,
             ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a {
-                inbox_insert(self, record)
+                inbox_write(self, record, write)
             }
 
             fn inbox_lookup<'a>(
@@ -300,13 +286,6 @@ macro_rules! statements_on {
                 message_id: &'a str,
             ) -> impl Future<Output = StoreResult<Option<FoundRecord>>> + Send + 'a {
                 inbox_lookup(self, consumer, message_id)
-            }
-
-            fn inbox_take_over<'a>(
-                &'a mut self,
-                record: &'a Record<'a>,
-            ) -> impl Future<Output = StoreResult<Option<DateTime<Utc>>>> + Send + 'a {
-                inbox_take_over(self, record)
             }
         }
     };
