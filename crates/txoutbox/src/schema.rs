@@ -159,6 +159,7 @@ mod tests {
     #[test]
     fn the_history_statement_reads_refinerys_table() {
         assert!(crate::store::statements::schema_history::VERSION
+            .sql
             .contains(crate::migrate::HISTORY_TABLE));
     }
 }

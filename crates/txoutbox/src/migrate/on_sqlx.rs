@@ -28,13 +28,13 @@ use crate::schema::{SchemaMismatch, SchemaVersion};
 /// # }
 /// ```
 pub async fn migrate_sqlx(conn: &mut PgConnection) -> Result<Vec<i32>> {
-    sqlx::query(crate::store::statements::session::ADVISORY_LOCK)
+    sqlx::query(crate::store::statements::session::ADVISORY_LOCK.sql)
         .bind(MIGRATION_LOCK)
         .execute(&mut *conn)
         .await?;
     let applied = apply(conn).await;
     // Unlocked whatever happened; a failed unlock only matters if the session lives on.
-    let unlocked = sqlx::query(crate::store::statements::session::ADVISORY_UNLOCK)
+    let unlocked = sqlx::query(crate::store::statements::session::ADVISORY_UNLOCK.sql)
         .bind(MIGRATION_LOCK)
         .execute(&mut *conn)
         .await;
@@ -45,7 +45,7 @@ pub async fn migrate_sqlx(conn: &mut PgConnection) -> Result<Vec<i32>> {
 
 async fn apply(conn: &mut PgConnection) -> Result<Vec<i32>> {
     let current =
-        match sqlx::query_scalar::<_, i32>(crate::store::statements::schema_history::VERSION)
+        match sqlx::query_scalar::<_, i32>(crate::store::statements::schema_history::VERSION.sql)
             .fetch_one(&mut *conn)
             .await
         {

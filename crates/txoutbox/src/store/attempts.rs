@@ -6,10 +6,9 @@
 
 use super::statements::attempt_log::COMPLETE;
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
 use uuid::Uuid;
 
-use super::{Result, TxExecutor};
+use super::{Result, Run, TxExecutor};
 
 /// One attempt's outcome, to complete.
 pub(crate) struct FinishedAttempt<'a> {
@@ -48,21 +47,21 @@ pub(crate) async fn complete_attempts(
     let keys: Vec<&str> = batch.iter().map(|a| a.downstream_key).collect();
     let destinations: Vec<&str> = batch.iter().map(|a| a.destination).collect();
     let rows = conn
-        .rows(
+        .run(
             COMPLETE,
             &[
-                (&ids, Type::UUID_ARRAY),
-                (&tokens, Type::INT8_ARRAY),
-                (&kinds, Type::TEXT_ARRAY),
-                (&errors, Type::TEXT_ARRAY),
-                (&receipts, Type::TEXT_ARRAY),
-                (&delays, Type::FLOAT8_ARRAY),
-                (&started, Type::TIMESTAMPTZ_ARRAY),
-                (&finished, Type::TIMESTAMPTZ_ARRAY),
-                (&attempts, Type::INT4_ARRAY),
-                (&keys, Type::TEXT_ARRAY),
-                (&relay, Type::TEXT),
-                (&destinations, Type::TEXT_ARRAY),
+                &ids,
+                &tokens,
+                &kinds,
+                &errors,
+                &receipts,
+                &delays,
+                &started,
+                &finished,
+                &attempts,
+                &keys,
+                &relay,
+                &destinations,
             ],
         )
         .await?;

@@ -7,9 +7,8 @@ use super::statements::destinations::{
     UPDATE_BREAKERS,
 };
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
 
-use super::{Result, TxExecutor};
+use super::{Result, Run, TxExecutor};
 
 /// Records the rate limits (`rates`, `bursts`; `None`: no limit) of `destinations` and gives
 /// each its row.
@@ -19,15 +18,8 @@ pub(crate) async fn register_destinations(
     rates: &[Option<f64>],
     bursts: &[Option<f64>],
 ) -> Result<()> {
-    conn.rows(
-        REGISTER_DESTINATIONS,
-        &[
-            (&destinations, Type::TEXT_ARRAY),
-            (&rates, Type::FLOAT8_ARRAY),
-            (&bursts, Type::FLOAT8_ARRAY),
-        ],
-    )
-    .await?;
+    conn.run(REGISTER_DESTINATIONS, &[&destinations, &rates, &bursts])
+        .await?;
     Ok(())
 }
 
@@ -36,8 +28,7 @@ pub(crate) async fn ensure_destinations(
     conn: &impl TxExecutor,
     destinations: &[&str],
 ) -> Result<()> {
-    conn.rows(ENSURE_DESTINATIONS, &[(&destinations, Type::TEXT_ARRAY)])
-        .await?;
+    conn.run(ENSURE_DESTINATIONS, &[&destinations]).await?;
     Ok(())
 }
 
@@ -70,9 +61,7 @@ pub(crate) async fn lock_breakers(
     tx: &impl TxExecutor,
     destinations: &[&str],
 ) -> Result<Vec<(BreakerRow, DateTime<Utc>)>> {
-    let rows = tx
-        .rows(LOCK_DESTINATIONS, &[(&destinations, Type::TEXT_ARRAY)])
-        .await?;
+    let rows = tx.run(LOCK_DESTINATIONS, &[&destinations]).await?;
     let mut breakers = Vec::with_capacity(rows.len());
     for row in &rows {
         let row_now = row.try_get("now")?;
@@ -112,18 +101,18 @@ pub(crate) async fn update_breakers(tx: &impl TxExecutor, updated: &[BreakerRow]
         columns().map(|c| c.throttled_until).collect();
     let throttle_reasons: Vec<Option<&str>> =
         columns().map(|c| c.throttle_reason.as_deref()).collect();
-    tx.rows(
+    tx.run(
         UPDATE_BREAKERS,
         &[
-            (&names, Type::TEXT_ARRAY),
-            (&breakers, Type::TEXT_ARRAY),
-            (&failures, Type::INT4_ARRAY),
-            (&opens, Type::INT4_ARRAY),
-            (&open_until, Type::TIMESTAMPTZ_ARRAY),
-            (&reasons, Type::TEXT_ARRAY),
-            (&probe_until, Type::TIMESTAMPTZ_ARRAY),
-            (&throttled_until, Type::TIMESTAMPTZ_ARRAY),
-            (&throttle_reasons, Type::TEXT_ARRAY),
+            &names,
+            &breakers,
+            &failures,
+            &opens,
+            &open_until,
+            &reasons,
+            &probe_until,
+            &throttled_until,
+            &throttle_reasons,
         ],
     )
     .await?;

@@ -3,11 +3,12 @@
 
 use super::statements::inbox::{COUNT_EXPIRED, LOOKUP, PRUNE_EXPIRED, RECORD, TAKE_OVER};
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 
 use super::columns::Column;
 use super::driver::{Statements, StoreResult};
-use super::{Result, TxExecutor};
+use super::statements::Statement;
+use super::{Result, Run, TxExecutor};
 
 /// A message to record.
 pub struct Record<'a> {
@@ -63,7 +64,7 @@ pub enum Write {
 }
 
 impl Write {
-    pub(crate) fn statement(self) -> &'static str {
+    pub(crate) fn statement(self) -> Statement {
         match self {
             Write::Insert => RECORD,
             Write::TakeOver => TAKE_OVER,
@@ -95,16 +96,16 @@ pub(crate) async fn record(tx: &mut impl Statements, r: &Record<'_>) -> StoreRes
 impl Record<'_> {
     /// The parameters of `write`'s statement: $1..$5 the record, as both statements take them,
     /// then [`RECORD`]'s lock timeout ($6).
-    fn params(&self, write: Write) -> Vec<(&(dyn ToSql + Sync), Type)> {
-        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
-            (&self.consumer, Type::TEXT),
-            (&self.message_id, Type::TEXT),
-            (&self.window_secs, Type::FLOAT8),
-            (&self.outcome, Type::TEXT),
-            (&self.error, Type::TEXT),
+    fn params(&self, write: Write) -> Vec<&(dyn ToSql + Sync)> {
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &self.consumer,
+            &self.message_id,
+            &self.window_secs,
+            &self.outcome,
+            &self.error,
         ];
         if write == Write::Insert {
-            params.push((&self.lock_timeout, Type::TEXT));
+            params.push(&self.lock_timeout);
         }
         params
     }
@@ -117,7 +118,7 @@ pub(crate) async fn write(
     r: &Record<'_>,
     write: Write,
 ) -> Result<Option<DateTime<Utc>>> {
-    let rows = tx.rows(write.statement(), &r.params(write)).await?;
+    let rows = tx.run(write.statement(), &r.params(write)).await?;
     rows.first().map(|row| row.try_get(0)).transpose()
 }
 
@@ -127,24 +128,19 @@ pub(crate) async fn lookup(
     consumer: &str,
     message_id: &str,
 ) -> Result<Option<FoundRecord>> {
-    let rows = tx
-        .rows(
-            LOOKUP,
-            &[(&consumer, Type::TEXT), (&message_id, Type::TEXT)],
-        )
-        .await?;
+    let rows = tx.run(LOOKUP, &[&consumer, &message_id]).await?;
     rows.first().map(FoundRecord::decode).transpose()
 }
 
 /// Deletes up to `batch` expired records; returns how many.
 pub(crate) async fn prune_expired(conn: &impl TxExecutor, batch: i64) -> Result<u64> {
-    let rows = conn.rows(PRUNE_EXPIRED, &[(&batch, Type::INT8)]).await?;
+    let rows = conn.run(PRUNE_EXPIRED, &[&batch]).await?;
     Ok(rows.len() as u64)
 }
 
 /// How many records have expired ([`COUNT_EXPIRED`]).
 pub(crate) async fn count_expired(conn: &impl TxExecutor) -> Result<u64> {
-    let rows = conn.rows(COUNT_EXPIRED, &[]).await?;
+    let rows = conn.run(COUNT_EXPIRED, &[]).await?;
     let n: i64 = match rows.first() {
         Some(row) => row.try_get(0)?,
         None => 0,

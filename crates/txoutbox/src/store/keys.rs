@@ -9,17 +9,18 @@ use super::statements::idempotency_keys::{
     PRUNE_EXPIRED,
 };
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::driver::{self, FoundRow, LockRow};
 use super::messages::{self, MessageColumns};
-use super::{Result, TxExecutor};
+use super::statements::Statement;
+use super::{Result, Run, TxExecutor};
 
 /// How a key is stored, by [`KeyWrite`]: without outbox rows to write now, with rows none of
 /// which has an ordering key, and with rows among which one has (written waiting behind an
 /// earlier row of their key).
-const STORE: [(&str, &str, &str); 3] = [
+const STORE: [(Statement, Statement, Statement); 3] = [
     (
         COMPLETE_INSERT,
         COMPLETE_INSERT_WITH_MESSAGES,
@@ -75,15 +76,10 @@ pub(crate) async fn lock_and_lookup(
     key: &str,
     lock_timeout: &str,
 ) -> Result<Option<Locked>> {
-    let key_params = [
-        (
-            &scope as &(dyn tokio_postgres::types::ToSql + Sync),
-            Type::TEXT,
-        ),
-        (&key, Type::TEXT),
-    ];
+    let key_values: [&(dyn ToSql + Sync); 2] = [&scope, &key];
+    let (lock_params, key_params) = (LOCK_TRY.bind(&key_values), LOOKUP.bind(&key_values));
     let (locked, found) = tx
-        .rows_in_order((LOCK_TRY, &key_params), (LOOKUP, &key_params))
+        .rows_in_order((LOCK_TRY.sql, &lock_params), (LOOKUP.sql, &key_params))
         .await;
     // The lock's error first: the lookup fails after it only because the transaction aborted.
     let locked = locked?;
@@ -95,16 +91,13 @@ pub(crate) async fn lock_and_lookup(
         (lock.clone(), found)
     } else {
         // Held by a concurrent request: the lookup read what is not ours to read yet.
-        let wait_params = [
-            (
-                &scope as &(dyn tokio_postgres::types::ToSql + Sync),
-                Type::TEXT,
-            ),
-            (&key, Type::TEXT),
-            (&lock_timeout, Type::TEXT),
-        ];
+        let wait_params = LOCK_WAIT.bind(&[&scope, &key, &lock_timeout]);
+        let restore_params = LOOKUP_RESTORE.bind(&key_values);
         let (locked, found) = tx
-            .rows_in_order((LOCK_WAIT, &wait_params), (LOOKUP_RESTORE, &key_params))
+            .rows_in_order(
+                (LOCK_WAIT.sql, &wait_params),
+                (LOOKUP_RESTORE.sql, &restore_params),
+            )
             .await;
         let locked = locked?;
         let Some(lock) = locked.into_iter().next() else {
@@ -132,14 +125,14 @@ pub struct ClaimKey<'a> {
 /// serialization failure is the database's, for the caller to read its SQLSTATE.
 pub(crate) async fn claim_key(tx: &impl TxExecutor, claim: &ClaimKey<'_>) -> Result<bool> {
     let rows = tx
-        .rows(
+        .run(
             CLAIM,
             &[
-                (&claim.scope, Type::TEXT),
-                (&claim.key, Type::TEXT),
-                (&claim.fingerprint, Type::BYTEA),
-                (&claim.window_secs, Type::FLOAT8),
-                (&claim.lock_timeout, Type::TEXT),
+                &claim.scope,
+                &claim.key,
+                &claim.fingerprint,
+                &claim.window_secs,
+                &claim.lock_timeout,
             ],
         )
         .await?;
@@ -170,7 +163,7 @@ pub struct CompleteKey<'a> {
 }
 
 impl CompleteKey<'_> {
-    pub(super) fn statement(&self) -> &'static str {
+    pub(super) fn statement(&self) -> Statement {
         let (alone, with_rows, with_ordered_rows) = STORE[self.write as usize];
         if self.messages.ids.is_empty() {
             alone
@@ -181,19 +174,20 @@ impl CompleteKey<'_> {
         }
     }
 
-    fn params(&self) -> Vec<(&(dyn tokio_postgres::types::ToSql + Sync), Type)> {
-        let mut params: Vec<(&(dyn tokio_postgres::types::ToSql + Sync), Type)> = vec![
-            (&self.scope, Type::TEXT),
-            (&self.key, Type::TEXT),
-            (&self.fingerprint, Type::BYTEA),
-            (&self.status, Type::INT2),
-            (self.headers, Type::JSONB),
-            (&self.body, Type::BYTEA),
-            (&self.window_secs, Type::FLOAT8),
-            (&self.effects, Type::JSONB),
-            (&self.backend_pid, Type::INT4),
-            (&self.claimed_at, Type::TIMESTAMPTZ),
-            (&self.outermost, Type::BOOL),
+    /// The values of [`Self::statement`]'s parameters, $1 first.
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &self.scope,
+            &self.key,
+            &self.fingerprint,
+            &self.status,
+            self.headers,
+            &self.body,
+            &self.window_secs,
+            &self.effects,
+            &self.backend_pid,
+            &self.claimed_at,
+            &self.outermost,
         ];
         if !self.messages.ids.is_empty() {
             params.extend(messages::columns(self.messages));
@@ -254,7 +248,7 @@ pub(crate) async fn complete_key(
     tx: &impl TxExecutor,
     complete: &CompleteKey<'_>,
 ) -> Result<Option<messages::Inserted>> {
-    let rows = tx.rows(complete.statement(), &complete.params()).await?;
+    let rows = tx.run(complete.statement(), &complete.params()).await?;
     inserted(&rows)
 }
 
@@ -266,9 +260,9 @@ pub(crate) async fn complete_key_and_commit(
     tx: impl super::CommitExecutor,
     complete: &CompleteKey<'_>,
 ) -> (Result<Option<messages::Inserted>>, Result<()>) {
-    let (rows, committed) = tx
-        .rows_then_commit(complete.statement(), &complete.params())
-        .await;
+    let statement = complete.statement();
+    let params = statement.bind(&complete.params());
+    let (rows, committed) = tx.rows_then_commit(statement.sql, &params).await;
     (rows.and_then(|rows| inserted(&rows)), committed)
 }
 
@@ -302,17 +296,7 @@ pub(crate) async fn fan_out(
     only: Option<(&str, &str)>,
 ) -> Result<FannedOut> {
     let (scope, key) = (only.map(|(s, _)| s), only.map(|(_, k)| k));
-    let rows = conn
-        .rows(
-            FAN_OUT,
-            &[
-                (&limit, Type::INT8),
-                (&skip, Type::TEXT_ARRAY),
-                (&scope, Type::TEXT),
-                (&key, Type::TEXT),
-            ],
-        )
-        .await?;
+    let rows = conn.run(FAN_OUT, &[&limit, &skip, &scope, &key]).await?;
     let Some(row) = rows.first() else {
         return Ok(FannedOut::default());
     };
@@ -328,12 +312,7 @@ pub(crate) async fn awaiting_fan_out(
     limit: i64,
     skip: &[String],
 ) -> Result<Vec<(String, String)>> {
-    let rows = conn
-        .rows(
-            AWAITING_FAN_OUT,
-            &[(&limit, Type::INT8), (&skip, Type::TEXT_ARRAY)],
-        )
-        .await?;
+    let rows = conn.run(AWAITING_FAN_OUT, &[&limit, &skip]).await?;
     rows.iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
         .collect()
@@ -341,6 +320,6 @@ pub(crate) async fn awaiting_fan_out(
 
 /// Deletes up to `batch` expired keys; returns how many.
 pub(crate) async fn prune_expired(conn: &impl TxExecutor, batch: i64) -> Result<u64> {
-    let rows = conn.rows(PRUNE_EXPIRED, &[(&batch, Type::INT8)]).await?;
+    let rows = conn.run(PRUNE_EXPIRED, &[&batch]).await?;
     Ok(rows.len() as u64)
 }

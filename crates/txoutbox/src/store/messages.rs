@@ -9,11 +9,12 @@ use super::statements::messages::{
     STATISTICS, UNPARK_FREED, UNPARK_STRANDED,
 };
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::columns::Column;
-use super::{Result, TxExecutor};
+use super::statements::Statement;
+use super::{Result, Run, TxExecutor};
 
 /// A batch of messages as column arrays, ready for one `unnest` insert (in [`insert_messages`],
 /// and with a key's response in `keys::complete_key`).
@@ -35,7 +36,7 @@ impl MessageColumns {
     }
 
     /// The statement that inserts these messages alone: [`INSERT`] or [`INSERT_ORDERED`].
-    pub(crate) fn insert(&self) -> &'static str {
+    pub(crate) fn insert(&self) -> Statement {
         if self.ordered() {
             INSERT_ORDERED
         } else {
@@ -45,14 +46,14 @@ impl MessageColumns {
 }
 
 /// The parameters of a message insert, in the order both insert statements take them.
-pub(super) fn columns(rows: &MessageColumns) -> [(&(dyn ToSql + Sync), Type); 6] {
+pub(super) fn columns(rows: &MessageColumns) -> [&(dyn ToSql + Sync); 6] {
     [
-        (&rows.ids, Type::UUID_ARRAY),
-        (&rows.destinations, Type::TEXT_ARRAY),
-        (&rows.payloads, Type::JSONB_ARRAY),
-        (&rows.headers, Type::JSONB_ARRAY),
-        (&rows.downstream_keys, Type::TEXT_ARRAY),
-        (&rows.ordering_keys, Type::TEXT_ARRAY),
+        &rows.ids,
+        &rows.destinations,
+        &rows.payloads,
+        &rows.headers,
+        &rows.downstream_keys,
+        &rows.ordering_keys,
     ]
 }
 
@@ -85,13 +86,12 @@ pub(crate) async fn insert_messages(
     tx: &impl TxExecutor,
     rows: &MessageColumns,
 ) -> Result<Inserted> {
-    Inserted::decode(&tx.rows(rows.insert(), &columns(rows)).await?)
+    Inserted::decode(&tx.run(rows.insert(), &columns(rows)).await?)
 }
 
 /// Takes the transaction-scoped advisory locks of `keys` (ordering keys), in a fixed order.
 pub(crate) async fn lock_ordering_keys(tx: &impl TxExecutor, keys: &[&str]) -> Result<()> {
-    tx.rows(LOCK_ORDERING_KEYS, &[(&keys, Type::TEXT_ARRAY)])
-        .await?;
+    tx.run(LOCK_ORDERING_KEYS, &[&keys]).await?;
     Ok(())
 }
 
@@ -105,11 +105,8 @@ pub(crate) async fn lock_ordering_keys_briefly(
 ) -> Result<()> {
     // At least 1 ms: a `lock_timeout` of 0 would wait for ever.
     let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX).max(1);
-    tx.rows(
-        LOCK_ORDERING_KEYS_BRIEFLY,
-        &[(&keys, Type::TEXT_ARRAY), (&wait_ms, Type::INT8)],
-    )
-    .await?;
+    tx.run(LOCK_ORDERING_KEYS_BRIEFLY, &[&keys, &wait_ms])
+        .await?;
     Ok(())
 }
 
@@ -182,17 +179,17 @@ pub(crate) async fn claim_due(conn: &impl TxExecutor, claim: &ClaimDue<'_>) -> R
         CLAIM
     };
     let rows = conn
-        .rows(
+        .run(
             statement,
             &[
-                (&claim.limit, Type::INT8),
-                (&claim.owner, Type::TEXT),
-                (&claim.lease_secs, Type::FLOAT8),
-                (&claim.held, Type::UUID_ARRAY),
-                (&ORDERING_PARK_SECS, Type::FLOAT8),
-                (&claim.bounded, Type::TEXT_ARRAY),
-                (&claim.room, Type::INT8_ARRAY),
-                (&DEAD_HEAD_PARK_SECS, Type::FLOAT8),
+                &claim.limit,
+                &claim.owner,
+                &claim.lease_secs,
+                &claim.held,
+                &ORDERING_PARK_SECS,
+                &claim.bounded,
+                &claim.room,
+                &DEAD_HEAD_PARK_SECS,
             ],
         )
         .await?;
@@ -249,9 +246,7 @@ pub(crate) async fn claim_due(conn: &impl TxExecutor, claim: &ClaimDue<'_>) -> R
 /// Ends the park of those of `parked` (rows a claim has just parked) whose ordering key has no
 /// earlier row left; returns how many. Run after the claim committed ([`UNPARK_FREED`]).
 pub(crate) async fn unpark_freed(conn: &impl TxExecutor, parked: &[Uuid]) -> Result<u64> {
-    let rows = conn
-        .rows(UNPARK_FREED, &[(&parked, Type::UUID_ARRAY)])
-        .await?;
+    let rows = conn.run(UNPARK_FREED, &[&parked]).await?;
     Ok(rows.len() as u64)
 }
 
@@ -271,12 +266,7 @@ pub(crate) async fn unpark_stranded(
     after: &str,
     keys: i64,
 ) -> Result<Sweep> {
-    let rows = conn
-        .rows(
-            UNPARK_STRANDED,
-            &[(&after, Type::TEXT), (&keys, Type::INT8)],
-        )
-        .await?;
+    let rows = conn.run(UNPARK_STRANDED, &[&after, &keys]).await?;
     match rows.first() {
         Some(row) => Ok(Sweep {
             last_key: row.try_get(0)?,
@@ -292,9 +282,7 @@ pub(crate) async fn unpark_stranded(
 /// Marks the at-most-once attempt of row `id` (lease `token`) started; false when the lease is
 /// no longer ours.
 pub(crate) async fn mark_started(conn: &impl TxExecutor, id: Uuid, token: i64) -> Result<bool> {
-    let rows = conn
-        .rows(MARK_STARTED, &[(&id, Type::UUID), (&token, Type::INT8)])
-        .await?;
+    let rows = conn.run(MARK_STARTED, &[&id, &token]).await?;
     Ok(!rows.is_empty())
 }
 
@@ -305,19 +293,14 @@ pub(crate) async fn release_unstarted(
     owner: &str,
     called: &[Uuid],
 ) -> Result<u64> {
-    let rows = conn
-        .rows(
-            RELEASE_UNSTARTED,
-            &[(&owner, Type::TEXT), (&called, Type::UUID_ARRAY)],
-        )
-        .await?;
+    let rows = conn.run(RELEASE_UNSTARTED, &[&owner, &called]).await?;
     Ok(rows.len() as u64)
 }
 
 /// Takes back up to `limit` rows whose lease expired (it logs their attempts in
 /// `txoutbox_attempt_log` too); returns how many.
 pub(crate) async fn reclaim_expired(conn: &impl TxExecutor, limit: i64) -> Result<i64> {
-    let rows = conn.rows(RECLAIM_EXPIRED, &[(&limit, Type::INT8)]).await?;
+    let rows = conn.run(RECLAIM_EXPIRED, &[&limit]).await?;
     Ok(rows.first().map(|r| r.try_get(0)).transpose()?.unwrap_or(0))
 }
 
@@ -331,7 +314,7 @@ pub(crate) struct Statistics {
 
 /// Reads whether the hot table has statistics, and whether it is large without them.
 pub(crate) async fn statistics(conn: &impl TxExecutor) -> Result<Statistics> {
-    let rows = conn.rows(STATISTICS, &[]).await?;
+    let rows = conn.run(STATISTICS, &[]).await?;
     let Some(row) = rows.first() else {
         return Ok(Statistics {
             analyzed: false,
@@ -346,7 +329,7 @@ pub(crate) async fn statistics(conn: &impl TxExecutor) -> Result<Statistics> {
 
 /// Gathers the hot table's statistics.
 pub(crate) async fn analyze(conn: &impl TxExecutor) -> Result<()> {
-    conn.rows(ANALYZE, &[]).await?;
+    conn.run(ANALYZE, &[]).await?;
     Ok(())
 }
 
@@ -358,7 +341,7 @@ pub(crate) struct Backlog {
 
 /// Samples the backlog; `None` if the statement returned no row.
 pub(crate) async fn sample_backlog(conn: &impl TxExecutor) -> Result<Option<Backlog>> {
-    let rows = conn.rows(SAMPLE_BACKLOG, &[]).await?;
+    let rows = conn.run(SAMPLE_BACKLOG, &[]).await?;
     let Some(row) = rows.first() else {
         return Ok(None);
     };

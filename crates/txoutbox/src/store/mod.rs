@@ -38,6 +38,9 @@ use tokio_postgres::{Error, Row};
 /// A statement's parameters with their Postgres types.
 pub type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
 
+/// One parameter with its Postgres type.
+pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+
 /// What a store function returns: its typed rows, or the database's error.
 pub(crate) type Result<T> = std::result::Result<T, Error>;
 
@@ -73,6 +76,22 @@ pub trait TxExecutor: sealed::Sealed + Sync {
         }
     }
 }
+
+/// Runs the registry's statements ([`statements::Statement`]): each value bound with the type
+/// its statement's header declares.
+pub(crate) trait Run: TxExecutor {
+    /// Runs `statement` with `values` ($1 first) and collects its rows.
+    fn run<'a>(
+        &'a self,
+        statement: statements::Statement,
+        values: &[&'a (dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Vec<Row>>> + Send + 'a {
+        let params = statement.bind(values);
+        async move { self.rows(statement.sql, &params).await }
+    }
+}
+
+impl<T: TxExecutor + ?Sized> Run for T {}
 
 /// Keeps [`TxExecutor`] to the executors of this crate.
 mod sealed {

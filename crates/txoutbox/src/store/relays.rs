@@ -4,10 +4,9 @@
 
 use super::statements::relays::{HEARTBEAT, LIST, PRUNE, REGISTER, REMOVE};
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 
-use super::{Result, TxExecutor};
+use super::{Result, Run, TxExecutor};
 use crate::admin::{AdminError, RelayRecord};
 
 /// What a relay records of itself.
@@ -25,18 +24,18 @@ pub(crate) struct Registration<'a> {
 
 /// Records the relay ([`REGISTER`]).
 pub(crate) async fn register(conn: &impl TxExecutor, r: &Registration<'_>) -> Result<()> {
-    conn.rows(
+    conn.run(
         REGISTER,
         &[
-            (&r.owner, Type::TEXT),
-            (&r.host, Type::TEXT),
-            (&r.pid, Type::INT4),
-            (&r.version, Type::TEXT),
-            (&r.heartbeat_secs, Type::FLOAT8),
-            (&r.last_claim, Type::TIMESTAMPTZ),
-            (&r.held, Type::INT4),
-            (&r.sinks, Type::TEXT_ARRAY),
-            (r.flow, Type::JSONB),
+            &r.owner,
+            &r.host,
+            &r.pid,
+            &r.version,
+            &r.heartbeat_secs,
+            &r.last_claim,
+            &r.held,
+            &r.sinks,
+            r.flow,
         ],
     )
     .await?;
@@ -50,28 +49,19 @@ pub(crate) async fn heartbeat(
     last_claim: Option<DateTime<Utc>>,
     held: i32,
 ) -> Result<Option<i64>> {
-    let rows = conn
-        .rows(
-            HEARTBEAT,
-            &[
-                (&owner, Type::TEXT),
-                (&last_claim, Type::TIMESTAMPTZ),
-                (&held, Type::INT4),
-            ],
-        )
-        .await?;
+    let rows = conn.run(HEARTBEAT, &[&owner, &last_claim, &held]).await?;
     rows.first().map(|row| row.try_get(0)).transpose()
 }
 
 /// Removes the relay's row ([`REMOVE`]).
 pub(crate) async fn remove(conn: &impl TxExecutor, owner: &str) -> Result<()> {
-    conn.rows(REMOVE, &[(&owner, Type::TEXT)]).await?;
+    conn.run(REMOVE, &[&owner]).await?;
     Ok(())
 }
 
 /// Deletes the rows of relays silent for a day ([`PRUNE`]).
 pub(crate) async fn prune(conn: &impl TxExecutor) -> Result<()> {
-    conn.rows(PRUNE, &[]).await?;
+    conn.run(PRUNE, &[]).await?;
     Ok(())
 }
 
@@ -81,7 +71,7 @@ pub(crate) async fn list(
     client: &impl GenericClient,
 ) -> std::result::Result<Vec<RelayRecord>, AdminError> {
     client
-        .query_typed(LIST, &[])
+        .query_typed(LIST.sql, &[])
         .await?
         .iter()
         .map(|r| {

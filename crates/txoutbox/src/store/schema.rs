@@ -3,29 +3,28 @@
 
 use super::statements::schema_history::VERSION;
 use super::statements::session::{ADVISORY_LOCK as LOCK, ADVISORY_UNLOCK as UNLOCK};
-use tokio_postgres::types::Type;
 
-use super::{Result, TxExecutor};
+use super::{Result, Run, TxExecutor};
 
 /// SQLSTATE `undefined_table`.
 const UNDEFINED_TABLE: &str = "42P01";
 
 /// Waits for and takes the session lock `key`.
 pub(crate) async fn lock(conn: &impl TxExecutor, key: i64) -> Result<()> {
-    conn.rows(LOCK, &[(&key, Type::INT8)]).await?;
+    conn.run(LOCK, &[&key]).await?;
     Ok(())
 }
 
 /// Releases the session lock `key`.
 pub(crate) async fn unlock(conn: &impl TxExecutor, key: i64) -> Result<()> {
-    conn.rows(UNLOCK, &[(&key, Type::INT8)]).await?;
+    conn.run(UNLOCK, &[&key]).await?;
     Ok(())
 }
 
 /// The highest migration version applied; 0 when there is no history table (never migrated).
 /// Run it outside a transaction: a missing table aborts the transaction it runs in.
 pub(crate) async fn version(conn: &impl TxExecutor) -> Result<i32> {
-    match conn.rows(VERSION, &[]).await {
+    match conn.run(VERSION, &[]).await {
         Ok(rows) => match rows.first() {
             Some(row) => row.try_get(0),
             None => Ok(0),

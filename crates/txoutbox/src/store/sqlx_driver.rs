@@ -82,7 +82,8 @@ async fn lock_and_lookup(
     lock_timeout: &str,
 ) -> StoreResult<Option<Locked>> {
     // Each statement takes the key as $1, $2 (the wait its timeout as $3).
-    let on_key = |statement: &'static str| sqlx::query(statement).bind(scope).bind(key);
+    let on_key =
+        |statement: statements::Statement| sqlx::query(statement.sql).bind(scope).bind(key);
     let tried = on_key(idempotency_keys::LOCK_TRY)
         .fetch_optional(&mut *conn)
         .await?;
@@ -113,7 +114,7 @@ async fn lock_and_lookup(
 }
 
 async fn claim_key(conn: &mut PgConnection, claim: &ClaimKey<'_>) -> StoreResult<bool> {
-    let rows = sqlx::query(idempotency_keys::CLAIM)
+    let rows = sqlx::query(idempotency_keys::CLAIM.sql)
         .bind(claim.scope)
         .bind(claim.key)
         .bind(claim.fingerprint)
@@ -142,7 +143,7 @@ async fn complete_key(
     conn: &mut PgConnection,
     complete: &CompleteKey<'_>,
 ) -> StoreResult<Option<Inserted>> {
-    let mut query = sqlx::query(complete.statement())
+    let mut query = sqlx::query(complete.statement().sql)
         .bind(complete.scope)
         .bind(complete.key)
         .bind(complete.fingerprint)
@@ -169,14 +170,14 @@ async fn complete_key(
 }
 
 async fn insert_messages(conn: &mut PgConnection, rows: &MessageColumns) -> StoreResult<Inserted> {
-    let inserted = bind_columns(sqlx::query(rows.insert()), rows)
+    let inserted = bind_columns(sqlx::query(rows.insert().sql), rows)
         .fetch_all(&mut *conn)
         .await?;
     Ok(Inserted::decode(&inserted)?)
 }
 
 async fn lock_ordering_keys(conn: &mut PgConnection, keys: &[&str]) -> StoreResult<()> {
-    sqlx::query(statements::messages::LOCK_ORDERING_KEYS)
+    sqlx::query(statements::messages::LOCK_ORDERING_KEYS.sql)
         .bind(keys)
         .execute(&mut *conn)
         .await?;
@@ -184,7 +185,7 @@ async fn lock_ordering_keys(conn: &mut PgConnection, keys: &[&str]) -> StoreResu
 }
 
 async fn notify(conn: &mut PgConnection) -> StoreResult<()> {
-    sqlx::query(statements::session::NOTIFY)
+    sqlx::query(statements::session::NOTIFY.sql)
         .execute(&mut *conn)
         .await?;
     Ok(())
@@ -199,7 +200,7 @@ async fn inbox_write(
     r: &Record<'_>,
     write: Write,
 ) -> StoreResult<Option<DateTime<Utc>>> {
-    let mut query = sqlx::query(write.statement())
+    let mut query = sqlx::query(write.statement().sql)
         .bind(r.consumer)
         .bind(r.message_id)
         .bind(r.window_secs)
@@ -217,7 +218,7 @@ async fn inbox_lookup(
     consumer: &str,
     message_id: &str,
 ) -> StoreResult<Option<FoundRecord>> {
-    let row = sqlx::query(statements::inbox::LOOKUP)
+    let row = sqlx::query(statements::inbox::LOOKUP.sql)
         .bind(consumer)
         .bind(message_id)
         .fetch_optional(&mut *conn)

@@ -7,8 +7,9 @@
 //! several says so in its comment); `session/` holds those about no table (advisory locks,
 //! settings, the wake-up channel). Each file opens with `--` lines: what it does, why it is shaped
 //! so, then `-- Parameters:` and one `-- $N name: type` line per parameter (`-- Parameters:
-//! none.` when it takes none), which the tests read to prepare it with those types. The header
-//! stays in the file: the constants hold the statement alone, the text sent.
+//! none.` when it takes none): the one place a parameter's type is written. Each constant is a
+//! [`Statement`], the text sent (the header stays in the file) with those types, read at compile
+//! time; the store binds its values with them, and the tests prepare it with them.
 //!
 //! A text several statements share is written once, as a part: a file under
 //! `store/sql/<table>/parts/`, opening with `--` lines that say what it is and who includes it,
@@ -17,11 +18,115 @@
 //! include another. The six ways to store a key (`idempotency_keys/complete_*`) share their key
 //! row's writes and checks, the two claims their end, the statements with a filter its
 //! conditions. The includes are resolved at compile time ([`expand`], in `const` items): no
-//! statement is built at run time, and each constant is one `&'static str`.
+//! statement is built at run time, and each constant's text is one `&'static str`.
 //!
 //! The tests (`store::statements::tests`, the last against a migrated database) check that every file and part is listed here and every entry has its file, that
 //! every part is included, that each header names exactly the parameters its statement (parts
 //! included) uses, and that every statement prepares against the latest schema.
+
+use tokio_postgres::types::{ToSql, Type};
+
+use super::Param;
+
+/// A statement of the registry: the text sent, and the types of its parameters, $1 first, as
+/// its file's header declares them (`-- $N name: type`, read at compile time). The header is the
+/// one place a parameter's type is written: the tests prepare each statement with those types
+/// against the latest schema, and the store binds its values with them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Statement {
+    /// The text sent.
+    pub(crate) sql: &'static str,
+    /// The declared types of $1, $2, ...
+    pub(crate) types: &'static [Type],
+}
+
+impl Statement {
+    /// `values` ($1 first), each with its declared type.
+    pub(crate) fn bind<'a>(&self, values: &[&'a (dyn ToSql + Sync)]) -> Vec<Param<'a>> {
+        debug_assert_eq!(values.len(), self.types.len(), "{}", self.sql);
+        values
+            .iter()
+            .copied()
+            .zip(self.types.iter().cloned())
+            .collect()
+    }
+}
+
+/// The text sent.
+impl std::fmt::Display for Statement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.sql)
+    }
+}
+
+/// The type a header names (`text`, `uuid[]`, ...): the built-in types the statements take.
+const fn type_named(name: &[u8]) -> Type {
+    match name {
+        b"bool" => Type::BOOL,
+        b"bytea" => Type::BYTEA,
+        b"float4" => Type::FLOAT4,
+        b"float8" => Type::FLOAT8,
+        b"float8[]" => Type::FLOAT8_ARRAY,
+        b"int2" => Type::INT2,
+        b"int4" => Type::INT4,
+        b"int4[]" => Type::INT4_ARRAY,
+        b"int8" => Type::INT8,
+        b"int8[]" => Type::INT8_ARRAY,
+        b"jsonb" => Type::JSONB,
+        b"jsonb[]" => Type::JSONB_ARRAY,
+        b"text" => Type::TEXT,
+        b"text[]" => Type::TEXT_ARRAY,
+        b"timestamptz" => Type::TIMESTAMPTZ,
+        b"timestamptz[]" => Type::TIMESTAMPTZ_ARRAY,
+        b"uuid" => Type::UUID,
+        b"uuid[]" => Type::UUID_ARRAY,
+        _ => panic!("a header names a parameter type the store does not bind"),
+    }
+}
+
+/// Reads the `-- $N name: type` lines of `file`'s `-- Parameters:` section (the end of its
+/// header) into `out` (`$N`'s type at `N - 1`); returns how many there are. With an empty `out`
+/// it writes nothing and only counts.
+const fn declared(file: &str, out: &mut [Type]) -> usize {
+    let bytes = file.as_bytes();
+    let end = header_end(file);
+    let (mut start, mut listing, mut count) = (0, false, 0);
+    while start < end {
+        let mut stop = start;
+        while stop < end && bytes[stop] != b'\n' {
+            stop += 1;
+        }
+        let line = slice(bytes, start, stop);
+        if line.len() > 13 && same(slice(line, 0, 13), b"-- Parameters") {
+            listing = true;
+        } else if listing && line.len() > 4 && same(slice(line, 0, 4), b"-- $") {
+            let (mut at, mut number) = (4, 0);
+            while at < line.len() && line[at].is_ascii_digit() {
+                number = number * 10 + (line[at] - b'0') as usize;
+                at += 1;
+            }
+            while at < line.len() && line[at] != b':' {
+                at += 1;
+            }
+            if !out.is_empty() {
+                let name = slice(line, at + 1, line.len()).trim_ascii();
+                // Forgotten, not dropped: a `const fn` cannot run `Type`'s destructor, and a
+                // built-in type owns nothing.
+                core::mem::forget(core::mem::replace(&mut out[number - 1], type_named(name)));
+            }
+            count += 1;
+        }
+        start = stop + 1;
+    }
+    count
+}
+
+/// The `N` types [`declared`] reads from `file`'s header.
+pub(crate) const fn declared_types<const N: usize>(file: &str) -> [Type; N] {
+    let mut out = [Type::TEXT; N];
+    declared(file, &mut out);
+    out
+}
 
 /// Where the text of a `.sql` file starts: after its opening `--` lines.
 const fn header_end(file: &str) -> usize {
@@ -136,8 +241,9 @@ pub(crate) const fn sent(text: &'static [u8]) -> &'static str {
 
 /// Declares the parts the statements include (their paths under `store/sql/`, without `.sql`),
 /// then, for each table folder, a module of constants (one per statement: its file's text after
-/// the header, each `\i <part>` line replaced by the part, [`expand`]) and the registry of them
-/// all, named `<folder>/<file>` after their files.
+/// the header, each `\i <part>` line replaced by the part, [`expand`], and its header's
+/// parameter types, [`declared`]) and the registry of them all, named `<folder>/<file>` after
+/// their files.
 macro_rules! statements {
     (
         parts { $($part:literal,)* }
@@ -154,13 +260,15 @@ macro_rules! statements {
             pub(crate) mod $folder {
                 $(
                     #[doc = concat!("`", stringify!($folder), "/", $file, ".sql`.")]
-                    pub(crate) const $name: &str = {
+                    pub(crate) const $name: super::Statement = {
                         const FILE: &str = include_str!(concat!(
                             "sql/", stringify!($folder), "/", $file, ".sql"
                         ));
                         const LEN: usize = super::expand(FILE, super::PARTS, &mut [], 0, 0);
                         const TEXT: [u8; LEN] = super::assemble(FILE, super::PARTS);
-                        super::sent(&TEXT)
+                        const PARAMS: usize = super::declared(FILE, &mut []);
+                        const TYPES: [super::Type; PARAMS] = super::declared_types(FILE);
+                        super::Statement { sql: super::sent(&TEXT), types: &TYPES }
                     };
                 )*
             }
@@ -174,7 +282,7 @@ macro_rules! statements {
             $($((
                 concat!(stringify!($folder), "/", $file),
                 include_str!(concat!("sql/", stringify!($folder), "/", $file, ".sql")),
-                $folder::$name,
+                $folder::$name.sql,
             ),)*)*
         ];
     };

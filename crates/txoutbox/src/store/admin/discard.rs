@@ -2,11 +2,10 @@
 
 use crate::store::statements::discarded::DISCARD;
 use crate::store::statements::messages::DISCARD_SELECT;
-use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Transaction};
 use uuid::Uuid;
 
-use super::{ids_by_status, run, Param};
+use super::{ids_by_status, run};
 use crate::admin::{AdminError, FilterParams};
 use crate::state::MessageStatus;
 
@@ -26,10 +25,5 @@ pub(crate) async fn discard(
     reason: &str,
     note: &str,
 ) -> Result<(), AdminError> {
-    let params: [Param<'_>; 3] = [
-        (&ids, Type::UUID_ARRAY),
-        (&reason, Type::TEXT),
-        (&note, Type::TEXT),
-    ];
-    run(tx, DISCARD, &params).await
+    run(tx, DISCARD, &[&ids, &reason, &note]).await
 }

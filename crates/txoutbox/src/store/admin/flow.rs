@@ -2,10 +2,9 @@
 
 use crate::store::statements::attempt_log::LOG_DESTINATION_ACTION;
 use crate::store::statements::destinations::{FLOW_STATE, FLOW_STATES, PAUSE, RESUME};
-use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row, Transaction};
 
-use super::{rows, run, Param};
+use super::{one, rows, run};
 use crate::admin::{AdminError, DestinationFlow};
 use crate::state::AttemptOutcome;
 
@@ -37,9 +36,7 @@ pub(crate) async fn state(
     client: &impl GenericClient,
     destination: &str,
 ) -> Result<DestinationFlow, AdminError> {
-    let row = client
-        .query_typed_one(FLOW_STATE, &[(&destination, Type::TEXT)])
-        .await?;
+    let row = one(client, FLOW_STATE, &[&destination]).await?;
     flow(&row)
 }
 
@@ -50,20 +47,13 @@ pub(crate) async fn pause(
     by: &str,
     reason: &str,
 ) -> Result<(), AdminError> {
-    let params: [Param<'_>; 3] = [
-        (&destination, Type::TEXT),
-        (&by, Type::TEXT),
-        (&reason, Type::TEXT),
-    ];
-    run(tx, PAUSE, &params).await
+    run(tx, PAUSE, &[&destination, &by, &reason]).await
 }
 
 /// Ends the pause of `destination`; false when it was not paused ([`RESUME`]).
 pub(crate) async fn resume(tx: &Transaction<'_>, destination: &str) -> Result<bool, AdminError> {
-    Ok(!tx
-        .query_typed(RESUME, &[(&destination, Type::TEXT)])
-        .await?
-        .is_empty())
+    let resumed = rows(tx, RESUME, &[&destination], |_| Ok(())).await?;
+    Ok(!resumed.is_empty())
 }
 
 /// Logs a destination-wide operator action ([`LOG_DESTINATION_ACTION`]).
@@ -73,10 +63,10 @@ pub(crate) async fn log_action(
     outcome: AttemptOutcome,
     note: &str,
 ) -> Result<(), AdminError> {
-    let params: [Param<'_>; 3] = [
-        (&destination, Type::TEXT),
-        (&outcome.as_str(), Type::TEXT),
-        (&note, Type::TEXT),
-    ];
-    run(client, LOG_DESTINATION_ACTION, &params).await
+    run(
+        client,
+        LOG_DESTINATION_ACTION,
+        &[&destination, &outcome.as_str(), &note],
+    )
+    .await
 }

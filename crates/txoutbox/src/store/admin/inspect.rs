@@ -7,11 +7,10 @@ use crate::store::statements::messages::{
     BY_REQUEST_KEY as KEY_MESSAGES, FAILURE_GROUPS, LIST, SHOW,
 };
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 use uuid::Uuid;
 
-use super::{bind, rows, Param};
+use super::{bind, opt, rows};
 use crate::admin::{
     AdminError, AttemptRecord, FailureGroup, FilterParams, MessageSummary, MinuteActivity,
 };
@@ -24,7 +23,7 @@ pub(crate) async fn list(
     filter: &FilterParams,
 ) -> Result<Vec<MessageSummary>, AdminError> {
     let status = status.map(MessageStatus::as_str);
-    rows(client, LIST, &bind((&status, Type::TEXT), filter), summary).await
+    rows(client, LIST, &bind(&status, filter), summary).await
 }
 
 /// One message with its payload, headers and receipt ([`SHOW`]). The payload and headers come
@@ -42,7 +41,7 @@ pub(crate) async fn show(
     client: &impl GenericClient,
     id: Uuid,
 ) -> Result<Option<Shown>, AdminError> {
-    let Some(row) = client.query_typed_opt(SHOW, &[(&id, Type::UUID)]).await? else {
+    let Some(row) = opt(client, SHOW, &[&id]).await? else {
         return Ok(None);
     };
     Ok(Some(Shown {
@@ -58,7 +57,7 @@ pub(crate) async fn history(
     client: &impl GenericClient,
     id: Uuid,
 ) -> Result<Vec<AttemptRecord>, AdminError> {
-    rows(client, HISTORY, &[(&id, Type::UUID)], |r| {
+    rows(client, HISTORY, &[&id], |r| {
         Ok(AttemptRecord {
             attempt: r.try_get(0)?,
             downstream_key: r.try_get(1)?,
@@ -79,7 +78,7 @@ pub(crate) async fn failure_groups(
     client: &impl GenericClient,
     limit: i64,
 ) -> Result<Vec<FailureGroup>, AdminError> {
-    rows(client, FAILURE_GROUPS, &[(&limit, Type::INT8)], |r| {
+    rows(client, FAILURE_GROUPS, &[&limit], |r| {
         let status: String = r.try_get(0)?;
         Ok(FailureGroup {
             status: status.parse().unwrap_or(MessageStatus::Failed),
@@ -100,8 +99,7 @@ pub(crate) async fn activity(
     buckets: i32,
     width_secs: f64,
 ) -> Result<Vec<MinuteActivity>, AdminError> {
-    let params: [Param<'_>; 2] = [(&buckets, Type::INT4), (&width_secs, Type::FLOAT8)];
-    rows(client, ACTIVITY, &params, |r| {
+    rows(client, ACTIVITY, &[&buckets, &width_secs], |r| {
         Ok(MinuteActivity {
             minute: r.try_get(0)?,
             delivered: r.try_get::<_, i64>(1)? as u64,
@@ -119,13 +117,7 @@ pub(crate) async fn inbox_record(
     consumer: &str,
     message_id: &str,
 ) -> Result<Option<crate::admin::InboxRecord>, AdminError> {
-    let Some(row) = client
-        .query_typed_opt(
-            INBOX_RECORD,
-            &[(&consumer, Type::TEXT), (&message_id, Type::TEXT)],
-        )
-        .await?
-    else {
+    let Some(row) = opt(client, INBOX_RECORD, &[&consumer, &message_id]).await? else {
         return Ok(None);
     };
     Ok(Some(crate::admin::InboxRecord {
@@ -162,10 +154,7 @@ pub(crate) async fn key(
     scope: &str,
     key: &str,
 ) -> Result<Option<KeyRow>, AdminError> {
-    let Some(row) = client
-        .query_typed_opt(KEY, &[(&scope, Type::TEXT), (&key, Type::TEXT)])
-        .await?
-    else {
+    let Some(row) = opt(client, KEY, &[&scope, &key]).await? else {
         return Ok(None);
     };
     Ok(Some(KeyRow {
@@ -189,11 +178,7 @@ pub(crate) async fn key_messages(
     claimed_at: &DateTime<Utc>,
     derived: &[String],
 ) -> Result<Vec<MessageSummary>, AdminError> {
-    let params: [Param<'_>; 2] = [
-        (claimed_at, Type::TIMESTAMPTZ),
-        (&derived, Type::TEXT_ARRAY),
-    ];
-    rows(client, KEY_MESSAGES, &params, summary).await
+    rows(client, KEY_MESSAGES, &[claimed_at, &derived], summary).await
 }
 
 /// The 14 columns every message listing starts with.

@@ -11,11 +11,12 @@
 //! Times are compared with `created_at` (enqueue time); relative bounds use the database's
 //! clock, the one that wrote `created_at`.
 
-use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::types::{FromSql, ToSql};
 use tokio_postgres::{GenericClient, Row};
 
 use crate::admin::{AdminError, FilterParams};
 use crate::state::MessageStatus;
+use crate::store::statements::Statement;
 
 pub(crate) mod discard;
 pub(crate) mod flow;
@@ -32,46 +33,49 @@ pub(crate) async fn notify(client: &(impl GenericClient + Sync)) -> Result<(), A
     Ok(())
 }
 
-type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+/// A parameter's value (its type is the statement's: [`Statement`]).
+type Value<'a> = &'a (dyn ToSql + Sync);
 
-/// A filtered statement's parameters: `first` as $1, then the filter's ($2..$13).
-fn bind<'a>(first: Param<'a>, p: &'a FilterParams) -> [Param<'a>; 13] {
+/// A filtered statement's values: `first` as $1, then the filter's ($2..$13).
+fn bind<'a>(first: Value<'a>, p: &'a FilterParams) -> [Value<'a>; 13] {
     [
         first,
-        (&p.destination, Type::TEXT),
-        (&p.since_at, Type::TIMESTAMPTZ),
-        (&p.since_ago, Type::FLOAT8),
-        (&p.until_at, Type::TIMESTAMPTZ),
-        (&p.until_ago, Type::FLOAT8),
-        (&p.downstream_key, Type::TEXT),
-        (&p.ordering_key, Type::TEXT),
-        (&p.limit, Type::INT8),
-        (&p.error_contains, Type::TEXT),
-        (&p.error_class, Type::TEXT),
-        (&p.before_at, Type::TIMESTAMPTZ),
-        (&p.before_seq, Type::INT8),
+        &p.destination,
+        &p.since_at,
+        &p.since_ago,
+        &p.until_at,
+        &p.until_ago,
+        &p.downstream_key,
+        &p.ordering_key,
+        &p.limit,
+        &p.error_contains,
+        &p.error_class,
+        &p.before_at,
+        &p.before_seq,
     ]
 }
 
 /// Runs `statement`; the rows it returns, if any, are not read.
 async fn run(
     client: &impl GenericClient,
-    statement: &str,
-    params: &[Param<'_>],
+    statement: Statement,
+    values: &[Value<'_>],
 ) -> Result<(), AdminError> {
-    client.query_typed(statement, params).await?;
+    client
+        .query_typed(statement.sql, &statement.bind(values))
+        .await?;
     Ok(())
 }
 
 /// The rows `statement` returns, each decoded by `decode`.
 async fn rows<T>(
     client: &impl GenericClient,
-    statement: &str,
-    params: &[Param<'_>],
+    statement: Statement,
+    values: &[Value<'_>],
     decode: impl FnMut(&Row) -> Result<T, AdminError>,
 ) -> Result<Vec<T>, AdminError> {
     client
-        .query_typed(statement, params)
+        .query_typed(statement.sql, &statement.bind(values))
         .await?
         .iter()
         .map(decode)
@@ -81,31 +85,50 @@ async fn rows<T>(
 /// The first column of each row `statement` returns.
 async fn column<T: for<'a> FromSql<'a>>(
     client: &impl GenericClient,
-    statement: &str,
-    params: &[Param<'_>],
+    statement: Statement,
+    values: &[Value<'_>],
 ) -> Result<Vec<T>, AdminError> {
-    rows(client, statement, params, |row| Ok(row.try_get(0)?)).await
+    rows(client, statement, values, |row| Ok(row.try_get(0)?)).await
+}
+
+/// The one row `statement` returns.
+async fn one(
+    client: &impl GenericClient,
+    statement: Statement,
+    values: &[Value<'_>],
+) -> Result<Row, tokio_postgres::Error> {
+    client
+        .query_typed_one(statement.sql, &statement.bind(values))
+        .await
+}
+
+/// The row `statement` returns, if any.
+async fn opt(
+    client: &impl GenericClient,
+    statement: Statement,
+    values: &[Value<'_>],
+) -> Result<Option<Row>, tokio_postgres::Error> {
+    client
+        .query_typed_opt(statement.sql, &statement.bind(values))
+        .await
 }
 
 /// The first column of the one row `statement` returns.
 async fn value<T: for<'a> FromSql<'a>>(
     client: &impl GenericClient,
-    statement: &str,
-    params: &[Param<'_>],
+    statement: Statement,
+    values: &[Value<'_>],
 ) -> Result<T, AdminError> {
-    Ok(client
-        .query_typed_one(statement, params)
-        .await?
-        .try_get(0)?)
+    Ok(one(client, statement, values).await?.try_get(0)?)
 }
 
 /// The ids a filtered `statement` selects among `statuses` (its `$1`, the filter after it).
 async fn ids_by_status(
     client: &impl GenericClient,
-    statement: &str,
+    statement: Statement,
     statuses: &[MessageStatus],
     filter: &FilterParams,
 ) -> Result<Vec<uuid::Uuid>, AdminError> {
     let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
-    column(client, statement, &bind((&names, Type::TEXT_ARRAY), filter)).await
+    column(client, statement, &bind(&names, filter)).await
 }

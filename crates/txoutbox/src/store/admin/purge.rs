@@ -6,16 +6,15 @@ use crate::store::statements::discarded::PURGE_BATCH as PURGE_DISCARDED_BATCH;
 use crate::store::statements::messages::{PURGE_BATCH as PURGE_HOT_BATCH, PURGE_COUNTS};
 use crate::store::statements::session::PURGE_CUTOFF;
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
-use super::{value, Param};
+use super::{one, rows, value};
 use crate::admin::AdminError;
 use crate::state::MessageStatus;
 
 /// Now less `secs` seconds, by the database's clock ([`PURGE_CUTOFF`]).
 pub(crate) async fn cutoff(client: &Client, secs: f64) -> Result<DateTime<Utc>, AdminError> {
-    value(client, PURGE_CUTOFF, &[(&secs, Type::FLOAT8)]).await
+    value(client, PURGE_CUTOFF, &[&secs]).await
 }
 
 /// The cutoff of each state's retention.
@@ -41,17 +40,12 @@ pub(crate) struct Counts {
 
 /// Counts what a purge with these cutoffs deletes.
 pub(crate) async fn counts(client: &Client, c: &Cutoffs) -> Result<Counts, AdminError> {
-    let row = client
-        .query_typed_one(
-            PURGE_COUNTS,
-            &[
-                (&c.delivered, Type::TIMESTAMPTZ),
-                (&c.failed, Type::TIMESTAMPTZ),
-                (&c.unknown, Type::TIMESTAMPTZ),
-                (&c.discarded, Type::TIMESTAMPTZ),
-            ],
-        )
-        .await?;
+    let row = one(
+        client,
+        PURGE_COUNTS,
+        &[&c.delivered, &c.failed, &c.unknown, &c.discarded],
+    )
+    .await?;
     let count = |i: usize| -> Result<u64, AdminError> { Ok(row.try_get::<_, i64>(i)? as u64) };
     Ok(Counts {
         delivered: count(0)?,
@@ -87,17 +81,10 @@ pub(crate) async fn delete_batch(
         Doomed::Discarded(cutoff) => (PURGE_DISCARDED_BATCH, cutoff, None),
         Doomed::Hot(status, cutoff) => (PURGE_HOT_BATCH, cutoff, Some(status.as_str())),
     };
-    let cutoff: Param = (&cutoff, Type::TIMESTAMPTZ);
-    let batch: Param = (&batch, Type::INT8);
     let row = match status {
         // The hot table's statement takes the status first.
-        Some(status) => {
-            let status: Param = (&status, Type::TEXT);
-            client
-                .query_typed_one(statement, &[status, cutoff, batch])
-                .await?
-        }
-        None => client.query_typed_one(statement, &[cutoff, batch]).await?,
+        Some(status) => one(client, statement, &[&status, &cutoff, &batch]).await?,
+        None => one(client, statement, &[&cutoff, &batch]).await?,
     };
     let (rows, attempts): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
     Ok((rows as u64, attempts as u64))
@@ -110,11 +97,12 @@ pub(crate) async fn delete_orphan_attempts(
     cutoff: DateTime<Utc>,
     batch: i64,
 ) -> Result<u64, AdminError> {
-    Ok(client
-        .query_typed(
-            PURGE_ORPHAN_ATTEMPTS_BATCH,
-            &[(&cutoff, Type::TIMESTAMPTZ), (&batch, Type::INT8)],
-        )
-        .await?
-        .len() as u64)
+    let deleted = rows(
+        client,
+        PURGE_ORPHAN_ATTEMPTS_BATCH,
+        &[&cutoff, &batch],
+        |_| Ok(()),
+    )
+    .await?;
+    Ok(deleted.len() as u64)
 }

@@ -11,11 +11,10 @@ use crate::store::statements::messages::{
 };
 use crate::store::statements::session::REPLAY_LOCK_TIMEOUT as LOCK_TIMEOUT;
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Transaction};
 use uuid::Uuid;
 
-use super::{ids_by_status, rows, run, value, Param};
+use super::{ids_by_status, rows, run, value};
 use crate::admin::{AdminError, FilterParams};
 use crate::state::MessageStatus;
 
@@ -24,7 +23,7 @@ pub(crate) async fn is_discarded(
     client: &impl GenericClient,
     id: Uuid,
 ) -> Result<bool, AdminError> {
-    value(client, IS_DISCARDED, &[(&id, Type::UUID)]).await
+    value(client, IS_DISCARDED, &[&id]).await
 }
 
 /// The ids a replay by filter selects among `statuses` ([`REPLAY_SELECT`]).
@@ -62,7 +61,7 @@ pub(crate) async fn hot_rows(
 ) -> Result<Vec<Candidate>, AdminError> {
     let statement = if read_only { READ_HOT } else { LOCK_HOT };
     let ids = ids.to_vec();
-    rows(tx, statement, &[(&ids, Type::UUID_ARRAY)], |row| {
+    rows(tx, statement, &[&ids], |row| {
         Ok(Candidate {
             id: row.try_get(0)?,
             status: row.try_get::<_, String>(1)?.parse()?,
@@ -89,7 +88,7 @@ pub(crate) async fn delivered_rows(
     } else {
         LOCK_DELIVERED
     };
-    rows(tx, statement, &[(&ids, Type::UUID_ARRAY)], |row| {
+    rows(tx, statement, &[&ids], |row| {
         Ok(Candidate {
             id: row.try_get(0)?,
             status: MessageStatus::Delivered,
@@ -112,12 +111,7 @@ pub(crate) async fn keys_taken(
     destinations: &[&str],
     keys: &[&str],
 ) -> Result<Vec<(Uuid, Uuid)>, AdminError> {
-    let params: [Param<'_>; 3] = [
-        (&ids, Type::UUID_ARRAY),
-        (&destinations, Type::TEXT_ARRAY),
-        (&keys, Type::TEXT_ARRAY),
-    ];
-    rows(tx, KEY_TAKEN, &params, |row| {
+    rows(tx, KEY_TAKEN, &[&ids, &destinations, &keys], |row| {
         Ok((row.try_get(0)?, row.try_get(1)?))
     })
     .await
@@ -136,12 +130,7 @@ pub(crate) async fn put_back(
     } else {
         REPLAY_HOT
     };
-    run(
-        tx,
-        statement,
-        &[(&ids, Type::UUID_ARRAY), (&keys, Type::TEXT_ARRAY)],
-    )
-    .await
+    run(tx, statement, &[&ids, &keys]).await
 }
 
 /// Logs one operator replay per row ([`LOG_REPLAYS`]).
@@ -151,10 +140,5 @@ pub(crate) async fn log_replays(
     keys: &[&str],
     notes: &[String],
 ) -> Result<(), AdminError> {
-    let params: [Param<'_>; 3] = [
-        (&ids, Type::UUID_ARRAY),
-        (&keys, Type::TEXT_ARRAY),
-        (&notes, Type::TEXT_ARRAY),
-    ];
-    run(tx, LOG_REPLAYS, &params).await
+    run(tx, LOG_REPLAYS, &[&ids, &keys, &notes]).await
 }

@@ -11,10 +11,9 @@ use crate::store::statements::messages::{
     STATS_COUNTS, STATS_FEW as STATS_HOT_FEW, STATS_OLDEST_PENDING,
     STATS_SAMPLE as STATS_HOT_SAMPLE, STATS_TUPLES as STATS_HOT_TUPLES,
 };
-use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 
-use super::{rows, value};
+use super::{one, rows, value};
 use crate::admin::AdminError;
 use crate::state::MessageStatus;
 
@@ -45,10 +44,8 @@ pub(crate) async fn groups(
     groups: Groups,
 ) -> Result<Vec<Group>, AdminError> {
     match groups {
-        Groups::Counted(bound) => rows(client, STATS_COUNTS, &[(&bound, Type::INT8)], group).await,
-        Groups::Sampled(percent) => {
-            rows(client, STATS_HOT_SAMPLE, &[(&percent, Type::FLOAT4)], group).await
-        }
+        Groups::Counted(bound) => rows(client, STATS_COUNTS, &[&bound], group).await,
+        Groups::Sampled(percent) => rows(client, STATS_HOT_SAMPLE, &[&percent], group).await,
         Groups::Few => rows(client, STATS_HOT_FEW, &[], group).await,
         Groups::Discarded => rows(client, STATS_DISCARDED, &[], group).await,
     }
@@ -79,9 +76,7 @@ pub(crate) async fn awaiting_fan_out(
     client: &impl GenericClient,
     bound: i64,
 ) -> Result<(i64, Option<f64>), AdminError> {
-    let row = client
-        .query_typed_one(STATS_FAN_OUT, &[(&bound, Type::INT8)])
-        .await?;
+    let row = one(client, STATS_FAN_OUT, &[&bound]).await?;
     Ok((row.try_get(0)?, row.try_get(1)?))
 }
 
@@ -90,12 +85,9 @@ pub(crate) async fn delivered_counts(
     client: &impl GenericClient,
     bound: i64,
 ) -> Result<Vec<(String, i64)>, AdminError> {
-    rows(
-        client,
-        STATS_DELIVERED_EXACT,
-        &[(&bound, Type::INT8)],
-        |row| Ok((row.try_get(0)?, row.try_get(1)?)),
-    )
+    rows(client, STATS_DELIVERED_EXACT, &[&bound], |row| {
+        Ok((row.try_get(0)?, row.try_get(1)?))
+    })
     .await
 }
 
@@ -110,9 +102,7 @@ pub(crate) struct DeliveredEstimate {
 pub(crate) async fn delivered_estimate(
     client: &impl GenericClient,
 ) -> Result<DeliveredEstimate, AdminError> {
-    let row = client
-        .query_typed_one(STATS_DELIVERED_ESTIMATE, &[])
-        .await?;
+    let row = one(client, STATS_DELIVERED_ESTIMATE, &[]).await?;
     Ok(DeliveredEstimate {
         tuples: row.try_get(0)?,
         destinations: row.try_get(1)?,
@@ -126,7 +116,7 @@ pub(crate) async fn attempts(
     client: &impl GenericClient,
     window: f64,
 ) -> Result<Vec<(String, i64, i64)>, AdminError> {
-    rows(client, STATS_ATTEMPTS, &[(&window, Type::FLOAT8)], |row| {
+    rows(client, STATS_ATTEMPTS, &[&window], |row| {
         Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
     })
     .await
@@ -137,8 +127,6 @@ pub(crate) async fn inbox(
     client: &impl GenericClient,
     bound: i64,
 ) -> Result<(i64, i64, i64), AdminError> {
-    let row = client
-        .query_typed_one(STATS_INBOX, &[(&bound, Type::INT8)])
-        .await?;
+    let row = one(client, STATS_INBOX, &[&bound]).await?;
     Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
 }

@@ -308,8 +308,11 @@ fn parts_shared_by_several_statements_read_the_same_in_each() {
 #[test]
 fn the_wake_statements_use_the_wake_channel() {
     let channel = crate::wake::WAKE_CHANNEL;
-    assert!(super::session::NOTIFY.contains(&format!("pg_notify('{channel}'")));
+    assert!(super::session::NOTIFY
+        .sql
+        .contains(&format!("pg_notify('{channel}'")));
     assert!(super::session::LISTEN
+        .sql
         .trim_end()
         .ends_with(&format!("LISTEN {channel}")));
 }
