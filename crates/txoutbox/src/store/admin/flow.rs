@@ -4,7 +4,7 @@ use crate::store::statements::attempt_log::LOG_DESTINATION_ACTION;
 use crate::store::statements::destinations::{FLOW_STATE, FLOW_STATES, PAUSE, RESUME};
 use tokio_postgres::{GenericClient, Row, Transaction};
 
-use super::{one, rows, run};
+use super::{count, one, rows, run};
 use crate::admin::{AdminError, DestinationFlow};
 use crate::state::AttemptOutcome;
 
@@ -52,8 +52,7 @@ pub(crate) async fn pause(
 
 /// Ends the pause of `destination`; false when it was not paused ([`RESUME`]).
 pub(crate) async fn resume(tx: &Transaction<'_>, destination: &str) -> Result<bool, AdminError> {
-    let resumed = rows(tx, RESUME, &[&destination], |_| Ok(())).await?;
-    Ok(!resumed.is_empty())
+    Ok(count(tx, RESUME, &[&destination]).await? > 0)
 }
 
 /// Logs a destination-wide operator action ([`LOG_DESTINATION_ACTION`]).

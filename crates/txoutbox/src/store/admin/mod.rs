@@ -82,6 +82,18 @@ async fn rows<T>(
         .collect()
 }
 
+/// How many rows `statement` returns (a statement that answers a row per row it changed).
+async fn count(
+    client: &impl GenericClient,
+    statement: Statement,
+    values: &[Value<'_>],
+) -> Result<u64, AdminError> {
+    let rows = client
+        .query_typed(statement.sql, &statement.bind(values))
+        .await?;
+    Ok(rows.len() as u64)
+}
+
 /// The first column of each row `statement` returns.
 async fn column<T: for<'a> FromSql<'a>>(
     client: &impl GenericClient,

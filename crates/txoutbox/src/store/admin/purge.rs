@@ -8,7 +8,7 @@ use crate::store::statements::session::PURGE_CUTOFF;
 use chrono::{DateTime, Utc};
 use tokio_postgres::Client;
 
-use super::{one, rows, value};
+use super::{count, one, value};
 use crate::admin::AdminError;
 use crate::state::MessageStatus;
 
@@ -97,12 +97,5 @@ pub(crate) async fn delete_orphan_attempts(
     cutoff: DateTime<Utc>,
     batch: i64,
 ) -> Result<u64, AdminError> {
-    let deleted = rows(
-        client,
-        PURGE_ORPHAN_ATTEMPTS_BATCH,
-        &[&cutoff, &batch],
-        |_| Ok(()),
-    )
-    .await?;
-    Ok(deleted.len() as u64)
+    count(client, PURGE_ORPHAN_ATTEMPTS_BATCH, &[&cutoff, &batch]).await
 }
