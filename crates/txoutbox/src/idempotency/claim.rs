@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::key::IdempotencyKey;
 use crate::outbox::OutboxMessage;
 use crate::outbox::{check_name, lock_ordering_keys, message_columns, Enqueued};
-use crate::store::driver::{CommitTx, StoreError, WriteTx};
+use crate::store::driver::{CommitTx, Statements, StoreError, WriteTx};
 use crate::store::keys;
 use crate::telemetry::TRACEPARENT;
 
@@ -131,8 +131,7 @@ impl Claim {
         mut tx: impl WriteTx,
         response: &StoredResponse,
     ) -> Result<Enqueued> {
-        let stored = self.stored(response)?;
-        lock_ordering_keys(&mut tx, &stored.rows.ordering_keys).await?;
+        let stored = self.stored_and_locked(&mut tx, response).await?;
         let written = tx
             .complete_key(&stored.statement(&self, false))
             .await
@@ -171,13 +170,26 @@ impl Claim {
         mut tx: impl CommitTx,
         response: &StoredResponse,
     ) -> Result<Enqueued> {
-        let stored = self.stored(response)?;
-        lock_ordering_keys(&mut tx.statements(), &stored.rows.ordering_keys).await?;
+        let stored = self
+            .stored_and_locked(&mut tx.statements(), response)
+            .await?;
         let statement = stored.statement(&self, true);
         let (written, committed) = tx.complete_key_and_commit(&statement).await;
         let written = written.map_err(refused)?;
         committed?;
         stored.enqueued(written)
+    }
+
+    /// [`Claim::stored`], with the ordering keys of its rows locked in `tx`: how both ways of
+    /// storing the key start (nothing is locked for a status that is not stored).
+    async fn stored_and_locked<'r>(
+        &mut self,
+        tx: &mut impl Statements,
+        response: &'r StoredResponse,
+    ) -> Result<Stored<'r>> {
+        let stored = self.stored(response)?;
+        lock_ordering_keys(tx, &stored.rows.ordering_keys).await?;
+        Ok(stored)
     }
 
     /// What storing this claim with `response` writes; takes the claim's buffered messages.
