@@ -275,14 +275,15 @@ macro_rules! statements {
         )*
 
         /// Every statement of the core: its name (`<folder>/<file>`, the path of its file under
-        /// `store/sql/` without `.sql`), its file's text, header included, and the text sent
-        /// (the constant). Read by the tests; the store's functions use the constants.
+        /// `store/sql/` without `.sql`), its file's text, header included, and the constant (the
+        /// text sent and the types bound). Read by the tests; the store's functions use the
+        /// constants.
         #[cfg_attr(not(test), allow(dead_code))]
-        pub(crate) static STATEMENTS: &[(&str, &str, &str)] = &[
+        pub(crate) static STATEMENTS: &[(&str, &str, Statement)] = &[
             $($((
                 concat!(stringify!($folder), "/", $file),
                 include_str!(concat!("sql/", stringify!($folder), "/", $file, ".sql")),
-                $folder::$name.sql,
+                $folder::$name,
             ),)*)*
         ];
     };

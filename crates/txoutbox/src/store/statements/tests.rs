@@ -181,7 +181,7 @@ fn header_problems(name: &str, sql: &str, sent: &str) -> Vec<String> {
 fn every_statement_opens_with_its_comment_and_declares_each_parameter_it_uses() {
     let problems: Vec<String> = STATEMENTS
         .iter()
-        .flat_map(|(name, sql, sent)| header_problems(name, sql, sent))
+        .flat_map(|(name, sql, sent)| header_problems(name, sql, sent.sql))
         .collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
@@ -203,9 +203,10 @@ fn the_text_sent_is_the_statement_without_its_header() {
     );
     assert_eq!(statement("-- Only a header.\n"), "");
     for (name, file, sent) in STATEMENTS {
+        let sent = sent.sql;
         assert!(!sent.starts_with("--"), "{name}: its header would be sent");
         if included(file).is_empty() {
-            assert_eq!(*sent, statement(file), "{name}: not the file's statement");
+            assert_eq!(sent, statement(file), "{name}: not the file's statement");
         }
         for line in sent.lines() {
             let line = line.trim_start();
@@ -247,7 +248,7 @@ fn parts_shared_by_several_statements_read_the_same_in_each() {
         STATEMENTS
             .iter()
             .find(|(n, _, _)| *n == name)
-            .map(|(_, _, sent)| *sent)
+            .map(|(_, _, sent)| sent.sql)
             .unwrap_or_else(|| panic!("{name} is not in the registry"))
     };
     let between = |sql: &'static str, from: &str, to: &str| -> &'static str {
@@ -331,7 +332,7 @@ async fn every_statement_prepares_against_the_latest_schema() -> anyhow::Result<
     let db = txoutbox_test_support::test_db().await?;
     let client = db.connect().await?;
     let mut failures = Vec::new();
-    for (name, sql, sent) in STATEMENTS {
+    for (name, sql, statement) in STATEMENTS {
         let mut types = Vec::new();
         for (n, _, ty) in declared(sql) {
             match type_named(&client, &ty).await {
@@ -339,7 +340,15 @@ async fn every_statement_prepares_against_the_latest_schema() -> anyhow::Result<
                 Err(e) => failures.push(format!("{name}: ${n}: {e}")),
             }
         }
-        if let Err(e) = client.prepare_typed(sent, &types).await {
+        // The types the store binds are read from the header at compile time: they must be the
+        // ones the server reads there.
+        if statement.types != types.as_slice() {
+            failures.push(format!(
+                "{name}: binds {:?}, its header declares {types:?}",
+                statement.types
+            ));
+        }
+        if let Err(e) = client.prepare_typed(statement.sql, statement.types).await {
             let detail = e
                 .as_db_error()
                 .map_or(e.to_string(), |d| d.message().to_owned());
