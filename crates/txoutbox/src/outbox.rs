@@ -218,7 +218,7 @@ pub(crate) async fn lock_ordering_keys(
 }
 
 /// The ordering keys a batch carries.
-pub(crate) fn ordering_keys(ordering_keys: &[Option<String>]) -> Vec<&str> {
+fn ordering_keys(ordering_keys: &[Option<String>]) -> Vec<&str> {
     ordering_keys.iter().flatten().map(String::as_str).collect()
 }
 
